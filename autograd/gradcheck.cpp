@@ -1,0 +1,237 @@
+#include "autograd/gradcheck.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/tape.h"
+
+namespace tg {
+namespace {
+
+// Pointer to the k-th element (row-major logical order) of a float64 tensor.
+double* element(const Tensor& t, int64_t k) {
+  int64_t off = 0;
+  for (int d = t.dim() - 1; d >= 0; --d) {
+    int64_t n = t.shape()[d];
+    off += (k % n) * t.strides()[d];
+    k /= n;
+  }
+  return static_cast<double*>(t.storage()->data) + t.offset() + off;
+}
+
+std::vector<int64_t> unravel(int64_t k, const Shape& s) {
+  std::vector<int64_t> idx(s.size());
+  for (int d = s.size() - 1; d >= 0; --d) {
+    idx[d] = k % s[d];
+    k /= s[d];
+  }
+  return idx;
+}
+
+// f(inputs) . u as a double, without recording.
+double project(const TensorFn& fn, const std::vector<Tensor>& inputs, const Tensor& u) {
+  NoGradGuard ng;
+  Tensor out = fn(inputs);
+  return sum(mul(out, u)).item<double>();
+}
+
+// Fresh leaves with the same values (so the caller's tensors keep no state).
+std::vector<Tensor> fresh_leaves(const std::vector<Tensor>& inputs, bool noncontiguous) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) {
+      out.push_back(t);
+      continue;
+    }
+    Tensor c;
+    if (noncontiguous && t.dim() > 0 && t.numel() > 1) {
+      // Same values, every element two places apart in a larger buffer.
+      Tensor base = zeros({2 * t.numel()}, t.dtype());
+      Shape strides = contiguous_strides(t.shape());
+      for (int64_t& s : strides) s *= 2;
+      c = make_view(base, t.shape(), strides, 0);
+      NoGradGuard ng;
+      c.copy_(t.detach());
+    } else {
+      c = t.detach().clone();
+    }
+    if (t.requires_grad()) c.requires_grad_();
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Gradients of f . u with respect to every input (undefined -> zeros).
+std::vector<Tensor> analytic(const TensorFn& fn, const std::vector<Tensor>& leaves, const Tensor& u) {
+  EnableGradGuard eg;
+  for (const Tensor& t : leaves)
+    if (t.defined() && t.requires_grad()) t.zero_grad();
+  Tensor out = fn(leaves);
+  if (!(out.shape() == u.shape()))
+    throw ShapeError(fmt::format("gradcheck: function output changed shape to {}", out.shape()));
+  std::vector<Tensor> grads(leaves.size());
+  if (out.requires_grad()) out.backward(u);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (!leaves[i].defined() || !leaves[i].requires_grad()) continue;
+    Tensor g = leaves[i].grad();
+    if (g.defined() && !(g.shape() == leaves[i].shape()))
+      throw ShapeError(fmt::format("gradcheck: gradient of input {} has shape {}, the input {}", i, g.shape(),
+                                   leaves[i].shape()));
+    grads[i] = g.defined() ? g.contiguous() : zeros(leaves[i].shape(), DType::f64);
+  }
+  return grads;
+}
+
+void compare(GradcheckInput& r, double a, double n, const GradcheckOptions& o, std::vector<int64_t> where) {
+  const double abs_err = std::abs(a - n);
+  const bool ok = std::isfinite(a) && abs_err <= o.atol + o.rtol * std::abs(n);
+  r.passed &= ok;
+  r.max_rel_error = std::max(r.max_rel_error, abs_err / std::max(std::abs(n), o.atol));
+  if (abs_err > r.max_abs_error || r.worst_index.empty() || !std::isfinite(a)) {
+    r.max_abs_error = std::isfinite(a) ? abs_err : INFINITY;
+    r.worst_index = std::move(where);
+    r.analytic = a;
+    r.numeric = n;
+  }
+}
+
+}  // namespace
+
+GradcheckError::GradcheckError(GradcheckReport r) : std::runtime_error("gradcheck failed:\n" + r.str()), report(std::move(r)) {}
+
+std::string GradcheckReport::str() const {
+  std::string out = fmt::format("{:<6} {:<14} {:>12} {:>12} {:>18} {:>14} {:>14}  {}\n", "input", "shape", "max abs",
+                                "max rel", "worst at", "analytic", "numeric", "result");
+  for (const GradcheckInput& in : inputs) {
+    if (!in.checked) {
+      out += fmt::format("{:<6} {:<14} {:>12} {:>12} {:>18} {:>14} {:>14}  skipped ({})\n", in.index, in.shape.str(),
+                         "", "", "", "", "", in.note.empty() ? "no grad" : in.note);
+      continue;
+    }
+    out += fmt::format("{:<6} {:<14} {:>12.3e} {:>12.3e} {:>18} {:>14.6e} {:>14.6e}  {}{}\n", in.index,
+                       in.shape.str(), in.max_abs_error, in.max_rel_error,
+                       fmt::format("({})", fmt::join(in.worst_index, ",")), in.analytic, in.numeric,
+                       in.passed ? "pass" : "FAIL", in.note.empty() ? "" : " — " + in.note);
+  }
+  return out;
+}
+
+GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& o) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (t.defined() && t.requires_grad() && t.dtype() != DType::f64)
+      throw DTypeError(fmt::format("gradcheck: input {} is {}; gradcheck needs float64 inputs (use .to(DType::f64))",
+                                   i, dtype_name(t.dtype())));
+  }
+  std::vector<Tensor> leaves = fresh_leaves(inputs, false);
+  Shape out_shape;
+  {
+    NoGradGuard ng;
+    Tensor out = fn(leaves);
+    if (out.dtype() != DType::f64)
+      throw DTypeError(fmt::format("gradcheck: the function returned {}, expected float64", dtype_name(out.dtype())));
+    out_shape = out.shape();
+  }
+  Generator gen(o.seed ^ 0x9e3779b97f4a7c15ULL);
+  GradcheckReport report;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    GradcheckInput r;
+    r.index = static_cast<int>(i);
+    r.shape = leaves[i].defined() ? leaves[i].shape() : Shape();
+    r.checked = leaves[i].defined() && leaves[i].requires_grad();
+    report.inputs.push_back(r);
+  }
+
+  auto perturbed = [&](size_t i, const Tensor& v, double scale, const Tensor& u) {
+    // f(x_i + scale * v) . u, restoring x_i afterwards.
+    Tensor x = leaves[i];
+    std::vector<double> saved(x.numel());
+    for (int64_t k = 0; k < x.numel(); ++k) {
+      double* p = element(x, k);
+      saved[k] = *p;
+      *p += scale * v.data<double>()[k];
+    }
+    double val = project(fn, leaves, u);
+    for (int64_t k = 0; k < x.numel(); ++k) *element(x, k) = saved[k];
+    return val;
+  };
+
+  const int64_t n_out = out_shape.numel();
+  if (!o.fast) {
+    // Analytic Jacobian rows: one backward per output element.
+    std::vector<std::vector<Tensor>> rows;
+    for (int64_t j = 0; j < n_out; ++j) {
+      Tensor u = zeros(out_shape, DType::f64);
+      u.data<double>()[j] = 1.0;
+      rows.push_back(analytic(fn, leaves, u));
+    }
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      GradcheckInput& r = report.inputs[i];
+      if (!r.checked) continue;
+      const Tensor& x = leaves[i];
+      bool any_grad = false;
+      for (int64_t k = 0; k < x.numel(); ++k) {
+        double* p = element(x, k);
+        const double x0 = *p;
+        // Numeric column: (f(x + eps) - f(x - eps)) / 2 eps, every output at once.
+        Tensor plus, minus;
+        {
+          NoGradGuard ng;
+          *p = x0 + o.eps;
+          plus = fn(leaves).clone();  // clone: a view output would alias x
+          *p = x0 - o.eps;
+          minus = fn(leaves).clone();
+          *p = x0;
+        }
+        for (int64_t j = 0; j < n_out; ++j) {
+          double num = (plus.data<double>()[j] - minus.data<double>()[j]) / (2 * o.eps);
+          double ana = rows[j][i].data<double>()[k];
+          any_grad |= ana != 0;
+          std::vector<int64_t> where = unravel(k, x.shape());
+          compare(r, ana, num, o, where);
+        }
+      }
+      if (!any_grad) r.note = "gradient is zero everywhere";
+    }
+  } else {
+    for (int d = 0; d < o.directions; ++d) {
+      Tensor u = randn(out_shape, DType::f64, &gen);
+      std::vector<Tensor> g = analytic(fn, leaves, u);
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        GradcheckInput& r = report.inputs[i];
+        if (!r.checked) continue;
+        Tensor v = randn(leaves[i].shape(), DType::f64, &gen);
+        double ana = sum(mul(g[i], v)).item<double>();
+        double num = (perturbed(i, v, o.eps, u) - perturbed(i, v, -o.eps, u)) / (2 * o.eps);
+        compare(r, ana, num, o, {d});
+      }
+    }
+  }
+
+  if (o.check_noncontiguous) {
+    // The same backward through non-contiguous inputs must give the same gradients.
+    Tensor u = randn(out_shape, DType::f64, &gen);
+    std::vector<Tensor> dense = analytic(fn, leaves, u);
+    std::vector<Tensor> strided = analytic(fn, fresh_leaves(leaves, true), u);
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      GradcheckInput& r = report.inputs[i];
+      if (!r.checked) continue;
+      for (int64_t k = 0; k < leaves[i].numel(); ++k) {
+        double a = strided[i].data<double>()[k], b = dense[i].data<double>()[k];
+        if (std::abs(a - b) > 1e-12 * (1 + std::abs(b))) {
+          r.passed = false;
+          r.note = fmt::format("non-contiguous input gives a different gradient at element {} ({} vs {})", k, a, b);
+          break;
+        }
+      }
+    }
+  }
+  for (const GradcheckInput& r : report.inputs) report.passed &= r.passed;
+  if (!report.passed && o.raise) throw GradcheckError(report);
+  return report;
+}
+
+}  // namespace tg

@@ -1,0 +1,56 @@
+#pragma once
+// gradcheck: compares the tape's gradients of any function of tensors with
+// central finite differences, in float64.
+//
+//   auto report = tg::gradcheck([](const std::vector<Tensor>& x) { return my_op(x[0], x[1]); },
+//                               {a, b});          // a, b: float64, requires_grad
+//   if (!report.passed) fmt::print("{}", report.str());
+//
+// Full mode builds the whole Jacobian: one backward per output element and
+// two forwards per input element. Fast mode (for large inputs) checks
+// u^T J v along random directions u (output) and v (input) instead.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace tg {
+
+struct GradcheckOptions {
+  double eps = 1e-6;
+  double atol = 1e-5;
+  double rtol = 1e-3;
+  bool fast = false;            // u^T J v along random directions
+  int directions = 4;           // fast mode: random (u, v) pairs per input
+  bool check_noncontiguous = true;  // re-run backward with non-contiguous copies of the inputs
+  bool raise = false;           // throw GradcheckError with the report on failure
+  uint64_t seed = 0;
+};
+
+struct GradcheckInput {
+  int index = 0;
+  Shape shape;
+  bool checked = false;     // false: no grad required (e.g. integer indices)
+  bool passed = true;
+  double max_abs_error = 0, max_rel_error = 0;
+  std::vector<int64_t> worst_index;  // multi-index into the input (full mode)
+  double analytic = 0, numeric = 0;  // at the worst element (or direction)
+  std::string note;         // e.g. "no gradient reached this input (numeric is zero too)"
+};
+
+struct GradcheckReport {
+  bool passed = true;
+  std::vector<GradcheckInput> inputs;
+  std::string str() const;  // a table, one line per input
+};
+
+struct GradcheckError : std::runtime_error {
+  GradcheckReport report;
+  explicit GradcheckError(GradcheckReport r);
+};
+
+using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
+GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
+
+}  // namespace tg

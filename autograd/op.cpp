@@ -1,0 +1,49 @@
+#include "autograd/op.h"
+
+#include <algorithm>
+
+namespace tg {
+
+// One anchor per op family: calling it forces the linker to keep that family's
+// object file (and so its self-registered OpDefs) from the static library.
+void link_elementwise_ops();
+void link_reduce_ops();
+void link_shape_ops();
+void link_view_ops();
+void link_index_ops();
+void link_matmul_ops();
+void link_nn_ops();
+
+namespace {
+std::vector<const OpDef*>& registry() {
+  static std::vector<const OpDef*> ops;
+  return ops;
+}
+}  // namespace
+
+OpDef::OpDef(std::string_view name_, int arity_, std::string_view signature_, std::string_view saves_,
+             BackwardFn backward_, SampleFn samples_)
+    : name(name_), arity(arity_), signature(signature_), saves(saves_), backward(backward_), samples(samples_) {
+  registry().push_back(this);
+}
+
+std::vector<const OpDef*> op_table() {
+  link_elementwise_ops();
+  link_reduce_ops();
+  link_shape_ops();
+  link_view_ops();
+  link_index_ops();
+  link_matmul_ops();
+  link_nn_ops();
+  std::vector<const OpDef*> ops = registry();
+  std::sort(ops.begin(), ops.end(), [](const OpDef* a, const OpDef* b) { return a->name < b->name; });
+  return ops;
+}
+
+const OpDef* find_op(std::string_view name) {
+  for (const OpDef* op : op_table())
+    if (op->name == name) return op;
+  return nullptr;
+}
+
+}  // namespace tg

@@ -1,0 +1,47 @@
+#pragma once
+// The op table. Every differentiable op declares, in one OpDef next to its
+// forward and backward (in its op-family file under autograd/ops/):
+//   name, arity, its forward signature, what it saves, its backward, and
+//   sample inputs that the table-walking test gradchecks in float64.
+// Defining an OpDef registers it; op_table() lists them all.
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "autograd/tape.h"
+
+namespace tg {
+
+// Fills grad_in[k] (shape of input k) for every input with node.needs(k).
+// Runs in no-grad mode; grad_out has the node's output shape.
+using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in);
+
+// One gradcheck case: fn applied to inputs (float64; some may be int64 indices).
+struct OpSample {
+  std::string desc;                  // e.g. "broadcast (3,1)+(4)"
+  std::vector<Tensor> inputs;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+};
+using SampleFn = std::vector<OpSample> (*)();
+
+struct OpDef {
+  std::string_view name;       // as in error messages and the profiler
+  int arity;                   // tensor inputs; -1 for a list (concat, stack)
+  std::string_view signature;  // the forward, e.g. "mul(a, b) -> a * b, broadcasting"
+  std::string_view saves;      // what forward saves for backward
+  BackwardFn backward;
+  SampleFn samples;
+
+  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
+        BackwardFn backward, SampleFn samples);
+  OpDef(const OpDef&) = delete;
+  OpDef& operator=(const OpDef&) = delete;
+};
+
+// Every registered op, sorted by name.
+std::vector<const OpDef*> op_table();
+const OpDef* find_op(std::string_view name);
+
+}  // namespace tg

@@ -1,0 +1,510 @@
+// Elementwise ops: forward and backward side by side, one OpDef each.
+// Unary backward kernels are fused: one pass computes grad_in from grad_out
+// and what forward saved, instead of chaining tensor ops.
+#include "autograd/ops/elementwise.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "autograd/op.h"
+#include "autograd/ops/loop.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/samples.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+namespace {
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
+  if (a.dtype() != b.dtype())
+    throw DTypeError(fmt::format("{}: dtypes differ: {} and {} (convert one with .to())", op, a.shape(),
+                                 dtype_name(a.dtype()), b.shape(), dtype_name(b.dtype())));
+}
+
+// out = f(a, b) over the broadcast shape; f is generic in the element type.
+template <class F>
+Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f, bool floating_only = false) {
+  check_same_dtype(op, a, b);
+  Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), a.dtype());
+  if (floating_only) {
+    TG_DISPATCH_FLOAT(a.dtype(), op, [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
+  } else {
+    TG_DISPATCH_ALL(a.dtype(), op, [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
+  }
+  return out;
+}
+
+template <class F>
+Tensor unary(const char* op, const Tensor& x, F f) {
+  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
+  Tensor out = empty(x.shape(), x.dtype());
+  TG_DISPATCH_FLOAT(x.dtype(), op, [&] { detail::map1<scalar_t, scalar_t>(out, x, f); });
+  return out;
+}
+
+// grad_in = f(grad_out, s) elementwise, s saved by forward (same shape).
+template <class F>
+Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
+  Tensor out = empty(g.shape(), g.dtype());
+  TG_DISPATCH_FLOAT(g.dtype(), "backward", [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, g, s, f); });
+  return out;
+}
+
+// --- sample helpers shared by this family's OpDefs
+using samples::uniform;
+std::vector<OpSample> binary_samples(Tensor (*op)(const Tensor&, const Tensor&), double low, double high) {
+  auto fn = [op](const std::vector<Tensor>& x) { return op(x[0], x[1]); };
+  return {
+      {"same shape (3,4)", {uniform({3, 4}, 1, low, high), uniform({3, 4}, 2, low, high)}, fn},
+      {"broadcast (2,1,3) with (4,1)", {uniform({2, 1, 3}, 3, low, high), uniform({4, 1}, 4, low, high)}, fn},
+      {"row broadcast (3,4) with (4)", {uniform({3, 4}, 5, low, high), uniform({4}, 6, low, high)}, fn},
+      {"scalar () with (5)", {uniform({}, 7, low, high), uniform({5}, 8, low, high)}, fn},
+      {"non-contiguous (2,3)", {samples::strided({2, 3}, 9, low, high), uniform({2, 3}, 10, low, high)}, fn},
+  };
+}
+std::vector<OpSample> unary_samples(Tensor (*op)(const Tensor&), double low, double high) {
+  auto fn = [op](const std::vector<Tensor>& x) { return op(x[0]); };
+  return {
+      {"(3,4)", {uniform({3, 4}, 11, low, high)}, fn},
+      {"scalar ()", {uniform({}, 12, low, high)}, fn},
+      {"non-contiguous (2,3,2)", {samples::strided({2, 3, 2}, 13, low, high)}, fn},
+  };
+}
+std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
+  auto fn = [op](const std::vector<Tensor>& x) { return op(x[0]); };
+  return {
+      {"(3,4) away from 0", {samples::away_from_zero({3, 4}, 14)}, fn},
+      {"non-contiguous", {[] {
+         Tensor t = samples::strided({2, 3}, 15);
+         NoGradGuard ng;
+         double* p = static_cast<double*>(t.storage()->data);
+         for (int64_t i = 0; i < 12; ++i) p[i] = std::copysign(0.1 + std::abs(p[i]), p[i]);
+         return t;
+       }()}, fn},
+  };
+}
+
+}  // namespace
+
+// ============================ add / sub ============================
+static void add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (n.needs(0)) gin[0] = sum_to(g, n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(g, n.edges[1].shape);
+}
+static const OpDef add_op("add", 2, "add(a, b) -> a + b, broadcasting", "nothing", add_backward,
+                          [] { return binary_samples(add, -1, 1); });
+Tensor add(const Tensor& a, const Tensor& b) {
+  ProfileScope prof("add");
+  Tensor out = binary("add", a, b, [](auto x, auto y) { return x + y; });
+  record(add_op, out, a, b);
+  return out;
+}
+
+static void sub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (n.needs(0)) gin[0] = sum_to(g, n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(neg(g), n.edges[1].shape);
+}
+static const OpDef sub_op("sub", 2, "sub(a, b) -> a - b, broadcasting", "nothing", sub_backward,
+                          [] { return binary_samples(sub, -1, 1); });
+Tensor sub(const Tensor& a, const Tensor& b) {
+  ProfileScope prof("sub");
+  Tensor out = binary("sub", a, b, [](auto x, auto y) { return x - y; });
+  record(sub_op, out, a, b);
+  return out;
+}
+
+// ============================ mul / div ============================
+static void mul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (n.needs(0)) gin[0] = sum_to(mul(g, n.saved_tensor(1)), n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(mul(g, n.saved_tensor(0)), n.edges[1].shape);
+}
+static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting", "a, b", mul_backward,
+                          [] { return binary_samples(mul, -1, 1); });
+Tensor mul(const Tensor& a, const Tensor& b) {
+  ProfileScope prof("mul");
+  Tensor out = binary("mul", a, b, [](auto x, auto y) { return x * y; });
+  if (Node* n = record(mul_op, out, a, b)) {
+    n->save(a);
+    n->save(b);
+  }
+  return out;
+}
+
+static void div_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor& b = n.saved_tensor(1);
+  if (n.needs(0)) gin[0] = sum_to(div(g, b), n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(neg(div(mul(g, n.saved_tensor(2)), b)), n.edges[1].shape);  // -g * out / b
+}
+static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting", "a, b, output", div_backward,
+                          [] { return binary_samples(div, 0.5, 2); });
+Tensor div(const Tensor& a, const Tensor& b) {
+  ProfileScope prof("div");
+  Tensor out = binary("div", a, b, [](auto x, auto y) { return x / y; });
+  if (Node* n = record(div_op, out, a, b)) {
+    n->save(a);
+    n->save(b);
+    n->save(out);
+  }
+  return out;
+}
+
+// ============================ pow ============================
+static void pow_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor &a = n.saved_tensor(0), &b = n.saved_tensor(1);
+  if (n.needs(0)) gin[0] = sum_to(mul(g, mul(b, pow(a, add(b, -1.0)))), n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(mul(g, mul(n.saved_tensor(2), log(a))), n.edges[1].shape);
+}
+static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)", "a, b, output",
+                          pow_backward, [] { return binary_samples(pow, 0.5, 2); });
+Tensor pow(const Tensor& a, const Tensor& b) {
+  ProfileScope prof("pow");
+  Tensor out = binary("pow", a, b, [](auto x, auto y) { return std::pow(x, y); }, true);
+  if (Node* n = record(pow_op, out, a, b)) {
+    n->save(a);
+    n->save(b);
+    n->save(out);
+  }
+  return out;
+}
+
+// ============================ minimum / maximum ============================
+// Where a == b the gradient is split in half, as PyTorch does.
+template <bool Max>
+static void minmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor &a = n.saved_tensor(0), &b = n.saved_tensor(1);
+  Shape s = broadcast_shapes(a.shape(), b.shape(), "maximum");
+  Tensor wa = empty(s, a.dtype());
+  TG_DISPATCH_FLOAT(a.dtype(), "maximum", [&] {
+    detail::map2<scalar_t, scalar_t, scalar_t>(wa, a, b, [](scalar_t x, scalar_t y) {
+      return x == y ? scalar_t(0.5) : ((Max ? x > y : x < y) ? scalar_t(1) : scalar_t(0));
+    });
+  });
+  if (n.needs(0)) gin[0] = sum_to(mul(g, wa), n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(mul(g, rsub(1.0, wa)), n.edges[1].shape);
+}
+static const OpDef minimum_op("minimum", 2, "minimum(a, b), broadcasting", "a, b", minmax_backward<false>,
+                              [] { return binary_samples(minimum, -1, 1); });
+static const OpDef maximum_op("maximum", 2, "maximum(a, b), broadcasting", "a, b", minmax_backward<true>,
+                              [] { return binary_samples(maximum, -1, 1); });
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  ProfileScope prof("minimum");
+  Tensor out = binary("minimum", a, b, [](auto x, auto y) { return y < x ? y : x; });
+  if (Node* n = record(minimum_op, out, a, b)) n->save(a), n->save(b);
+  return out;
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  ProfileScope prof("maximum");
+  Tensor out = binary("maximum", a, b, [](auto x, auto y) { return y > x ? y : x; });
+  if (Node* n = record(maximum_op, out, a, b)) n->save(a), n->save(b);
+  return out;
+}
+
+// ============================ with a scalar ============================
+static void add_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
+static const OpDef add_scalar_op("add_scalar", 1, "add(a, c) -> a + c", "nothing", add_scalar_backward, [] {
+  return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
+});
+Tensor add(const Tensor& a, double c) {
+  ProfileScope prof("add_scalar");
+  Tensor out;
+  TG_DISPATCH_ALL(a.dtype(), "add", [&] {
+    out = empty(a.shape(), a.dtype());
+    const scalar_t v = static_cast<scalar_t>(c);
+    detail::map1<scalar_t, scalar_t>(out, a, [v](scalar_t x) { return x + v; });
+  });
+  record(add_scalar_op, out, a);
+  return out;
+}
+
+static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = mul(g, n.f[0]); }
+static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", "c", mul_scalar_backward, [] {
+  return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
+});
+Tensor mul(const Tensor& a, double c) {
+  ProfileScope prof("mul_scalar");
+  Tensor out;
+  TG_DISPATCH_ALL(a.dtype(), "mul", [&] {
+    out = empty(a.shape(), a.dtype());
+    const scalar_t v = static_cast<scalar_t>(c);
+    detail::map1<scalar_t, scalar_t>(out, a, [v](scalar_t x) { return x * v; });
+  });
+  if (Node* n = record(mul_scalar_op, out, a)) n->f[0] = c;
+  return out;
+}
+
+static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const double c = n.f[0];
+  gin[0] = fused_grad(g, n.saved_tensor(0), [c](auto gy, auto x) {
+    using T = decltype(x);
+    return gy * static_cast<T>(c) * std::pow(x, static_cast<T>(c - 1));
+  });
+}
+static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c", "a, c", pow_scalar_backward, [] {
+  return std::vector<OpSample>{
+      {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
+      {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }},
+  };
+});
+Tensor pow(const Tensor& a, double c) {
+  ProfileScope prof("pow_scalar");
+  Tensor out;
+  if (c == 2.0)
+    out = unary("pow", a, [](auto x) { return x * x; });
+  else
+    out = unary("pow", a, [c](auto x) { return std::pow(x, static_cast<decltype(x)>(c)); });
+  if (Node* n = record(pow_scalar_op, out, a)) {
+    n->f[0] = c;
+    n->save(a);
+  }
+  return out;
+}
+
+static void rsub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
+static const OpDef rsub_op("rsub", 1, "rsub(c, b) -> c - b", "nothing", rsub_backward, [] {
+  return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
+});
+Tensor rsub(double c, const Tensor& b) {
+  ProfileScope prof("rsub");
+  Tensor out;
+  TG_DISPATCH_ALL(b.dtype(), "rsub", [&] {
+    out = empty(b.shape(), b.dtype());
+    const scalar_t v = static_cast<scalar_t>(c);
+    detail::map1<scalar_t, scalar_t>(out, b, [v](scalar_t x) { return v - x; });
+  });
+  record(rsub_op, out, b);
+  return out;
+}
+
+static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  // d(c/b)/db = -c/b^2 = -out/b
+  Tensor ratio = div(n.saved_tensor(1), n.saved_tensor(0));
+  gin[0] = fused_grad(g, ratio, [](auto gy, auto r) { return -gy * r; });
+}
+static const OpDef rdiv_op("rdiv", 1, "rdiv(c, b) -> c / b", "b, output", rdiv_backward, [] {
+  return std::vector<OpSample>{{"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
+});
+Tensor rdiv(double c, const Tensor& b) {
+  ProfileScope prof("rdiv");
+  Tensor out = unary("rdiv", b, [c](auto x) { return static_cast<decltype(x)>(c) / x; });
+  if (Node* n = record(rdiv_op, out, b)) n->save(b), n->save(out);
+  return out;
+}
+
+// ============================ unary ============================
+// Each unary op: forward kernel, fused backward kernel, OpDef, samples.
+#define TG_UNARY_OP(NAME, SIGNATURE, SAVES, SAMPLES, FORWARD, SAVE_OUTPUT, BACKWARD)                       \
+  static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
+    gin[0] = fused_grad(g, n.saved_tensor(0), BACKWARD);                                                \
+  }                                                                                                     \
+  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, SAVES, NAME##_backward, [] { return SAMPLES; });   \
+  Tensor NAME(const Tensor& x) {                                                                        \
+    ProfileScope prof(#NAME);                                                                           \
+    Tensor out = unary(#NAME, x, FORWARD);                                                              \
+    if (Node* n = record(NAME##_op, out, x)) n->save(SAVE_OUTPUT ? out : x);                            \
+    return out;                                                                                         \
+  }
+
+template <class T> T sigmoid_of(T x) {
+  // Stable on both sides: never exponentiates a large positive number.
+  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+  T e = std::exp(x);
+  return e / (T(1) + e);
+}
+template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
+
+TG_UNARY_OP(neg, "neg(x) -> -x", "nothing (saves x only to keep one mechanism)", unary_samples(neg, -1, 1),
+            [](auto x) { return -x; }, false, [](auto gy, auto) { return -gy; })
+TG_UNARY_OP(exp, "exp(x)", "output", unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); }, true,
+            [](auto gy, auto y) { return gy * y; })
+TG_UNARY_OP(log, "log(x), x > 0", "x", unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); }, false,
+            [](auto gy, auto x) { return gy / x; })
+TG_UNARY_OP(sqrt, "sqrt(x), x > 0", "output", unary_samples(sqrt, 0.2, 3), [](auto x) { return std::sqrt(x); },
+            true, [](auto gy, auto y) { return gy / (y + y); })
+TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", "output", unary_samples(rsqrt, 0.2, 3),
+            [](auto x) { return decltype(x)(1) / std::sqrt(x); }, true,
+            [](auto gy, auto y) { return decltype(y)(-0.5) * gy * y * y * y; })
+TG_UNARY_OP(abs, "abs(x)", "x", kinked_unary_samples(abs), [](auto x) { return std::abs(x); }, false,
+            [](auto gy, auto x) { return x > 0 ? gy : (x < 0 ? -gy : decltype(gy)(0)); })
+TG_UNARY_OP(tanh, "tanh(x)", "output", unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); }, true,
+            [](auto gy, auto y) { return gy * (decltype(y)(1) - y * y); })
+TG_UNARY_OP(sigmoid, "sigmoid(x)", "output", unary_samples(sigmoid, -3, 3), [](auto x) { return sigmoid_of(x); },
+            true, [](auto gy, auto y) { return gy * y * (decltype(y)(1) - y); })
+TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", "output", kinked_unary_samples(relu),
+            [](auto x) { return x > 0 ? x : decltype(x)(0); }, true,
+            [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); })
+TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", "x", unary_samples(softplus, -3, 3),
+            [](auto x) { return softplus_of(x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(x); })
+TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", "x", unary_samples(log_sigmoid, -3, 3),
+            [](auto x) { return -softplus_of(-x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(-x); })
+#undef TG_UNARY_OP
+
+// ============================ gelu ============================
+// exact: x * Phi(x), Phi the standard normal CDF; tanh approximation:
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch's approximate='tanh'.
+static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (n.i[0] == 0) {
+    gin[0] = fused_grad(g, n.saved_tensor(0), [](auto gy, auto x) {
+      using T = decltype(x);
+      T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+      T pdf = std::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+      return gy * (cdf + x * pdf);
+    });
+  } else {
+    gin[0] = fused_grad(g, n.saved_tensor(0), [](auto gy, auto x) {
+      using T = decltype(x);
+      const T k = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi), c = T(0.044715);
+      T u = k * (x + c * x * x * x), t = std::tanh(u);
+      return gy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
+    });
+  }
+}
+static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)", "x", gelu_backward, [] {
+  return std::vector<OpSample>{
+      {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
+      {"tanh (3,4)", {uniform({3, 4}, 32, -3, 3)}, [](auto& x) { return gelu(x[0], true); }},
+      {"exact non-contiguous", {samples::strided({2, 3}, 33, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
+  };
+});
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  ProfileScope prof("gelu");
+  Tensor out;
+  if (!tanh_approximation) {
+    out = unary("gelu", x, [](auto v) {
+      using T = decltype(v);
+      return T(0.5) * v * (T(1) + std::erf(v * T(std::numbers::sqrt2 / 2)));
+    });
+  } else {
+    out = unary("gelu", x, [](auto v) {
+      using T = decltype(v);
+      const T k = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
+      return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
+    });
+  }
+  if (Node* n = record(gelu_op, out, x)) {
+    n->i[0] = tanh_approximation;
+    n->save(x);
+  }
+  return out;
+}
+
+// ============================ clamp ============================
+static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const double lo = n.f[0], hi = n.f[1];
+  gin[0] = fused_grad(g, n.saved_tensor(0), [lo, hi](auto gy, auto x) {
+    return (x >= lo && x <= hi) ? gy : decltype(gy)(0);  // torch passes the gradient at the bounds
+  });
+}
+static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", "x, low, high", clamp_backward, [] {
+  return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
+                                [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
+});
+Tensor clamp(const Tensor& x, double low, double high) {
+  ProfileScope prof("clamp");
+  if (low > high) throw ValueError(fmt::format("clamp: low {} is above high {}", low, high));
+  Tensor out = unary("clamp", x, [low, high](auto v) {
+    using T = decltype(v);
+    return std::min(std::max(v, T(low)), T(high));
+  });
+  if (Node* n = record(clamp_op, out, x)) {
+    n->f[0] = low;
+    n->f[1] = high;
+    n->save(x);
+  }
+  return out;
+}
+
+// ============================ cast ============================
+static void cast_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = cast(g, n.edges[0].dtype); }
+static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)", "nothing", cast_backward, [] {
+  return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
+                                [](auto& x) { return cast(x[0], DType::f64); }}};
+});
+Tensor cast(const Tensor& x, DType dtype) {
+  ProfileScope prof("cast");
+  Tensor out = empty(x.shape(), dtype);
+  TG_DISPATCH_ALL(dtype, "cast", [&] {
+    using TO = scalar_t;
+    TG_DISPATCH_ALL(x.dtype(), "cast", [&] {
+      detail::map1<TO, scalar_t>(out, x, [](scalar_t v) { return static_cast<TO>(v); });
+    });
+  });
+  if (is_floating(dtype) && is_floating(x.dtype())) record(cast_op, out, x);
+  return out;
+}
+
+// ============================ where / masked_fill ============================
+namespace {
+Tensor mask_where(const Tensor& mask, const Tensor& a, const Tensor& b, const char* op) {
+  check_same_dtype(op, a, b);
+  Shape s = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), op), b.shape(), op);
+  Tensor out = empty(s, a.dtype());
+  TG_DISPATCH_ALL(a.dtype(), op, [&] {
+    using T = scalar_t;
+    TG_DISPATCH_ALL(mask.dtype(), op, [&] {
+      detail::map3<T, scalar_t, T, T>(out, mask, a, b, [](scalar_t m, T x, T y) { return m != 0 ? x : y; });
+    });
+  });
+  return out;
+}
+}  // namespace
+
+static void where_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor& mask = n.saved_tensor(0);
+  Tensor zero = zeros({}, g.dtype());
+  if (n.needs(1)) gin[1] = sum_to(mask_where(mask, g, zero, "where"), n.edges[1].shape);
+  if (n.needs(2)) gin[2] = sum_to(mask_where(mask, zero, g, "where"), n.edges[2].shape);
+}
+static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting", "mask", where_backward, [] {
+  auto fn = [](const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
+  return std::vector<OpSample>{
+      {"(3,4) mask", {samples::indices({3, 4}, 2, 41), uniform({3, 4}, 42), uniform({3, 4}, 43)}, fn},
+      {"broadcast mask (4) a (3,1) b ()", {samples::indices({4}, 2, 44), uniform({3, 1}, 45), uniform({}, 46)}, fn},
+  };
+});
+Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
+  ProfileScope prof("where");
+  Tensor out = mask_where(mask, a, b, "where");
+  if (Node* n = record(where_op, out, mask, a, b)) n->save(mask);
+  return out;
+}
+
+static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  gin[0] = sum_to(mask_where(n.saved_tensor(0), zeros({}, g.dtype()), g, "masked_fill"), n.edges[0].shape);
+}
+static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)", "mask", masked_fill_backward, [] {
+  return std::vector<OpSample>{{"(3,4) with mask (4)", {uniform({3, 4}, 47)}, [](auto& x) {
+                                  return masked_fill(x[0], samples::indices({4}, 2, 48), -1e9);
+                                }}};
+});
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  ProfileScope prof("masked_fill");
+  if (!(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape()))
+    throw ShapeError(fmt::format("masked_fill: mask of shape {} does not broadcast to {}", mask.shape(), x.shape()));
+  Tensor out = mask_where(mask, full({}, value, x.dtype()), x, "masked_fill");
+  if (Node* n = record(masked_fill_op, out, x)) n->save(mask);
+  return out;
+}
+
+// ============================ comparisons (no gradient) ============================
+#define TG_COMPARE(NAME, EXPR)                                                                       \
+  Tensor NAME(const Tensor& a, const Tensor& b) {                                                    \
+    check_same_dtype(#NAME, a, b);                                                                   \
+    Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), #NAME), DType::i64);                   \
+    TG_DISPATCH_ALL(a.dtype(), #NAME, [&] {                                                          \
+      detail::map2<int64_t, scalar_t, scalar_t>(out, a, b,                                           \
+                                                [](scalar_t x, scalar_t y) { return int64_t(EXPR); }); \
+    });                                                                                              \
+    return out;                                                                                      \
+  }
+TG_COMPARE(eq, x == y)
+TG_COMPARE(ne, x != y)
+TG_COMPARE(lt, x < y)
+TG_COMPARE(le, x <= y)
+TG_COMPARE(gt, x > y)
+TG_COMPARE(ge, x >= y)
+#undef TG_COMPARE
+
+void link_elementwise_ops() {}
+
+}  // namespace tg

@@ -1,0 +1,90 @@
+#include "autograd/profiler.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace tg {
+namespace {
+
+struct Entry {
+  uint64_t calls = 0;
+  double seconds = 0, flops = 0;
+};
+
+struct State {
+  std::mutex mu;
+  std::map<std::string, Entry> entries;  // "op" or "op (backward)"
+};
+
+State& state() {
+  static State* s = new State();
+  return *s;
+}
+
+bool initial_enabled() {
+  const char* e = std::getenv("TAPEGRAD_PROFILE");
+  return e && *e && std::string_view(e) != "0";
+}
+bool g_enabled = initial_enabled();
+// Nested scopes (an op calling another op) attribute time to the outermost.
+thread_local int t_depth = 0;
+thread_local double t_flops = 0;
+
+}  // namespace
+
+void profiler_enable(bool on) { g_enabled = on; }
+bool profiler_enabled() { return g_enabled; }
+void profiler_reset() {
+  std::lock_guard lock(state().mu);
+  state().entries.clear();
+}
+void profiler_add_flops(double flops) { t_flops += flops; }
+
+void ProfileScope::start(std::string_view op, bool backward) {
+  if (t_depth++ > 0) return;
+  active_ = true;
+  op_ = op;
+  backward_ = backward;
+  outer_flops_ = t_flops;
+  t_flops = 0;
+  t0_ = std::chrono::steady_clock::now();
+}
+
+void ProfileScope::stop() {
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  --t_depth;
+  std::string key = backward_ ? fmt::format("{} (backward)", op_) : std::string(op_);
+  std::lock_guard lock(state().mu);
+  Entry& e = state().entries[key];
+  e.calls++;
+  e.seconds += dt;
+  e.flops += t_flops;
+  t_flops = outer_flops_;
+}
+
+std::string profiler_report(double gemm_peak_gflops) {
+  std::lock_guard lock(state().mu);
+  std::vector<std::pair<std::string, Entry>> rows(state().entries.begin(), state().entries.end());
+  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0, flops = 0;
+  for (auto& [name, e] : rows) total += e.seconds, flops += e.flops;
+  std::string out = fmt::format("{:<32} {:>9} {:>11} {:>7} {:>9}\n", "op", "calls", "total ms", "share", "GFLOP/s");
+  for (auto& [name, e] : rows) {
+    std::string gf = e.flops > 0 ? fmt::format("{:.1f}", e.flops / e.seconds / 1e9) : "";
+    out += fmt::format("{:<32} {:>9} {:>11.2f} {:>6.1f}% {:>9}\n", name, e.calls, e.seconds * 1e3,
+                       total > 0 ? 100 * e.seconds / total : 0.0, gf);
+  }
+  out += fmt::format("{:<32} {:>9} {:>11.2f} {:>7} {:>9.1f}\n", "total", "", total * 1e3, "",
+                     total > 0 ? flops / total / 1e9 : 0.0);
+  if (gemm_peak_gflops > 0 && total > 0)
+    out += fmt::format("MFU: {:.1f}% of the measured GEMM peak ({:.1f} GFLOP/s)\n",
+                       100 * flops / total / 1e9 / gemm_peak_gflops, gemm_peak_gflops);
+  return out;
+}
+
+}  // namespace tg

@@ -1,0 +1,42 @@
+#pragma once
+// Per-op profiler: off by default (one branch per op when off). Turn it on with
+// profiler_enable(true) or the environment variable TAPEGRAD_PROFILE=1, then
+// print profiler_report(): op, calls, total time, share, achieved GFLOP/s.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tg {
+
+void profiler_enable(bool on);
+bool profiler_enabled();
+void profiler_reset();
+// Table of the ops timed since the last reset. If gemm_peak_gflops > 0 the
+// report adds the model FLOP utilisation (matmul FLOP/s over that peak).
+std::string profiler_report(double gemm_peak_gflops = 0.0);
+// Adds floating-point work to the op currently being timed (matmul reports 2*M*N*K).
+void profiler_add_flops(double flops);
+
+class ProfileScope {
+ public:
+  ProfileScope(std::string_view op, bool backward = false) {
+    if (profiler_enabled()) start(op, backward);
+  }
+  ~ProfileScope() {
+    if (active_) stop();
+  }
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  void start(std::string_view op, bool backward);
+  void stop();
+  bool active_ = false;
+  std::string_view op_;
+  bool backward_ = false;
+  std::chrono::steady_clock::time_point t0_;
+  double outer_flops_ = 0;
+};
+
+}  // namespace tg

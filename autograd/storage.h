@@ -1,0 +1,40 @@
+#pragma once
+// Storage: one reference-counted buffer shared by a tensor and its views.
+// Buffers come from a caching allocator so a steady-state training step reuses
+// the memory of the previous step instead of calling malloc/free per op.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace tg {
+
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  // Bumped by every in-place write; a node that saved a tensor remembers the
+  // version it saw, and backward refuses to use it if the version moved on.
+  uint64_t version = 0;
+  bool owned = true;  // false for memory we do not free (external buffers)
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+};
+
+// Uninitialised storage of nbytes (64-byte aligned).
+std::shared_ptr<Storage> new_storage(size_t nbytes);
+
+struct AllocatorStats {
+  uint64_t allocations = 0;  // requests served
+  uint64_t cache_hits = 0;   // served from the cache, no malloc
+  uint64_t system_allocs = 0;  // real allocations (aligned_alloc)
+  size_t bytes_in_use = 0;
+  size_t bytes_cached = 0;
+  size_t peak_bytes_in_use = 0;
+};
+AllocatorStats allocator_stats();
+// Frees every cached (unused) block back to the system.
+void empty_cache();
+
+}  // namespace tg

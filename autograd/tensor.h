@@ -1,0 +1,160 @@
+#pragma once
+// Tensor: a reference-counted handle to (storage, shape, strides, offset,
+// dtype) plus autograd state. Copies share the data, like torch::Tensor.
+// Views (reshape, transpose, slice, expand, ...) share storage and never copy.
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "autograd/dtype.h"
+#include "autograd/error.h"
+#include "autograd/generator.h"
+#include "autograd/shape.h"
+#include "autograd/storage.h"
+
+namespace tg {
+
+struct TensorImpl;
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: defined() is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  // --- metadata
+  const Shape& shape() const;
+  const Shape& strides() const;
+  int64_t offset() const;
+  DType dtype() const;
+  int dim() const { return shape().size(); }
+  int64_t size(int64_t axis) const;  // negative axes count from the end
+  int64_t numel() const { return shape().numel(); }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const;
+  // Bumped by in-place writes to this tensor's storage (shared with its views).
+  uint64_t version() const;
+
+  // --- data access (checks the dtype). data<T>() points at element 0 of this view.
+  template <class T> T* data() const;
+  template <class T> T item() const;          // the only element of a 1-element tensor
+  double item() const;                        // as double, any dtype
+  template <class T> std::vector<T> to_vector() const;  // row-major copy
+  // Value at a multi-index (for tests and printing; slow).
+  double at(std::initializer_list<int64_t> index) const;
+
+  // --- autograd
+  bool requires_grad() const;
+  // Marks a leaf as requiring grad (returns *this for chaining).
+  const Tensor& requires_grad_(bool on = true) const;
+  bool is_leaf() const;
+  Tensor grad() const;                        // accumulated gradient of a leaf (undefined if none)
+  void set_grad(const Tensor& g) const;
+  void zero_grad() const;                     // drops the gradient (next backward writes a fresh one)
+  // Reverse pass from this tensor. A non-scalar needs an explicit gradient of
+  // its own shape. retain_graph keeps the tape for another backward.
+  void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
+  Tensor detach() const;                      // same data, cut from the graph
+
+  // --- views (recorded on the tape when they require grad)
+  Tensor reshape(const Shape& shape) const;   // a view when strides allow, else a copy; one -1 allowed
+  Tensor view(const Shape& shape) const;      // a view or a ShapeError
+  Tensor flatten(int64_t start = 0, int64_t end = -1) const;
+  Tensor transpose(int64_t a, int64_t b) const;
+  Tensor t() const;                           // transpose of a 2-D tensor
+  Tensor permute(const Shape& order) const;
+  Tensor slice(int64_t axis, int64_t start, int64_t stop, int64_t step = 1) const;  // Python semantics for start/stop
+  Tensor narrow(int64_t axis, int64_t start, int64_t length) const;
+  Tensor select(int64_t axis, int64_t index) const;  // removes the axis
+  Tensor expand(const Shape& shape) const;
+  Tensor squeeze(int64_t axis) const;
+  Tensor unsqueeze(int64_t axis) const;
+  Tensor contiguous() const;                  // itself if already contiguous
+
+  // --- conversion and copies
+  Tensor to(DType dtype) const;               // itself when the dtype already matches
+  Tensor clone() const;                       // a contiguous copy (differentiable)
+
+  // --- in-place writes (bump the version; not recorded on the tape)
+  const Tensor& fill_(double value) const;
+  const Tensor& zero_() const { return fill_(0.0); }
+  const Tensor& copy_(const Tensor& src) const;              // src broadcast to this shape
+  const Tensor& add_(const Tensor& other, double alpha = 1.0) const;  // this += alpha * other
+  const Tensor& mul_(double factor) const;
+  void bump_version() const;
+
+  std::string str() const;                    // readable printout (see print.cpp)
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;  // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::f32;
+  bool requires_grad = false;
+  Tensor grad;  // leaves only
+  // The node that produced this tensor on the tape (-1 for leaves), and the
+  // tape epoch it was recorded in: a cleared tape invalidates old indices.
+  int32_t node = -1;
+  uint64_t epoch = 0;
+};
+
+// --- factories. Shapes are given as {d0, d1, ...}; dtype defaults to float32.
+Tensor empty(const Shape& shape, DType dtype = DType::f32);  // uninitialised
+Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+Tensor ones(const Shape& shape, DType dtype = DType::f32);
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+Tensor scalar(double value, DType dtype = DType::f32);  // 0-d tensor
+Tensor arange(double start, double stop, double step = 1.0, DType dtype = DType::f32);
+Tensor arange(int64_t n, DType dtype = DType::i64);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);  // contiguous, same shape and dtype
+// From host data; values.size() must equal shape.numel().
+Tensor from_vector(const std::vector<float>& values, const Shape& shape);
+Tensor from_vector(const std::vector<double>& values, const Shape& shape);
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape);
+// 1-D tensors from literals: tensor({1.f, 2.f}), tensor({1.0, 2.0}), tensor({int64_t{1}, 2}).
+Tensor tensor(std::initializer_list<float> values);
+Tensor tensor(std::initializer_list<double> values);
+Tensor tensor(std::initializer_list<int64_t> values);
+// Random tensors from an explicit generator (default_generator() if omitted).
+Tensor rand(const Shape& shape, DType dtype = DType::f32, Generator* gen = nullptr, double low = 0.0, double high = 1.0);
+Tensor randn(const Shape& shape, DType dtype = DType::f32, Generator* gen = nullptr, double mean = 0.0, double std = 1.0);
+Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen = nullptr);  // int64
+// A tensor over memory owned by someone else (not freed by the tensor).
+Tensor from_blob(void* data, const Shape& shape, DType dtype);
+
+// A view of t's storage with the given geometry (no checks beyond bounds).
+Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset);
+
+// Shapes and dtypes of a list of tensors, for error messages: "(2,3) float32, (3,) float32".
+std::string describe(std::span<const Tensor> ts);
+
+// --- template definitions
+template <class T> T* Tensor::data() const {
+  if (!defined()) throw ValueError("data: tensor is undefined");
+  if (dtype() != dtype_v<T>)
+    throw DTypeError(fmt::format("data: tensor is {}, accessed as {}", dtype_name(dtype()), dtype_name(dtype_v<T>)));
+  return static_cast<T*>(storage()->data) + offset();
+}
+
+}  // namespace tg
+
+template <> struct fmt::formatter<tg::Tensor> : fmt::formatter<std::string> {
+  auto format(const tg::Tensor& t, format_context& ctx) const {
+    return fmt::formatter<std::string>::format(t.str(), ctx);
+  }
+};
