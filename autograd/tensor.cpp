@@ -133,9 +133,26 @@ void Tensor::set_grad(const Tensor& g) const {
   impl()->grad = g;
 }
 
-void Tensor::zero_grad() const { checked(*this, "zero_grad"), impl()->grad = Tensor(); }
+void Tensor::zero_grad() const {
+  checked(*this, "zero_grad");
+  impl()->grad = Tensor();
+}
 
 void Tensor::backward(const Tensor& grad, bool retain_graph) const { tape().backward(*this, grad, retain_graph); }
+
+void Tensor::set_data(const Tensor& src) const {
+  TensorImpl& t = const_cast<TensorImpl&>(checked(*this, "set_data"));
+  const TensorImpl& s = checked(src, "set_data");
+  if (t.node >= 0) throw AutogradError("set_data: only leaf tensors can have their data replaced");
+  if (t.requires_grad && !is_floating(s.dtype))
+    throw DTypeError(fmt::format("set_data: a tensor requiring grad cannot take {} data", dtype_name(s.dtype)));
+  t.storage = s.storage;
+  t.shape = s.shape;
+  t.strides = s.strides;
+  t.offset = s.offset;
+  t.dtype = s.dtype;
+  t.grad = Tensor();
+}
 
 Tensor Tensor::detach() const {
   const TensorImpl& t = checked(*this, "detach");

@@ -90,6 +90,10 @@ class Tensor {
   const Tensor& add_(const Tensor& other, double alpha = 1.0) const;  // this += alpha * other
   const Tensor& mul_(double factor) const;
   void bump_version() const;
+  // Makes this handle (and every copy of it) refer to src's data, shape and
+  // dtype, like PyTorch's `param.data = src`: how Module::to(dtype) converts
+  // parameters without invalidating the handles layers hold. Drops .grad.
+  void set_data(const Tensor& src) const;
 
   std::string str() const;                    // readable printout (see print.cpp)
 
