@@ -86,6 +86,11 @@ AllocatorStats allocator_stats() {
   return cache().stats;
 }
 
+void reset_peak_memory_stats() {
+  std::lock_guard lock(cache().mu);
+  cache().stats.peak_bytes_in_use = cache().stats.bytes_in_use;
+}
+
 void empty_cache() {
   std::lock_guard lock(cache().mu);
   cache().release_locked();

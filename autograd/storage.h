@@ -34,6 +34,8 @@ struct AllocatorStats {
   size_t peak_bytes_in_use = 0;
 };
 AllocatorStats allocator_stats();
+// Restarts peak_bytes_in_use from the bytes in use now (to measure one phase).
+void reset_peak_memory_stats();
 // Frees every cached (unused) block back to the system.
 void empty_cache();
 

@@ -1,0 +1,68 @@
+#include "examples/common/progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+namespace tg::examples {
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  auto t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
+  return fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+std::string format_count(double n) {
+  if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}k", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+Progress::Progress(std::string label, int64_t total, std::string unit)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total > 0 ? total : 1), tty_(isatty(STDERR_FILENO)) {
+  start_ = last_draw_ = std::chrono::steady_clock::now();
+}
+
+double Progress::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Progress::update(int64_t done, double items, const std::string& extra) {
+  auto now = std::chrono::steady_clock::now();
+  if (tty_) {
+    if (now - last_draw_ < std::chrono::milliseconds(100) && done < total_) return;
+  } else {
+    int decile = static_cast<int>(10 * done / total_);
+    if (decile == last_decile_) return;
+    last_decile_ = decile;
+  }
+  last_draw_ = now;
+  draw(done, items, extra, false);
+}
+
+void Progress::finish(const std::string& extra) {
+  draw(total_, -1, extra, true);
+}
+
+void Progress::draw(int64_t done, double items, const std::string& extra, bool final) {
+  const int width = 20;
+  double frac = std::min(1.0, static_cast<double>(done) / total_);
+  int filled = static_cast<int>(frac * width);
+  std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+  double secs = seconds();
+  std::string rate = items >= 0 && secs > 0 ? fmt::format("  {} {}/s", format_count(items / secs), unit_) : "";
+  std::string tail = final ? fmt::format("  done in {}", format_duration(secs))
+                           : fmt::format("  ETA {}", frac > 0 ? format_duration(secs * (1 - frac) / frac) : "?");
+  std::string line = fmt::format("{:<6} [{}] {:>6}/{}  {}{}{}", label_, bar, done, total_, extra, rate, tail);
+  if (tty_)
+    fmt::print(stderr, "\r\033[K{}{}", line, final ? "\n" : "");
+  else
+    fmt::print(stderr, "{}\n", line);
+  std::fflush(stderr);
+}
+
+}  // namespace tg::examples

@@ -1,0 +1,100 @@
+#include "examples/common/report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace tg::examples {
+namespace {
+
+std::vector<size_t> widths(const Table& t) {
+  std::vector<size_t> w(t.header.size(), 0);
+  for (size_t c = 0; c < t.header.size(); ++c) w[c] = t.header[c].size();
+  for (auto& r : t.rows)
+    for (size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], r[c].size());
+  return w;
+}
+
+std::string row_text(const std::vector<std::string>& r, const std::vector<size_t>& w, const char* sep) {
+  std::string out;
+  for (size_t c = 0; c < w.size(); ++c) {
+    std::string cell = c < r.size() ? r[c] : "";
+    // First column left-aligned (names), the rest right-aligned (numbers).
+    out += c == 0 ? fmt::format("{:<{}}", cell, w[c]) : fmt::format("{:>{}}", cell, w[c]);
+    if (c + 1 < w.size()) out += sep;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Table::text() const {
+  auto w = widths(*this);
+  std::string out = row_text(header, w, "  ") + "\n";
+  size_t total = 0;
+  for (size_t x : w) total += x + 2;
+  out += std::string(total - 2, '-') + "\n";
+  for (auto& r : rows) out += row_text(r, w, "  ") + "\n";
+  return out;
+}
+
+std::string Table::markdown() const {
+  auto w = widths(*this);
+  std::string out = "| " + row_text(header, w, " | ") + " |\n|";
+  for (size_t c = 0; c < w.size(); ++c) out += c == 0 ? std::string(w[c] + 2, '-') + "|" : std::string(w[c] + 1, '-') + ":|";
+  out += "\n";
+  for (auto& r : rows) out += "| " + row_text(r, w, " | ") + " |\n";
+  return out;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::string tmp = fmt::format("{}.tmp-{}", path, getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    if (!f.flush()) throw std::runtime_error(fmt::format("cannot write {}", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(fmt::format("cannot rename {} to {}", tmp, path));
+  }
+}
+
+std::string plot_lines(const std::string& png, const std::string& title, const std::string& xlabel,
+                       const std::string& ylabel, const std::vector<Series>& series, bool logx) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
+    return "gnuplot is not installed (apt-get install gnuplot-nox); the CSV has the same numbers";
+  std::string stem = png.size() > 4 && png.ends_with(".png") ? png.substr(0, png.size() - 4) : png;
+  std::string dat, plot;
+  for (size_t s = 0; s < series.size(); ++s) {
+    dat += fmt::format("# {}\n", series[s].name);
+    for (size_t i = 0; i < series[s].x.size(); ++i) dat += fmt::format("{} {}\n", series[s].x[i], series[s].y[i]);
+    dat += "\n\n";  // gnuplot data blocks are separated by two blank lines
+    plot += fmt::format("{}'{}.dat' index {} with linespoints pt 7 ps 0.4 lw 2 title '{}'", s ? ", " : "", stem, s,
+                        series[s].name);
+  }
+  write_file(stem + ".dat", dat);
+  std::string gp = fmt::format(
+      "set terminal pngcairo size 900,560 font 'sans,11' noenhanced\n"
+      "set output '{}'\nset title '{}'\nset xlabel '{}'\nset ylabel '{}'\nset grid\nset key top right\n{}"
+      "plot {}\n",
+      png, title, xlabel, ylabel, logx ? "set logscale x\n" : "", plot);
+  write_file(stem + ".gp", gp);
+  std::string cmd = fmt::format("gnuplot '{}.gp' 2>'{}.gnuplot.log'", stem, stem);
+  if (std::system(cmd.c_str()) != 0) {
+    // Some gnuplot builds lack pngcairo; fall back to the plain png terminal.
+    gp.replace(gp.find("pngcairo"), 8, "png");
+    write_file(stem + ".gp", gp);
+    if (std::system(cmd.c_str()) != 0) return fmt::format("gnuplot failed (see {}.gnuplot.log)", stem);
+  }
+  std::remove((stem + ".gnuplot.log").c_str());
+  return {};
+}
+
+}  // namespace tg::examples

@@ -1,0 +1,32 @@
+#pragma once
+// What the examples leave behind for people to look at: aligned tables (also
+// as Markdown), CSV files and line plots drawn by gnuplot.
+#include <string>
+#include <vector>
+
+namespace tg::examples {
+
+// A table printed with aligned columns; markdown() gives the same as Markdown.
+struct Table {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::string text() const;
+  std::string markdown() const;
+};
+
+struct Series {
+  std::string name;
+  std::vector<double> x, y;
+};
+
+// Draws the series as lines into png_path with gnuplot (writes the data and
+// script beside it: png_path minus .png plus .dat / .gp). Returns an empty
+// string on success, or why no image was made (e.g. gnuplot is not installed).
+std::string plot_lines(const std::string& png_path, const std::string& title, const std::string& xlabel,
+                       const std::string& ylabel, const std::vector<Series>& series, bool logx = false);
+
+// Writes text to path atomically (temporary file + rename); throws
+// std::runtime_error naming the path on failure.
+void write_file(const std::string& path, const std::string& text);
+
+}  // namespace tg::examples

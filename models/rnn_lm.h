@@ -1,0 +1,49 @@
+#pragma once
+// Recurrent language models (seed 002): the past is carried in a fixed-size
+// state. ids (B,T) -> embedding (B,T,E) -> multi-layer RNN/LSTM/GRU (B,T,H)
+// -> dropout -> linear head (B,T,V). Dropout sits between recurrent layers
+// and before the head, as in Zaremba et al.
+#include <memory>
+
+#include "models/language_model.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/linear.h"
+#include "nn/rnn.h"
+
+namespace tg::models {
+
+enum class CellKind { rnn, lstm, gru };
+const char* cell_name(CellKind k);
+
+struct RNNLMOptions {
+  int64_t vocab = 0;    // V
+  int64_t embed = 64;   // E
+  int64_t hidden = 256; // H
+  int64_t layers = 1;   // L
+  CellKind cell = CellKind::lstm;
+  double dropout = 0.0;
+};
+
+class RNNLM : public LanguageModel {
+ public:
+  explicit RNNLM(const RNNLMOptions& options);
+  Tensor forward(const Tensor& ids) override;  // (B,T) -> (B,T,V)
+  std::unique_ptr<DecodeState> start(int64_t B) const override;
+  Tensor forward_step(const Tensor& ids, DecodeState& state) override;
+  int64_t vocab_size() const override { return options.vocab; }
+  std::string extra_repr() const override;
+
+  RNNLMOptions options;
+  std::shared_ptr<nn::Embedding> embedding;
+  std::shared_ptr<nn::RNN> rnn;    // exactly one of rnn / lstm / gru
+  std::shared_ptr<nn::LSTM> lstm;
+  std::shared_ptr<nn::GRU> gru;
+  std::shared_ptr<nn::Dropout> drop;
+  std::shared_ptr<nn::Linear> head;
+
+ private:
+  nn::RNNOutput run(const Tensor& x, const Tensor& h0, const Tensor& c0);
+};
+
+}  // namespace tg::models

@@ -1,0 +1,16 @@
+#pragma once
+// Everything in nn/: modules, layers, losses, optimizers, checkpoints.
+#include "nn/attention.h"
+#include "nn/checkpoint.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/feedforward.h"
+#include "nn/init.h"
+#include "nn/layer_norm.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "nn/optim.h"
+#include "nn/positional.h"
+#include "nn/rnn.h"
+#include "nn/transformer.h"

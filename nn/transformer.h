@@ -1,0 +1,62 @@
+#pragma once
+// Transformer layers. Pre-LN is the default (seeds 000, 003):
+//   x = x + attn(ln1(x));  x = x + mlp(ln2(x))
+// post-LN ("add & norm" of seeds 001, 002) is an option:
+//   x = ln1(x + attn(x));  x = ln2(x + mlp(x))
+// The encoder layer with a causal mask is the GPT block.
+#include <memory>
+
+#include "nn/attention.h"
+#include "nn/feedforward.h"
+#include "nn/layer_norm.h"
+
+namespace tg::nn {
+
+enum class NormPosition { pre, post };
+
+struct TransformerLayerOptions {
+  int64_t dim = 0;          // C
+  int64_t heads = 1;        // H
+  int64_t hidden_mult = 4;  // MLP width = hidden_mult * C
+  Activation activation = Activation::gelu;
+  NormPosition norm = NormPosition::pre;
+  bool bias = true;
+  double dropout = 0.0;     // after attention and MLP, before the residual add
+  double eps = 1e-5;
+};
+
+// Submodules: ln1, attn, ln2, mlp.
+class TransformerEncoderLayer : public Module {
+ public:
+  explicit TransformerEncoderLayer(const TransformerLayerOptions& options);
+  // x (B, T, C) -> (B, T, C); mask.causal makes it a decoder-only (GPT) block.
+  Tensor forward(const Tensor& x, const AttentionMask& mask = {}, Tensor* attn_weights = nullptr);
+  // Causal incremental decoding: x (B, Tnew, C) -> (B, Tnew, C).
+  Tensor forward_cached(const Tensor& x, KVCache& cache);
+
+  TransformerLayerOptions options;
+  std::shared_ptr<LayerNorm> ln1, ln2;
+  std::shared_ptr<MultiHeadAttention> attn;
+  std::shared_ptr<FeedForward> mlp;
+};
+
+// Submodules: ln1, self_attn (causal), ln2, cross_attn, ln3, mlp.
+class TransformerDecoderLayer : public Module {
+ public:
+  explicit TransformerDecoderLayer(const TransformerLayerOptions& options);
+  // x (B, T, C), memory (B, S, C) from the encoder -> (B, T, C).
+  // self_mask is causal by default; memory_mask masks encoder padding.
+  Tensor forward(const Tensor& x, const Tensor& memory, const AttentionMask& self_mask = {.causal = true},
+                 const AttentionMask& memory_mask = {}, Tensor* cross_weights = nullptr);
+  // Incremental decoding: self-attention appends to self_cache, cross-attention
+  // computes the memory's keys/values once into cross_cache.
+  Tensor forward_cached(const Tensor& x, const Tensor& memory, KVCache& self_cache, KVCache& cross_cache,
+                        const AttentionMask& memory_mask = {});
+
+  TransformerLayerOptions options;
+  std::shared_ptr<LayerNorm> ln1, ln2, ln3;
+  std::shared_ptr<MultiHeadAttention> self_attn, cross_attn;
+  std::shared_ptr<FeedForward> mlp;
+};
+
+}  // namespace tg::nn
