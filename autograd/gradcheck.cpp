@@ -106,6 +106,7 @@ std::string GradcheckReport::str() const {
   std::string out = fmt::format("{:<6} {:<14} {:>12} {:>12} {:>18} {:>14} {:>14}  {}\n", "input", "shape", "max abs",
                                 "max rel", "worst at", "analytic", "numeric", "result");
   for (const GradcheckInput& in : inputs) {
+    if (!in.name.empty()) out += fmt::format("{}:\n", in.name);
     if (!in.checked) {
       out += fmt::format("{:<6} {:<14} {:>12} {:>12} {:>18} {:>14} {:>14}  skipped ({})\n", in.index, in.shape.str(),
                          "", "", "", "", "", in.note.empty() ? "no grad" : in.note);
@@ -126,7 +127,7 @@ GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
       throw DTypeError(fmt::format("gradcheck: input {} is {}; gradcheck needs float64 inputs (use .to(DType::f64))",
                                    i, dtype_name(t.dtype())));
   }
-  std::vector<Tensor> leaves = fresh_leaves(inputs, false);
+  std::vector<Tensor> leaves = o.in_place ? inputs : fresh_leaves(inputs, false);
   Shape out_shape;
   {
     NoGradGuard ng;
@@ -211,7 +212,7 @@ GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
     }
   }
 
-  if (o.check_noncontiguous) {
+  if (o.check_noncontiguous && !o.in_place) {
     // The same backward through non-contiguous inputs must give the same gradients.
     Tensor u = randn(out_shape, DType::f64, &gen);
     std::vector<Tensor> dense = analytic(fn, leaves, u);
@@ -229,6 +230,9 @@ GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
       }
     }
   }
+  if (o.in_place)
+    for (const Tensor& t : leaves)
+      if (t.defined() && t.requires_grad()) t.zero_grad();
   for (const GradcheckInput& r : report.inputs) report.passed &= r.passed;
   if (!report.passed && o.raise) throw GradcheckError(report);
   return report;

@@ -25,11 +25,16 @@ struct GradcheckOptions {
   int directions = 4;           // fast mode: random (u, v) pairs per input
   bool check_noncontiguous = true;  // re-run backward with non-contiguous copies of the inputs
   bool raise = false;           // throw GradcheckError with the report on failure
+  // Perturb and differentiate the given tensors themselves instead of fresh
+  // copies: for tensors the function reaches on its own, such as a module's
+  // parameters (see nn::gradcheck_module). Implies no non-contiguous re-run.
+  bool in_place = false;
   uint64_t seed = 0;
 };
 
 struct GradcheckInput {
   int index = 0;
+  std::string name;         // optional, e.g. a parameter's dotted name
   Shape shape;
   bool checked = false;     // false: no grad required (e.g. integer indices)
   bool passed = true;

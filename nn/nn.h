@@ -5,6 +5,7 @@
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/feedforward.h"
+#include "nn/gradcheck_module.h"
 #include "nn/init.h"
 #include "nn/layer_norm.h"
 #include "nn/linear.h"

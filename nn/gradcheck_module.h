@@ -1,0 +1,20 @@
+#pragma once
+// Gradient checking of whole layers and models: converts the module to
+// float64 and gradchecks fn (which calls the module on the inputs) with
+// respect to the inputs AND every named parameter, reporting each parameter
+// by its dotted name.
+//
+//   nn::Linear fc({.in = 3, .out = 2});
+//   Tensor x = samples::uniform({4, 3}, 1);
+//   auto report = nn::gradcheck_module(fc, [&](auto& in) { return fc(in[0]); }, {x});
+#include "autograd/gradcheck.h"
+#include "nn/module.h"
+
+namespace tg::nn {
+
+// inputs: float64 tensors (those requiring grad are checked; int64 ids are
+// passed through). Parameters are perturbed in place and restored.
+GradcheckReport gradcheck_module(Module& m, const TensorFn& fn, const std::vector<Tensor>& inputs,
+                                 GradcheckOptions options = {});
+
+}  // namespace tg::nn
