@@ -13,6 +13,7 @@ void link_view_ops();
 void link_index_ops();
 void link_matmul_ops();
 void link_nn_ops();
+void link_rnn_ops();
 
 namespace {
 std::vector<const OpDef*>& registry() {
@@ -35,6 +36,7 @@ std::vector<const OpDef*> op_table() {
   link_index_ops();
   link_matmul_ops();
   link_nn_ops();
+  link_rnn_ops();
   std::vector<const OpDef*> ops = registry();
   std::sort(ops.begin(), ops.end(), [](const OpDef* a, const OpDef* b) { return a->name < b->name; });
   return ops;

@@ -46,7 +46,8 @@ void profiler_reset() {
 void profiler_add_flops(double flops) { t_flops += flops; }
 
 void ProfileScope::start(std::string_view op, bool backward) {
-  if (t_depth++ > 0) return;
+  if (t_depth > 0) return;  // nested in a timed op: counted in the outer one
+  ++t_depth;
   active_ = true;
   op_ = op;
   backward_ = backward;
@@ -65,6 +66,16 @@ void ProfileScope::stop() {
   e.seconds += dt;
   e.flops += t_flops;
   t_flops = outer_flops_;
+}
+
+ProfileTotals profiler_totals() {
+  std::lock_guard lock(state().mu);
+  ProfileTotals t;
+  for (auto& [name, e] : state().entries) {
+    t.seconds += e.seconds;
+    if (e.flops > 0) t.flop_seconds += e.seconds, t.flops += e.flops;
+  }
+  return t;
 }
 
 std::string profiler_report(double gemm_peak_gflops) {

@@ -15,6 +15,14 @@ void profiler_reset();
 // Table of the ops timed since the last reset. If gemm_peak_gflops > 0 the
 // report adds the model FLOP utilisation (matmul FLOP/s over that peak).
 std::string profiler_report(double gemm_peak_gflops = 0.0);
+// Sums over the ops timed since the last reset: all ops' time, and the time
+// and floating-point work of the ops that report work (the matmuls).
+struct ProfileTotals {
+  double seconds = 0;
+  double flop_seconds = 0;
+  double flops = 0;
+};
+ProfileTotals profiler_totals();
 // Adds floating-point work to the op currently being timed (matmul reports 2*M*N*K).
 void profiler_add_flops(double flops);
 

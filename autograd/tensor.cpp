@@ -340,6 +340,17 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype) {
 }
 
 Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
+  if (shape.size() != strides.size())
+    throw ShapeError(fmt::format("make_view: shape {} and strides {} differ in rank", shape, strides));
+  if (shape.numel() > 0) {
+    // The lowest and highest element the view can reach must lie in the storage.
+    int64_t lo = offset, hi = offset;
+    for (int d = 0; d < shape.size(); ++d) (strides[d] < 0 ? lo : hi) += (shape[d] - 1) * strides[d];
+    const int64_t n = static_cast<int64_t>(t.storage()->nbytes / itemsize(t.dtype()));
+    if (lo < 0 || hi >= n)
+      throw IndexError(fmt::format("make_view: shape {} strides {} offset {} reaches elements [{}, {}] of a storage of {}",
+                                   shape, strides, offset, lo, hi, n));
+  }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = t.storage();
   impl->shape = shape;

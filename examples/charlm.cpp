@@ -28,6 +28,7 @@
 #include "examples/common/report.h"
 #include "models/generate.h"
 #include "models/gpt.h"
+#include "models/registry.h"
 #include "models/rnn_lm.h"
 #include "nn/nn.h"
 
@@ -44,7 +45,7 @@ struct Config {
   int64_t gpt_layers = 2, gpt_heads = 4, gpt_dim = 128, embed = 64, rnn_layers = 1;
   int64_t rnn_hidden = 0, lstm_hidden = 0, bpe_vocab = 512, sample_len = 400;
   double lr = 0, dropout = 0.0, clip = 1.0, val_fraction = 0.1, temperature = 0.8;
-  int64_t top_k = 0, warmup = 100;
+  int64_t top_k = 0, warmup = 100, stop_after = 0;
   int threads = 0;
   uint64_t seed = 1337;
   bool resume = false, profile = false;
@@ -100,12 +101,12 @@ struct Result {
   std::string sample;
 };
 
-double evaluate(LanguageModel& m, const data::LMBatches& val, int64_t n_batches) {
+double evaluate(LanguageModel& m, const data::LMBatches& val, int64_t n_batches, int64_t batch) {
   NoGradGuard no_grad;
   m.eval();
   double total = 0;
   for (int64_t i = 0; i < n_batches; ++i) {
-    data::LMBatch b = val.fixed(i, n_batches);
+    data::LMBatch b = val.fixed(i, n_batches, batch);
     total += m.loss(b.inputs, b.targets).item();
   }
   m.train();
@@ -151,17 +152,18 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
         {"dropout_offset", std::to_string(default_generator().offset())}};
     for (size_t i = 0; i < curve.step.size(); ++i)
       meta[fmt::format("curve.{:06}", i)] = fmt::format("{} {:.17g} {:.17g}", curve.step[i], curve.train[i], curve.val[i]);
-    nn::save(*model, weights, {{"model", kind}, {"config", model->str()}});
+    nn::save(*model, weights, models::config_of(*model));  // what `generate` rebuilds the model from
     nn::save(*opt, state, meta);
   };
 
   reset_peak_memory_stats();
   const int64_t tokens_per_step = c.batch * c.block;
-  examples::Progress bar(kind, c.steps, "tok");
+  examples::Progress bar(kind, c.steps, "tok", step);
   double interval_loss = 0;
   int64_t interval_n = 0, start_step = step;
-  auto t0 = std::chrono::steady_clock::now();
-  while (step < c.steps) {
+  const int64_t stop = c.stop_after > 0 ? std::min(c.stop_after, c.steps) : c.steps;
+  while (step < stop) {
+    auto t0 = std::chrono::steady_clock::now();  // training time only: evaluation and checkpoints are not counted
     schedule.step(*opt, step);
     data::LMBatch b = train.sample(c.batch, batch_gen);
     Tensor loss = model->loss(b.inputs, b.targets);
@@ -171,23 +173,22 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
     opt->zero_grad();
     ++step;
     interval_loss += loss.item();
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++interval_n;
-    if (step % c.eval_every == 0 || step == c.steps) {
-      double vl = evaluate(*model, val, c.eval_batches);
+    if (step % c.eval_every == 0 || step == stop) {
+      double vl = evaluate(*model, val, c.eval_batches, c.batch);
       curve.step.push_back(static_cast<double>(step));
       curve.train.push_back(interval_loss / interval_n);
       curve.val.push_back(vl);
       interval_loss = 0, interval_n = 0;
-      train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      t0 = std::chrono::steady_clock::now();
       save_state();
     }
-    bar.update(step - start_step, static_cast<double>((step - start_step) * tokens_per_step),
+    bar.update(step, static_cast<double>((step - start_step) * tokens_per_step),
                fmt::format("loss {:.3f}", curve.train.empty() ? loss.item() : curve.train.back()));
   }
   r.peak_bytes = allocator_stats().peak_bytes_in_use;
   r.seconds = train_seconds;
-  r.tokens_per_s = train_seconds > 0 ? c.steps * tokens_per_step / train_seconds : 0;
+  r.tokens_per_s = train_seconds > 0 ? step * tokens_per_step / train_seconds : 0;
   if (!curve.step.empty()) r.train_loss = curve.train.back(), r.val_loss = curve.val.back();
   bar.finish(fmt::format("train {:.3f}  val {:.3f}", r.train_loss, r.val_loss));
 
@@ -231,6 +232,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", c.seed, "Seed for initialisation, batches, dropout and sampling");
   app.add_option("--out", c.out, "Output directory");
   app.add_flag("--resume", c.resume, "Continue from the checkpoints in --out");
+  app.add_option("--stop-after", c.stop_after, "Stop each model after this many steps, as if interrupted (--resume continues)");
   app.add_flag("--profile", c.profile, "Print a per-op profile of the last model's training");
   CLI11_PARSE(app, argc, argv);
 
@@ -299,7 +301,7 @@ int main(int argc, char** argv) {
     std::string why = examples::plot_lines(c.out + "/loss.png", "validation loss (" + corpus.source + ")",
                                            "training tokens", "nats/token", curves);
     fmt::print("wrote {0}/loss.csv, {0}/results.md, {0}/samples.txt, checkpoints {0}/*.safetensors", c.out);
-    fmt::print(why.empty() ? fmt::format(" and the plot {}/loss.png\n", c.out) : fmt::format("\nno plot: {}\n", why));
+    fmt::print("{}", why.empty() ? fmt::format(" and the plot {}/loss.png\n", c.out) : fmt::format("\nno plot: {}\n", why));
   } catch (const std::exception& e) {
     fmt::print(stderr, "charlm: {}\n", e.what());
     return 1;

@@ -24,7 +24,7 @@ namespace tg::nn {
 
 struct AttentionMask {
   bool causal = false;      // query t sees keys <= t (offset by cached keys)
-  Tensor key_padding_mask;  // (B, Tk), nonzero = padding, not attended; may be undefined
+  Tensor key_padding_mask = Tensor();  // (B, Tk), nonzero = padding, not attended; may be undefined
 };
 
 // Keys and values seen so far, per layer: (B, H, Tcached, D) each.

@@ -7,7 +7,9 @@
 //
 // The modules compute the input projection of all time steps in one GEMM,
 // then one (B,H) x (H,G*H) GEMM per step: the LSTM's four gates come out of
-// one GEMM. A missing initial state means zeros.
+// one GEMM. The time loop of a layer is one op on the tape with a hand-written
+// backward (autograd/ops/rnn_ops.h); a cell is that op run for one step.
+// A missing initial state means zeros.
 #include <memory>
 #include <vector>
 

@@ -33,6 +33,7 @@ class TransformerEncoderLayer : public Module {
   Tensor forward(const Tensor& x, const AttentionMask& mask = {}, Tensor* attn_weights = nullptr);
   // Causal incremental decoding: x (B, Tnew, C) -> (B, Tnew, C).
   Tensor forward_cached(const Tensor& x, KVCache& cache);
+  std::string extra_repr() const override;
 
   TransformerLayerOptions options;
   std::shared_ptr<LayerNorm> ln1, ln2;
@@ -52,6 +53,7 @@ class TransformerDecoderLayer : public Module {
   // computes the memory's keys/values once into cross_cache.
   Tensor forward_cached(const Tensor& x, const Tensor& memory, KVCache& self_cache, KVCache& cross_cache,
                         const AttentionMask& memory_mask = {});
+  std::string extra_repr() const override;
 
   TransformerLayerOptions options;
   std::shared_ptr<LayerNorm> ln1, ln2, ln3;

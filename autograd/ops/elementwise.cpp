@@ -18,7 +18,7 @@ namespace {
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
   if (a.dtype() != b.dtype())
-    throw DTypeError(fmt::format("{}: dtypes differ: {} and {} (convert one with .to())", op, a.shape(),
+    throw DTypeError(fmt::format("{}: dtypes differ: {} {} and {} {} (convert one with .to())", op, a.shape(),
                                  dtype_name(a.dtype()), b.shape(), dtype_name(b.dtype())));
 }
 

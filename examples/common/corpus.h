@@ -6,13 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "data/text.h"
+
 namespace tg::examples {
 
-struct Document {
-  std::string id;     // "ca01", or "FILE#3"
-  std::string label;  // Brown genre name ("press: reportage"); empty for plain text
-  std::string text;
-};
+using data::Document;
 
 struct Corpus {
   std::string source;  // what was read, for the report

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -22,8 +23,12 @@ std::string format_count(double n) {
   return fmt::format("{:.0f}", n);
 }
 
-Progress::Progress(std::string label, int64_t total, std::string unit)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total > 0 ? total : 1), tty_(isatty(STDERR_FILENO)) {
+Progress::Progress(std::string label, int64_t total, std::string unit, int64_t first)
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total > 0 ? total : 1),
+      first_(std::clamp<int64_t>(first, 0, total_ - 1)),
+      tty_(isatty(STDERR_FILENO)) {
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
@@ -55,8 +60,9 @@ void Progress::draw(int64_t done, double items, const std::string& extra, bool f
   std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
   double secs = seconds();
   std::string rate = items >= 0 && secs > 0 ? fmt::format("  {} {}/s", format_count(items / secs), unit_) : "";
+  double run_frac = static_cast<double>(done - first_) / (total_ - first_);  // of this run's share
   std::string tail = final ? fmt::format("  done in {}", format_duration(secs))
-                           : fmt::format("  ETA {}", frac > 0 ? format_duration(secs * (1 - frac) / frac) : "?");
+                           : fmt::format("  ETA {}", run_frac > 0 ? format_duration(secs * (1 - run_frac) / run_frac) : "?");
   std::string line = fmt::format("{:<6} [{}] {:>6}/{}  {}{}{}", label_, bar, done, total_, extra, rate, tail);
   if (tty_)
     fmt::print(stderr, "\r\033[K{}{}", line, final ? "\n" : "");

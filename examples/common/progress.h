@@ -11,8 +11,9 @@ namespace tg::examples {
 
 class Progress {
  public:
-  // unit: what the rate counts ("tok", "words"); total: number of steps.
-  Progress(std::string label, int64_t total, std::string unit);
+  // unit: what the rate counts ("tok", "words"); total: number of steps;
+  // first: the step this run starts at (a resumed run), for the ETA.
+  Progress(std::string label, int64_t total, std::string unit, int64_t first = 0);
   // done steps so far, items processed since start, extra text ("loss 1.83").
   void update(int64_t done, double items, const std::string& extra);
   // Final line with the elapsed time.
@@ -22,7 +23,7 @@ class Progress {
  private:
   void draw(int64_t done, double items, const std::string& extra, bool final);
   std::string label_, unit_;
-  int64_t total_;
+  int64_t total_, first_;
   bool tty_;
   int last_decile_ = -1;
   std::chrono::steady_clock::time_point start_, last_draw_;

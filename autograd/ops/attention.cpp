@@ -1,0 +1,249 @@
+// Scaled dot-product attention as one tape node. Per (batch, head):
+//   forward:  S = q k^T / sqrt(D) (GEMM), P = masked softmax of S over keys,
+//             out = P v (GEMM);
+//   backward: dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(g * out)),
+//             dq = dS k / sqrt(D), dk = dS^T q / sqrt(D) (four GEMMs),
+// reusing the saved probabilities P. rowsum(dP * P) equals g . out per query
+// (out = P v), a D-long dot instead of a Tk-long one.
+// Masked keys get probability exactly 0; a query that sees no key at all (a
+// fully padded row, or Tq > Tk under the causal mask) gets a zero row, so its
+// output and gradients are zero rather than NaN.
+#include <cmath>
+#include <vector>
+
+#include "autograd/blas.h"
+#include "autograd/op.h"
+#include "autograd/ops/nn_kernels.h"
+#include "autograd/ops/nn_ops.h"
+#include "autograd/ops/samples.h"
+#include "autograd/ops/shape.h"
+#include "autograd/parallel.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+namespace {
+
+using detail::dense;
+
+// A (B,H,T,D) tensor as B*H row-major (T,D) matrices for GEMM: element
+// (b,h,t,d) sits at base + b*sb + h*sh + t*ld + d. Views with a unit last
+// stride (q from a transposed (B,T,H,D) projection, k broadcast over heads)
+// are used in place; anything else is copied once.
+template <class T>
+struct HeadMatrices {
+  Tensor data;  // keeps the memory alive
+  const T* base = nullptr;
+  int64_t sb = 0, sh = 0, ld = 0;
+  const T* at(int64_t b, int64_t h) const { return base + b * sb + h * sh; }
+};
+template <class T>
+HeadMatrices<T> head_matrices(const Tensor& x) {
+  const Shape& s = x.shape();
+  const Shape& st = x.strides();
+  const bool usable = (s[3] == 1 || st[3] == 1) && (s[2] == 1 || st[2] >= s[3]);
+  HeadMatrices<T> m;
+  m.data = usable ? x : dense(x);
+  m.base = m.data.template data<T>();
+  m.sb = m.data.strides()[0];
+  m.sh = m.data.strides()[1];
+  m.ld = s[2] == 1 ? s[3] : m.data.strides()[2];
+  return m;
+}
+
+struct AttentionDims {
+  int64_t B = 0, H = 0, Tq = 0, Tk = 0, D = 0, Dv = 0;
+  bool causal = false;
+  // Keys query t may see: [0, visible(t)); causal aligns the last query with the last key.
+  int64_t visible(int64_t t) const { return causal ? std::clamp<int64_t>(t + Tk - Tq + 1, 0, Tk) : Tk; }
+  // Heads per parallel chunk: tiny heads are batched so threads are worth waking.
+  int64_t grain() const { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Tq * Tk * (D + Dv))); }
+  // Heads big enough for OpenBLAS to thread each GEMM itself run one after another.
+  bool blas_threads() const { return Tq * Tk * std::max(D, Dv) >= (int64_t{1} << 20); }
+};
+
+// Softmax in place over the first `visible` entries of a score row, skipping
+// padded keys (pad[j] != 0); everything else becomes 0. A row with no
+// visible key becomes all zeros.
+template <class T>
+void masked_softmax_row(T* s, int64_t Tk, int64_t visible, const uint8_t* pad) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  if (pad) {  // padded keys to -inf: exp gives them exactly 0
+#pragma omp simd
+    for (int64_t j = 0; j < visible; ++j) s[j] = pad[j] ? kNegInf : s[j];
+  }
+  const T m = detail::row_max(s, visible);
+  if (m == kNegInf) {
+    std::fill(s, s + Tk, T(0));
+    return;
+  }
+  const T inv = T(1) / detail::exp_shifted(s, m, s, visible);
+#pragma omp simd
+  for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
+  std::fill(s + visible, s + Tk, T(0));
+}
+
+}  // namespace
+
+static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor &q = n.saved_tensor(0), &k = n.saved_tensor(1), &v = n.saved_tensor(2);
+  const Tensor &out = n.saved_tensor(3), &probs = n.saved_tensor(4);
+  AttentionDims a;
+  a.B = q.shape()[0], a.H = q.shape()[1], a.Tq = q.shape()[2], a.D = q.shape()[3];
+  a.Tk = k.shape()[2], a.Dv = v.shape()[3];
+  const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
+  Tensor dq = need_q ? empty(q.shape(), q.dtype()) : Tensor();
+  Tensor dk = need_k ? empty(k.shape(), k.dtype()) : Tensor();
+  Tensor dv = need_v ? empty(v.shape(), v.dtype()) : Tensor();
+  if (a.B * a.H * a.Tq * a.Tk * a.Dv == 0) {  // empty attention: nothing flows back
+    for (Tensor* t : {&dq, &dk, &dv})
+      if (t->defined()) t->zero_();
+    if (need_q) gin[0] = dq;
+    if (need_k) gin[1] = dk;
+    if (need_v) gin[2] = dv;
+    return;
+  }
+  detail::dispatch_float(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
+    using scalar_t = decltype(tag);
+    using T = scalar_t;
+    const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
+    const T *P = probs.data<T>(), *O = out.data<T>();
+    const int64_t TT = a.Tq * a.Tk;
+    auto body = [&](int64_t i0, int64_t i1) {
+      std::vector<T> dS(need_q || need_k ? TT : 0);
+      for (int64_t bh = i0; bh < i1; ++bh) {
+        const int64_t b = bh / a.H, h = bh % a.H;
+        const T *Pb = P + bh * TT, *gb = G.at(b, h);
+        if (need_v) gemm(true, false, a.Tk, a.Dv, a.Tq, T(1), Pb, a.Tk, gb, G.ld, T(0), dv.data<T>() + bh * a.Tk * a.Dv, a.Dv);
+        if (!need_q && !need_k) continue;
+        gemm(false, true, a.Tq, a.Tk, a.Dv, T(1), gb, G.ld, V.at(b, h), V.ld, T(0), dS.data(), a.Tk);
+        for (int64_t i = 0; i < a.Tq; ++i) {
+          const T d = detail::row_dot(gb + i * G.ld, O + (bh * a.Tq + i) * a.Dv, a.Dv);
+          T* row = dS.data() + i * a.Tk;
+          const T* p = Pb + i * a.Tk;
+#pragma omp simd
+          for (int64_t j = 0; j < a.Tk; ++j) row[j] = p[j] * (row[j] - d);
+        }
+        if (need_q) gemm(false, false, a.Tq, a.D, a.Tk, scale, dS.data(), a.Tk, K.at(b, h), K.ld, T(0), dq.data<T>() + bh * a.Tq * a.D, a.D);
+        if (need_k) gemm(true, false, a.Tk, a.D, a.Tq, scale, dS.data(), a.Tk, Q.at(b, h), Q.ld, T(0), dk.data<T>() + bh * a.Tk * a.D, a.D);
+      }
+    };
+    if (a.blas_threads())
+      body(0, a.B * a.H);
+    else
+      parallel_for(a.B * a.H, a.grain(), body);
+  });
+  if (need_q) gin[0] = dq;
+  if (need_k) gin[1] = dk;
+  if (need_v) gin[2] = dv;
+}
+
+static const OpDef attention_op(
+    "scaled_dot_product_attention", 3,
+    "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
+    "q, k, v, output, probabilities (B,H,Tq,Tk)", attention_backward, [] {
+      using samples::uniform;
+      auto attend = [](bool causal, Tensor mask = Tensor()) {
+        return [=](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal, mask); };
+      };
+      auto qkv = [](int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, uint64_t seed) {
+        return std::vector<Tensor>{uniform({B, H, Tq, D}, seed), uniform({B, H, Tk, D}, seed + 1),
+                                   uniform({B, H, Tk, D}, seed + 2)};
+      };
+      // Batch 0 pads its last key; batch 1 pads every key (a fully masked row).
+      Tensor padding = from_vector(std::vector<int64_t>{0, 0, 1, 1, 1, 1}, {2, 3});
+      return std::vector<OpSample>{
+          {"(1,2,3,4) self-attention", qkv(1, 2, 3, 3, 4, 351), attend(false)},
+          {"(2,1,4,3) causal", qkv(2, 1, 4, 4, 3, 354), attend(true)},
+          {"(2,2,3,4) key padding mask, one row fully masked", qkv(2, 2, 3, 3, 4, 357), attend(false, padding)},
+          {"(1,2,2,3) cross-attention Tq=2 Tk=5", qkv(1, 2, 2, 5, 3, 360), attend(false)},
+          {"(1,1,3,2) causal Tq=3 Tk=5", qkv(1, 1, 3, 5, 2, 363), attend(true)},
+          {"(2,1,3,2) causal with padding", qkv(2, 1, 3, 3, 2, 366), attend(true, padding)},
+          {"q from a transposed (B,T,H,D) view",
+           {uniform({1, 3, 2, 4}, 369), uniform({1, 2, 3, 4}, 370), uniform({1, 2, 3, 4}, 371)},
+           [](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0].transpose(1, 2), x[1], x[2]); }},
+          {"non-contiguous k (1,1,3,2)",
+           {uniform({1, 1, 3, 2}, 372), samples::strided({1, 1, 3, 2}, 373), uniform({1, 1, 3, 2}, 374)},
+           attend(false)},
+      };
+    });
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    const Tensor& key_padding_mask, Tensor* attn_weights) {
+  static constexpr const char* op = "scaled_dot_product_attention";
+  ProfileScope prof(op);
+  detail::check_floating(op, q, "q");
+  detail::check_floating(op, k, "k");
+  detail::check_floating(op, v, "v");
+  const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype())
+    throw DTypeError(fmt::format("{}: q, k, v dtypes differ: q {} {}, k {} {}, v {} {}", op, qs,
+                                 dtype_name(q.dtype()), ks, dtype_name(k.dtype()), vs, dtype_name(v.dtype())));
+  if (qs.size() != 4 || ks.size() != 4 || vs.size() != 4 || qs[0] != ks[0] || qs[0] != vs[0] || qs[1] != ks[1] ||
+      qs[1] != vs[1] || qs[3] != ks[3] || ks[2] != vs[2])
+    throw ShapeError(fmt::format("{}: expected q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv); got q {}, k {}, v {}", op,
+                                 qs, ks, vs));
+  AttentionDims a;
+  a.B = qs[0], a.H = qs[1], a.Tq = qs[2], a.Tk = ks[2], a.D = qs[3], a.Dv = vs[3];
+  a.causal = causal;
+  if (a.D == 0) throw ShapeError(fmt::format("{}: head size D is 0 (q {}, k {})", op, qs, ks));
+  std::vector<uint8_t> pad;
+  if (key_padding_mask.defined()) {
+    if (!(key_padding_mask.shape() == Shape{a.B, a.Tk}))
+      throw ShapeError(fmt::format("{}: key_padding_mask {} must be (B,Tk) = ({},{}) for q {}, k {}", op,
+                                   key_padding_mask.shape(), a.B, a.Tk, qs, ks));
+    Tensor m = dense(key_padding_mask);
+    pad.resize(m.numel());
+    TG_DISPATCH_ALL(m.dtype(), op, [&] {
+      const scalar_t* p = m.data<scalar_t>();
+      for (size_t j = 0; j < pad.size(); ++j) pad[j] = p[j] != scalar_t(0);
+    });
+  }
+  const bool recording = grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  // The full (B,H,Tq,Tk) probabilities are kept only when backward or the
+  // caller needs them; otherwise each thread reuses one (Tq,Tk) scratch.
+  const bool keep_probs = recording || attn_weights;
+  Tensor probs = keep_probs ? empty({a.B, a.H, a.Tq, a.Tk}, q.dtype()) : Tensor();
+  Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
+  if (a.B * a.H * a.Tq > 0) {
+    detail::dispatch_float(q.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+      using T = scalar_t;
+      const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v);
+      const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
+      const int64_t TT = a.Tq * a.Tk;
+      auto body = [&](int64_t i0, int64_t i1) {
+        std::vector<T> scratch(keep_probs ? 0 : TT);
+        for (int64_t bh = i0; bh < i1; ++bh) {
+          const int64_t b = bh / a.H, h = bh % a.H;
+          T* S = keep_probs ? probs.data<T>() + bh * TT : scratch.data();
+          if (a.Tk > 0) gemm(false, true, a.Tq, a.Tk, a.D, scale, Q.at(b, h), Q.ld, K.at(b, h), K.ld, T(0), S, a.Tk);
+          const uint8_t* pb = pad.empty() ? nullptr : pad.data() + b * a.Tk;
+          for (int64_t i = 0; i < a.Tq; ++i) masked_softmax_row(S + i * a.Tk, a.Tk, a.visible(i), pb);
+          T* o = out.data<T>() + bh * a.Tq * a.Dv;
+          if (a.Tk > 0 && a.Dv > 0)
+            gemm(false, false, a.Tq, a.Dv, a.Tk, T(1), S, a.Tk, V.at(b, h), V.ld, T(0), o, a.Dv);
+          else
+            std::fill(o, o + a.Tq * a.Dv, T(0));
+        }
+      };
+      if (a.blas_threads())
+        body(0, a.B * a.H);
+      else
+        parallel_for(a.B * a.H, a.grain(), body);
+    });
+  }
+  if (attn_weights) *attn_weights = probs;
+  if (Node* n = record(attention_op, out, q, k, v)) {
+    n->save(q);
+    n->save(k);
+    n->save(v);
+    n->save(out);
+    n->save(probs);
+  }
+  return out;
+}
+
+void link_attention_ops() {}
+
+}  // namespace tg

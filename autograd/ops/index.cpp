@@ -1,0 +1,412 @@
+// Indexing with int64 index tensors: index_select / embedding (whole rows)
+// and gather / scatter / scatter_add (one element per index position). Index
+// inputs are never differentiable. Backward of a lookup is a direct
+// scatter-add loop over the rows, not a dense one-hot product.
+#include "autograd/ops/index.h"
+
+#include <cstring>
+
+#include "autograd/op.h"
+#include "autograd/ops/loop.h"
+#include "autograd/ops/samples.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+namespace {
+
+void check_index_dtype(const char* op, const Tensor& index) {
+  if (!index.defined()) throw ValueError(fmt::format("{}: index tensor is undefined", op));
+  if (index.dtype() != DType::i64)
+    throw DTypeError(fmt::format("{}: index {} must be int64, got {}", op, index.shape(), dtype_name(index.dtype())));
+}
+
+void check_source(const char* op, const Tensor& x) {
+  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
+  if (!is_floating(x.dtype()))
+    throw DTypeError(fmt::format("{}: expected a floating tensor, got {} {}", op, x.shape(), dtype_name(x.dtype())));
+}
+
+// "(1,2)": the multi-index of the flat row-major position `flat` in shape.
+std::string position(int64_t flat, const Shape& shape) {
+  Shape idx = shape;
+  for (int d = shape.size() - 1; d >= 0; --d) {
+    idx[d] = shape[d] > 0 ? flat % shape[d] : 0;
+    flat = shape[d] > 0 ? flat / shape[d] : 0;
+  }
+  return idx.str();
+}
+
+// Every index in [0, bound), else an IndexError naming the op, the value, its
+// position in the index tensor and the bound. Runs before any kernel, so
+// kernels (some of them multithreaded) never see a bad index.
+void check_bounds(const char* op, const Tensor& index, int64_t bound, const std::string& what) {
+  Tensor ic = index.contiguous();
+  const int64_t* p = ic.data<int64_t>();
+  for (int64_t k = 0, n = ic.numel(); k < n; ++k)
+    if (p[k] < 0 || p[k] >= bound)
+      throw IndexError(fmt::format("{}: index {} at position {} is out of range for {} of size {}", op, p[k],
+                                   position(k, index.shape()), what, bound));
+}
+
+// x as (outer, n, inner) around `axis`.
+struct Around {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Around around(const Shape& s, int axis) {
+  Around a;
+  for (int d = 0; d < s.size(); ++d) (d < axis ? a.outer : d == axis ? a.n : a.inner) *= s[d];
+  return a;
+}
+
+// out (outer, J, inner) = x (outer, n, inner) rows at idx[J]. x, out contiguous.
+template <class T>
+void select_rows(const T* x, const int64_t* idx, T* out, Around a, int64_t J) {
+  parallel_for(a.outer * J, std::max<int64_t>(1, detail::kElementwiseGrain / std::max<int64_t>(a.inner, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   const int64_t o = r / J, j = r % J;
+                   std::memcpy(out + r * a.inner, x + (o * a.n + idx[j]) * a.inner, sizeof(T) * a.inner);
+                 }
+               });
+}
+
+// gx (outer, n, inner) += g (outer, J, inner) rows into idx[J], skipping rows
+// equal to `skip`. Repeated indices add up, so threads split the columns
+// (each owns a column range of every row), never the rows.
+template <class T>
+void add_rows(T* gx, const int64_t* idx, const T* g, Around a, int64_t J, int64_t skip) {
+  const int64_t grain = std::max<int64_t>(64, detail::kElementwiseGrain / std::max<int64_t>(a.outer * J, 1));
+  parallel_for(a.inner, grain, [&](int64_t c0, int64_t c1) {
+    for (int64_t o = 0; o < a.outer; ++o)
+      for (int64_t j = 0; j < J; ++j) {
+        if (idx[j] == skip) continue;
+        T* dst = gx + (o * a.n + idx[j]) * a.inner;
+        const T* src = g + (o * J + j) * a.inner;
+        for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+      }
+  });
+}
+
+// Walks every position p of `index`, with a = base_a's element at p but with
+// coordinate index[p] along `axis`, and b = base_b's element at p; calls
+// f(a_offset, b_offset) (element offsets from each data pointer). The
+// caller has checked that index fits both (bounds and shapes).
+template <class F>
+void for_index(const Tensor& base_a, int axis, const Tensor& base_b, const Tensor& index, bool parallel, F f) {
+  Shape sa = base_a.strides();
+  const int64_t axis_stride = sa[axis];
+  sa[axis] = 0;
+  Tensor va = make_view(base_a, index.shape(), sa, base_a.offset());
+  Tensor vb = make_view(base_b, index.shape(), base_b.strides(), base_b.offset());
+  auto L = detail::make_loop<3>(index.shape(), {&va, &vb, &index});
+  const int64_t* pi = index.data<int64_t>();
+  auto run = [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& s, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) f(off[0] + k * s[0] + pi[off[2] + k * s[2]] * axis_stride, off[1] + k * s[1]);
+  };
+  if (parallel)
+    detail::for_each_run<3>(L, run);
+  else
+    detail::run_range<3>(L, 0, L.numel, run);
+}
+
+// gather/scatter shape rules (torch's): index has x's rank, and fits inside x
+// on every dim but `axis`, and inside src (when given) on every dim.
+void check_gather_shapes(const char* op, const Tensor& x, int axis, const Tensor& index, const Tensor* src) {
+  if (index.dim() != x.dim())
+    throw ShapeError(fmt::format("{}: index {} must have the rank of the input {}", op, index.shape(), x.shape()));
+  for (int d = 0; d < x.dim(); ++d) {
+    if (d != axis && index.shape()[d] > x.shape()[d])
+      throw ShapeError(
+          fmt::format("{}: index {} is larger than the input {} on axis {}", op, index.shape(), x.shape(), d));
+    if (src && index.shape()[d] > src->shape()[d])
+      throw ShapeError(
+          fmt::format("{}: index {} is larger than src {} on axis {}", op, index.shape(), src->shape(), d));
+  }
+  if (src && src->dim() != x.dim())
+    throw ShapeError(fmt::format("{}: src {} must have the rank of the input {}", op, src->shape(), x.shape()));
+}
+
+// out = x.clone(); out[index] = src (or += src).
+template <bool Add>
+Tensor scatter_impl(const char* op, const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  Tensor out = empty(x.shape(), x.dtype());
+  TG_DISPATCH_FLOAT(x.dtype(), op, [&] {
+    detail::map1<scalar_t, scalar_t>(out, x, [](scalar_t v) { return v; });
+    scalar_t* po = out.data<scalar_t>();
+    const scalar_t* ps = src.data<scalar_t>();
+    // Serial: repeated indices write (or add into) the same element.
+    for_index(out, axis, src, index, false, [&](int64_t a, int64_t b) {
+      if constexpr (Add)
+        po[a] += ps[b];
+      else
+        po[a] = ps[b];
+    });
+  });
+  return out;
+}
+
+// The gradient of src in scatter/scatter_add: g gathered at index, zero on
+// src's positions the index does not reach.
+Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
+  Tensor gs = zeros(src_shape, g.dtype());
+  TG_DISPATCH_FLOAT(g.dtype(), "scatter", [&] {
+    const scalar_t* pg = g.data<scalar_t>();
+    scalar_t* ps = gs.data<scalar_t>();
+    for_index(g, axis, gs, index, true, [&](int64_t a, int64_t b) { ps[b] = pg[a]; });
+  });
+  return gs;
+}
+
+using samples::uniform;
+
+}  // namespace
+
+// ============================ index_select ============================
+static void index_select_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Shape& xs = n.edges[0].shape;
+  const Tensor& index = n.saved_tensor(0);
+  const Around a = around(xs, static_cast<int>(n.i[0]));
+  Tensor gx = zeros(xs, g.dtype());
+  Tensor gc = g.contiguous();
+  TG_DISPATCH_FLOAT(g.dtype(), "index_select", [&] {
+    add_rows<scalar_t>(gx.data<scalar_t>(), index.data<int64_t>(), gc.data<scalar_t>(), a, index.numel(), -1);
+  });
+  gin[0] = gx;
+}
+static const OpDef index_select_op("index_select", 2, "index_select(x, axis, index) -> x's rows at index", "index",
+                                   index_select_backward, [] {
+                                     return std::vector<OpSample>{
+                                         {"axis 0 of (5,3), index (4) with repeats",
+                                          {uniform({5, 3}, 401), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4})},
+                                          [](auto& x) { return index_select(x[0], 0, x[1]); }},
+                                         {"axis 1 of (2,5,3), index (2,2)",
+                                          {uniform({2, 5, 3}, 402), samples::indices({2, 2}, 5, 403)},
+                                          [](auto& x) { return index_select(x[0], 1, x[1]); }},
+                                         {"axis -1 of non-contiguous (3,4)",
+                                          {samples::strided({3, 4}, 404), samples::indices({3}, 4, 405)},
+                                          [](auto& x) { return index_select(x[0], -1, x[1]); }},
+                                     };
+                                   });
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
+  ProfileScope prof("index_select");
+  check_source("index_select", x);
+  check_index_dtype("index_select", index);
+  if (x.dim() == 0) throw ShapeError("index_select: input must have at least 1 dimension, got ()");
+  const int ax = normalize_axis(axis, x.dim(), "index_select");
+  check_bounds("index_select", index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+  Shape out_shape;
+  for (int d = 0; d < ax; ++d) out_shape.push_back(x.shape()[d]);
+  for (int64_t s : index.shape()) out_shape.push_back(s);
+  for (int d = ax + 1; d < x.dim(); ++d) out_shape.push_back(x.shape()[d]);
+  Tensor out = empty(out_shape, x.dtype());
+  Tensor xc = x.contiguous(), ic = index.contiguous();
+  TG_DISPATCH_FLOAT(x.dtype(), "index_select", [&] {
+    select_rows<scalar_t>(xc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(), around(x.shape(), ax),
+                          ic.numel());
+  });
+  if (Node* n = record(index_select_op, out, x, index)) {
+    n->save(ic);
+    n->i[0] = ax;
+  }
+  return out;
+}
+
+// ============================ embedding ============================
+static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Shape& ws = n.edges[0].shape;
+  const Tensor& ids = n.saved_tensor(0);
+  Tensor gw = zeros(ws, g.dtype());
+  Tensor gc = g.contiguous();
+  TG_DISPATCH_FLOAT(g.dtype(), "embedding", [&] {
+    add_rows<scalar_t>(gw.data<scalar_t>(), ids.data<int64_t>(), gc.data<scalar_t>(), Around{1, ws[0], ws[1]},
+                       ids.numel(), n.i[0]);
+  });
+  gin[0] = gw;
+}
+static const OpDef embedding_op("embedding", 2, "embedding(weight (V,C), ids, padding_idx) -> (..., C)", "ids",
+                                embedding_backward, [] {
+                                  return std::vector<OpSample>{
+                                      {"weight (6,3), ids (2,3)",
+                                       {uniform({6, 3}, 411), samples::indices({2, 3}, 6, 412)},
+                                       [](auto& x) { return embedding(x[0], x[1]); }},
+                                      {"ids with repeats (5)",
+                                       {uniform({4, 2}, 413), from_vector(std::vector<int64_t>{1, 3, 1, 1, 0}, {5})},
+                                       [](auto& x) { return embedding(x[0], x[1]); }},
+                                      // Forward reads the padding row too, so the sample's ids avoid it (the
+                                      // zero padding gradient is tested directly in tests/test_index.cpp).
+                                      {"padding_idx 5, non-contiguous weight",
+                                       {samples::strided({6, 3}, 414), samples::indices({4}, 5, 415)},
+                                       [](auto& x) { return embedding(x[0], x[1], 5); }},
+                                  };
+                                });
+Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
+  ProfileScope prof("embedding");
+  check_source("embedding", weight);
+  check_index_dtype("embedding", ids);
+  if (weight.dim() != 2) throw ShapeError(fmt::format("embedding: weight must be (V,C), got {}", weight.shape()));
+  const int64_t V = weight.shape()[0], C = weight.shape()[1];
+  if (padding_idx < -1 || padding_idx >= V)
+    throw ValueError(fmt::format("embedding: padding_idx {} is outside [0, {}) (or -1 for none)", padding_idx, V));
+  check_bounds("embedding", ids, V, fmt::format("weight {}", weight.shape()));
+  Shape out_shape = ids.shape();
+  out_shape.push_back(C);
+  Tensor out = empty(out_shape, weight.dtype());
+  Tensor wc = weight.contiguous(), ic = ids.contiguous();
+  TG_DISPATCH_FLOAT(weight.dtype(), "embedding", [&] {
+    select_rows<scalar_t>(wc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(), Around{1, V, C}, ic.numel());
+  });
+  if (Node* n = record(embedding_op, out, weight, ids)) {
+    n->save(ic);
+    n->i[0] = padding_idx;
+  }
+  return out;
+}
+
+// ============================ gather ============================
+static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor& index = n.saved_tensor(0);
+  Tensor gx = zeros(n.edges[0].shape, g.dtype());
+  TG_DISPATCH_FLOAT(g.dtype(), "gather", [&] {
+    scalar_t* px = gx.data<scalar_t>();
+    const scalar_t* pg = g.data<scalar_t>();
+    for_index(gx, static_cast<int>(n.i[0]), g, index, false, [&](int64_t a, int64_t b) { px[a] += pg[b]; });
+  });
+  gin[0] = gx;
+}
+static const OpDef gather_op("gather", 2, "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]", "index",
+                             gather_backward, [] {
+                               return std::vector<OpSample>{
+                                   {"axis 1 of (3,4), index (3,2)",
+                                    {uniform({3, 4}, 421), samples::indices({3, 2}, 4, 422)},
+                                    [](auto& x) { return gather(x[0], 1, x[1]); }},
+                                   {"axis 0 of (3,4), index (5,2) smaller on axis 1",
+                                    {uniform({3, 4}, 423), samples::indices({5, 2}, 3, 424)},
+                                    [](auto& x) { return gather(x[0], 0, x[1]); }},
+                                   {"axis -1 of non-contiguous (2,3,4)",
+                                    {samples::strided({2, 3, 4}, 425), samples::indices({2, 3, 3}, 4, 426)},
+                                    [](auto& x) { return gather(x[0], -1, x[1]); }},
+                               };
+                             });
+Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
+  ProfileScope prof("gather");
+  check_source("gather", x);
+  check_index_dtype("gather", index);
+  if (x.dim() == 0) throw ShapeError("gather: input must have at least 1 dimension, got ()");
+  const int ax = normalize_axis(axis, x.dim(), "gather");
+  check_gather_shapes("gather", x, ax, index, nullptr);
+  check_bounds("gather", index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+  Tensor out = empty(index.shape(), x.dtype());
+  TG_DISPATCH_FLOAT(x.dtype(), "gather", [&] {
+    const scalar_t* px = x.data<scalar_t>();
+    scalar_t* po = out.data<scalar_t>();
+    for_index(x, ax, out, index, true, [&](int64_t a, int64_t b) { po[b] = px[a]; });
+  });
+  if (Node* n = record(gather_op, out, x, index)) {
+    n->save(index);
+    n->i[0] = ax;
+  }
+  return out;
+}
+
+// ============================ scatter / scatter_add ============================
+static void check_scatter(const char* op, const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src,
+                          int& ax) {
+  check_source(op, x);
+  check_source(op, src);
+  check_index_dtype(op, index);
+  if (x.dtype() != src.dtype())
+    throw DTypeError(fmt::format("{}: src is {}, input is {}", op, dtype_name(src.dtype()), dtype_name(x.dtype())));
+  if (x.dim() == 0) throw ShapeError(fmt::format("{}: input must have at least 1 dimension, got ()", op));
+  ax = normalize_axis(axis, x.dim(), op);
+  check_gather_shapes(op, x, ax, index, &src);
+  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+}
+
+// Overwritten positions take no gradient from x; src gets g gathered there.
+static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor& index = n.saved_tensor(0);
+  const int ax = static_cast<int>(n.i[0]);
+  if (n.needs(0)) {
+    Tensor gx = g.clone();
+    TG_DISPATCH_FLOAT(g.dtype(), "scatter", [&] {
+      scalar_t* px = gx.data<scalar_t>();
+      for_index(gx, ax, gx, index, false, [&](int64_t a, int64_t) { px[a] = 0; });
+    });
+    gin[0] = gx;
+  }
+  if (n.needs(2)) gin[2] = gather_into_src_shape(g, ax, index, n.edges[2].shape);
+}
+static const OpDef scatter_op(
+    "scatter", 3, "scatter(x, axis, index, src) -> x with src written at index", "index", scatter_backward, [] {
+      // Indices distinct within each slice: with repeats, which src element
+      // lands (and so gets the gradient) is arbitrary, as in PyTorch.
+      return std::vector<OpSample>{
+          {"axis 1 of (3,4), index (3,2), src (3,3)",
+           {uniform({3, 4}, 431), from_vector(std::vector<int64_t>{0, 2, 3, 1, 1, 0}, {3, 2}), uniform({3, 3}, 432)},
+           [](auto& x) { return scatter(x[0], 1, x[1], x[2]); }},
+          {"axis 0 of non-contiguous (3,2)",
+           {samples::strided({3, 2}, 433), from_vector(std::vector<int64_t>{2, 0}, {1, 2}), uniform({2, 2}, 434)},
+           [](auto& x) { return scatter(x[0], 0, x[1], x[2]); }},
+      };
+    });
+Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  ProfileScope prof("scatter");
+  int ax = 0;
+  check_scatter("scatter", x, axis, index, src, ax);
+  Tensor out = scatter_impl<false>("scatter", x, ax, index, src);
+  if (Node* n = record(scatter_op, out, x, index, src)) {
+    n->save(index);
+    n->i[0] = ax;
+  }
+  return out;
+}
+
+static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (n.needs(0)) gin[0] = g.clone();
+  if (n.needs(2)) gin[2] = gather_into_src_shape(g, static_cast<int>(n.i[0]), n.saved_tensor(0), n.edges[2].shape);
+}
+static const OpDef scatter_add_op(
+    "scatter_add", 3, "scatter_add(x, axis, index, src) -> x with src added at index", "index", scatter_add_backward,
+    [] {
+      return std::vector<OpSample>{
+          {"axis 1 of (3,4), repeated index (3,2)",
+           {uniform({3, 4}, 441), from_vector(std::vector<int64_t>{0, 0, 3, 1, 2, 2}, {3, 2}), uniform({3, 2}, 442)},
+           [](auto& x) { return scatter_add(x[0], 1, x[1], x[2]); }},
+          {"axis 0 of (4,3), index (6,2), non-contiguous src",
+           {uniform({4, 3}, 443), samples::indices({6, 2}, 4, 444), samples::strided({6, 3}, 445)},
+           [](auto& x) { return scatter_add(x[0], 0, x[1], x[2]); }},
+      };
+    });
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  ProfileScope prof("scatter_add");
+  int ax = 0;
+  check_scatter("scatter_add", x, axis, index, src, ax);
+  Tensor out = scatter_impl<true>("scatter_add", x, ax, index, src);
+  if (Node* n = record(scatter_add_op, out, x, index, src)) {
+    n->save(index);
+    n->i[0] = ax;
+  }
+  return out;
+}
+
+// ============================ one_hot ============================
+Tensor one_hot(const Tensor& ids, int64_t num_classes, DType dtype) {
+  ProfileScope prof("one_hot");
+  check_index_dtype("one_hot", ids);
+  if (num_classes <= 0) throw ValueError(fmt::format("one_hot: num_classes must be positive, got {}", num_classes));
+  check_bounds("one_hot", ids, num_classes, "num_classes");
+  Shape out_shape = ids.shape();
+  out_shape.push_back(num_classes);
+  Tensor out = zeros(out_shape, dtype);
+  Tensor ic = ids.contiguous();
+  const int64_t* pi = ic.data<int64_t>();
+  TG_DISPATCH_ALL(dtype, "one_hot", [&] {
+    scalar_t* po = out.data<scalar_t>();
+    for (int64_t k = 0, n = ic.numel(); k < n; ++k) po[k * num_classes + pi[k]] = scalar_t(1);
+  });
+  return out;
+}
+
+void link_index_ops() {}
+
+}  // namespace tg

@@ -1,0 +1,391 @@
+// Matrix products. Every product is a (batched) GEMM through tg::gemm: each
+// operand is described as a batch of (rows, cols) matrices with element
+// strides, and GEMM takes a matrix either as-is (inner stride 1) or
+// transposed (row stride 1) with the matching leading dimension, so
+// transposed views are never copied. Only layouts GEMM cannot read (both
+// strides > 1, or a broadcast stride 0 inside a matrix) are made contiguous.
+//
+// Batches become ONE GEMM where the strides allow: x (B,T,C) @ W (C,N) folds
+// B into the rows (one (B*T,C) @ (C,N) product), and a gradient summed over a
+// broadcast batch folds B into the inner dimension (x^T (C,B*T) @ g (B*T,N)).
+// Otherwise GEMMs run in a loop over the batch.
+#include "autograd/ops/matmul.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "autograd/blas.h"
+#include "autograd/op.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/samples.h"
+#include "autograd/ops/shape.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+namespace {
+
+// A stack of (rows, cols) matrices laid over the product's batch shape: the
+// matrix at batch index b starts at sum_d b[d] * bstride[d] (0 where this
+// operand is broadcast, or where a gradient is summed over that dim).
+struct MatBatch {
+  int64_t rows = 1, cols = 1, rs = 1, cs = 1;
+  Shape bstride;
+};
+
+MatBatch transposed(MatBatch m) {
+  std::swap(m.rows, m.cols);
+  std::swap(m.rs, m.cs);
+  return m;
+}
+
+// How GEMM reads a matrix: row-major as-is (ld = row stride) or transposed
+// (ld = column stride). False when neither fits.
+struct GemmArg {
+  bool trans = false;
+  int64_t ld = 1;
+};
+bool gemm_layout(const MatBatch& m, GemmArg& arg) {
+  if ((m.cols <= 1 || m.cs == 1) && (m.rows <= 1 || m.rs >= std::max<int64_t>(m.cols, 1))) {
+    arg = {false, m.rows <= 1 ? std::max<int64_t>(m.cols, 1) : m.rs};
+    return true;
+  }
+  if ((m.rows <= 1 || m.rs == 1) && (m.cols <= 1 || m.cs >= std::max<int64_t>(m.rows, 1))) {
+    arg = {true, m.cols <= 1 ? std::max<int64_t>(m.rows, 1) : m.cs};
+    return true;
+  }
+  return false;
+}
+
+// t seen as a batch of matrices over `batch` (right-aligned, broadcast dims
+// get stride 0). A 1-D operand lacks the row (has_rows = false) or the
+// column dim (has_cols = false), which then has size 1.
+MatBatch describe_mat(const Tensor& t, const Shape& batch, bool has_rows, bool has_cols) {
+  MatBatch m;
+  int idx = t.dim();
+  if (has_cols) {
+    --idx;
+    m.cols = t.shape()[idx];
+    m.cs = t.strides()[idx];
+  }
+  if (has_rows) {
+    --idx;
+    m.rows = t.shape()[idx];
+    m.rs = t.strides()[idx];
+  }
+  const int nb = batch.size();
+  for (int d = 0; d < nb; ++d) {
+    int td = d - (nb - idx);
+    m.bstride.push_back(td < 0 || t.shape()[td] == 1 ? 0 : t.strides()[td]);
+  }
+  return m;
+}
+
+// Merges every batch dim into the matrix's rows (or columns) when the strides
+// line up, e.g. a contiguous (B,T,C) into one (B*T,C) matrix. False if not.
+bool fold_batch(const Shape& batch, MatBatch& m, bool into_rows) {
+  int64_t n = into_rows ? m.rows : m.cols;
+  int64_t s = into_rows ? m.rs : m.cs;
+  for (int d = batch.size() - 1; d >= 0; --d) {
+    if (batch[d] == 1) continue;
+    if (n == 1) {
+      n = batch[d];
+      s = m.bstride[d];
+    } else if (m.bstride[d] == s * n) {
+      n *= batch[d];
+    } else {
+      return false;
+    }
+  }
+  MatBatch f = m;
+  (into_rows ? f.rows : f.cols) = n;
+  (into_rows ? f.rs : f.cs) = s;
+  f.bstride = Shape();
+  GemmArg unused;
+  if (!gemm_layout(f, unused)) return false;
+  m = f;
+  return true;
+}
+
+bool broadcast_in(const Shape& batch, const MatBatch& m) {
+  for (int d = 0; d < batch.size(); ++d)
+    if (batch[d] > 1 && m.bstride[d] != 0) return false;
+  return true;
+}
+
+template <class T>
+void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const T* pa, const T* pb, T* pc, T beta) {
+  GemmArg ga, gb, gc;
+  gemm_layout(A, ga);
+  gemm_layout(B, gb);
+  gemm_layout(C, gc);  // C is always one we allocated: row-major, inner stride 1
+  gemm(ga.trans, gb.trans, C.rows, C.cols, A.cols, T(1), pa, ga.ld, pb, gb.ld, beta, pc, gc.ld);
+}
+
+// C (batch..., M, N) = A (batch..., M, K) @ B (batch..., K, N), or += when
+// accumulate. Where C's batch stride is 0 the products are summed into it
+// (the backward of a broadcast batch dim). A and B must be GEMM-readable.
+template <class T>
+void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const T* pa, const T* pb, T* pc,
+                  bool accumulate) {
+  const int64_t M = C.rows, N = C.cols, K = A.cols;
+  if (M == 0 || N == 0) return;
+  const int64_t count = batch.numel();
+  if (count == 0) return;
+  if (profiler_enabled()) profiler_add_flops(2.0 * M * N * K * count);
+  bool c_reduced = false;  // some products are summed into the same C
+  for (int d = 0; d < batch.size(); ++d) c_reduced |= batch[d] > 1 && C.bstride[d] == 0;
+  // One GEMM: batch folded into M (B shared by every product) ...
+  if (broadcast_in(batch, B) && !c_reduced) {
+    MatBatch A1 = A, C1 = C;
+    if (fold_batch(batch, A1, true) && fold_batch(batch, C1, true)) {
+      B.bstride = Shape();
+      if (K == 0) {
+        if (!accumulate)
+          for (int64_t r = 0; r < C1.rows; ++r) std::fill(pc + r * C1.rs, pc + r * C1.rs + N, T(0));
+        return;
+      }
+      gemm_one<T>(A1, B, C1, pa, pb, pc, accumulate ? T(1) : T(0));
+      return;
+    }
+  }
+  // ... or into K (every product summed into one C).
+  if (broadcast_in(batch, C) && count > 1) {
+    MatBatch A1 = A, B1 = B;
+    if (fold_batch(batch, A1, false) && fold_batch(batch, B1, true)) {
+      C.bstride = Shape();
+      if (A1.cols == 0) {
+        if (!accumulate)
+          for (int64_t r = 0; r < M; ++r) std::fill(pc + r * C.rs, pc + r * C.rs + N, T(0));
+        return;
+      }
+      gemm_one<T>(A1, B1, C, pa, pb, pc, accumulate ? T(1) : T(0));
+      return;
+    }
+  }
+  // A loop over the batch. A summed-into C starts from zero, then accumulates.
+  if ((c_reduced || K == 0) && !accumulate) {
+    int64_t span = (M - 1) * C.rs + N;  // C's extent: it is one we allocated, contiguous
+    for (int d = 0; d < batch.size(); ++d)
+      if (C.bstride[d] != 0) span = std::max(span, C.bstride[d] * batch[d]);
+    std::fill(pc, pc + span, T(0));
+    accumulate = true;
+  }
+  if (K == 0) return;
+  const T beta = accumulate ? T(1) : T(0);
+  int64_t idx[kMaxDims] = {};
+  int64_t oa = 0, ob = 0, oc = 0;
+  const int nb = batch.size();
+  for (int64_t k = 0; k < count; ++k) {
+    gemm_one<T>(A, B, C, pa + oa, pb + ob, pc + oc, beta);
+    for (int d = nb - 1; d >= 0; --d) {  // odometer step over the batch index
+      oa += A.bstride[d];
+      ob += B.bstride[d];
+      oc += C.bstride[d];
+      if (++idx[d] < batch[d]) break;
+      oa -= A.bstride[d] * batch[d];
+      ob -= B.bstride[d] * batch[d];
+      oc -= C.bstride[d] * batch[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// An operand GEMM can read: t itself, or a contiguous copy when its matrix
+// layout has no unit stride (a strided slice, an expanded matrix dim).
+Tensor gemm_readable(const Tensor& t, const Shape& batch, bool has_rows, bool has_cols) {
+  GemmArg unused;
+  if (gemm_layout(describe_mat(t, batch, has_rows, has_cols), unused)) return t;
+  NoGradGuard ng;
+  return t.contiguous();
+}
+
+// out = a @ b over `batch`, or out += a @ b when accumulate. Each tensor's
+// has_rows/has_cols say which matrix dims it has (1-D operands lack one).
+struct Operand {
+  const Tensor& t;
+  bool has_rows, has_cols;
+};
+void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool transpose_a, bool transpose_b,
+                 bool accumulate) {
+  Tensor ta = gemm_readable(a.t, batch, a.has_rows, a.has_cols);
+  Tensor tb = gemm_readable(b.t, batch, b.has_rows, b.has_cols);
+  MatBatch A = describe_mat(ta, batch, a.has_rows, a.has_cols);
+  MatBatch B = describe_mat(tb, batch, b.has_rows, b.has_cols);
+  MatBatch C = describe_mat(out.t, batch, out.has_rows, out.has_cols);
+  if (transpose_a) A = transposed(A);
+  if (transpose_b) B = transposed(B);
+  TG_DISPATCH_FLOAT(out.t.dtype(), "matmul", [&] {
+    batched_gemm<scalar_t>(batch, A, B, C, ta.data<scalar_t>(), tb.data<scalar_t>(), out.t.data<scalar_t>(),
+                           accumulate);
+  });
+}
+
+void check_operands(const char* op, const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
+  if (a.dtype() != b.dtype())
+    throw DTypeError(fmt::format("{}: dtypes differ: {} {} and {} {}", op, a.shape(), dtype_name(a.dtype()), b.shape(),
+                                 dtype_name(b.dtype())));
+  if (!is_floating(a.dtype()))
+    throw DTypeError(fmt::format("{}: expected floating tensors, got {} {}", op, a.shape(), dtype_name(a.dtype())));
+}
+
+// The batch dims of a matmul: broadcast of a's and b's leading dims.
+Shape matmul_batch(const Tensor& a, const Tensor& b) {
+  Shape ba, bb;
+  for (int d = 0; d + 2 < a.dim(); ++d) ba.push_back(a.shape()[d]);
+  for (int d = 0; d + 2 < b.dim(); ++d) bb.push_back(b.shape()[d]);
+  const int n = std::max(ba.size(), bb.size());
+  Shape out;
+  for (int d = 0; d < n; ++d) {
+    int da = d - (n - ba.size()), db = d - (n - bb.size());
+    int64_t sa = da < 0 ? 1 : ba[da], sb = db < 0 ? 1 : bb[db];
+    if (sa != sb && sa != 1 && sb != 1)
+      throw ShapeError(fmt::format("matmul: batch dims of {} and {} do not broadcast", a.shape(), b.shape()));
+    out.push_back(std::max(sa, sb));
+  }
+  return out;
+}
+
+}  // namespace
+
+// ============================ matmul ============================
+// out = a @ b: grad_a = g @ b^T, grad_b = a^T @ g, each summed over the batch
+// dims its input was broadcast along (the sum happens inside the GEMMs).
+static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor &a = n.saved_tensor(0), &b = n.saved_tensor(1);
+  const Shape batch = matmul_batch(a, b);
+  const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
+  if (n.needs(0)) {
+    gin[0] = empty(a.shape(), a.dtype());
+    run_product(batch, {g, a_rows, b_cols}, {b, true, b_cols}, {gin[0], a_rows, true}, false, true, false);
+  }
+  if (n.needs(1)) {
+    gin[1] = empty(b.shape(), b.dtype());
+    run_product(batch, {a, a_rows, true}, {g, a_rows, b_cols}, {gin[1], true, b_cols}, true, false, false);
+  }
+}
+static const OpDef matmul_op(
+    "matmul", 2, "matmul(a, b) -> a @ b (torch.matmul semantics)", "a, b", matmul_backward, [] {
+      using samples::uniform;
+      auto fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
+      return std::vector<OpSample>{
+          {"2-D (3,4)@(4,5)", {uniform({3, 4}, 301), uniform({4, 5}, 302)}, fn},
+          {"batched (2,3,4)@(2,4,5)", {uniform({2, 3, 4}, 303), uniform({2, 4, 5}, 304)}, fn},
+          {"broadcast batch (2,1,3,4)@(3,4,2)", {uniform({2, 1, 3, 4}, 305), uniform({3, 4, 2}, 306)}, fn},
+          {"batched @ 2-D (2,3,4)@(4,5)", {uniform({2, 3, 4}, 307), uniform({4, 5}, 308)}, fn},
+          {"2-D @ batched (3,4)@(2,4,5)", {uniform({3, 4}, 309), uniform({2, 4, 5}, 310)}, fn},
+          {"1-D @ 1-D (4)@(4)", {uniform({4}, 311), uniform({4}, 312)}, fn},
+          {"1-D @ 2-D (4)@(4,3)", {uniform({4}, 313), uniform({4, 3}, 314)}, fn},
+          {"2-D @ 1-D (3,4)@(4)", {uniform({3, 4}, 315), uniform({4}, 316)}, fn},
+          {"1-D @ batched (4)@(2,4,3)", {uniform({4}, 317), uniform({2, 4, 3}, 318)}, fn},
+          {"transposed views (4,3)^T @ (5,4)^T",
+           {uniform({4, 3}, 319), uniform({5, 4}, 320)},
+           [](const std::vector<Tensor>& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }},
+          {"non-contiguous (3,4)@(4,2)", {samples::strided({3, 4}, 321), samples::strided({4, 2}, 322)}, fn},
+      };
+    });
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  ProfileScope prof("matmul");
+  check_operands("matmul", a, b);
+  if (a.dim() == 0 || b.dim() == 0)
+    throw ShapeError(
+        fmt::format("matmul: both arguments need at least 1 dimension, got {} and {}", a.shape(), b.shape()));
+  const int64_t ka = a.shape()[a.dim() - 1], kb = b.shape()[b.dim() >= 2 ? b.dim() - 2 : 0];
+  if (ka != kb) throw ShapeError(fmt::format("matmul: cannot multiply {} by {}", a.shape(), b.shape()));
+  const Shape batch = matmul_batch(a, b);
+  const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
+  Shape out_shape = batch;
+  if (a_rows) out_shape.push_back(a.shape()[a.dim() - 2]);
+  if (b_cols) out_shape.push_back(b.shape()[b.dim() - 1]);
+  Tensor out = empty(out_shape, a.dtype());
+  run_product(batch, {a, a_rows, true}, {b, true, b_cols}, {out, a_rows, b_cols}, false, false, false);
+  if (Node* n = record(matmul_op, out, a, b)) {
+    n->save(a);
+    n->save(b);
+  }
+  return out;
+}
+
+// ============================ linear ============================
+// out (..., out) = x (..., in) @ weight(out, in)^T + bias: the weight goes to
+// GEMM as a transpose flag; the bias is written into out first and GEMM adds
+// onto it (beta = 1), so there is no separate bias pass.
+static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor &x = n.saved_tensor(0), &w = n.saved_tensor(1);
+  Shape batch;
+  for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
+  const bool x_rows = x.dim() >= 2;
+  if (n.needs(0)) {  // g (..., out) @ w (out, in)
+    gin[0] = empty(x.shape(), x.dtype());
+    run_product(batch, {g, x_rows, true}, {w, true, true}, {gin[0], x_rows, true}, false, false, false);
+  }
+  if (n.needs(1)) {  // g^T (out, ...) @ x (..., in), summed over the batch
+    gin[1] = empty(w.shape(), w.dtype());
+    run_product(batch, {g, x_rows, true}, {x, x_rows, true}, {gin[1], true, true}, true, false, false);
+  }
+  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();
+}
+static const OpDef linear_op("linear", 3, "linear(x, weight, bias) -> x @ weight^T + bias", "x, weight",
+                             linear_backward, [] {
+                               using samples::uniform;
+                               return std::vector<OpSample>{
+                                   {"(2,3,4) with weight (5,4) and bias (5)",
+                                    {uniform({2, 3, 4}, 331), uniform({5, 4}, 332), uniform({5}, 333)},
+                                    [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
+                                   {"(3,4) without bias",
+                                    {uniform({3, 4}, 334), uniform({5, 4}, 335)},
+                                    [](const std::vector<Tensor>& x) { return linear(x[0], x[1]); }},
+                                   {"1-D (4) with bias",
+                                    {uniform({4}, 336), uniform({2, 4}, 337), uniform({2}, 338)},
+                                    [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
+                                   {"non-contiguous x, transposed weight view",
+                                    {samples::strided({3, 4}, 339), uniform({4, 2}, 340), uniform({2}, 341)},
+                                    [](const std::vector<Tensor>& x) {
+                                      return linear(x[0], transpose(x[1], 0, 1), x[2]);
+                                    }},
+                               };
+                             });
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  ProfileScope prof("linear");
+  check_operands("linear", x, weight);
+  if (weight.dim() != 2) throw ShapeError(fmt::format("linear: weight must be (out, in), got {}", weight.shape()));
+  if (x.dim() == 0) throw ShapeError("linear: input must have at least 1 dimension, got ()");
+  const int64_t in = weight.shape()[1], out_features = weight.shape()[0];
+  if (x.shape()[x.dim() - 1] != in)
+    throw ShapeError(fmt::format("linear: input {} has {} features, weight {} expects {}", x.shape(),
+                                 x.shape()[x.dim() - 1], weight.shape(), in));
+  if (bias.defined()) {
+    if (bias.dtype() != x.dtype())
+      throw DTypeError(fmt::format("linear: bias is {}, input is {}", dtype_name(bias.dtype()), dtype_name(x.dtype())));
+    if (!(bias.shape() == Shape{out_features}))
+      throw ShapeError(fmt::format("linear: bias {} does not match weight {}: expected ({})", bias.shape(),
+                                   weight.shape(), out_features));
+  }
+  Shape batch;
+  for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out_features;
+  Tensor out = empty(out_shape, x.dtype());
+  const bool x_rows = x.dim() >= 2;
+  if (bias.defined() && out.numel() > 0) {
+    Tensor bc = bias.contiguous();
+    TG_DISPATCH_FLOAT(x.dtype(), "linear", [&] {
+      const scalar_t* pb = bc.data<scalar_t>();
+      scalar_t* po = out.data<scalar_t>();
+      for (int64_t r = 0, rows = out.numel() / out_features; r < rows; ++r)
+        std::memcpy(po + r * out_features, pb, sizeof(scalar_t) * out_features);
+    });
+  }
+  run_product(batch, {x, x_rows, true}, {weight, true, true}, {out, x_rows, true}, false, true, bias.defined());
+  if (Node* n = record(linear_op, out, x, weight, bias)) {
+    n->save(x);
+    n->save(weight);
+  }
+  return out;
+}
+
+void link_matmul_ops() {}
+
+}  // namespace tg

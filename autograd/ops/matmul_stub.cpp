@@ -1,3 +1,0 @@
-namespace tg {
-void link_matmul_ops() {}
-}

@@ -1,0 +1,145 @@
+#pragma once
+// Row kernels shared by the fused NN ops (nn_ops.cpp) and attention
+// (attention.cpp). Sums use `omp simd` reductions, so float rows vectorise
+// without -ffast-math; exp in float is a polynomial that vectorises.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "autograd/ops/loop.h"
+#include "autograd/tape.h"
+#include "autograd/tensor.h"
+
+namespace tg::detail {
+
+// exp that the compiler can vectorise: 2^k * p(r) with |r| <= ln2/2 and the
+// Cephes minimax polynomial (about 1 ulp). Valid for x <= 88 (callers pass
+// x - max <= 0); inputs below -87, where float exp underflows, give exactly 0. float64 keeps std::exp for gradcheck accuracy.
+inline float vexp(float x) {
+  const bool under = x < -87.0f;
+  x = under ? -87.0f : x;
+  const float t = x * 1.44269504088896341f + 12582912.0f;  // round(x / ln2) via the 1.5*2^23 trick
+  const uint32_t k = std::bit_cast<uint32_t>(t) - 0x4B400000u;  // unsigned: garbage lanes never overflow
+  const float kf = t - 12582912.0f;
+  const float r = x - kf * 0.693359375f + kf * 2.12194440e-4f;
+  const float p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
+                   1.6666665459e-1f) * r + 5.0000001201e-1f;
+  const float e = p * (r * r) + r + 1.0f;
+  return under ? 0.0f : e * std::bit_cast<float>((k + 127u) << 23);
+}
+inline double vexp(double x) { return std::exp(x); }
+
+// Max of a row, in 2 x 512 bits of independent lanes: the `a > b ? a : b`
+// pattern maps to vmaxps (GCC does not vectorise a floating-point max
+// reduction itself, because of NaN and signed-zero rules). The tail is one
+// more full vector ending at the last element (max does not mind seeing an
+// element twice), and the lanes combine as a tree, so no long serial chain.
+template <class T> inline T row_max(const T* x, int64_t n) {
+  constexpr int L = 2 * 64 / sizeof(T);
+  T acc[L];
+  std::fill(acc, acc + L, -std::numeric_limits<T>::infinity());
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int k = 0; k < L; ++k) acc[k] = acc[k] > x[i + k] ? acc[k] : x[i + k];
+  if (i < n && n >= L) {
+    for (int k = 0; k < L; ++k) acc[k] = acc[k] > x[n - L + k] ? acc[k] : x[n - L + k];
+  } else {
+    for (int k = 0; i < n; ++i, ++k) acc[k] = acc[k] > x[i] ? acc[k] : x[i];
+  }
+  for (int w = L / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] = acc[k] > acc[k + w] ? acc[k] : acc[k + w];
+  return acc[0];
+}
+template <class T> inline T row_sum(const T* x, int64_t n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+template <class T> inline T row_dot(const T* x, const T* y, int64_t n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+// e[i] = exp(x[i] - m); returns the sum. e may alias x. Short rows (a V = 85
+// vocabulary) are mostly tail, so the tail is one more full vector ending at
+// the last element: computed first (e may overwrite x), summed only over the
+// lanes the main loop does not cover, stored last (the overlap rewrites equal
+// values).
+template <class T> inline T exp_shifted(const T* x, T m, T* e, int64_t n) {
+  constexpr int L = 64 / sizeof(T);
+  const int64_t full = n - n % L;
+  const bool overlap = full < n && n >= L;
+  T tail[L], s = 0;
+  if (overlap) {
+    const int64_t skip = L - (n - full);
+#pragma omp simd reduction(+ : s)
+    for (int k = 0; k < L; ++k) {
+      tail[k] = vexp(x[n - L + k] - m);
+      s += k >= skip ? tail[k] : T(0);
+    }
+  }
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < full; ++i) {
+    const T v = vexp(x[i] - m);
+    e[i] = v;
+    s += v;
+  }
+  if (overlap) {
+    std::copy(tail, tail + L, e + n - L);
+  } else {
+    for (int64_t i = full; i < n; ++i) s += e[i] = vexp(x[i] - m);
+  }
+  return s;
+}
+
+// Log of the sum of exp over a row, stable: max + log(sum exp(x - max)).
+template <class T> inline T row_logsumexp(const T* x, int64_t n) {
+  constexpr int L = 64 / sizeof(T);
+  const T m = row_max(x, n);
+  const int64_t full = n - n % L;
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < full; ++i) s += vexp(x[i] - m);
+  if (full < n && n >= L) {
+    const int64_t skip = L - (n - full);
+#pragma omp simd reduction(+ : s)
+    for (int k = 0; k < L; ++k) s += k >= skip ? vexp(x[n - L + k] - m) : T(0);
+  } else {
+    for (int64_t i = full; i < n; ++i) s += vexp(x[i] - m);
+  }
+  return m + std::log(s);
+}
+
+// Calls f(T{}) with T = float or double. A function, unlike TG_DISPATCH_FLOAT,
+// so the kernels inside the lambda may use #pragma omp simd.
+template <class F>
+void dispatch_float(DType dtype, std::string_view op, F&& f) {
+  if (dtype == DType::f32)
+    f(float{});
+  else if (dtype == DType::f64)
+    f(double{});
+  else
+    throw DTypeError(fmt::format("{}: expected a floating tensor, got {}", op, dtype_name(dtype)));
+}
+
+// A contiguous, untracked handle on x's data for the kernels to read.
+inline Tensor dense(const Tensor& x) {
+  NoGradGuard ng;
+  return x.contiguous();
+}
+
+inline void check_floating(const char* op, const Tensor& x, const char* what) {
+  if (!x.defined()) throw ValueError(fmt::format("{}: {} is undefined", op, what));
+  if (!is_floating(x.dtype()))
+    throw DTypeError(fmt::format("{}: {} must be float32 or float64, got {} {}", op, what, x.shape(),
+                                 dtype_name(x.dtype())));
+}
+
+// Rows per parallel chunk so that each chunk holds about kElementwiseGrain elements.
+inline int64_t row_grain(int64_t row_len) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(row_len, 1)); }
+
+}  // namespace tg::detail

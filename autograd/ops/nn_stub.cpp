@@ -1,3 +1,0 @@
-namespace tg {
-void link_nn_ops() {}
-}

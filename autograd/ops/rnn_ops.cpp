@@ -1,0 +1,451 @@
+// Fused recurrences (see rnn_ops.h): forward kernel, backward kernel and OpDef
+// of each cell type side by side. G is the gate width (H, 4H or 3H); every
+// buffer is row-major time-major, step t of a (T,B,K) buffer at t*B*K.
+#include "autograd/ops/rnn_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/blas.h"
+#include "autograd/op.h"
+#include "autograd/ops/nn_kernels.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/samples.h"
+#include "autograd/parallel.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+namespace {
+
+// Gate nonlinearities. float32 builds them on nn_kernels.h's polynomial exp,
+// so the pointwise loops vectorise (within 3 ulp of libm: sigmoid 2.5, tanh
+// 2.7); float64 keeps libm, for gradchecks and parity to 1e-10.
+inline float sigmoid_gate(float x) { return 1.0f / (1.0f + detail::vexp(std::min(-x, 88.0f))); }
+inline double sigmoid_gate(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline float tanh_gate(float x) {
+  // (1 - e^-2|x|) / (1 + e^-2|x|) cancels for small |x|: there, the Taylor series to x^11.
+  const float a = std::abs(x), e = detail::vexp(-2.0f * a), x2 = x * x;
+  const float series =
+      x * (1.0f +
+           x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315 + x2 * (62.0f / 2835 + x2 * (-1382.0f / 155925))))));
+  return a < 0.3f ? series : std::copysign((1.0f - e) / (1.0f + e), x);
+}
+inline double tanh_gate(double x) { return std::tanh(x); }
+
+// Pointwise passes split over the batch rows once a step has enough work.
+int64_t row_grain(int64_t G) { return std::max<int64_t>(1, 8192 / G); }
+
+struct Dims {
+  int64_t T, B, H;
+};
+
+// Checks the arguments of `op` (gates = G / H) and returns (T, B, H).
+Dims check_recurrence(const char* op, int64_t gates, const Tensor& xp, const Tensor& w_hh, const Tensor& b_hh,
+                      const Tensor& h0, const Tensor& c0) {
+  if (!xp.defined() || !w_hh.defined()) throw ValueError(fmt::format("{}: xp and w_hh must be defined", op));
+  if (!is_floating(xp.dtype()))
+    throw DTypeError(fmt::format("{}: expected a floating xp, got {}", op, dtype_name(xp.dtype())));
+  if (w_hh.dim() != 2 || w_hh.size(0) != gates * w_hh.size(1))
+    throw ShapeError(fmt::format("{}: w_hh {} must be ({}H,H)", op, w_hh.shape(), gates));
+  const int64_t H = w_hh.size(1);
+  if (xp.dim() != 3 || xp.size(2) != gates * H)
+    throw ShapeError(fmt::format("{}: xp {} must be (T,B,{}) for w_hh {}", op, xp.shape(), gates * H, w_hh.shape()));
+  const int64_t T = xp.size(0), B = xp.size(1);
+  if (T < 1) throw ShapeError(fmt::format("{}: xp {} has no time step", op, xp.shape()));
+  auto check = [&](const Tensor& t, const char* name, const Shape& want) {
+    if (!t.defined()) return;
+    if (t.dtype() != xp.dtype())
+      throw DTypeError(fmt::format("{}: {} is {}, xp is {}", op, name, dtype_name(t.dtype()), dtype_name(xp.dtype())));
+    if (!(t.shape() == want)) throw ShapeError(fmt::format("{}: {} {} must be {}", op, name, t.shape(), want));
+  };
+  check(w_hh, "w_hh", w_hh.shape());
+  check(b_hh, "b_hh", Shape{gates * H});
+  check(h0, "h0", Shape{B, H});
+  check(c0, "c0", Shape{B, H});
+  return {T, B, H};
+}
+
+Tensor contig(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
+template <class S>
+S* ptr(const Tensor& t) {
+  return t.defined() ? t.data<S>() : nullptr;
+}
+
+// dW (G,H) = sum_t dG_t^T h_{t-1}: one GEMM over steps 1..T-1 (whose previous
+// states are the output rows 0..T-2) plus step 0's term when h0 is given.
+template <class S>
+Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* h0, DType dtype) {
+  const int64_t T = d.T, B = d.B, H = d.H;
+  Tensor dW = zeros({G, H}, dtype);
+  S* w = dW.data<S>();
+  if (T > 1) gemm(true, false, G, H, (T - 1) * B, S(1), dG + B * G, G, hs, H, S(0), w, H);
+  if (h0) gemm(true, false, G, H, B, S(1), dG, G, h0, H, S(1), w, H);
+  return dW;
+}
+
+std::vector<OpSample> recurrence_samples(int gates, bool bias_input, bool cell_state) {
+  using samples::uniform;
+  const int64_t T = 3, B = 2, H = 3, G = gates * H;
+  auto fn = [bias_input, cell_state](bool with_state) {
+    return [=](const std::vector<Tensor>& x) {
+      Tensor h0 = with_state ? x[bias_input ? 3 : 2] : Tensor();
+      if (cell_state) return lstm_recurrence(x[0], x[1], h0, with_state ? x[3] : Tensor());
+      if (bias_input) return gru_recurrence(x[0], x[1], x[2], h0);
+      return rnn_tanh_recurrence(x[0], x[1], h0);
+    };
+  };
+  std::vector<Tensor> with_state = {uniform({T, B, G}, 201, -2, 2), uniform({G, H}, 202)};
+  std::vector<Tensor> zero_state = {samples::strided({T, B, G}, 203, -2, 2), uniform({G, H}, 204)};
+  if (bias_input) {
+    with_state.push_back(uniform({G}, 205));
+    zero_state.push_back(uniform({G}, 206));
+  }
+  with_state.push_back(uniform({B, H}, 207));
+  if (cell_state) with_state.push_back(uniform({B, H}, 208));
+  return {
+      {"T=3 B=2 H=3 with initial state", with_state, fn(true)},
+      {"zero initial state, non-contiguous xp", zero_state, fn(false)},
+      {"one step",
+       {uniform({1, B, G}, 209, -2, 2), uniform({G, H}, 210)},
+       [=](const std::vector<Tensor>& x) {
+         if (cell_state) return lstm_recurrence(x[0], x[1]);
+         if (bias_input) return gru_recurrence(x[0], x[1]);
+         return rnn_tanh_recurrence(x[0], x[1]);
+       }},
+  };
+}
+
+}  // namespace
+
+// ============================ rnn_tanh_recurrence ============================
+// Saves w_hh, h0 and the output (tanh' = 1 - h^2).
+template <class S>
+static void rnn_tanh_forward(const Dims& d, const S* xp, const S* w, const S* h0, S* hs) {
+  const int64_t T = d.T, B = d.B, H = d.H;
+  for (int64_t t = 0; t < T; ++t) {
+    S* h = hs + t * B * H;
+    const S* hprev = t == 0 ? h0 : h - B * H;
+    std::copy_n(xp + t * B * H, B * H, h);
+    if (hprev) gemm(false, true, B, H, H, S(1), hprev, H, w, H, S(1), h, H);
+    parallel_for(B * H, 8192, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) h[i] = tanh_gate(h[i]);
+    });
+  }
+}
+
+template <class S>
+static void rnn_tanh_backward_kernel(const Dims& d, const S* gout, const S* w, const S* h0, const S* hs, S* dA,
+                                     S* dh0) {
+  const int64_t T = d.T, B = d.B, H = d.H;
+  Tensor rec = zeros({B, H}, dtype_v<S>);  // gradient reaching h_t from step t+1
+  S* dh = rec.data<S>();
+  for (int64_t t = T; t-- > 0;) {
+    const S* h = hs + t * B * H;
+    const S* g = gout + t * B * H;
+    S* da = dA + t * B * H;
+    parallel_for(B * H, 8192, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) da[i] = (g[i] + dh[i]) * (S(1) - h[i] * h[i]);
+    });
+    if (t > 0 || dh0) gemm(false, false, B, H, H, S(1), da, H, w, H, S(0), t > 0 ? dh : dh0, H);
+  }
+}
+
+static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor &w = n.saved_tensor(0), &h0 = n.saved_tensor(1), &out = n.saved_tensor(2);
+  const Dims d{out.size(0), out.size(1), out.size(2)};
+  Tensor g = grad.contiguous();
+  Tensor dA = empty(out.shape(), out.dtype());
+  Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  TG_DISPATCH_FLOAT(out.dtype(), "rnn_tanh_recurrence", [&] {
+    rnn_tanh_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0),
+                                       out.data<scalar_t>(), dA.data<scalar_t>(), ptr<scalar_t>(dh0));
+    if (n.needs(1))
+      gin[1] = weight_grad<scalar_t>(d, d.H, dA.data<scalar_t>(), out.data<scalar_t>(), ptr<scalar_t>(h0), out.dtype());
+  });
+  if (n.needs(0)) gin[0] = dA;
+  if (n.needs(2)) gin[2] = dh0;
+}
+static const OpDef rnn_tanh_recurrence_op("rnn_tanh_recurrence", 3,
+                                          "rnn_tanh_recurrence(xp (T,B,H), w_hh (H,H), h0 (B,H)) -> (T,B,H)",
+                                          "w_hh, h0, output", rnn_tanh_recurrence_backward,
+                                          [] { return recurrence_samples(1, false, false); });
+
+Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
+  ProfileScope prof("rnn_tanh_recurrence");
+  const Dims d = check_recurrence("rnn_tanh_recurrence", 1, xp_in, w_in, Tensor(), h0_in, Tensor());
+  Tensor xp, w, h0;
+  {
+    NoGradGuard ng;
+    xp = contig(xp_in), w = contig(w_in), h0 = contig(h0_in);
+  }
+  Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
+  TG_DISPATCH_FLOAT(xp.dtype(), "rnn_tanh_recurrence", [&] {
+    rnn_tanh_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), out.data<scalar_t>());
+  });
+  if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in)) {
+    n->save(w);
+    n->save(h0);
+    n->save(out);
+  }
+  return out;
+}
+
+// ============================ lstm_recurrence ============================
+// act (T,B,4H) keeps the gate activations sig(i), sig(f), tanh(g), sig(o);
+// out (2,T,B,H) holds h_t then c_t, so backward finds c_{t-1} there.
+template <class S>
+static void lstm_forward(const Dims& d, const S* xp, const S* w, const S* h0, const S* c0, S* act, S* hs, S* cs) {
+  const int64_t T = d.T, B = d.B, H = d.H;
+  const int64_t G = 4 * H;
+  Tensor zero = zeros({B, H}, dtype_v<S>);  // c_{-1} when c0 is not given
+  for (int64_t t = 0; t < T; ++t) {
+    S* a = act + t * B * G;
+    S* h = hs + t * B * H;
+    S* c = cs + t * B * H;
+    const S* hprev = t == 0 ? h0 : h - B * H;
+    const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero.data<S>();
+    std::copy_n(xp + t * B * G, B * G, a);
+    if (hprev) gemm(false, true, B, G, H, S(1), hprev, H, w, H, S(1), a, G);
+    parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        S *ai = a + b * G, *af = ai + H, *ag = af + H, *ao = ag + H;
+        const S* cp = cprev + b * H;
+        S *cb = c + b * H, *hb = h + b * H;
+#pragma omp simd
+        for (int64_t j = 0; j < H; ++j) {
+          const S i = sigmoid_gate(ai[j]), f = sigmoid_gate(af[j]), g = tanh_gate(ag[j]), o = sigmoid_gate(ao[j]);
+          ai[j] = i, af[j] = f, ag[j] = g, ao[j] = o;
+          const S cn = i * g + f * cp[j];
+          cb[j] = cn;
+          hb[j] = o * tanh_gate(cn);
+        }
+      }
+    });
+  }
+}
+
+// gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
+// gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
+template <class S>
+static void lstm_backward_kernel(const Dims& d, const S* gout, const S* w, const S* c0, const S* act, const S* cs,
+                                 S* dG, S* dh0, S* dc0) {
+  const int64_t T = d.T, B = d.B, H = d.H;
+  const int64_t G = 4 * H;
+  Tensor rec = zeros({3, B, H}, dtype_v<S>);  // gradients reaching h_t and c_t from step t+1; c_{-1} = 0
+  S* dh = rec.data<S>();
+  S* dc = dh + B * H;
+  const S* zero = dc + B * H;
+  for (int64_t t = T; t-- > 0;) {
+    const S* gh = gout + t * B * H;
+    const S* gc = gout + (T + t) * B * H;
+    const S* a = act + t * B * G;
+    const S* c = cs + t * B * H;
+    const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
+    S* dg = dG + t * B * G;
+    parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const S *ai = a + b * G, *af = ai + H, *ag = af + H, *ao = ag + H;
+        S *di = dg + b * G, *df = di + H, *dgg = df + H, *dout = dgg + H;
+        const int64_t r = b * H;
+#pragma omp simd
+        for (int64_t j = 0; j < H; ++j) {
+          const S i = ai[j], f = af[j], g = ag[j], o = ao[j];
+          const S tc = tanh_gate(c[r + j]);
+          const S dht = gh[r + j] + dh[r + j];
+          const S dct = gc[r + j] + dc[r + j] + dht * o * (S(1) - tc * tc);
+          di[j] = dct * g * i * (S(1) - i);
+          df[j] = dct * cprev[r + j] * f * (S(1) - f);
+          dgg[j] = dct * i * (S(1) - g * g);
+          dout[j] = dht * tc * o * (S(1) - o);
+          dc[r + j] = dct * f;
+        }
+      }
+    });
+    if (t > 0 || dh0) gemm(false, false, B, H, G, S(1), dg, G, w, H, S(0), t > 0 ? dh : dh0, H);
+  }
+  if (dc0) std::copy_n(dc, B * H, dc0);
+}
+
+static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor &w = n.saved_tensor(0), &h0 = n.saved_tensor(1), &c0 = n.saved_tensor(2);
+  const Tensor &act = n.saved_tensor(3), &out = n.saved_tensor(4);
+  const Dims d{out.size(1), out.size(2), out.size(3)};
+  const int64_t BH = d.B * d.H;
+  Tensor g = grad.contiguous();
+  Tensor dG = empty(act.shape(), act.dtype());
+  Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  Tensor dc0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  TG_DISPATCH_FLOAT(out.dtype(), "lstm_recurrence", [&] {
+    const scalar_t* hs = out.data<scalar_t>();
+    lstm_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(c0), act.data<scalar_t>(),
+                                   hs + d.T * BH, dG.data<scalar_t>(), ptr<scalar_t>(dh0), ptr<scalar_t>(dc0));
+    if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, 4 * d.H, dG.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
+  });
+  if (n.needs(0)) gin[0] = dG;
+  if (n.needs(2)) gin[2] = dh0;
+  if (n.needs(3)) gin[3] = dc0;
+}
+static const OpDef lstm_recurrence_op(
+    "lstm_recurrence", 4, "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
+    "w_hh, h0, c0, gate activations (T,B,4H), output", lstm_recurrence_backward,
+    [] { return recurrence_samples(4, false, true); });
+
+Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
+  ProfileScope prof("lstm_recurrence");
+  const Dims d = check_recurrence("lstm_recurrence", 4, xp_in, w_in, Tensor(), h0_in, c0_in);
+  Tensor xp, w, h0, c0;
+  {
+    NoGradGuard ng;
+    xp = contig(xp_in), w = contig(w_in), h0 = contig(h0_in), c0 = contig(c0_in);
+  }
+  Tensor out = empty({2, d.T, d.B, d.H}, xp.dtype());
+  Tensor act = empty(xp.shape(), xp.dtype());
+  TG_DISPATCH_FLOAT(xp.dtype(), "lstm_recurrence", [&] {
+    scalar_t* hs = out.data<scalar_t>();
+    lstm_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), ptr<scalar_t>(c0),
+                           act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
+  });
+  if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in)) {
+    n->save(w);
+    n->save(h0);
+    n->save(c0);
+    n->save(act);
+    n->save(out);
+  }
+  return out;
+}
+
+// ============================ gru_recurrence ============================
+// act (T,B,4H) keeps r, z, n and hn = h W_hn^T + b_hn (needed for dr).
+template <class S>
+static void gru_forward(const Dims& d, const S* xp, const S* w, const S* bias, const S* h0, S* act, S* hs) {
+  const int64_t T = d.T, B = d.B, H = d.H;
+  const int64_t G = 3 * H;
+  // hp = h_{t-1} W_hh^T + b_hh; zero stands in for a missing h0 or bias.
+  Tensor buf = zeros({2, B, G}, dtype_v<S>);
+  S* hp = buf.data<S>();
+  const S* zero = hp + B * G;
+  if (!bias) bias = zero;
+  for (int64_t t = 0; t < T; ++t) {
+    const S* x = xp + t * B * G;
+    S* a = act + t * B * 4 * H;
+    S* h = hs + t * B * H;
+    const S* hprev = t > 0 ? h - B * H : h0 ? h0 : zero;
+    if (t > 0 || h0) gemm(false, true, B, G, H, S(1), hprev, H, w, H, S(0), hp, G);
+    parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const S *xr = x + b * G, *xz = xr + H, *xn = xz + H;
+        const S *pr = hp + b * G, *pz = pr + H, *pn = pz + H;
+        S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
+        const S* hb = hprev + b * H;
+        S* out = h + b * H;
+#pragma omp simd
+        for (int64_t j = 0; j < H; ++j) {
+          const S hn = pn[j] + bias[2 * H + j];
+          const S r = sigmoid_gate(xr[j] + pr[j] + bias[j]), z = sigmoid_gate(xz[j] + pz[j] + bias[H + j]);
+          const S nn = tanh_gate(xn[j] + r * hn);
+          ar[j] = r, az[j] = z, an[j] = nn, ahn[j] = hn;
+          out[j] = (S(1) - z) * nn + z * hb[j];
+        }
+      }
+    });
+  }
+}
+
+// Fills dX (T,B,3H), the gradient of xp, and dP (T,B,3H), that of the hidden
+// projection h W_hh^T + b_hh (they differ in the n gate: dP_n = r dX_n).
+template <class S>
+static void gru_backward_kernel(const Dims& d, const S* gout, const S* w, const S* h0, const S* act, const S* hs, S* dX,
+                                S* dP, S* dh0) {
+  const int64_t T = d.T, B = d.B, H = d.H;
+  const int64_t G = 3 * H;
+  Tensor rec = zeros({2, B, H}, dtype_v<S>);  // gradient reaching h_t from step t+1; h_{-1} = 0
+  S* dh = rec.data<S>();
+  const S* zero = dh + B * H;
+  for (int64_t t = T; t-- > 0;) {
+    const S* g = gout + t * B * H;
+    const S* a = act + t * B * 4 * H;
+    const S* hprev = t > 0 ? hs + (t - 1) * B * H : h0 ? h0 : zero;
+    S* dx = dX + t * B * G;
+    S* dp = dP + t * B * G;
+    parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
+        S *dxr = dx + b * G, *dxz = dxr + H, *dxn = dxz + H;
+        S *dpr = dp + b * G, *dpz = dpr + H, *dpn = dpz + H;
+        const int64_t k = b * H;
+#pragma omp simd
+        for (int64_t j = 0; j < H; ++j) {
+          const S r = ar[j], z = az[j], nn = an[j], hn = ahn[j];
+          const S dht = g[k + j] + dh[k + j];
+          const S dan = dht * (S(1) - z) * (S(1) - nn * nn);
+          const S dar = dan * hn * r * (S(1) - r);
+          const S daz = dht * (hprev[k + j] - nn) * z * (S(1) - z);
+          dxr[j] = dpr[j] = dar;
+          dxz[j] = dpz[j] = daz;
+          dxn[j] = dan;
+          dpn[j] = dan * r;
+          dh[k + j] = dht * z;  // the direct path z h_{t-1}; the GEMM below adds the rest
+        }
+      }
+    });
+    if (t > 0) {
+      gemm(false, false, B, H, G, S(1), dp, G, w, H, S(1), dh, H);
+    } else if (dh0) {
+      std::copy_n(dh, B * H, dh0);
+      gemm(false, false, B, H, G, S(1), dp, G, w, H, S(1), dh0, H);
+    }
+  }
+}
+
+static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor &w = n.saved_tensor(0), &h0 = n.saved_tensor(1), &act = n.saved_tensor(2), &out = n.saved_tensor(3);
+  const Dims d{out.size(0), out.size(1), out.size(2)};
+  const int64_t G = 3 * d.H;
+  Tensor g = grad.contiguous();
+  Tensor dX = empty({d.T, d.B, G}, out.dtype());
+  Tensor dP = empty({d.T, d.B, G}, out.dtype());
+  Tensor dh0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  TG_DISPATCH_FLOAT(out.dtype(), "gru_recurrence", [&] {
+    const scalar_t* hs = out.data<scalar_t>();
+    gru_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), act.data<scalar_t>(),
+                                  hs, dX.data<scalar_t>(), dP.data<scalar_t>(), ptr<scalar_t>(dh0));
+    if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, G, dP.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
+  });
+  if (n.needs(2)) gin[2] = sum(dP.view({d.T * d.B, G}), {0});
+  if (n.needs(0)) gin[0] = dX;
+  if (n.needs(3)) gin[3] = dh0;
+}
+static const OpDef gru_recurrence_op("gru_recurrence", 4,
+                                     "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
+                                     "w_hh, h0, gates r, z, n and h W_hn^T + b_hn (T,B,4H), output",
+                                     gru_recurrence_backward, [] { return recurrence_samples(3, true, false); });
+
+Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
+  ProfileScope prof("gru_recurrence");
+  const Dims d = check_recurrence("gru_recurrence", 3, xp_in, w_in, b_in, h0_in, Tensor());
+  Tensor xp, w, b, h0;
+  {
+    NoGradGuard ng;
+    xp = contig(xp_in), w = contig(w_in), b = contig(b_in), h0 = contig(h0_in);
+  }
+  Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
+  Tensor act = empty({d.T, d.B, 4 * d.H}, xp.dtype());
+  TG_DISPATCH_FLOAT(xp.dtype(), "gru_recurrence", [&] {
+    gru_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(b), ptr<scalar_t>(h0),
+                          act.data<scalar_t>(), out.data<scalar_t>());
+  });
+  if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
+    n->save(w);
+    n->save(h0);
+    n->save(act);
+    n->save(out);
+  }
+  return out;
+}
+
+void link_rnn_ops() {}
+
+}  // namespace tg

@@ -1,3 +1,0 @@
-namespace tg {
-void link_shape_ops() {}
-}

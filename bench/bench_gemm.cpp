@@ -1,0 +1,226 @@
+// GEMM through the library (matmul, linear) against raw cblas_sgemm at
+// transformer-shaped sizes, with 1 and 2 threads, plus elementwise and
+// last-axis reduction throughput. Every benchmark validates its result
+// against an independent computation before timing; a mismatch skips it
+// with an error. Compare the GFLOP/s counters of lib_* and cblas_* rows:
+//   build-*/bench/bench_gemm --benchmark_filter=gemm --benchmark_repetitions=5 \
+//       --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cmath>
+#include <vector>
+
+#include "autograd/autograd.h"
+
+using namespace tg;
+
+namespace {
+
+Tensor random(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  return randn(shape, DType::f32, &g);
+}
+
+// Largest |a - b| relative to max(1, |b|) over two equally long float arrays.
+double max_rel_diff(const float* a, const float* b, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / std::max(1.0, std::abs(double(b[i]))));
+  return worst;
+}
+
+// C (M,N) = A (M,K) @ B (K,N) with raw OpenBLAS, row-major, no transposes.
+void cblas_product(const Tensor& a, const Tensor& b, Tensor& c) {
+  const int M = a.size(0), K = a.size(1), N = b.size(1);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.data<float>(), K, b.data<float>(), N, 0.0f,
+              c.data<float>(), N);
+}
+
+void gemm_counters(benchmark::State& state, int64_t M, int64_t N, int64_t K) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+// Arguments: M, N, K, threads.
+void BM_gemm_lib(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  set_num_threads(static_cast<int>(state.range(3)));
+  NoGradGuard ng;
+  Tensor a = random({M, K}, 1), b = random({K, N}, 2), ref = empty({M, N});
+  cblas_product(a, b, ref);
+  Tensor c = matmul(a, b);
+  if (max_rel_diff(c.data<float>(), ref.data<float>(), M * N) > 1e-4) {
+    state.SkipWithError("matmul disagrees with cblas_sgemm");
+    return;
+  }
+  for (auto _ : state) {
+    Tensor out = matmul(a, b);
+    benchmark::DoNotOptimize(out.data<float>());
+  }
+  gemm_counters(state, M, N, K);
+}
+
+void BM_gemm_cblas(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  set_num_threads(static_cast<int>(state.range(3)));
+  NoGradGuard ng;
+  Tensor a = random({M, K}, 1), b = random({K, N}, 2), c = empty({M, N});
+  cblas_product(a, b, c);
+  Tensor ref = matmul(a, b);
+  if (max_rel_diff(c.data<float>(), ref.data<float>(), M * N) > 1e-4) {
+    state.SkipWithError("cblas_sgemm disagrees with matmul");
+    return;
+  }
+  for (auto _ : state) {
+    cblas_product(a, b, c);
+    benchmark::DoNotOptimize(c.data<float>());
+  }
+  gemm_counters(state, M, N, K);
+}
+
+// The Linear-layer hot path: x (M,K) @ weight(N,K)^T + bias, against raw
+// cblas_sgemm with the transpose flag into a bias-prefilled output.
+void BM_linear_lib(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  set_num_threads(static_cast<int>(state.range(3)));
+  NoGradGuard ng;
+  Tensor x = random({M, K}, 3), w = random({N, K}, 4), bias = random({N}, 5);
+  Tensor ref = add(matmul(x, w.t()), bias);
+  Tensor y = linear(x, w, bias);
+  if (max_rel_diff(y.data<float>(), ref.data<float>(), M * N) > 1e-4) {
+    state.SkipWithError("linear disagrees with matmul + bias");
+    return;
+  }
+  for (auto _ : state) {
+    Tensor out = linear(x, w, bias);
+    benchmark::DoNotOptimize(out.data<float>());
+  }
+  gemm_counters(state, M, N, K);
+}
+
+void BM_linear_cblas(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  set_num_threads(static_cast<int>(state.range(3)));
+  NoGradGuard ng;
+  Tensor x = random({M, K}, 3), w = random({N, K}, 4), bias = random({N}, 5), c = empty({M, N});
+  auto run = [&] {
+    float* pc = c.data<float>();
+    const float* pb = bias.data<float>();
+    for (int64_t r = 0; r < M; ++r) std::copy(pb, pb + N, pc + r * N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x.data<float>(), K, w.data<float>(), K, 1.0f,
+                pc, N);
+  };
+  run();
+  Tensor ref = linear(x, w, bias);
+  if (max_rel_diff(c.data<float>(), ref.data<float>(), M * N) > 1e-4) {
+    state.SkipWithError("cblas linear disagrees with tg::linear");
+    return;
+  }
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(c.data<float>());
+  }
+  gemm_counters(state, M, N, K);
+}
+
+void gemm_args(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    b->Args({256, 256, 256, threads});
+    b->Args({512, 512, 512, threads});
+    b->Args({2048, 768, 256, threads});
+  }
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_gemm_lib)->Apply(gemm_args);
+BENCHMARK(BM_gemm_cblas)->Apply(gemm_args);
+BENCHMARK(BM_linear_lib)->Apply(gemm_args);
+BENCHMARK(BM_linear_cblas)->Apply(gemm_args);
+
+// ---- elementwise and reductions: elements per second over 4M floats.
+constexpr int64_t kRows = 4096, kCols = 1024;
+
+template <class Op, class Ref>
+void elementwise(benchmark::State& state, Op op, Ref ref) {
+  set_num_threads(static_cast<int>(state.range(0)));
+  NoGradGuard ng;
+  Tensor a = random({kRows, kCols}, 6), b = random({kRows, kCols}, 7);
+  Tensor out = op(a, b);
+  const float *pa = a.data<float>(), *pb = b.data<float>(), *po = out.data<float>();
+  for (int64_t i = 0; i < a.numel(); i += 997)
+    if (std::abs(po[i] - ref(pa[i], pb[i])) > 1e-5f * std::max(1.0f, std::abs(po[i]))) {
+      state.SkipWithError("elementwise result is wrong");
+      return;
+    }
+  for (auto _ : state) {
+    Tensor r = op(a, b);
+    benchmark::DoNotOptimize(r.data<float>());
+  }
+  state.SetItemsProcessed(state.iterations() * a.numel());
+}
+
+void BM_add(benchmark::State& s) {
+  elementwise(
+      s, [](const Tensor& a, const Tensor& b) { return add(a, b); }, [](float x, float y) { return x + y; });
+}
+void BM_mul(benchmark::State& s) {
+  elementwise(
+      s, [](const Tensor& a, const Tensor& b) { return mul(a, b); }, [](float x, float y) { return x * y; });
+}
+void BM_gelu(benchmark::State& s) {
+  elementwise(
+      s, [](const Tensor& a, const Tensor&) { return gelu(a); },
+      [](float x, float) { return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)))); });
+}
+
+// sum and logsumexp over the last axis of (4096, 1024): the softmax/layer_norm pattern.
+template <class Op, class Ref>
+void row_reduction(benchmark::State& state, Op op, Ref ref) {
+  set_num_threads(static_cast<int>(state.range(0)));
+  NoGradGuard ng;
+  Tensor x = random({kRows, kCols}, 8);
+  Tensor out = op(x);
+  const float* px = x.data<float>();
+  for (int64_t r = 0; r < kRows; r += 101) {
+    const double expect = ref(px + r * kCols, kCols);
+    if (std::abs(out.data<float>()[r] - expect) > 1e-3 * std::max(1.0, std::abs(expect))) {
+      state.SkipWithError("row reduction result is wrong");
+      return;
+    }
+  }
+  for (auto _ : state) {
+    Tensor r = op(x);
+    benchmark::DoNotOptimize(r.data<float>());
+  }
+  state.SetItemsProcessed(state.iterations() * x.numel());
+}
+void BM_sum_last_axis(benchmark::State& s) {
+  row_reduction(
+      s, [](const Tensor& x) { return sum(x, {-1}); },
+      [](const float* row, int64_t n) {
+        double acc = 0;
+        for (int64_t i = 0; i < n; ++i) acc += row[i];
+        return acc;
+      });
+}
+void BM_logsumexp_last_axis(benchmark::State& s) {
+  row_reduction(
+      s, [](const Tensor& x) { return logsumexp(x, {-1}); },
+      [](const float* row, int64_t n) {
+        double m = row[0], acc = 0;
+        for (int64_t i = 0; i < n; ++i) m = std::max(m, double(row[i]));
+        for (int64_t i = 0; i < n; ++i) acc += std::exp(row[i] - m);
+        return m + std::log(acc);
+      });
+}
+
+void thread_args(benchmark::internal::Benchmark* b) { b->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime(); }
+BENCHMARK(BM_add)->Apply(thread_args);
+BENCHMARK(BM_mul)->Apply(thread_args);
+BENCHMARK(BM_gelu)->Apply(thread_args);
+BENCHMARK(BM_sum_last_axis)->Apply(thread_args);
+BENCHMARK(BM_logsumexp_last_axis)->Apply(thread_args);
+
+}  // namespace
+
+BENCHMARK_MAIN();

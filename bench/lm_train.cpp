@@ -1,0 +1,196 @@
+// lm_train — the tapegrad side of the language-model comparison
+// (bench/compare.py runs it alternately with bench/torch_lm.py). Trains one
+// workload of issue 6 and prints one JSON line: steady-state tokens/s, the
+// matmul GFLOP/s inside the step (from the profiler, in a separate profiled
+// pass so timing stays clean), heap allocations per steady-state step, peak
+// RSS and, with --eval, the validation loss.
+//
+//   build/bench/lm_train --write-text out/bench/text          # the shared train.txt / val.txt
+//   build/bench/lm_train --workload gpt-s --text-dir out/bench/text --threads 1
+//   build/bench/lm_train --gemm-peak --threads 2              # OpenBLAS sgemm peak, GFLOP/s
+#include <sys/resource.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "autograd/autograd.h"
+#include "autograd/blas.h"
+#include "data/lm_batches.h"
+#include "examples/common/corpus.h"
+#include "models/gpt.h"
+#include "models/rnn_lm.h"
+#include "nn/nn.h"
+
+using namespace tg;
+
+namespace {
+
+struct Workload {
+  std::string kind;
+  int64_t layers = 0, heads = 0, dim = 0, embed = 0, hidden = 0, block = 0, batch = 0;
+};
+
+const std::map<std::string, Workload> kWorkloads = {
+    {"gpt-s", {.kind = "gpt", .layers = 2, .heads = 4, .dim = 128, .block = 64, .batch = 32}},
+    {"gpt-m", {.kind = "gpt", .layers = 4, .heads = 4, .dim = 256, .block = 128, .batch = 16}},
+    {"rnn", {.kind = "rnn", .embed = 64, .hidden = 256, .block = 64, .batch = 32}},
+    {"lstm", {.kind = "lstm", .embed = 64, .hidden = 256, .block = 64, .batch = 32}},
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ValueError(fmt::format("lm_train: cannot read {} (make it with --write-text)", path));
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Code points of a UTF-8 string (the character vocabulary works on code points, as Python's str).
+std::vector<std::u32string::value_type> code_points(const std::string& s) {
+  std::vector<char32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = s[i];
+    int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    char32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
+    for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
+    out.push_back(cp);
+    i += n;
+  }
+  return out;
+}
+
+// OpenBLAS sgemm GFLOP/s at the current thread count on a square GEMM.
+double gemm_peak(int64_t n) {
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
+  gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string workload = "gpt-s", text_dir = "out/bench/text", write_text, brown_dir;
+  int threads = 1;
+  int64_t warmup = 5, steps = 30, peak_n = 1024;
+  uint64_t seed = 1337;
+  bool eval = false, peak = false;
+  CLI::App app{"lm_train: one training workload of the PyTorch comparison, tapegrad side"};
+  app.add_option("--workload", workload, "gpt-s, gpt-m, rnn or lstm")->check(CLI::IsMember({"gpt-s", "gpt-m", "rnn", "lstm"}));
+  app.add_option("--text-dir", text_dir, "Directory with train.txt and val.txt");
+  app.add_option("--write-text", write_text, "Write the Brown corpus split as DIR/train.txt and DIR/val.txt, then exit");
+  app.add_option("--brown-dir", brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus");
+  app.add_option("--threads", threads, "Threads for kernels and OpenBLAS")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "Untimed steps first");
+  app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
+  app.add_flag("--eval", eval, "Report the validation loss on 20 fixed batches after the run");
+  app.add_flag("--gemm-peak", peak, "Measure the OpenBLAS sgemm peak and exit");
+  app.add_option("--gemm-size", peak_n, "Square GEMM size for --gemm-peak");
+  app.add_option("--seed", seed, "Seed");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    set_num_threads(threads);
+    if (peak) {
+      fmt::print("{{\"side\": \"openblas\", \"threads\": {}, \"sgemm_gflops\": {:.2f}}}\n", threads, gemm_peak(peak_n));
+      return 0;
+    }
+    if (!write_text.empty()) {
+      examples::Corpus c = examples::load_corpus("", brown_dir, 0.1, seed);
+      std::filesystem::create_directories(write_text);
+      std::ofstream(write_text + "/train.txt", std::ios::binary) << examples::join_text(c.train);
+      std::ofstream(write_text + "/val.txt", std::ios::binary) << examples::join_text(c.val);
+      fmt::print("wrote {0}/train.txt and {0}/val.txt\n", write_text);
+      return 0;
+    }
+    const Workload& w = kWorkloads.at(workload);
+    auto train_cp = code_points(read_all(text_dir + "/train.txt")), val_cp = code_points(read_all(text_dir + "/val.txt"));
+    std::set<char32_t> chars(train_cp.begin(), train_cp.end());
+    chars.insert(val_cp.begin(), val_cp.end());
+    std::map<char32_t, int64_t> stoi;
+    for (char32_t ch : chars) stoi.emplace(ch, static_cast<int64_t>(stoi.size()));
+    auto encode = [&](const std::vector<char32_t>& cp) {
+      std::vector<int64_t> ids;
+      for (char32_t ch : cp) ids.push_back(stoi.at(ch));
+      return ids;
+    };
+    const int64_t V = static_cast<int64_t>(chars.size());
+    data::LMBatches train(encode(train_cp), w.block), val(encode(val_cp), w.block);
+
+    manual_seed(seed);
+    std::shared_ptr<models::LanguageModel> model;
+    std::unique_ptr<nn::Optimizer> opt;
+    if (w.kind == "gpt") {
+      model = std::make_shared<models::GPT>(
+          models::GPTOptions{.vocab = V, .block = w.block, .layers = w.layers, .heads = w.heads, .dim = w.dim});
+      opt = std::make_unique<nn::AdamW>(nn::weight_decay_groups(*model, 0.01),
+                                        nn::AdamWOptions{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+    } else {
+      model = std::make_shared<models::RNNLM>(models::RNNLMOptions{
+          .vocab = V, .embed = w.embed, .hidden = w.hidden, .layers = 1,
+          .cell = w.kind == "lstm" ? models::CellKind::lstm : models::CellKind::rnn});
+      opt = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions{.lr = 2e-3});
+    }
+    Generator gen(seed);
+    double last_loss = 0;
+    auto step = [&] {
+      data::LMBatch b = train.sample(w.batch, gen);
+      Tensor loss = model->loss(b.inputs, b.targets);
+      opt->zero_grad();
+      loss.backward();
+      opt->step();
+      last_loss = loss.item();
+    };
+    for (int64_t i = 0; i < warmup; ++i) step();
+    // Heap allocations by the caching allocator in one steady-state step.
+    uint64_t sys0 = allocator_stats().system_allocs;
+    step();
+    uint64_t system_allocs = allocator_stats().system_allocs - sys0;
+    // Matmul GFLOP/s from a profiled pass (the profiler's clock reads cost a little, so it is not the timed pass).
+    profiler_reset();
+    profiler_enable(true);
+    for (int i = 0; i < 3; ++i) step();
+    profiler_enable(false);
+    ProfileTotals prof = profiler_totals();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < steps; ++i) step();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    std::string extra;
+    if (eval) {
+      NoGradGuard ng;
+      model->eval();
+      double total = 0;
+      for (int64_t i = 0; i < 20; ++i) {
+        data::LMBatch b = val.fixed(i, 20, w.batch);
+        total += model->loss(b.inputs, b.targets).item();
+      }
+      extra = fmt::format(", \"val_loss\": {:.5f}", total / 20);
+    }
+    fmt::print(
+        "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"steps\": {}, \"tokens_per_s\": {:.1f}, "
+        "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
+        "\"system_allocs_per_step\": {}{}}}\n",
+        workload, threads, steps, steps * w.batch * w.block / secs, last_loss, ru.ru_maxrss / 1024.0,
+        prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
+        prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, extra);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "lm_train: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

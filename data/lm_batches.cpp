@@ -1,0 +1,81 @@
+#include "data/lm_batches.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "data/error.h"
+
+namespace tg::data {
+
+namespace {
+
+std::vector<int64_t> stream_from_tensor(const Tensor& ids) {
+  if (!ids.defined()) throw ValueError("LMBatches: the token tensor is undefined");
+  if (ids.dtype() != DType::i64)
+    throw DTypeError(fmt::format("LMBatches: token ids must be int64, got {}", dtype_name(ids.dtype())));
+  if (ids.dim() != 1) throw ShapeError(fmt::format("LMBatches: token ids must be 1-D (N,), got {}", describe({&ids, 1})));
+  return ids.to_vector<int64_t>();
+}
+
+}  // namespace
+
+LMBatches::LMBatches(std::vector<int64_t> ids, int64_t block) : ids_(std::move(ids)), block_(block) {
+  if (block_ < 1) throw ValueError(fmt::format("LMBatches: block (T) must be positive, got {}", block_));
+  if (num_tokens() < block_ + 1)
+    throw DataError(fmt::format("LMBatches: {} tokens are too few for block {} (need at least {}: T inputs and "
+                                "the next token)", num_tokens(), block_, block_ + 1));
+}
+
+LMBatches::LMBatches(const Tensor& ids, int64_t block) : LMBatches(stream_from_tensor(ids), block) {}
+
+LMBatch LMBatches::gather(const std::vector<int64_t>& offsets) const {
+  const int64_t B = static_cast<int64_t>(offsets.size()), T = block_;
+  std::vector<int64_t> in(B * T), out(B * T);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t* src = ids_.data() + offsets[b];
+    std::copy(src, src + T, in.begin() + b * T);
+    std::copy(src + 1, src + T + 1, out.begin() + b * T);
+  }
+  return {from_vector(in, {B, T}), from_vector(out, {B, T})};
+}
+
+LMBatch LMBatches::sample(int64_t batch, Generator& gen) const {
+  if (batch < 1) throw ValueError(fmt::format("LMBatches::sample: batch (B) must be positive, got {}", batch));
+  std::vector<int64_t> offsets(batch);
+  for (auto& o : offsets) o = gen.randint(0, num_tokens() - block_);
+  return gather(offsets);
+}
+
+int64_t LMBatches::num_batches(int64_t batch) const {
+  if (batch < 1) throw ValueError(fmt::format("LMBatches::num_batches: batch (B) must be positive, got {}", batch));
+  return (num_windows() + batch - 1) / batch;
+}
+
+LMBatch LMBatches::sequential(int64_t index, int64_t batch) const {
+  const int64_t n = num_batches(batch);
+  if (index < 0 || index >= n)
+    throw IndexError(fmt::format("LMBatches::sequential: batch {} is out of range for {} batches of {} windows of {} "
+                                 "tokens", index, n, batch, block_));
+  std::vector<int64_t> offsets;
+  for (int64_t k = index * batch; k < std::min(num_windows(), (index + 1) * batch); ++k) offsets.push_back(k * block_);
+  return gather(offsets);
+}
+
+LMBatch LMBatches::fixed(int64_t index, int64_t count, int64_t batch) const {
+  if (count < 1 || batch < 1)
+    throw ValueError(fmt::format("LMBatches::fixed: count and batch (B) must be positive, got {} and {}", count, batch));
+  if (index < 0 || index >= count)
+    throw IndexError(fmt::format("LMBatches::fixed: batch {} is out of range for {} batches", index, count));
+  // Window k of K starts at round(k * last / (K-1)): the first at 0, the last
+  // at the last valid offset, evenly spaced in between.
+  const int64_t K = count * batch, last = num_tokens() - block_ - 1;
+  std::vector<int64_t> offsets(batch);
+  for (int64_t j = 0; j < batch; ++j) {
+    int64_t k = index * batch + j;
+    offsets[j] = K == 1 ? 0 : static_cast<int64_t>((static_cast<__int128>(k) * last * 2 + (K - 1)) / (2 * (K - 1)));
+  }
+  return gather(offsets);
+}
+
+}  // namespace tg::data

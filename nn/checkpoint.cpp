@@ -1,0 +1,354 @@
+#include "nn/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "nn/module.h"
+#include "nn/optim/optimizer.h"
+
+namespace tg::nn {
+
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian: write a byte swap");
+
+namespace {
+
+// The reference implementation's limit: larger headers are refused unread.
+constexpr uint64_t kMaxHeader = 100'000'000;
+// Metadata key under which save(Optimizer) records the optimizer's name.
+constexpr const char* kOptimizerKey = "tapegrad.optimizer";
+
+std::string_view st_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i64: return "I64";
+  }
+  return "?";
+}
+
+[[noreturn]] void fail_errno(const std::string& path, const std::string& what) {
+  throw CheckpointError(fmt::format("{}: {}: {}", path, what, std::strerror(errno)));
+}
+
+// ---- atomic write
+
+class TempFile {
+ public:
+  explicit TempFile(const std::string& path) : path_(fmt::format("{}.tmp-{}", path, ::getpid())) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail_errno(path_, "cannot create the temporary file");
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  void write(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      ssize_t k = ::write(fd_, p, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) fail_errno(path_, "write failed");
+      p += k;
+      n -= static_cast<size_t>(k);
+    }
+  }
+  // fsync, close and rename over `target`, then fsync the directory so the
+  // rename itself survives a crash.
+  void commit(const std::string& target) {
+    if (::fsync(fd_) != 0) fail_errno(path_, "fsync failed");
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail_errno(path_, "close failed");
+    if (::rename(path_.c_str(), target.c_str()) != 0) fail_errno(target, fmt::format("cannot rename {} to it", path_));
+    committed_ = true;
+    std::string dir = std::filesystem::path(target).parent_path().string();
+    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) fail_errno(target, "cannot open its directory to fsync it");
+    int rc = ::fsync(dfd);
+    ::close(dfd);
+    if (rc != 0) fail_errno(target, "fsync of its directory failed");
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// ---- reading and validating
+
+std::string read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_errno(path, "cannot open");
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw CheckpointError(fmt::format("{}: not a regular file", path));
+  }
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {
+    ssize_t k = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      ::close(fd);
+      throw CheckpointError(fmt::format("{}: read {} of {} bytes (the file changed or could not be read)", path, got,
+                                        bytes.size()));
+    }
+    got += static_cast<size_t>(k);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// Parses the JSON header, refusing duplicate keys (which a JSON object would
+// silently merge) and nesting deeper than the format has.
+nlohmann::json parse_header(const std::string& path, std::string_view text) {
+  using json = nlohmann::json;
+  std::vector<std::set<std::string>> keys;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (depth > 3) throw CheckpointError(fmt::format("{}: header: JSON nested deeper than safetensors allows", path));
+    if (ev == json::parse_event_t::object_start) keys.emplace_back();
+    if (ev == json::parse_event_t::object_end) keys.pop_back();
+    if (ev == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second)
+      throw CheckpointError(fmt::format("{}: header: duplicate key '{}'", path, parsed.get<std::string>()));
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), cb);
+  } catch (const json::exception& e) {
+    throw CheckpointError(fmt::format("{}: header: invalid JSON ({})", path, e.what()));
+  }
+}
+
+uint64_t unsigned_field(const std::string& path, const std::string& name, const char* field,
+                        const nlohmann::json& v) {
+  if (!v.is_number_unsigned())
+    throw CheckpointError(fmt::format("{}: tensor '{}': {} must hold non-negative integers, got {}", path, name,
+                                      field, v.dump()));
+  return v.get<uint64_t>();
+}
+
+Entry parse_entry(const std::string& path, const std::string& name, const nlohmann::json& v, uint64_t data_size) {
+  if (!v.is_object()) throw CheckpointError(fmt::format("{}: tensor '{}': expected an object, got {}", path, name, v.dump()));
+  for (const char* field : {"dtype", "shape", "data_offsets"})
+    if (!v.contains(field)) throw CheckpointError(fmt::format("{}: tensor '{}': missing field '{}'", path, name, field));
+  Entry e;
+  e.name = name;
+  const auto& dt = v["dtype"];
+  std::string dts = dt.is_string() ? dt.get<std::string>() : dt.dump();
+  if (dts == "F32") e.dtype = DType::f32;
+  else if (dts == "F64") e.dtype = DType::f64;
+  else if (dts == "I64") e.dtype = DType::i64;
+  else throw CheckpointError(fmt::format("{}: tensor '{}': dtype {} is not supported (F32, F64, I64)", path, name, dt.dump()));
+
+  const auto& shape = v["shape"];
+  if (!shape.is_array()) throw CheckpointError(fmt::format("{}: tensor '{}': shape must be an array, got {}", path, name, shape.dump()));
+  if (shape.size() > static_cast<size_t>(kMaxDims))
+    throw CheckpointError(fmt::format("{}: tensor '{}': shape has rank {}, above the maximum of {}", path, name,
+                                      shape.size(), kMaxDims));
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const auto& d : shape) {
+    uint64_t n = unsigned_field(path, name, "shape", d);
+    overflow |= n > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, n, &numel);
+    e.shape.push_back(static_cast<int64_t>(std::min<uint64_t>(n, INT64_MAX)));
+  }
+  uint64_t bytes = 0;
+  overflow |= __builtin_mul_overflow(numel, itemsize(e.dtype), &bytes) || numel > static_cast<uint64_t>(INT64_MAX);
+  if (overflow)
+    throw CheckpointError(fmt::format("{}: tensor '{}': shape {} has more elements than can be addressed", path, name,
+                                      shape.dump()));
+
+  const auto& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2)
+    throw CheckpointError(fmt::format("{}: tensor '{}': data_offsets must be [begin, end], got {}", path, name, off.dump()));
+  e.begin = unsigned_field(path, name, "data_offsets", off[0]);
+  e.end = unsigned_field(path, name, "data_offsets", off[1]);
+  if (e.begin > e.end || e.end > data_size)
+    throw CheckpointError(fmt::format("{}: tensor '{}': data_offsets [{}, {}] lie outside the data section of {} bytes",
+                                      path, name, e.begin, e.end, data_size));
+  if (e.end - e.begin != bytes)
+    throw CheckpointError(fmt::format("{}: tensor '{}': data_offsets [{}, {}] span {} bytes, but {} {} needs {}", path,
+                                      name, e.begin, e.end, e.end - e.begin, dts, e.shape, bytes));
+  return e;
+}
+
+}  // namespace
+
+void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
+                  const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<Tensor> data;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name.empty() || name == "__metadata__" || header.contains(name))
+      throw CheckpointError(fmt::format("{}: cannot save a tensor named '{}' (names must be unique and non-empty, not "
+                                        "__metadata__)",
+                                        path, name));
+    if (!t.defined()) throw CheckpointError(fmt::format("{}: tensor '{}' is undefined", path, name));
+    Tensor c = t.contiguous();
+    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * itemsize(c.dtype());
+    header[name] = {{"dtype", st_dtype(c.dtype())}, {"shape", c.shape().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    data.push_back(c);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // e.g. a name that is not UTF-8
+    throw CheckpointError(fmt::format("{}: cannot write the header: {}", path, e.what()));
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');  // as the reference writer: data starts 8-byte aligned
+  const uint64_t n = text.size();
+
+  TempFile file(path);
+  file.write(&n, sizeof n);
+  file.write(text.data(), text.size());
+  for (const Tensor& c : data)
+    if (c.numel() > 0) file.write(static_cast<const char*>(c.storage()->data) + c.offset() * itemsize(c.dtype()),
+                                  c.numel() * itemsize(c.dtype()));
+  file.commit(path);
+}
+
+const Tensor& TensorFile::at(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  throw CheckpointError(fmt::format("TensorFile: no tensor named '{}' among its {}", name, tensors.size()));
+}
+
+TensorFile load_tensors(const std::string& path) {
+  const std::string bytes = read_file(path);
+  if (bytes.size() < 8)
+    throw CheckpointError(fmt::format("{}: {} bytes, too short for the 8-byte header length", path, bytes.size()));
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  if (n > kMaxHeader || n > bytes.size() - 8)
+    throw CheckpointError(fmt::format("{}: header length {} exceeds the file size of {} bytes (or the limit of {})",
+                                      path, n, bytes.size(), kMaxHeader));
+  std::string_view text(bytes.data() + 8, n);
+  if (text.empty() || text[0] != '{')
+    throw CheckpointError(fmt::format("{}: header does not start with '{{'", path));
+  nlohmann::json header = parse_header(path, text);
+  if (!header.is_object()) throw CheckpointError(fmt::format("{}: header is not a JSON object", path));
+
+  const uint64_t data_size = bytes.size() - 8 - n;
+  TensorFile out;
+  std::vector<Entry> entries;
+  for (const auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      if (!v.is_object()) throw CheckpointError(fmt::format("{}: __metadata__ must be an object, got {}", path, v.dump()));
+      for (const auto& [k, s] : v.items()) {
+        if (!s.is_string())
+          throw CheckpointError(fmt::format("{}: __metadata__ '{}' must be a string, got {}", path, k, s.dump()));
+        out.metadata[k] = s.get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(path, name, v, data_size));
+  }
+  // The tensors must tile the data section exactly: no overlaps, no holes.
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  uint64_t expected = 0;
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const Entry& e = entries[k];
+    if (e.begin < expected)
+      throw CheckpointError(fmt::format("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' (ending at {})",
+                                        path, e.name, e.begin, e.end, entries[k - 1].name, expected));
+    if (e.begin > expected)
+      throw CheckpointError(fmt::format("{}: tensor '{}': data_offsets [{}, {}] leave a hole of {} bytes at {}", path,
+                                        e.name, e.begin, e.end, e.begin - expected, expected));
+    expected = e.end;
+  }
+  if (expected != data_size)
+    throw CheckpointError(fmt::format("{}: the tensors cover {} bytes of a data section of {} bytes", path, expected,
+                                      data_size));
+  const char* base = bytes.data() + 8 + n;
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, e.dtype);
+    if (e.end > e.begin) std::memcpy(t.storage()->data, base + e.begin, e.end - e.begin);
+    out.tensors.emplace_back(e.name, t);
+  }
+  return out;
+}
+
+void save(const Module& m, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  save_tensors(m.state_dict(), path, metadata);
+}
+
+std::map<std::string, std::string> load(Module& m, const std::string& path) {
+  TensorFile file = load_tensors(path);
+  auto state = m.state_dict();
+  std::map<std::string, const Tensor*> in_file;
+  for (const auto& [name, t] : file.tensors) in_file[name] = &t;
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::set<std::string> in_module;
+  for (const auto& [name, t] : state) {
+    in_module.insert(name);
+    auto it = in_file.find(name);
+    if (it == in_file.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    const Tensor& src = *it->second;
+    if (!(src.shape() == t.shape()) || is_floating(src.dtype()) != is_floating(t.dtype()))
+      mismatched.push_back(fmt::format("{} (checkpoint {} {}, module {} {})", name, src.shape(),
+                                       dtype_name(src.dtype()), t.shape(), dtype_name(t.dtype())));
+  }
+  for (const auto& [name, t] : file.tensors)
+    if (!in_module.count(name)) unexpected.push_back(name);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::vector<std::string> parts;
+    if (!missing.empty()) parts.push_back(fmt::format("missing keys: {}", fmt::join(missing, ", ")));
+    if (!unexpected.empty()) parts.push_back(fmt::format("unexpected keys: {}", fmt::join(unexpected, ", ")));
+    if (!mismatched.empty()) parts.push_back(fmt::format("mis-shaped keys: {}", fmt::join(mismatched, ", ")));
+    throw CheckpointError(fmt::format("{}: does not match {}: {}", path, m.type_name(), fmt::join(parts, "; ")));
+  }
+  NoGradGuard no_grad;
+  for (const auto& [name, t] : state) t.copy_(*in_file.at(name));  // converts the dtype to the module's
+  return file.metadata;
+}
+
+void save(const Optimizer& opt, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  auto meta = metadata;
+  meta[kOptimizerKey] = opt.name();
+  save_tensors(opt.state_dict(), path, meta);
+}
+
+std::map<std::string, std::string> load(Optimizer& opt, const std::string& path) {
+  TensorFile file = load_tensors(path);
+  auto it = file.metadata.find(kOptimizerKey);
+  if (it == file.metadata.end())
+    throw CheckpointError(fmt::format("{}: not an optimizer state (no '{}' in its metadata)", path, kOptimizerKey));
+  if (it->second != opt.name())
+    throw CheckpointError(fmt::format("{}: holds {} state, cannot load it into {}", path, it->second, opt.name()));
+  try {
+    opt.load_state_dict(file.tensors);
+  } catch (const ValueError& e) {
+    throw CheckpointError(fmt::format("{}: {}", path, e.what()));
+  }
+  file.metadata.erase(it);
+  return file.metadata;
+}
+
+}  // namespace tg::nn

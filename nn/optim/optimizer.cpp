@@ -1,0 +1,247 @@
+#include "nn/optim/optimizer.h"
+
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "nn/module.h"
+
+namespace tg::nn {
+
+std::vector<ParamGroup> weight_decay_groups(const Module& m, double weight_decay) {
+  ParamGroup decay{.params = {}, .weight_decay = weight_decay}, no_decay{.params = {}, .weight_decay = 0.0};
+  for (auto& [name, p] : m.named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  return {decay, no_decay};
+}
+
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double default_lr,
+                     double default_weight_decay, std::vector<std::string> buffers)
+    : name_(std::move(name)), groups_(std::move(groups)), buffer_names_(std::move(buffers)) {
+  if (!(default_lr >= 0)) throw ValueError(fmt::format("{}: invalid learning rate {}", name_, default_lr));
+  if (!(default_weight_decay >= 0))
+    throw ValueError(fmt::format("{}: invalid weight_decay {}", name_, default_weight_decay));
+  std::set<const TensorImpl*> seen;
+  size_t count = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    ParamGroup& group = groups_[g];
+    if (group.lr == -1) group.lr = default_lr;
+    if (group.weight_decay == -1) group.weight_decay = default_weight_decay;
+    if (!(group.lr >= 0)) throw ValueError(fmt::format("{}: group {} has an invalid learning rate {}", name_, g, group.lr));
+    if (!(group.weight_decay >= 0))
+      throw ValueError(fmt::format("{}: group {} has an invalid weight_decay {}", name_, g, group.weight_decay));
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const Tensor& p = group.params[i];
+      if (!p.defined()) throw ValueError(fmt::format("{}: parameter {}.{} is undefined", name_, g, i));
+      if (!is_floating(p.dtype()))
+        throw DTypeError(fmt::format("{}: parameter {}.{} {} is {}, expected a floating dtype", name_, g, i,
+                                     p.shape(), dtype_name(p.dtype())));
+      if (!seen.insert(p.impl()).second)
+        throw ValueError(fmt::format("{}: parameter {}.{} {} appears more than once", name_, g, i, p.shape()));
+    }
+    count += group.params.size();
+  }
+  if (count == 0) throw ValueError(fmt::format("{}: got an empty parameter list", name_));
+  state_.resize(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) state_[g].resize(groups_[g].params.size());
+}
+
+void Optimizer::zero_grad() {
+  for (auto& group : groups_)
+    for (auto& p : group.params) p.zero_grad();
+}
+
+double Optimizer::lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
+
+void Optimizer::set_lr(double lr) {
+  if (!(lr >= 0)) throw ValueError(fmt::format("{}.set_lr: invalid learning rate {}", name_, lr));
+  for (auto& group : groups_) group.lr = lr;
+}
+
+bool Optimizer::prepare(size_t g, size_t i, Slot& slot) {
+  const Tensor& p = groups_[g].params[i];
+  Tensor grad = p.grad();
+  if (!grad.defined()) return false;
+  if (!(grad.shape() == p.shape()))
+    throw ShapeError(fmt::format("{}.step: parameter {}.{} is {} but its gradient is {}", name_, g, i, p.shape(),
+                                 grad.shape()));
+  if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());
+  slot.grad = grad.contiguous();
+  slot.param = p.is_contiguous() ? p : p.contiguous();
+  ParamState& st = state_[g][i];
+  if (st.step == 0) {
+    st.buffers.clear();
+    for (size_t k = 0; k < buffer_names_.size(); ++k) st.buffers.push_back(zeros(p.shape(), p.dtype()));
+  }
+  for (Tensor& b : st.buffers) {
+    if (!(b.shape() == p.shape()))
+      throw ShapeError(fmt::format("{}.step: parameter {}.{} is {} but its state is {}", name_, g, i, p.shape(),
+                                   b.shape()));
+    if (b.dtype() != p.dtype()) b = b.to(p.dtype()).contiguous();  // the module was converted (Module::to)
+  }
+  ++st.step;
+  slot.state = &st;
+  return true;
+}
+
+void Optimizer::finish(size_t g, size_t i, const Slot& slot) {
+  const Tensor& p = groups_[g].params[i];
+  if (slot.param.impl() != p.impl())
+    p.copy_(slot.param);
+  else
+    p.bump_version();  // the tape must see that saved copies of p are stale
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back("steps", scalar(static_cast<double>(steps_), DType::i64));
+  std::vector<int64_t> counts;
+  for (auto& group : groups_) counts.push_back(static_cast<int64_t>(group.params.size()));
+  out.emplace_back("groups", from_vector(counts, {static_cast<int64_t>(counts.size())}));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    out.emplace_back(fmt::format("{}.lr", g), scalar(groups_[g].lr, DType::f64));
+    for (size_t i = 0; g < state_.size() && i < state_[g].size(); ++i) {
+      const ParamState& st = state_[g][i];
+      if (st.step == 0) continue;
+      out.emplace_back(fmt::format("{}.{}.step", g, i), scalar(static_cast<double>(st.step), DType::i64));
+      for (size_t k = 0; k < buffer_names_.size(); ++k)
+        out.emplace_back(fmt::format("{}.{}.{}", g, i, buffer_names_[k]), st.buffers[k]);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// "12" -> 12; false for anything else (signs, spaces, overflow).
+bool parse_index(std::string_view s, size_t& out) {
+  if (s.empty()) return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+// A scalar holding a non-negative whole number, as the step counts are.
+bool whole_scalar(const Tensor& t, int64_t& out) {
+  if (t.numel() != 1) return false;
+  double v = t.item();
+  if (!(v >= 0 && v < 9.2e18 && std::floor(v) == v)) return false;
+  out = static_cast<int64_t>(v);
+  return true;
+}
+
+}  // namespace
+
+void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+  const size_t G = groups_.size(), B = buffer_names_.size();
+  std::vector<std::string> errors;
+  std::set<std::string> seen;
+  int64_t steps = -1;
+  std::vector<double> lrs(G, -1);
+  // Per (group, param): its step (-1: none) and buffers by index.
+  std::vector<std::vector<int64_t>> steps_of(G);
+  std::vector<std::vector<std::vector<Tensor>>> bufs(G);
+  for (size_t g = 0; g < G; ++g) {
+    steps_of[g].assign(groups_[g].params.size(), -1);
+    bufs[g].assign(groups_[g].params.size(), std::vector<Tensor>(B));
+  }
+  for (const auto& [key, t] : state) {
+    if (!seen.insert(key).second) {
+      errors.push_back(fmt::format("duplicate key '{}'", key));
+      continue;
+    }
+    if (!t.defined()) {
+      errors.push_back(fmt::format("'{}' is undefined", key));
+      continue;
+    }
+    if (key == "steps") {
+      if (!whole_scalar(t, steps)) errors.push_back(fmt::format("'steps' must be a non-negative whole scalar, got {}", t.shape()));
+      continue;
+    }
+    if (key == "groups") {
+      std::vector<int64_t> want;
+      for (auto& group : groups_) want.push_back(static_cast<int64_t>(group.params.size()));
+      std::vector<int64_t> got;
+      if (t.dim() == 1)
+        for (int64_t k = 0; k < t.numel(); ++k) got.push_back(static_cast<int64_t>(t.at({k})));
+      if (got != want)
+        errors.push_back(fmt::format("'groups': the state has {} parameter groups of sizes ({}), the optimizer ({})",
+                                     got.size(), fmt::join(got, ","), fmt::join(want, ",")));
+      continue;
+    }
+    // "<g>.lr", "<g>.<i>.step" or "<g>.<i>.<buffer>"
+    size_t dot1 = key.find('.'), dot2 = key.find('.', dot1 == std::string::npos ? dot1 : dot1 + 1);
+    size_t g = 0, i = 0;
+    std::string_view k(key);
+    bool group_ok = dot1 != std::string::npos && parse_index(k.substr(0, dot1), g) && g < G;
+    if (group_ok && dot2 == std::string::npos && k.substr(dot1 + 1) == "lr") {
+      if (t.numel() != 1 || !is_floating(t.dtype()) || !(t.item() >= 0))
+        errors.push_back(fmt::format("'{}' must be a non-negative floating scalar", key));
+      else
+        lrs[g] = t.item();
+      continue;
+    }
+    bool param_ok = group_ok && dot2 != std::string::npos && parse_index(k.substr(dot1 + 1, dot2 - dot1 - 1), i) &&
+                    i < groups_[g].params.size();
+    if (!param_ok) {
+      errors.push_back(fmt::format("unexpected key '{}'", key));
+      continue;
+    }
+    std::string_view field = k.substr(dot2 + 1);
+    const Tensor& p = groups_[g].params[i];
+    if (field == "step") {
+      if (!whole_scalar(t, steps_of[g][i]) || steps_of[g][i] == 0) {
+        steps_of[g][i] = -1;
+        errors.push_back(fmt::format("'{}' must be a positive whole scalar", key));
+      }
+      continue;
+    }
+    size_t b = 0;
+    while (b < B && buffer_names_[b] != field) ++b;
+    if (b == B)
+      errors.push_back(fmt::format("unexpected key '{}' ({} keeps {})", key, name_,
+                                   B ? fmt::format("{}", fmt::join(buffer_names_, ", ")) : "no buffers"));
+    else if (!(t.shape() == p.shape()) || !is_floating(t.dtype()))
+      errors.push_back(fmt::format("'{}' is {} {}, the parameter is {} {}", key, t.shape(), dtype_name(t.dtype()),
+                                   p.shape(), dtype_name(p.dtype())));
+    else
+      bufs[g][i][b] = t;
+  }
+  if (steps < 0 && !seen.count("steps")) errors.push_back("missing key 'steps'");
+  if (!seen.count("groups")) errors.push_back("missing key 'groups'");
+  for (size_t g = 0; g < G; ++g) {
+    if (lrs[g] < 0 && !seen.count(fmt::format("{}.lr", g))) errors.push_back(fmt::format("missing key '{}.lr'", g));
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      bool has_step = seen.count(fmt::format("{}.{}.step", g, i)) > 0;
+      for (size_t b = 0; b < B; ++b) {
+        bool has_buf = seen.count(fmt::format("{}.{}.{}", g, i, buffer_names_[b])) > 0;
+        if (has_step && !has_buf) errors.push_back(fmt::format("missing key '{}.{}.{}'", g, i, buffer_names_[b]));
+        if (!has_step && has_buf) errors.push_back(fmt::format("missing key '{}.{}.step'", g, i));
+      }
+    }
+  }
+  if (!errors.empty())
+    throw ValueError(fmt::format("{}.load_state_dict: {} problem(s): {}", name_, errors.size(), fmt::join(errors, "; ")));
+
+  NoGradGuard no_grad;
+  steps_ = steps;
+  state_.assign(G, {});
+  for (size_t g = 0; g < G; ++g) {
+    groups_[g].lr = lrs[g];
+    state_[g].resize(groups_[g].params.size());
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      if (steps_of[g][i] <= 0) continue;
+      ParamState& st = state_[g][i];
+      st.step = steps_of[g][i];
+      const Tensor& p = groups_[g].params[i];
+      for (size_t b = 0; b < B; ++b) {
+        Tensor copy = empty(p.shape(), p.dtype());  // a copy: never share buffers with the caller
+        copy.copy_(bufs[g][i][b]);
+        st.buffers.push_back(copy);
+      }
+    }
+  }
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,103 @@
+#include "nn/transformer.h"
+
+namespace tg::nn {
+namespace {
+
+void check_options(const char* layer, const TransformerLayerOptions& o) {
+  if (o.dim <= 0 || o.heads <= 0 || o.hidden_mult <= 0)
+    throw ValueError(fmt::format("{}: dim ({}), heads ({}) and hidden_mult ({}) must be positive", layer, o.dim,
+                                 o.heads, o.hidden_mult));
+  if (o.dim % o.heads != 0)
+    throw ValueError(fmt::format("{}: dim {} is not divisible by heads {}", layer, o.dim, o.heads));
+}
+
+std::shared_ptr<LayerNorm> make_norm(const TransformerLayerOptions& o) {
+  return std::make_shared<LayerNorm>(LayerNormOptions{.dim = o.dim, .eps = o.eps});
+}
+
+std::shared_ptr<MultiHeadAttention> make_attention(const TransformerLayerOptions& o, bool cross) {
+  return std::make_shared<MultiHeadAttention>(
+      MultiHeadAttentionOptions{.dim = o.dim, .heads = o.heads, .cross = cross, .bias = o.bias, .dropout = o.dropout});
+}
+
+std::shared_ptr<FeedForward> make_mlp(const TransformerLayerOptions& o) {
+  return std::make_shared<FeedForward>(FeedForwardOptions{
+      .dim = o.dim, .hidden_mult = o.hidden_mult, .activation = o.activation, .bias = o.bias, .dropout = o.dropout});
+}
+
+void check_input(const char* layer, const char* what, const Tensor& x, int64_t C) {
+  if (!x.defined()) throw ValueError(fmt::format("{}: {} is undefined", layer, what));
+  if (x.dim() != 3 || x.size(2) != C)
+    throw ShapeError(fmt::format("{}: {} {} must be (B,T,{})", layer, what, x.shape(), C));
+}
+
+// One residual sublayer: pre-LN x + f(ln(x)), post-LN ln(x + f(x)).
+template <class F>
+Tensor sublayer(NormPosition norm, LayerNorm& ln, const Tensor& x, F f) {
+  if (norm == NormPosition::pre) return add(x, f(ln.forward(x)));
+  return ln.forward(add(x, f(x)));
+}
+
+std::string layer_repr(const TransformerLayerOptions& o) {
+  return fmt::format("dim={}, heads={}, hidden_mult={}, norm={}, dropout={}", o.dim, o.heads, o.hidden_mult,
+                     o.norm == NormPosition::pre ? "pre" : "post", o.dropout);
+}
+
+}  // namespace
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o)
+    : Module("TransformerEncoderLayer"), options(o) {
+  check_options("TransformerEncoderLayer", o);
+  ln1 = register_module("ln1", make_norm(o));
+  attn = register_module("attn", make_attention(o, false));
+  ln2 = register_module("ln2", make_norm(o));
+  mlp = register_module("mlp", make_mlp(o));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMask& mask, Tensor* attn_weights) {
+  check_input("TransformerEncoderLayer", "input", x, options.dim);
+  Tensor h = sublayer(options.norm, *ln1, x, [&](const Tensor& a) { return attn->forward(a, mask, attn_weights); });
+  return sublayer(options.norm, *ln2, h, [&](const Tensor& a) { return mlp->forward(a); });
+}
+
+Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KVCache& cache) {
+  check_input("TransformerEncoderLayer", "input", x, options.dim);
+  Tensor h = sublayer(options.norm, *ln1, x, [&](const Tensor& a) { return attn->forward_cached(a, cache); });
+  return sublayer(options.norm, *ln2, h, [&](const Tensor& a) { return mlp->forward(a); });
+}
+
+std::string TransformerEncoderLayer::extra_repr() const { return layer_repr(options); }
+
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o)
+    : Module("TransformerDecoderLayer"), options(o) {
+  check_options("TransformerDecoderLayer", o);
+  ln1 = register_module("ln1", make_norm(o));
+  self_attn = register_module("self_attn", make_attention(o, false));
+  ln2 = register_module("ln2", make_norm(o));
+  cross_attn = register_module("cross_attn", make_attention(o, true));
+  ln3 = register_module("ln3", make_norm(o));
+  mlp = register_module("mlp", make_mlp(o));
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& x, const Tensor& memory, const AttentionMask& self_mask,
+                                        const AttentionMask& memory_mask, Tensor* cross_weights) {
+  check_input("TransformerDecoderLayer", "input", x, options.dim);
+  check_input("TransformerDecoderLayer", "memory", memory, options.dim);
+  Tensor h = sublayer(options.norm, *ln1, x, [&](const Tensor& a) { return self_attn->forward(a, self_mask); });
+  h = sublayer(options.norm, *ln2, h,
+               [&](const Tensor& a) { return cross_attn->forward(a, memory, memory_mask, cross_weights); });
+  return sublayer(options.norm, *ln3, h, [&](const Tensor& a) { return mlp->forward(a); });
+}
+
+Tensor TransformerDecoderLayer::forward_cached(const Tensor& x, const Tensor& memory, KVCache& self_cache,
+                                               KVCache& cross_cache, const AttentionMask& memory_mask) {
+  check_input("TransformerDecoderLayer", "input", x, options.dim);
+  Tensor h = sublayer(options.norm, *ln1, x, [&](const Tensor& a) { return self_attn->forward_cached(a, self_cache); });
+  h = sublayer(options.norm, *ln2, h,
+               [&](const Tensor& a) { return cross_attn->forward_cached(a, memory, cross_cache, memory_mask); });
+  return sublayer(options.norm, *ln3, h, [&](const Tensor& a) { return mlp->forward(a); });
+}
+
+std::string TransformerDecoderLayer::extra_repr() const { return layer_repr(options); }
+
+}  // namespace tg::nn

@@ -1,0 +1,433 @@
+#define BOOST_TEST_MODULE data
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/autograd.h"
+#include "data/brown.h"
+#include "data/lm_batches.h"
+#include "data/text.h"
+#include "data/tokenizer.h"
+
+using namespace tg;
+using namespace tg::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() / ("tg_test_data_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name, std::ios::binary) << content;
+    return (path / name).string();
+  }
+};
+
+// The typed exception, with a message holding every one of parts.
+template <class E>
+auto message_has(std::vector<std::string> parts) {
+  return [parts](const E& e) {
+    std::string what = e.what();
+    for (const auto& p : parts)
+      if (what.find(p) == std::string::npos) {
+        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
+        return false;
+      }
+    return true;
+  };
+}
+
+// Two sentence lines in the first paragraph, one in the second, as in the
+// real files (leading blank lines, tab-indented paragraph starts).
+const std::string kCa01 =
+    "\n\n\tThe/at Fulton/np-tl County/nn-tl said/vbd ``/`` no/at evidence/nn ''/'' ./.\n"
+    "It/pps cost/vbd 1/2/cd of/in $5/nns ,/, (/( or/cc so/rb )/) ./.\n"
+    "\n\n\tA/at paragraph/nn ;/. //in and/or/cc AAb//nn done/vbn ?/. \n\n";
+const std::string kCr09 = "\n\n\tDear/jj Sirs/nns :/: Let/vb me/ppo begin/vb ./.\n";
+
+}  // namespace
+
+// --- Brown reader
+
+BOOST_AUTO_TEST_CASE(brown_reads_sample_directory) {
+  TempDir d;
+  d.write("cr09", kCr09);
+  d.write("ca01", kCa01);
+  d.write("README", "not a corpus file\n");
+  d.write("cats.txt", "ca01 news\n");
+  auto docs = read_brown(d.path.string());
+  BOOST_REQUIRE_EQUAL(docs.size(), 2u);
+  BOOST_CHECK_EQUAL(docs[0].id, "ca01");
+  BOOST_CHECK_EQUAL(docs[0].genre, 'a');
+  BOOST_CHECK_EQUAL(docs[0].genre_name, "press: reportage");
+  BOOST_CHECK_EQUAL(docs[0].category, "news");
+  BOOST_CHECK_EQUAL(docs[0].text,
+                    "The Fulton County said \"no evidence\".\n"
+                    "It cost 1/2 of $5, (or so).\n"
+                    "\n"
+                    "A paragraph; / and/or AAb/ done?");
+  BOOST_CHECK_EQUAL(docs[1].id, "cr09");
+  BOOST_CHECK_EQUAL(docs[1].genre, 'r');
+  BOOST_CHECK_EQUAL(docs[1].genre_name, "humor");
+  BOOST_CHECK_EQUAL(docs[1].text, "Dear Sirs: Let me begin.");
+  auto plain = brown_documents(docs);
+  BOOST_CHECK_EQUAL(plain[1].label, "humor");
+  BOOST_CHECK_EQUAL(plain[1].text, docs[1].text);
+}
+
+BOOST_AUTO_TEST_CASE(brown_genres_table) {
+  BOOST_CHECK_EQUAL(brown_genres(), "abcdefghjklmnpr");
+  BOOST_CHECK_EQUAL(brown_genre_name('j'), "learned");
+  BOOST_CHECK_EQUAL(brown_genre_name('k'), "fiction: general");
+  BOOST_CHECK_EQUAL(brown_category('m'), "science_fiction");
+  BOOST_CHECK_EQUAL(brown_category('g'), "belles_lettres");
+  BOOST_CHECK_THROW(brown_category('z'), DataError);
+  BOOST_CHECK_EXCEPTION(brown_genre_name('i'), DataError, message_has<DataError>({"'i'", "abcdefghjklmnpr"}));
+}
+
+BOOST_AUTO_TEST_CASE(brown_errors) {
+  TempDir d;
+  const std::string missing = (d.path / "nope").string();
+  BOOST_CHECK_EXCEPTION(read_brown(missing), DataError, message_has<DataError>({missing, "fetch_brown.sh"}));
+  d.write("README", "x\n");
+  BOOST_CHECK_EXCEPTION(read_brown(d.path.string()), DataError, message_has<DataError>({"no corpus files"}));
+  // Also a ValueError, for callers that catch those.
+  BOOST_CHECK_THROW(read_brown(d.path.string()), ValueError);
+
+  for (auto [line, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"The/at jury said/vbd ./.", "'jury'"}, {"The/at /nn ./.", "'/nn'"}, {"The/at jury/ ./.", "'jury/'"}}) {
+    TempDir e;
+    std::string f = e.write("cb01", "\n\n\tFine/jj ./.\n" + line + "\n");
+    BOOST_CHECK_EXCEPTION(read_brown(e.path.string()), DataError,
+                          message_has<DataError>({f + ":4", "malformed token " + bad}));
+  }
+  TempDir empty;
+  std::string f = empty.write("cb02", "\n\n  \n");
+  BOOST_CHECK_EXCEPTION(read_brown(empty.path.string()), DataError, message_has<DataError>({f, "no tokens"}));
+  BOOST_CHECK_EXCEPTION(read_brown_file((d.path / "ca99").string()), DataError,
+                        message_has<DataError>({"ca99", "cannot be opened"}));
+  BOOST_CHECK_EXCEPTION(read_brown_file((d.path / "cz01").string()), DataError,
+                        message_has<DataError>({"cz01", "not a corpus file name"}));
+  std::string wrong_name = d.write("notes", "a/at\n");
+  BOOST_CHECK_EXCEPTION(read_brown_file(wrong_name), DataError, message_has<DataError>({"not a corpus file name"}));
+}
+
+// --- Plain text
+
+BOOST_AUTO_TEST_CASE(text_file_documents) {
+  TempDir d;
+  std::string f = d.write("t.txt", "\xEF\xBB\xBF" "First line\nsecond line\n\n \t\nPara two \xC3\xA9\n\n\n\nThree");
+  auto docs = read_text_file(f);
+  BOOST_REQUIRE_EQUAL(docs.size(), 3u);
+  BOOST_CHECK_EQUAL(docs[0].text, "First line\nsecond line");
+  BOOST_CHECK_EQUAL(docs[1].text, "Para two \xC3\xA9");
+  BOOST_CHECK_EQUAL(docs[2].text, "Three");
+  BOOST_CHECK_EQUAL(docs[2].id, f + "#2");
+  BOOST_CHECK(docs[0].label.empty());
+  auto whole = read_text_file(f, TextSplit::whole);
+  BOOST_REQUIRE_EQUAL(whole.size(), 1u);
+  BOOST_CHECK_EQUAL(whole[0].text, "First line\nsecond line\n\n \t\nPara two \xC3\xA9\n\n\n\nThree");
+}
+
+BOOST_AUTO_TEST_CASE(text_file_errors) {
+  TempDir d;
+  std::string missing = (d.path / "missing.txt").string();
+  BOOST_CHECK_EXCEPTION(read_text_file(missing), DataError, message_has<DataError>({missing, "no such file"}));
+  BOOST_CHECK_EXCEPTION(read_text_file(d.path.string()), DataError, message_has<DataError>({"is a directory"}));
+  std::string empty = d.write("empty.txt", "");
+  BOOST_CHECK_EXCEPTION(read_text_file(empty), DataError, message_has<DataError>({empty, "empty"}));
+  std::string blank = d.write("blank.txt", " \n\t\n");
+  BOOST_CHECK_EXCEPTION(read_text_file(blank), DataError, message_has<DataError>({blank, "only whitespace"}));
+  std::string bad = d.write("bad.txt", "abc\xC3\xA9\xFF rest");
+  BOOST_CHECK_EXCEPTION(read_text_file(bad), DataError, message_has<DataError>({bad, "byte offset 5", "0xFF"}));
+}
+
+BOOST_AUTO_TEST_CASE(utf8_validation) {
+  BOOST_CHECK_EQUAL(find_invalid_utf8("plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"), -1);
+  BOOST_CHECK_EQUAL(find_invalid_utf8(std::string("a\0b", 3)), -1);
+  BOOST_CHECK_EQUAL(find_invalid_utf8("ab\xC0\x80"), 2);          // overlong NUL
+  BOOST_CHECK_EQUAL(find_invalid_utf8("\xED\xA0\x80"), 0);        // surrogate U+D800
+  BOOST_CHECK_EQUAL(find_invalid_utf8("x\xF4\x90\x80\x80"), 1);   // above U+10FFFF
+  BOOST_CHECK_EQUAL(find_invalid_utf8("xy\xE2\x82"), 2);          // truncated
+  BOOST_CHECK_EQUAL(find_invalid_utf8("\x80"), 0);                // stray continuation byte
+}
+
+// --- Train/validation split
+
+BOOST_AUTO_TEST_CASE(split_is_deterministic_and_by_document) {
+  SplitIndices a = split_indices(10, 0.3, 7), b = split_indices(10, 0.3, 7);
+  BOOST_CHECK(a.val == b.val && a.train == b.train);
+  BOOST_CHECK_EQUAL(a.val.size(), 3u);
+  BOOST_CHECK_EQUAL(a.train.size(), 7u);
+  std::vector<size_t> all(a.train);
+  all.insert(all.end(), a.val.begin(), a.val.end());
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i < 10; ++i) BOOST_CHECK_EQUAL(all[i], i);
+  // Pinned: the split must not change between versions or machines.
+  BOOST_CHECK_EQUAL(fmt::format("{}", fmt::join(a.val, ",")), "2,6,9");
+  // Another seed gives another split (of 100 documents, 10 in validation).
+  BOOST_CHECK(split_indices(100, 0.1, 1).val != split_indices(100, 0.1, 2).val);
+  BOOST_CHECK_EQUAL(split_indices(100, 0.1, 1).val.size(), 10u);
+  // A tiny fraction still gives one validation document; 0 gives none.
+  BOOST_CHECK_EQUAL(split_indices(5, 0.01, 1).val.size(), 1u);
+  BOOST_CHECK_EQUAL(split_indices(5, 0.0, 1).train.size(), 5u);
+
+  std::vector<Document> docs;
+  for (int i = 0; i < 10; ++i) docs.push_back({fmt::format("d{}", i), "", fmt::format("text {}", i)});
+  auto [train, val] = split_documents(docs, 0.3, 7);
+  BOOST_REQUIRE_EQUAL(val.size(), 3u);
+  for (size_t i = 0; i < val.size(); ++i) BOOST_CHECK_EQUAL(val[i].id, fmt::format("d{}", a.val[i]));
+  BOOST_CHECK_EQUAL(train.size(), 7u);
+}
+
+BOOST_AUTO_TEST_CASE(split_errors) {
+  BOOST_CHECK_EXCEPTION(split_indices(10, 1.0, 1), ValueError, message_has<ValueError>({"fraction 1"}));
+  BOOST_CHECK_THROW(split_indices(10, -0.1, 1), ValueError);
+  BOOST_CHECK_EXCEPTION(split_indices(0, 0.1, 1), DataError, message_has<DataError>({"no documents"}));
+  BOOST_CHECK_EXCEPTION(split_indices(1, 0.5, 1), DataError, message_has<DataError>({"1 document(s)"}));
+}
+
+// --- LM batches
+
+BOOST_AUTO_TEST_CASE(lm_batches_sample) {
+  // Token i has id 1000 + i, so a window's offset is its first id - 1000.
+  std::vector<int64_t> ids(100);
+  for (int64_t i = 0; i < 100; ++i) ids[i] = 1000 + i;
+  LMBatches batches(ids, 8);
+  BOOST_CHECK_EQUAL(batches.num_windows(), 12);
+  Generator g(3), g2(3);
+  LMBatch b = batches.sample(4, g);
+  BOOST_CHECK(b.inputs.shape() == Shape({4, 8}));
+  BOOST_CHECK(b.targets.shape() == Shape({4, 8}));
+  BOOST_CHECK(b.inputs.dtype() == DType::i64);
+  BOOST_CHECK_EQUAL(g.offset(), 4u);
+  auto in = b.inputs.to_vector<int64_t>(), out = b.targets.to_vector<int64_t>();
+  for (int64_t r = 0; r < 4; ++r) {
+    int64_t offset = in[r * 8] - 1000;
+    BOOST_CHECK(offset >= 0 && offset <= 100 - 8 - 1);
+    for (int64_t t = 0; t < 8; ++t) {
+      BOOST_CHECK_EQUAL(in[r * 8 + t], ids[offset + t]);
+      BOOST_CHECK_EQUAL(out[r * 8 + t], ids[offset + t + 1]);
+    }
+  }
+  BOOST_CHECK(batches.sample(4, g2).inputs.to_vector<int64_t>() == in);  // same seed, same batch
+  BOOST_CHECK(batches.sample(4, g).inputs.to_vector<int64_t>() != in);   // the generator moved on
+  // Random offsets reach both ends of the stream.
+  int64_t lo = 100, hi = -1;
+  for (int i = 0; i < 200; ++i) {
+    auto v = batches.sample(4, g).inputs.to_vector<int64_t>();
+    for (int r = 0; r < 4; ++r) lo = std::min(lo, v[r * 8] - 1000), hi = std::max(hi, v[r * 8] - 1000);
+  }
+  BOOST_CHECK_EQUAL(lo, 0);
+  BOOST_CHECK_EQUAL(hi, 91);
+  // From a tensor.
+  LMBatches from_tensor(from_vector(ids, {100}), 8);
+  Generator g3(3);
+  BOOST_CHECK(from_tensor.sample(4, g3).targets.to_vector<int64_t>() == out);
+  BOOST_CHECK_EQUAL(from_tensor.num_tokens(), 100);
+}
+
+BOOST_AUTO_TEST_CASE(lm_batches_evaluation) {
+  std::vector<int64_t> ids(100);
+  for (int64_t i = 0; i < 100; ++i) ids[i] = i;
+  LMBatches batches(ids, 8);
+  BOOST_CHECK_EQUAL(batches.num_batches(5), 3);  // 12 windows: 5 + 5 + 2
+  LMBatch first = batches.sequential(0, 5), last = batches.sequential(2, 5);
+  BOOST_CHECK(first.inputs.shape() == Shape({5, 8}));
+  BOOST_CHECK(last.inputs.shape() == Shape({2, 8}));
+  BOOST_CHECK_EQUAL(first.inputs.at({1, 0}), 8);
+  BOOST_CHECK_EQUAL(last.inputs.at({1, 0}), 88);
+  BOOST_CHECK_EQUAL(last.targets.at({1, 7}), 96);
+  // fixed: 2 batches of 3 windows at round(k * 91 / 5) = 0, 18, 36, 55, 73, 91.
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < 2; ++i) {
+    LMBatch b = batches.fixed(i, 2, 3);
+    BOOST_CHECK(b.inputs.shape() == Shape({3, 8}));
+    for (int64_t r = 0; r < 3; ++r) starts.push_back(static_cast<int64_t>(b.inputs.at({r, 0})));
+  }
+  BOOST_CHECK(starts == std::vector<int64_t>({0, 18, 36, 55, 73, 91}));
+  BOOST_CHECK_EQUAL(batches.fixed(1, 2, 3).targets.at({2, 7}), 99);  // the last token is used
+  BOOST_CHECK(batches.fixed(1, 2, 3).inputs.to_vector<int64_t>() == batches.fixed(1, 2, 3).inputs.to_vector<int64_t>());
+  BOOST_CHECK_EQUAL(batches.fixed(0, 1, 1).inputs.at({0, 0}), 0);
+}
+
+BOOST_AUTO_TEST_CASE(lm_batches_errors) {
+  std::vector<int64_t> ids(20, 1);
+  BOOST_CHECK_EXCEPTION(LMBatches(ids, 20), DataError, message_has<DataError>({"20 tokens", "block 20", "21"}));
+  BOOST_CHECK_THROW(LMBatches(ids, 0), ValueError);
+  LMBatches b(ids, 4);
+  Generator g;
+  BOOST_CHECK_THROW(b.sample(0, g), ValueError);
+  BOOST_CHECK_THROW(b.sequential(b.num_batches(2), 2), IndexError);
+  BOOST_CHECK_THROW(b.sequential(-1, 2), IndexError);
+  BOOST_CHECK_THROW(b.fixed(3, 3, 2), IndexError);
+  BOOST_CHECK_THROW(b.fixed(0, 0, 2), ValueError);
+  BOOST_CHECK_THROW(LMBatches(zeros({20}), 4), DTypeError);
+  BOOST_CHECK_THROW(LMBatches(zeros({4, 5}, DType::i64), 4), ShapeError);
+}
+
+// --- Character tokenizer
+
+BOOST_AUTO_TEST_CASE(char_tokenizer_round_trip) {
+  CharTokenizer tok = CharTokenizer::build("hello, w\xC3\xB6rld\n");
+  // Sorted by code point: \n ' ' , d e h l o r w ö
+  BOOST_CHECK_EQUAL(tok.vocab_size(), 11);
+  BOOST_CHECK_EQUAL(tok.token(0), "\n");
+  BOOST_CHECK_EQUAL(tok.token(10), "\xC3\xB6");
+  BOOST_CHECK(tok.encode("hello") == std::vector<int64_t>({5, 4, 6, 6, 7}));
+  std::string s = "w\xC3\xB6rld, hello\n";
+  BOOST_CHECK_EQUAL(tok.decode(tok.encode(s)), s);
+  BOOST_CHECK_EQUAL(tok.encode(s).size(), 13u);  // ö is one token
+  TempDir d;
+  std::string f = (d.path / "char.json").string();
+  tok.save(f);
+  auto loaded = load_tokenizer(f);
+  BOOST_CHECK_EQUAL(loaded->kind(), "char");
+  BOOST_CHECK_EQUAL(loaded->vocab_size(), 11);
+  BOOST_CHECK(loaded->encode(s) == tok.encode(s));
+}
+
+BOOST_AUTO_TEST_CASE(char_tokenizer_errors) {
+  CharTokenizer tok = CharTokenizer::build("abc");
+  BOOST_CHECK_EXCEPTION(tok.encode("abz"), DataError, message_has<DataError>({"'z'", "U+007A", "byte offset 2"}));
+  BOOST_CHECK_EXCEPTION(tok.encode("a\n"), DataError, message_has<DataError>({"U+000A"}));
+  BOOST_CHECK_EXCEPTION(tok.encode("a\xFF"), DataError, message_has<DataError>({"invalid UTF-8", "byte offset 1"}));
+  BOOST_CHECK_THROW(CharTokenizer::build(""), DataError);
+  BOOST_CHECK_THROW(CharTokenizer::build("\xC3"), DataError);
+  std::vector<int64_t> bad = {0, 3};
+  BOOST_CHECK_EXCEPTION(tok.decode(bad), IndexError, message_has<IndexError>({"3", "vocabulary size 3"}));
+  BOOST_CHECK_THROW(CharTokenizer({U'b', U'a'}), ValueError);
+  BOOST_CHECK_THROW(CharTokenizer({}), ValueError);
+
+  TempDir d;
+  auto check_load = [&](const std::string& content, const std::string& part) {
+    std::string f = d.write("t.json", content);
+    BOOST_CHECK_EXCEPTION(CharTokenizer::load(f), DataError, message_has<DataError>({f, part}));
+  };
+  check_load("{\"type\": \"char\", \"version\": 1, \"chars\": [\"a\", \"b\"", "not valid JSON");
+  check_load("{\"type\": \"char\", \"version\": 1}", "field 'chars' is missing");
+  check_load("{\"type\": \"char\", \"version\": 2, \"chars\": [\"a\"]}", "field 'version'");
+  check_load("{\"type\": \"char\", \"chars\": [\"a\"]}", "field 'version' is missing");
+  check_load("{\"type\": \"bpe\", \"chars\": [\"a\"]}", "field 'type'");
+  check_load("{\"type\": \"char\", \"version\": 1, \"chars\": [\"a\", \"bc\"]}", "field 'chars[1]'");
+  check_load("{\"type\": \"char\", \"version\": 1, \"chars\": [\"b\", \"a\"]}", "field 'chars[1]'");
+  check_load("{\"type\": \"char\", \"version\": 1, \"chars\": [\"a\", 5]}", "field 'chars[1]'");
+  check_load("{\"type\": \"char\", \"version\": 1, \"chars\": []}", "field 'chars'");
+  std::string missing = (d.path / "none.json").string();
+  BOOST_CHECK_EXCEPTION(load_tokenizer(missing), DataError, message_has<DataError>({missing, "no such file"}));
+  std::string unwritable = (d.path / "no_such_dir" / "t.json").string();
+  BOOST_CHECK_EXCEPTION(tok.save(unwritable), DataError, message_has<DataError>({unwritable, "cannot be written"}));
+  std::string other = d.write("o.json", "{\"type\": \"words\"}");
+  BOOST_CHECK_EXCEPTION(load_tokenizer(other), DataError, message_has<DataError>({other, "field 'type'", "words"}));
+}
+
+// --- Byte-level BPE
+
+BOOST_AUTO_TEST_CASE(bpe_chunking) {
+  std::string s = "Hello  world\n\n 42!?x";
+  auto chunks = bpe_chunks(s);
+  std::vector<std::string> got(chunks.begin(), chunks.end());
+  BOOST_CHECK(got == std::vector<std::string>({"Hello", " ", " world", "\n\n", " 42", "!?", "x"}));
+  BOOST_CHECK(bpe_chunks("").empty());
+  auto tail = bpe_chunks("a  ");
+  BOOST_CHECK(std::vector<std::string>(tail.begin(), tail.end()) == std::vector<std::string>({"a", "  "}));
+}
+
+BOOST_AUTO_TEST_CASE(bpe_learns_expected_merges) {
+  // The textbook example: aa, then ab (tie with (aa,a) at 2, broken by the
+  // smaller pair (97,98) < (256,97)), then aa+ab; then no pair occurs twice.
+  BPETokenizer tok = BPETokenizer::train("aaabdaaabac", 300);
+  using P = BPETokenizer::Pair;
+  BOOST_CHECK(tok.merges() == std::vector<P>({P{97, 97}, P{97, 98}, P{256, 257}}));
+  BOOST_CHECK_EQUAL(tok.vocab_size(), 259);
+  BOOST_CHECK_EQUAL(tok.token(258), "aaab");
+  BOOST_CHECK(tok.encode("aaabdaaabac") == std::vector<int64_t>({258, 'd', 258, 'a', 'c'}));
+  // Encoding applies merges in the order they were learned: aa before ab.
+  BOOST_CHECK(tok.encode("aab") == std::vector<int64_t>({256, 'b'}));
+  BOOST_CHECK(tok.encode("abaab") == std::vector<int64_t>({257, 256, 'b'}));
+  // vocab_size caps the merges.
+  BOOST_CHECK_EQUAL(BPETokenizer::train("aaabdaaabac", 257).merges().size(), 1u);
+  BOOST_CHECK_EQUAL(BPETokenizer::train("aaabdaaabac", 256).vocab_size(), 256);
+  // Merges stay inside chunks: "ab ab" never learns a token with the space in the middle of words.
+  BPETokenizer words = BPETokenizer::train("ab ab ab ab", 270);
+  for (int64_t id = 256; id < words.vocab_size(); ++id) BOOST_CHECK(words.token(id).find(' ', 1) == std::string::npos);
+  BOOST_CHECK_EQUAL(words.token(words.vocab_size() - 1), " ab");
+}
+
+BOOST_AUTO_TEST_CASE(bpe_round_trip_random_bytes) {
+  // Words of 1-6 letters drawn from a skewed alphabet (with a two-byte
+  // UTF-8 letter), digits and punctuation: enough distinct pairs for 64 merges.
+  std::string corpus;
+  Generator words(5);
+  const std::vector<std::string> letters = {"e", "e", "t", "a", "o", "n", "\xC3\xA9", "s", "h", "r"};
+  for (int w = 0; w < 3000; ++w) {
+    corpus += w % 17 == 0 ? ". " : w % 11 == 0 ? ", 19" : " ";
+    for (int64_t n = words.randint(1, 7); n > 0; --n) corpus += letters[words.randint(0, 10)];
+  }
+  BPETokenizer tok = BPETokenizer::train(corpus, 320);
+  BOOST_CHECK_EQUAL(tok.vocab_size(), 320);
+  BOOST_CHECK(tok.merges() == BPETokenizer::train(corpus, 320).merges());  // deterministic
+  BOOST_CHECK_LT(tok.encode(corpus).size() * 3, corpus.size() * 2);  // 64 merges compress it by a third
+  BOOST_CHECK_EQUAL(tok.decode(tok.encode(corpus)), corpus);
+  Generator g(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string s(static_cast<size_t>(g.randint(0, 64)), '\0');
+    for (auto& c : s) {
+      // Mix random bytes (NUL, invalid UTF-8) with pieces of the corpus alphabet.
+      int64_t r = g.randint(0, 4);
+      c = static_cast<char>(r == 0 ? g.randint(0, 256) : r == 1 ? ' ' : "the cat1\xC3"[g.randint(0, 9)]);
+    }
+    BOOST_CHECK_EQUAL(tok.decode(tok.encode(s)), s);
+  }
+  std::string nul("a\0\0b\xFF\xFE the", 10);
+  BOOST_CHECK_EQUAL(tok.decode(tok.encode(nul)), nul);
+  std::vector<int64_t> bad = {5, 320};
+  BOOST_CHECK_EXCEPTION(tok.decode(bad), IndexError, message_has<IndexError>({"320", "vocabulary size 320"}));
+  BOOST_CHECK_THROW(tok.token(-1), IndexError);
+  BOOST_CHECK_EXCEPTION(BPETokenizer::train(corpus, 100), ValueError, message_has<ValueError>({"100", "256"}));
+
+  // Through the common interface, and saved and loaded.
+  TempDir d;
+  std::string f = (d.path / "bpe.json").string();
+  std::unique_ptr<Tokenizer> base = std::make_unique<BPETokenizer>(tok);
+  base->save(f);
+  auto loaded = load_tokenizer(f);
+  BOOST_CHECK_EQUAL(loaded->kind(), "bpe");
+  BOOST_CHECK_EQUAL(loaded->vocab_size(), 320);
+  BOOST_CHECK(loaded->encode(corpus) == tok.encode(corpus));
+  BOOST_CHECK(BPETokenizer::load(f).merges() == tok.merges());
+}
+
+BOOST_AUTO_TEST_CASE(bpe_errors) {
+  using P = BPETokenizer::Pair;
+  BOOST_CHECK_EXCEPTION(BPETokenizer({P{97, 97}, P{256, 300}}), ValueError, message_has<ValueError>({"merge 1", "257"}));
+  BOOST_CHECK_EXCEPTION(BPETokenizer({P{97, 97}, P{97, 97}}), ValueError, message_has<ValueError>({"repeats merge 0"}));
+  BOOST_CHECK_THROW(BPETokenizer({P{-1, 97}}), ValueError);
+  TempDir d;
+  auto check_load = [&](const std::string& content, const std::string& part) {
+    std::string f = d.write("b.json", content);
+    BOOST_CHECK_EXCEPTION(BPETokenizer::load(f), DataError, message_has<DataError>({f, part}));
+  };
+  const std::string head = "{\"type\": \"bpe\", \"version\": 1, \"pretokenizer\": \"chunks-v1\", ";
+  check_load(head + "\"merges\": [[97, 97], [256, 98], [97, 900]]}", "field 'merges[2]'");
+  check_load(head + "\"merges\": [[97, 97], [97]]}", "field 'merges[1]'");
+  check_load(head + "\"merges\": [[97, 97], [\"a\", 98]]}", "field 'merges[1]'");
+  check_load(head + "\"merges\": [[97, 97], [97, 97]]}", "repeats");
+  check_load(head + "\"merges\": {}}", "field 'merges'");
+  check_load(head + "\"vocab\": []}", "field 'merges' is missing");
+  check_load("{\"type\": \"bpe\", \"version\": 1, \"pretokenizer\": \"gpt2\", \"merges\": []}", "field 'pretokenizer'");
+  check_load("{\"type\": \"char\", \"merges\": []}", "field 'type'");
+  check_load("[1, 2", "not valid JSON");
+  check_load("[1, 2]", "field 'type' is missing");
+}

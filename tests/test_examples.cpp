@@ -1,0 +1,172 @@
+// The bundled examples, end to end at tiny sizes (seconds each): they run,
+// write what they promise, their losses go down, and charlm --resume
+// continues a run exactly. The executables' paths come from meson (env).
+#define BOOST_TEST_MODULE examples
+#include <boost/test/unit_test.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string exe(const char* var) {
+  const char* p = std::getenv(var);
+  BOOST_REQUIRE_MESSAGE(p && *p, var << " is not set (run the tests through meson)");
+  return p;
+}
+
+// Runs a command, returns its exit status and what it printed.
+std::pair<int, std::string> run(const std::string& cmd) {
+  fs::path log = fs::temp_directory_path() / fmt::format("tg_example_{}.log", std::hash<std::string>{}(cmd));
+  int rc = std::system(fmt::format("{} >'{}' 2>&1", cmd, log.string()).c_str());
+  std::ifstream f(log);
+  std::stringstream s;
+  s << f.rdbuf();
+  fs::remove(log);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, s.str()};
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / fmt::format("tg_test_{}_{}", name, ::getpid());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// loss.csv rows: model -> [(step, train, val)].
+std::map<std::string, std::vector<std::array<double, 3>>> read_curves(const fs::path& csv) {
+  std::map<std::string, std::vector<std::array<double, 3>>> out;
+  std::istringstream in(read(csv));
+  std::string line;
+  std::getline(in, line);
+  BOOST_REQUIRE_EQUAL(line, "model,step,tokens,train_loss,val_loss");
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::stringstream ls(line);
+    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
+    BOOST_REQUIRE_EQUAL(f.size(), 5u);
+    out[f[0]].push_back({std::stod(f[1]), std::stod(f[3]), std::stod(f[4])});
+  }
+  return out;
+}
+
+const std::string kTiny = "tests/fixtures/tiny.txt";  // synthetic sentences, 3 KB
+const std::string kCharlmTiny =
+    " --data " + kTiny + " --batch 8 --block 16 --eval-every 10 --eval-batches 2 --gpt-dim 16 --gpt-layers 1"
+    " --gpt-heads 2 --embed 8 --sample-len 30 --threads 1 --warmup 5 --lr 1e-2";
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(charlm_trains_all_models_and_writes_its_outputs) {
+  fs::path out = fresh_dir("charlm");
+  auto [rc, log] = run(exe("CHARLM") + kCharlmTiny + " --steps 40 --out " + out.string());
+  BOOST_REQUIRE_MESSAGE(rc == 0, log);
+  auto curves = read_curves(out / "loss.csv");
+  for (const char* m : {"rnn", "lstm", "gpt"}) {
+    BOOST_REQUIRE_MESSAGE(curves[m].size() == 4u, m);
+    // Validation loss after 40 steps is well below the first evaluation's.
+    BOOST_TEST(curves[m].back()[2] < curves[m].front()[2] - 0.1, m << ": " << curves[m].front()[2] << " -> " << curves[m].back()[2]);
+    BOOST_TEST(fs::exists(out / fmt::format("{}.safetensors", m)));
+    BOOST_TEST(fs::exists(out / fmt::format("{}.state.safetensors", m)));
+  }
+  std::string samples = read(out / "samples.txt");
+  for (const char* m : {"=== rnn ===", "=== lstm ===", "=== gpt ==="}) BOOST_TEST(samples.find(m) != std::string::npos);
+  BOOST_TEST(log.find("val bits/char") != std::string::npos);  // the table
+  BOOST_TEST(fs::exists(out / "results.md"));
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) BOOST_TEST(fs::file_size(out / "loss.png") > 1000u);
+
+  // generate rebuilds the model from the checkpoint and samples reproducibly.
+  std::string gen = exe("GENERATE") + " " + (out / "gpt.safetensors").string() + " --prompt 'The ' --tokens 25 --seed 5";
+  auto [g1, s1] = run(gen);
+  auto [g2, s2] = run(gen);
+  BOOST_REQUIRE_MESSAGE(g1 == 0, s1);
+  BOOST_TEST(s1 == s2);
+  BOOST_TEST(s1.find("The ") != std::string::npos);
+  auto [g3, s3] = run(exe("GENERATE") + " " + (out / "missing.safetensors").string());
+  BOOST_TEST(g3 == 1);
+  BOOST_TEST(s3.find("missing.safetensors") != std::string::npos);
+  fs::remove_all(out);
+}
+
+BOOST_AUTO_TEST_CASE(charlm_resume_continues_exactly) {
+  // 30 steps in one go == stopped after 20, then --resume to 30 (dropout on, so the
+  // generator states must be restored too).
+  fs::path a = fresh_dir("resume_a"), b = fresh_dir("resume_b");
+  std::string common = exe("CHARLM") + kCharlmTiny + " --models gpt,lstm --dropout 0.1";
+  auto [r1, l1] = run(common + " --steps 30 --out " + a.string());
+  BOOST_REQUIRE_MESSAGE(r1 == 0, l1);
+  auto [r2, l2] = run(common + " --steps 30 --stop-after 20 --out " + b.string());
+  BOOST_REQUIRE_MESSAGE(r2 == 0, l2);
+  auto [r3, l3] = run(common + " --steps 30 --resume --out " + b.string());
+  BOOST_REQUIRE_MESSAGE(r3 == 0, l3);
+  BOOST_TEST(l3.find("resumed at step 20") != std::string::npos, l3);
+  auto ca = read_curves(a / "loss.csv"), cb = read_curves(b / "loss.csv");
+  for (const char* m : {"gpt", "lstm"}) {
+    BOOST_REQUIRE_EQUAL(ca[m].size(), cb[m].size());
+    for (size_t i = 0; i < ca[m].size(); ++i)
+      for (int k = 0; k < 3; ++k) BOOST_TEST(ca[m][i][k] == cb[m][i][k], m << " row " << i << " col " << k);
+  }
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+BOOST_AUTO_TEST_CASE(charlm_bad_input_is_a_clear_error) {
+  auto [rc, log] = run(exe("CHARLM") + " --data /nonexistent/file.txt --steps 1");
+  BOOST_TEST(rc == 1);
+  BOOST_TEST(log.find("/nonexistent/file.txt") != std::string::npos, log);
+  auto [rc2, log2] = run(exe("CHARLM") + " --models transformer");
+  BOOST_TEST(rc2 != 0);
+  BOOST_TEST(log2.find("--models") != std::string::npos, log2);
+}
+
+BOOST_AUTO_TEST_CASE(seq2seq_runs_and_learns) {
+  fs::path out = fresh_dir("seq2seq");
+  auto [rc, log] = run(exe("SEQ2SEQ") + " --steps 60 --batch 16 --min-len 2 --max-len 4 --eval-per-len 20 --hidden 32"
+                       " --dim 32 --lr 1e-2 --threads 1 --out " + out.string());
+  BOOST_REQUIRE_MESSAGE(rc == 0, log);
+  std::istringstream csv(read(out / "accuracy.csv"));
+  std::string line;
+  std::getline(csv, line);
+  BOOST_TEST(line == "length,lstm,attention,transformer");
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  BOOST_TEST(rows == 3);
+  // The printed table's final losses are below the uniform guess ln(13) = 2.56.
+  for (const char* m : {"lstm ", "attention ", "transformer "}) {
+    auto at = log.rfind(m);
+    BOOST_REQUIRE(at != std::string::npos);
+    std::istringstream row(log.substr(at + std::string(m).size()));
+    long params;
+    double loss;
+    row >> params >> loss;
+    BOOST_TEST(loss < 2.3, m << "final loss " << loss);
+  }
+  fs::remove_all(out);
+}
+
+BOOST_AUTO_TEST_CASE(custom_model_example_learns_and_reloads) {
+  auto [rc, log] = run(exe("CUSTOM_MODEL"));
+  BOOST_TEST(rc == 0, log);  // exits 1 unless the MSE fell 5x and the reload is exact
+  BOOST_TEST(log.find("(fc1): Linear") != std::string::npos, log);  // the module tree printout
+  BOOST_TEST(log.find("reloaded: max difference 0") != std::string::npos, log);
+}

@@ -1,0 +1,207 @@
+#define BOOST_TEST_MODULE matmul
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "autograd/autograd.h"
+#include "autograd/gradcheck.h"
+#include "autograd/op.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/shape.h"
+#include "autograd/storage.h"
+
+using namespace tg;
+
+namespace {
+
+// Every value of a equals b's within tol (same shape).
+void check_close(const Tensor& a, const Tensor& b, double tol = 1e-5) {
+  BOOST_REQUIRE(a.shape() == b.shape());
+  std::vector<double> va = a.to(DType::f64).to_vector<double>(), vb = b.to(DType::f64).to_vector<double>();
+  for (size_t k = 0; k < va.size(); ++k) BOOST_CHECK_SMALL(va[k] - vb[k], tol);
+}
+
+// The reference product: plain loops over (batch, M, N, K) in double.
+Tensor naive_matmul(const Tensor& a3, const Tensor& b3) {  // (B,M,K) @ (B,K,N)
+  const int64_t B = a3.size(0), M = a3.size(1), K = a3.size(2), N = b3.size(2);
+  std::vector<double> out(B * M * N, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t k = 0; k < K; ++k) out[(b * M + i) * N + j] += a3.at({b, i, k}) * b3.at({b, k, j});
+  return from_vector(out, {B, M, N});
+}
+
+void check_samples(const char* op) {
+  const OpDef* def = find_op(op);
+  BOOST_REQUIRE(def != nullptr);
+  std::vector<OpSample> cases = def->samples();
+  BOOST_REQUIRE(cases.size() >= 4);
+  for (const OpSample& s : cases) {
+    GradcheckReport r = gradcheck(s.fn, s.inputs);
+    BOOST_TEST_CONTEXT(op << " " << s.desc << "\n" << r.str()) { BOOST_CHECK(r.passed); }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(matmul_2d_hand_computed) {
+  Tensor a = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = from_vector(std::vector<float>{7, 8, 9, 10, 11, 12}, {3, 2});
+  Tensor c = matmul(a, b);
+  BOOST_TEST(c.shape() == (Shape{2, 2}));
+  BOOST_TEST(c.to_vector<float>() == (std::vector<float>{58, 64, 139, 154}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(matmul_1d_cases) {
+  Tensor v = tensor({1.0, 2.0, 3.0}), w = tensor({4.0, 5.0, 6.0});
+  Tensor dot = matmul(v, w);
+  BOOST_TEST(dot.dim() == 0);
+  BOOST_TEST(dot.item() == 32.0);
+  Tensor m = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2});
+  Tensor vm = matmul(v, m);  // (3) @ (3,2) -> (2)
+  BOOST_TEST(vm.shape() == (Shape{2}));
+  BOOST_TEST(vm.to_vector<double>() == (std::vector<double>{22, 28}), boost::test_tools::per_element());
+  Tensor mv = matmul(m.t(), v);  // (2,3) @ (3) -> (2)
+  BOOST_TEST(mv.to_vector<double>() == (std::vector<double>{22, 28}), boost::test_tools::per_element());
+  Generator g(5);
+  Tensor batch = randn({4, 3, 2}, DType::f64, &g);
+  Tensor vb = matmul(v, batch);  // (3) @ (4,3,2) -> (4,2)
+  BOOST_TEST(vb.shape() == (Shape{4, 2}));
+  for (int64_t b = 0; b < 4; ++b)
+    for (int64_t j = 0; j < 2; ++j)
+      BOOST_CHECK_CLOSE(vb.at({b, j}), batch.at({b, 0, j}) + 2 * batch.at({b, 1, j}) + 3 * batch.at({b, 2, j}), 1e-9);
+}
+
+BOOST_AUTO_TEST_CASE(matmul_batched_and_broadcast_match_loops) {
+  Generator g(7);
+  Tensor a = randn({3, 4, 5}, DType::f64, &g), b = randn({3, 5, 2}, DType::f64, &g);
+  check_close(matmul(a, b), naive_matmul(a, b), 1e-12);
+  // (2,1,4,5) @ (3,5,2) -> (2,3,4,2): a broadcast over 3, b over 2.
+  Tensor a4 = randn({2, 1, 4, 5}, DType::f64, &g);
+  Tensor c = matmul(a4, b);
+  BOOST_TEST(c.shape() == (Shape{2, 3, 4, 2}));
+  for (int64_t i = 0; i < 2; ++i)
+    check_close(c.select(0, i), naive_matmul(expand(a4.select(0, i), {3, 4, 5}), b), 1e-12);
+  // Batched @ 2-D folds the batch into one GEMM; the values must not change.
+  Tensor w = randn({5, 6}, DType::f64, &g);
+  check_close(matmul(a, w), naive_matmul(a, expand(w, {3, 5, 6})), 1e-12);
+  check_close(matmul(w.t(), a.transpose(1, 2)), naive_matmul(expand(w.t(), {3, 6, 5}), a.transpose(1, 2)), 1e-12);
+}
+
+BOOST_AUTO_TEST_CASE(transposed_views_go_to_gemm_without_copies) {
+  Generator g(11);
+  Tensor x = randn({6, 4}, DType::f32, &g), y = randn({5, 6}, DType::f32, &g);
+  NoGradGuard ng;
+  Tensor xt = x.t(), yt = y.t();  // (4,6) and (6,5), both transposed views
+  BOOST_REQUIRE(!xt.is_contiguous());
+  Tensor expected = matmul(xt.contiguous(), yt.contiguous());
+  const uint64_t before = allocator_stats().allocations;
+  Tensor c = matmul(xt, yt);
+  BOOST_TEST(allocator_stats().allocations - before == 1u);  // the output only
+  check_close(c, expected, 1e-5);
+  // A batch of transposed matrices (attention's q @ k^T) is not copied either.
+  Tensor q = randn({2, 3, 7, 4}, DType::f32, &g), k = randn({2, 3, 7, 4}, DType::f32, &g);
+  Tensor kt = k.transpose(-1, -2);
+  Tensor expected_att = matmul(q, kt.contiguous());
+  const uint64_t before_att = allocator_stats().allocations;
+  Tensor att = matmul(q, kt);
+  BOOST_TEST(allocator_stats().allocations - before_att == 1u);
+  check_close(att, expected_att, 1e-5);
+  // A strided slice (column stride 2) is not GEMM-readable: it is copied once.
+  Tensor s = x.slice(1, 0, 4, 2);  // (6,2)
+  const uint64_t before_s = allocator_stats().allocations;
+  Tensor cs = matmul(y, s);
+  BOOST_TEST(allocator_stats().allocations - before_s == 2u);
+  check_close(cs, matmul(y, s.contiguous()), 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(linear_matches_matmul_plus_bias) {
+  Generator g(13);
+  Tensor x = randn({2, 3, 4}, DType::f64, &g), w = randn({5, 4}, DType::f64, &g), b = randn({5}, DType::f64, &g);
+  Tensor y = linear(x, w, b);
+  BOOST_TEST(y.shape() == (Shape{2, 3, 5}));
+  check_close(y, add(matmul(x, w.t()), b), 1e-12);
+  check_close(linear(x, w), matmul(x, w.t()), 1e-12);
+  Tensor v =
+      linear(tensor({1.0, -1.0}), from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}), tensor({0.5, 0.0, -0.5}));
+  BOOST_TEST(v.to_vector<double>() == (std::vector<double>{-0.5, -1.0, -1.5}), boost::test_tools::per_element());
+  // One GEMM into the output: no allocation besides the output itself.
+  Tensor xf = x.to(DType::f32), wf = w.to(DType::f32), bf = b.to(DType::f32);
+  const uint64_t before = allocator_stats().allocations;
+  Tensor yf = linear(xf, wf, bf);
+  BOOST_TEST(allocator_stats().allocations - before == 1u);
+  check_close(yf, y, 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(linear_backward_by_hand) {
+  // y = x W^T + b with x (2,2), W (1,2): dL/dW = sum_rows x, dL/db = rows, dL/dx = W per row.
+  Tensor x = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).requires_grad_();
+  Tensor w = from_vector(std::vector<double>{0.5, -1}, {1, 2}).requires_grad_();
+  Tensor b = tensor({0.25}).requires_grad_();
+  sum(linear(x, w, b)).backward();
+  BOOST_TEST(w.grad().to_vector<double>() == (std::vector<double>{4, 6}), boost::test_tools::per_element());
+  BOOST_TEST(b.grad().item() == 2.0);
+  BOOST_TEST(x.grad().to_vector<double>() == (std::vector<double>{0.5, -1, 0.5, -1}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(matmul_gradients_accumulate_over_broadcast_batch) {
+  // a (2,2) is shared by 3 batch entries of b: its gradient sums the three.
+  Tensor a = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).requires_grad_();
+  Tensor b = ones({3, 2, 2}, DType::f64).requires_grad_();
+  sum(matmul(a, b)).backward();
+  // d sum(a @ b_i) / da = 1 1^T b_i^T = all 2s, times 3 batches.
+  BOOST_TEST(a.grad().to_vector<double>() == (std::vector<double>{6, 6, 6, 6}), boost::test_tools::per_element());
+  // d/db_i = a^T 1 1^T: column sums of a per row of b: (1+3, 2+4).
+  BOOST_TEST(b.grad().shape() == (Shape{3, 2, 2}));
+  BOOST_TEST(b.grad().to_vector<double>() == (std::vector<double>{4, 4, 6, 6, 4, 4, 6, 6, 4, 4, 6, 6}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(only_needed_gradients_are_computed) {
+  Tensor a = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).requires_grad_();
+  Tensor b = from_vector(std::vector<double>{1, 0, 0, 1}, {2, 2});
+  sum(matmul(a, b)).backward();
+  BOOST_TEST(a.grad().to_vector<double>() == (std::vector<double>{1, 1, 1, 1}), boost::test_tools::per_element());
+  BOOST_TEST(!b.grad().defined());
+}
+
+BOOST_AUTO_TEST_CASE(matmul_gradcheck_samples) { check_samples("matmul"); }
+BOOST_AUTO_TEST_CASE(linear_gradcheck_samples) { check_samples("linear"); }
+
+BOOST_AUTO_TEST_CASE(float32_matches_float64) {
+  Generator g(17);
+  Tensor a = randn({3, 16, 32}, DType::f64, &g), b = randn({32, 8}, DType::f64, &g);
+  check_close(matmul(a.to(DType::f32), b.to(DType::f32)), matmul(a, b), 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(empty_and_zero_inner_dims) {
+  Tensor c = matmul(zeros({2, 0}), zeros({0, 3}));
+  BOOST_TEST(c.shape() == (Shape{2, 3}));
+  BOOST_TEST(c.to_vector<float>() == std::vector<float>(6, 0.0f), boost::test_tools::per_element());
+  BOOST_TEST(matmul(zeros({0, 4}), zeros({4, 3})).shape() == (Shape{0, 3}));
+  Tensor l = linear(zeros({2, 0}), zeros({3, 0}), tensor({1.f, 2.f, 3.f}));
+  BOOST_TEST(l.to_vector<float>() == (std::vector<float>{1, 2, 3, 1, 2, 3}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(matmul_errors) {
+  BOOST_CHECK_EXCEPTION(matmul(zeros({2, 3}), zeros({4, 5})), ShapeError, [](const ShapeError& e) {
+    return std::string(e.what()) == "matmul: cannot multiply (2,3) by (4,5)";
+  });
+  BOOST_CHECK_THROW(matmul(zeros({3}), zeros({4})), ShapeError);
+  BOOST_CHECK_THROW(matmul(zeros({2, 2, 3}), zeros({3, 3, 4})), ShapeError);  // batch 2 vs 3
+  BOOST_CHECK_THROW(matmul(scalar(1.0), zeros({3})), ShapeError);
+  BOOST_CHECK_THROW(matmul(zeros({2, 3}), zeros({3, 2}, DType::f64)), DTypeError);
+  BOOST_CHECK_THROW(matmul(zeros({2, 3}, DType::i64), zeros({3, 2}, DType::i64)), DTypeError);
+  BOOST_CHECK_THROW(matmul(Tensor(), zeros({3})), ValueError);
+}
+
+BOOST_AUTO_TEST_CASE(linear_errors) {
+  BOOST_CHECK_EXCEPTION(linear(zeros({4, 3}), zeros({2, 5})), ShapeError, [](const ShapeError& e) {
+    return std::string(e.what()) == "linear: input (4,3) has 3 features, weight (2,5) expects 5";
+  });
+  BOOST_CHECK_THROW(linear(zeros({4, 3}), zeros({3})), ShapeError);
+  BOOST_CHECK_THROW(linear(zeros({4, 3}), zeros({2, 3}), zeros({3})), ShapeError);
+  BOOST_CHECK_THROW(linear(zeros({4, 3}), zeros({2, 3}), zeros({2}, DType::f64)), DTypeError);
+  BOOST_CHECK_THROW(linear(scalar(1.0), zeros({2, 1})), ShapeError);
+}

@@ -1,0 +1,209 @@
+// Whole models: float64 gradchecks at tiny sizes (every parameter, through
+// time for the recurrent ones), incremental decoding equal to the full
+// forward pass, and a few training steps that must lower the loss.
+#define BOOST_TEST_MODULE models
+#include <boost/test/unit_test.hpp>
+
+#include "autograd/autograd.h"
+#include "autograd/ops/samples.h"
+#include "models/generate.h"
+#include "models/gpt.h"
+#include "models/rnn_lm.h"
+#include "models/seq2seq.h"
+#include "models/transformer.h"
+#include "nn/nn.h"
+
+using namespace tg;
+using namespace tg::models;
+
+namespace {
+
+// Gradchecks a scalar function of the model over every parameter; returns the report.
+GradcheckReport check_model(nn::Module& m, const std::function<Tensor()>& loss) {
+  GradcheckOptions o;
+  o.fast = true;  // v^T J u along random directions: a model has too many parameters for the full Jacobian
+  o.directions = 3;
+  return nn::gradcheck_module(m, [&](const std::vector<Tensor>&) { return loss(); }, {}, o);
+}
+
+Tensor ids(std::vector<int64_t> v, Shape s) { return from_vector(v, s); }
+
+// The largest |a - b| over two tensors of the same shape.
+double max_diff(const Tensor& a, const Tensor& b) {
+  BOOST_REQUIRE(a.shape() == b.shape());
+  auto x = a.to(DType::f64).contiguous().to_vector<double>(), y = b.to(DType::f64).contiguous().to_vector<double>();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+GPTOptions tiny_gpt() { return {.vocab = 7, .block = 6, .layers = 2, .heads = 2, .dim = 8}; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(gpt_gradcheck_all_parameters) {
+  for (bool tied : {true, false}) {
+    for (auto norm : {nn::NormPosition::pre, nn::NormPosition::post}) {
+      manual_seed(1);
+      GPTOptions o = tiny_gpt();
+      o.tied = tied;
+      o.norm = norm;
+      o.positions = tied ? PositionKind::learned : PositionKind::sinusoidal;
+      GPT m(o);
+      Tensor x = ids({1, 2, 3, 4, 5, 0, 6, 1, 2, 3}, {2, 5}), y = ids({2, 3, 4, 5, 0, 6, 1, 2, 3, 4}, {2, 5});
+      auto r = check_model(m, [&] { return m.loss(x, y); });
+      BOOST_TEST(r.passed, "GPT tied=" << tied << " pre=" << (norm == nn::NormPosition::pre) << "\n" << r.str());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rnn_lms_gradcheck_through_time) {
+  for (CellKind cell : {CellKind::rnn, CellKind::lstm, CellKind::gru}) {
+    manual_seed(2);
+    RNNLM m({.vocab = 6, .embed = 4, .hidden = 5, .layers = 2, .cell = cell});
+    Tensor x = ids({1, 2, 3, 4, 5, 0, 1, 2}, {2, 4}), y = ids({2, 3, 4, 5, 0, 1, 2, 3}, {2, 4});
+    auto r = check_model(m, [&] { return m.loss(x, y); });
+    BOOST_TEST(r.passed, cell_name(cell) << "\n" << r.str());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(seq2seq_models_gradcheck) {
+  manual_seed(3);
+  Tensor src = ids({3, 4, 5, 6, 4, 5}, {2, 3}), tgt_in = ids({1, 6, 5, 1, 5, 4}, {2, 3}),
+         tgt_out = ids({6, 5, 4, 5, 4, 2}, {2, 3});
+  for (bool attention : {false, true}) {
+    Seq2SeqRNN m({.vocab = 7, .embed = 4, .hidden = 5, .attention = attention});
+    auto r = check_model(m, [&] { return cross_entropy(m.forward(src, tgt_in).reshape({-1, 7}), tgt_out.reshape({-1})); });
+    BOOST_TEST(r.passed, m.type_name() << "\n" << r.str());
+  }
+  EncoderDecoderTransformer t({.vocab = 7, .max_len = 8, .layers = 1, .heads = 2, .dim = 8});
+  Tensor pad = ids({0, 0, 0, 0, 0, 1}, {2, 3});
+  auto r = check_model(t, [&] { return cross_entropy(t.forward(src, tgt_in, pad).reshape({-1, 7}), tgt_out.reshape({-1})); });
+  BOOST_TEST(r.passed, "EncoderDecoderTransformer\n" << r.str());
+}
+
+BOOST_AUTO_TEST_CASE(classifier_gradcheck_with_padding) {
+  manual_seed(4);
+  for (Pooling p : {Pooling::mean, Pooling::first}) {
+    TransformerClassifier m({.vocab = 9, .max_len = 8, .layers = 1, .heads = 2, .dim = 8}, 3, p);
+    Tensor x = ids({1, 2, 3, 4, 5, 6, 0, 0}, {2, 4}), pad = ids({0, 0, 0, 0, 0, 0, 1, 1}, {2, 4});
+    Tensor y = ids({2, 0}, {2});
+    auto r = check_model(m, [&] { return cross_entropy(m.forward(x, pad), y); });
+    BOOST_TEST(r.passed, r.str());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(padding_does_not_change_the_classification) {
+  // The same sentence with and without trailing padding gets the same logits.
+  manual_seed(5);
+  TransformerClassifier m({.vocab = 9, .max_len = 8, .layers = 2, .heads = 2, .dim = 8}, 3);
+  m.eval();
+  NoGradGuard ng;
+  Tensor a = m.forward(ids({1, 2, 3}, {1, 3}));
+  Tensor b = m.forward(ids({1, 2, 3, 0, 0}, {1, 5}), ids({0, 0, 0, 1, 1}, {1, 5}));
+  BOOST_TEST(max_diff(a, b) < 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(kv_cache_equals_full_forward) {
+  manual_seed(6);
+  GPT m(tiny_gpt());
+  m.eval();
+  NoGradGuard ng;
+  Tensor x = ids({1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5}, {2, 6});
+  Tensor full = m.forward(x);  // (2,6,V)
+  // One token at a time, then in chunks of 2 and 4.
+  for (int64_t chunk : {1, 2, 4}) {
+    auto state = m.start(2);
+    std::vector<Tensor> parts;
+    for (int64_t t = 0; t < 6; t += chunk) parts.push_back(m.forward_step(x.slice(1, t, std::min<int64_t>(t + chunk, 6)), *state));
+    BOOST_TEST(max_diff(concat(parts, 1), full) < 1e-5, "chunk " << chunk);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rnn_state_decoding_equals_full_forward) {
+  manual_seed(7);
+  for (CellKind cell : {CellKind::rnn, CellKind::lstm, CellKind::gru}) {
+    RNNLM m({.vocab = 6, .embed = 4, .hidden = 5, .layers = 2, .cell = cell});
+    m.eval();
+    NoGradGuard ng;
+    Tensor x = ids({1, 2, 3, 4, 5, 0, 1, 2}, {2, 4});
+    Tensor full = m.forward(x);
+    auto state = m.start(2);
+    std::vector<Tensor> parts;
+    for (int64_t t = 0; t < 4; ++t) parts.push_back(m.forward_step(x.slice(1, t, t + 1), *state));
+    BOOST_TEST(max_diff(concat(parts, 1), full) < 1e-5, cell_name(cell));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(encoder_decoder_greedy_uses_the_cache_consistently) {
+  // Greedy decoding with KV caches must pick the argmax of the full forward
+  // pass at every position, when fed its own output.
+  manual_seed(8);
+  EncoderDecoderTransformer m({.vocab = 7, .max_len = 8, .layers = 2, .heads = 2, .dim = 8});
+  Tensor src = ids({3, 4, 5, 6}, {1, 4});
+  auto out = m.greedy(src, Tensor(), 1, 2, 5);
+  NoGradGuard ng;
+  std::vector<int64_t> tgt_in = {1};
+  for (int64_t t : out[0]) tgt_in.push_back(t);
+  Tensor logits = m.forward(src, from_vector(tgt_in, {1, static_cast<int64_t>(tgt_in.size())}));
+  auto best = argmax(logits, 2).to_vector<int64_t>();
+  for (size_t i = 0; i < out[0].size(); ++i) BOOST_TEST(best[i] == out[0][i], "position " << i);
+}
+
+BOOST_AUTO_TEST_CASE(training_lowers_the_loss) {
+  // A repeating sequence is learnable: 30 AdamW steps must cut the loss a lot.
+  std::vector<int64_t> seq;
+  for (int i = 0; i < 64; ++i) seq.push_back(i % 5);
+  Tensor x = from_vector(std::vector<int64_t>(seq.begin(), seq.begin() + 48), {4, 12});
+  Tensor y = from_vector(std::vector<int64_t>(seq.begin() + 1, seq.begin() + 49), {4, 12});
+  auto run = [&](LanguageModel& m) {
+    nn::AdamW opt(m.parameters(), {.lr = 1e-2, .weight_decay = 0.0});
+    double first = 0, last = 0;
+    for (int s = 0; s < 30; ++s) {
+      Tensor loss = m.loss(x, y);
+      if (s == 0) first = loss.item();
+      last = loss.item();
+      loss.backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    return std::pair{first, last};
+  };
+  manual_seed(9);
+  GPT g({.vocab = 5, .block = 12, .layers = 1, .heads = 2, .dim = 16});
+  auto [g0, g1] = run(g);
+  BOOST_TEST(g1 < 0.3 * g0, "GPT " << g0 << " -> " << g1);
+  RNNLM l({.vocab = 5, .embed = 8, .hidden = 16, .cell = CellKind::lstm});
+  auto [l0, l1] = run(l);
+  BOOST_TEST(l1 < 0.3 * l0, "LSTM " << l0 << " -> " << l1);
+}
+
+BOOST_AUTO_TEST_CASE(generation) {
+  manual_seed(10);
+  GPT m(tiny_gpt());
+  Generator a(42), b(42);
+  SamplingOptions o{.max_new_tokens = 20, .temperature = 0.9, .top_k = 3};
+  auto s1 = generate(m, {1, 2}, o, a), s2 = generate(m, {1, 2}, o, b);
+  BOOST_TEST(s1 == s2);  // same generator state, same text
+  BOOST_TEST(s1.size() == 20u);  // runs past the block size of 6 by restarting the window
+  // Greedy is the argmax of the full forward pass.
+  auto g = generate(m, {3}, {.max_new_tokens = 1, .greedy = true}, a);
+  NoGradGuard ng;
+  BOOST_TEST(g[0] == argmax(m.forward(ids({3}, {1, 1})), 2).item<int64_t>());
+  // top_k = 1 is greedy whatever the temperature.
+  auto k1 = generate(m, {3}, {.max_new_tokens = 1, .temperature = 5.0, .top_k = 1}, a);
+  BOOST_TEST(k1[0] == g[0]);
+  BOOST_CHECK_THROW(generate(m, {}, o, a), ValueError);
+  BOOST_CHECK_THROW(generate(m, {9}, o, a), IndexError);
+  BOOST_CHECK_THROW(sample_token({1.0, 2.0}, {.temperature = 0.0}, a), ValueError);
+}
+
+BOOST_AUTO_TEST_CASE(model_errors_name_the_problem) {
+  BOOST_CHECK_THROW(GPT({.vocab = 0}), ValueError);
+  BOOST_CHECK_THROW(GPT({.vocab = 5, .heads = 3, .dim = 8}), ValueError);  // 8 % 3 != 0
+  GPT m(tiny_gpt());
+  BOOST_CHECK_THROW(m.forward(ids({1, 2, 3, 4, 5, 6, 0}, {1, 7})), ValueError);  // past the block
+  BOOST_CHECK_THROW(m.forward(ids({1, 2}, {2})), ShapeError);
+  BOOST_CHECK_THROW(m.forward(ids({1, 9}, {1, 2})), IndexError);  // id outside the vocabulary
+  BOOST_CHECK_THROW(RNNLM({.vocab = 5, .hidden = 0}), ValueError);
+}

@@ -1,0 +1,400 @@
+// Fused NN primitives (autograd/ops/nn_ops.cpp, attention.cpp): values and
+// gradients against PyTorch (tests/fixtures/nn_ops.json, written by
+// make_nn_ops.py) to 1e-10 relative in float64, float64 gradchecks of every
+// OpDef sample, stability at logits of +-1e4, the float32 fast paths against
+// float64, dropout's mask, fully masked attention rows, and every error path.
+#define BOOST_TEST_MODULE nn_ops
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "autograd/autograd.h"
+#include "autograd/op.h"
+#include "autograd/ops/samples.h"
+
+using namespace tg;
+using json = nlohmann::json;
+
+namespace {
+
+const json& fixture() {
+  static const json j = [] {
+    std::ifstream f("tests/fixtures/nn_ops.json");
+    BOOST_REQUIRE_MESSAGE(f, "tests/fixtures/nn_ops.json not found (run the tests from the project root)");
+    return json::parse(f);
+  }();
+  return j;
+}
+
+Shape shape_of(const json& j) { return Shape(j["shape"].get<std::vector<int64_t>>()); }
+Tensor load(const json& j) { return from_vector(j["data"].get<std::vector<double>>(), shape_of(j)); }
+Tensor load_ids(const json& j) { return from_vector(j["data"].get<std::vector<int64_t>>(), shape_of(j)); }
+Tensor ids(std::vector<int64_t> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return from_vector(v, {n});
+}
+Tensor leaf(const json& j) { return load(j).requires_grad_(); }
+
+// max |got - want| / max |want|, after checking the shapes agree.
+double rel_error(const Tensor& got, const Tensor& want) {
+  BOOST_REQUIRE_MESSAGE(got.defined(), "missing tensor");
+  BOOST_REQUIRE_MESSAGE(got.shape() == want.shape(), "shape " << got.shape().str() << " vs " << want.shape().str());
+  auto a = got.to(DType::f64).contiguous().to_vector<double>(), b = want.to(DType::f64).contiguous().to_vector<double>();
+  double diff = 0, scale = 1e-300;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return diff / scale;
+}
+
+// Backward of sum(out * probe): the gradients the fixture stores.
+void backward_with_probe(const Tensor& out, const json& c) { sum(mul(out, load(c["probe"]))).backward(); }
+
+Reduction reduction_of(const std::string& s) {
+  return s == "mean" ? Reduction::mean : s == "sum" ? Reduction::sum : Reduction::none;
+}
+
+bool all_finite(const Tensor& t) {
+  for (double v : t.to(DType::f64).contiguous().to_vector<double>())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+template <class E>
+std::function<bool(const E&)> says(std::vector<std::string> parts) {
+  return [parts](const E& e) {
+    std::string what = e.what();
+    for (const auto& p : parts)
+      if (what.find(p) == std::string::npos) {
+        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
+        return false;
+      }
+    return true;
+  };
+}
+
+constexpr double kTorchTol = 1e-10;
+
+}  // namespace
+
+// ============================ PyTorch parity ============================
+BOOST_AUTO_TEST_CASE(fixture_has_every_case) {
+  BOOST_TEST(fixture()["softmax"].size() == 10u);
+  BOOST_TEST(fixture()["cross_entropy"].size() == 12u);
+  BOOST_TEST(fixture()["layer_norm"].size() == 4u);
+  BOOST_TEST(fixture()["attention"].size() == 7u);
+}
+
+BOOST_AUTO_TEST_CASE(softmax_and_log_softmax_match_torch) {
+  for (const json& c : fixture()["softmax"]) {
+    Tensor x = leaf(c["x"]);
+    const int64_t axis = c["axis"];
+    Tensor out = c["op"] == "softmax" ? softmax(x, axis) : log_softmax(x, axis);
+    BOOST_TEST(rel_error(out, load(c["out"])) < kTorchTol, c["op"] << " " << x.shape().str() << " axis " << axis);
+    backward_with_probe(out, c);
+    BOOST_TEST(rel_error(x.grad(), load(c["grad_x"])) < kTorchTol, c["op"] << " grad " << x.shape().str());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(cross_entropy_matches_torch) {
+  for (const json& c : fixture()["cross_entropy"]) {
+    Tensor x = leaf(c["logits"]);
+    Tensor out = cross_entropy(x, load_ids(c["targets"]), c["ignore_index"], c["label_smoothing"],
+                               reduction_of(c["reduction"]));
+    const std::string what = fmt::format("{} ignore {} smoothing {} {}", x.shape(), c["ignore_index"].get<int64_t>(),
+                                         c["label_smoothing"].get<double>(), c["reduction"].get<std::string>());
+    BOOST_TEST(rel_error(out, load(c["out"])) < kTorchTol, what);
+    backward_with_probe(out, c);
+    BOOST_TEST(rel_error(x.grad(), load(c["grad_logits"])) < kTorchTol, what << " grad");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(layer_norm_matches_torch) {
+  for (const json& c : fixture()["layer_norm"]) {
+    Tensor x = leaf(c["x"]);
+    const bool affine = c.contains("weight");
+    Tensor w = affine ? leaf(c["weight"]) : Tensor(), b = affine ? leaf(c["bias"]) : Tensor();
+    Tensor out = layer_norm(x, w, b, c["eps"]);
+    BOOST_TEST(rel_error(out, load(c["out"])) < kTorchTol, "layer_norm " << x.shape().str());
+    backward_with_probe(out, c);
+    BOOST_TEST(rel_error(x.grad(), load(c["grad_x"])) < kTorchTol);
+    if (affine) {
+      BOOST_TEST(rel_error(w.grad(), load(c["grad_weight"])) < kTorchTol);
+      BOOST_TEST(rel_error(b.grad(), load(c["grad_bias"])) < kTorchTol);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(attention_matches_torch) {
+  for (const json& c : fixture()["attention"]) {
+    Tensor q = leaf(c["q"]), k = leaf(c["k"]), v = leaf(c["v"]);
+    Tensor mask = c.contains("key_padding_mask") ? load_ids(c["key_padding_mask"]) : Tensor();
+    Tensor weights;
+    Tensor out = scaled_dot_product_attention(q, k, v, c["causal"], mask, &weights);
+    const std::string what = fmt::format("q {} k {} v {} causal {} mask {}", q.shape(), k.shape(), v.shape(),
+                                         c["causal"].get<bool>(), mask.defined());
+    BOOST_TEST(rel_error(out, load(c["out"])) < kTorchTol, what);
+    BOOST_TEST(rel_error(weights, load(c["weights"])) < kTorchTol, what << " weights");
+    backward_with_probe(out, c);
+    BOOST_TEST(rel_error(q.grad(), load(c["grad_q"])) < kTorchTol, what << " grad q");
+    BOOST_TEST(rel_error(k.grad(), load(c["grad_k"])) < kTorchTol, what << " grad k");
+    BOOST_TEST(rel_error(v.grad(), load(c["grad_v"])) < kTorchTol, what << " grad v");
+  }
+}
+
+// ============================ gradcheck of every sample ============================
+BOOST_AUTO_TEST_CASE(every_nn_op_sample_passes_float64_gradcheck) {
+  for (const char* name : {"softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout",
+                           "scaled_dot_product_attention"}) {
+    const OpDef* op = find_op(name);
+    BOOST_REQUIRE_MESSAGE(op, name << " is not in the op table");
+    auto cases = op->samples();
+    BOOST_TEST(cases.size() >= 3u, name << " has too few samples");
+    for (const OpSample& s : cases) {
+      GradcheckReport r = gradcheck(s.fn, s.inputs);
+      BOOST_TEST(r.passed, name << " [" << s.desc << "]\n" << r.str());
+    }
+  }
+}
+
+// ============================ stability ============================
+BOOST_AUTO_TEST_CASE(softmax_is_stable_at_huge_logits_in_both_dtypes) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor x = tensor({1e4, -1e4, 0.0, 1e4}).to(dt);
+    auto p = softmax(x).to(DType::f64).to_vector<double>();
+    BOOST_TEST(p[0] == 0.5, boost::test_tools::tolerance(1e-6));
+    BOOST_TEST(p[1] == 0.0);
+    BOOST_TEST(p[2] == 0.0);
+    BOOST_TEST(p[3] == 0.5, boost::test_tools::tolerance(1e-6));
+    // float32 holds 1e4 to about 1e-3: log_softmax there is exact to that spacing.
+    const double tol = dt == DType::f32 ? 1e-3 : 1e-12;
+    auto lp = log_softmax(x).to(DType::f64).to_vector<double>();
+    BOOST_TEST(std::abs(lp[0] + std::log(2.0)) < tol);
+    BOOST_TEST(std::abs(lp[1] - (-2e4 - std::log(2.0))) < tol);
+    BOOST_TEST(std::abs(lp[2] - (-1e4 - std::log(2.0))) < tol);
+    Tensor logits = from_vector(std::vector<double>{1e4, -1e4, 0.0, -1e4, 1e4, 1e4}, {2, 3}).to(dt);
+    logits.requires_grad_();
+    Tensor loss = cross_entropy(logits, ids({1, 2}));
+    // Row 0: lse = 1e4, loss 2e4; row 1: lse = 1e4 + log 2, loss log 2.
+    BOOST_TEST(loss.item() == (2e4 + std::log(2.0)) / 2, boost::test_tools::tolerance(1e-6));
+    loss.backward();
+    BOOST_TEST(all_finite(logits.grad()));
+    BOOST_TEST(logits.grad().at({0, 0}) == 0.5, boost::test_tools::tolerance(1e-6));
+    BOOST_TEST(logits.grad().at({0, 1}) == -0.5, boost::test_tools::tolerance(1e-6));
+  }
+}
+
+// ============================ float32 fast paths ============================
+// The float32 kernels (vectorised exp, threads over rows) against float64.
+BOOST_AUTO_TEST_CASE(float32_kernels_agree_with_float64) {
+  Generator gen(11);
+  Tensor x64 = randn({300, 257}, DType::f64, &gen, 0.0, 4.0);
+  Tensor x32 = x64.to(DType::f32);
+  BOOST_TEST(rel_error(softmax(x32), softmax(x64)) < 1e-6);
+  BOOST_TEST(rel_error(log_softmax(x32), log_softmax(x64)) < 1e-6);
+  BOOST_TEST(rel_error(softmax(x32, 0), softmax(x64, 0)) < 1e-5);  // the column path: 300-term float sums
+  Tensor targets = randint(0, 257, {300}, &gen);
+  BOOST_TEST(rel_error(cross_entropy(x32, targets, -100, 0.1), cross_entropy(x64, targets, -100, 0.1)) < 1e-6);
+  Tensor w = randn({257}, DType::f64, &gen), b = randn({257}, DType::f64, &gen);
+  BOOST_TEST(rel_error(layer_norm(x32, w.to(DType::f32), b.to(DType::f32)), layer_norm(x64, w, b)) < 1e-5);
+  Tensor q = randn({2, 3, 20, 8}, DType::f64, &gen), k = randn({2, 3, 30, 8}, DType::f64, &gen);
+  Tensor v = randn({2, 3, 30, 5}, DType::f64, &gen);
+  BOOST_TEST(rel_error(scaled_dot_product_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), true),
+                       scaled_dot_product_attention(q, k, v, true)) < 1e-5);
+}
+
+// Row widths around the vector lengths exercise the kernels' tails (16 floats
+// per vector for exp, 32 for max).
+BOOST_AUTO_TEST_CASE(float32_rows_of_every_tail_length) {
+  Generator gen(13);
+  for (int64_t C : {1, 5, 15, 16, 17, 31, 32, 33, 47, 85}) {
+    Tensor x64 = randn({7, C}, DType::f64, &gen, 0.0, 3.0), x32 = x64.to(DType::f32);
+    BOOST_TEST(rel_error(softmax(x32), softmax(x64)) < 1e-6, "softmax width " << C);
+    BOOST_TEST(rel_error(log_softmax(x32), log_softmax(x64)) < 1e-6, "log_softmax width " << C);
+    Tensor t = randint(0, C, {7}, &gen);
+    BOOST_TEST(rel_error(cross_entropy(x32, t, -100, 0.0, Reduction::none), cross_entropy(x64, t, -100, 0.0, Reduction::none)) < 1e-6,
+               "cross_entropy width " << C);
+    Tensor q = randn({1, 1, 3, 4}, DType::f64, &gen), k = randn({1, 1, C, 4}, DType::f64, &gen);
+    Tensor v = randn({1, 1, C, 4}, DType::f64, &gen);
+    BOOST_TEST(rel_error(scaled_dot_product_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32)),
+                         scaled_dot_product_attention(q, k, v)) < 1e-5, "attention Tk " << C);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(results_do_not_depend_on_the_thread_count) {
+  Generator gen(12);
+  Tensor x = randn({512, 200}, DType::f32, &gen).requires_grad_();
+  Tensor w = randn({200}, DType::f32, &gen).requires_grad_();
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    w.zero_grad();
+    Tensor y = layer_norm(x, w, Tensor());
+    sum(mul(y, y)).backward();
+    return std::pair{y.detach(), w.grad()};
+  };
+  const int before = num_threads();
+  auto [y1, g1] = run(1);
+  auto [y2, g2] = run(2);
+  set_num_threads(before);
+  BOOST_TEST(rel_error(y1, y2) == 0.0);
+  BOOST_TEST(rel_error(g1, g2) == 0.0);
+}
+
+// ============================ cross_entropy details ============================
+BOOST_AUTO_TEST_CASE(cross_entropy_mean_counts_only_non_ignored_targets) {
+  Tensor x = from_vector(std::vector<double>{0, 0, 0, 0, 5, 1}, {3, 2}).requires_grad_();
+  Tensor t = ids({0, -100, 1});
+  // Rows 0 and 2: log 2 and log(1 + e^4) over 2 counted rows.
+  Tensor loss = cross_entropy(x, t);
+  BOOST_TEST(loss.item() == (std::log(2.0) + std::log1p(std::exp(4.0))) / 2, boost::test_tools::tolerance(1e-12));
+  loss.backward();
+  BOOST_TEST(x.grad().at({1, 0}) == 0.0);
+  BOOST_TEST(x.grad().at({1, 1}) == 0.0);
+  BOOST_TEST(x.grad().at({0, 0}) == -0.25, boost::test_tools::tolerance(1e-12));
+  // Every target ignored: 0/0, as torch.
+  BOOST_TEST(std::isnan(cross_entropy(x.detach(), ids({-100, -100, -100})).item()));
+}
+
+// ============================ dropout ============================
+BOOST_AUTO_TEST_CASE(dropout_is_the_identity_in_eval_and_at_p_zero) {
+  Tensor x = samples::uniform({3, 4}, 1);
+  BOOST_TEST(dropout(x, 0.5, false).impl() == x.impl());
+  BOOST_TEST(dropout(x, 0.0, true).impl() == x.impl());
+}
+
+BOOST_AUTO_TEST_CASE(dropout_drops_p_and_scales_the_rest) {
+  const double p = 0.3;
+  Tensor x = full({200, 500}, 2.0).requires_grad_();
+  Generator gen(99);
+  Tensor y = dropout(x, p, true, &gen);
+  auto v = y.to_vector<float>();
+  int64_t zeros_seen = 0;
+  for (float e : v) {
+    if (e == 0.0f) {
+      ++zeros_seen;
+    } else {
+      BOOST_REQUIRE_CLOSE(e, 2.0 / (1 - p), 1e-4);
+    }
+  }
+  BOOST_TEST(static_cast<double>(zeros_seen) / v.size() == p, boost::test_tools::tolerance(0.02));
+  // Backward: the same mask and scale.
+  y.backward(ones(y.shape()));
+  auto g = x.grad().to_vector<float>();
+  for (size_t i = 0; i < v.size(); ++i) BOOST_REQUIRE_EQUAL(g[i], v[i] / 2.0f);
+  // Same generator state, same mask; the generator advanced by numel.
+  BOOST_TEST(gen.offset() == 100000u);
+  Generator again(99);
+  BOOST_TEST(rel_error(dropout(x.detach(), p, true, &again), y.detach()) == 0.0);
+  BOOST_TEST(rel_error(dropout(x.detach(), p, true, &again), y.detach()) > 0.0);  // advanced: a new mask
+}
+
+// ============================ attention details ============================
+BOOST_AUTO_TEST_CASE(fully_masked_attention_rows_are_zero_not_nan) {
+  Generator gen(5);
+  Tensor q = randn({2, 2, 3, 4}, DType::f64, &gen).requires_grad_();
+  Tensor k = randn({2, 2, 3, 4}, DType::f64, &gen).requires_grad_();
+  Tensor v = randn({2, 2, 3, 4}, DType::f64, &gen).requires_grad_();
+  Tensor mask = from_vector(std::vector<int64_t>{0, 1, 0, 1, 1, 1}, {2, 3});  // batch 1 sees nothing
+  Tensor w;
+  Tensor out = scaled_dot_product_attention(q, k, v, false, mask, &w);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t t = 0; t < 3; ++t) {
+      for (int64_t d = 0; d < 4; ++d) BOOST_TEST(out.at({1, h, t, d}) == 0.0);
+      BOOST_TEST(w.at({0, h, t, 1}) == 0.0);  // a padded key gets exactly 0
+      BOOST_TEST(w.at({0, h, t, 0}) + w.at({0, h, t, 2}) == 1.0, boost::test_tools::tolerance(1e-12));
+    }
+  sum(mul(out, out)).backward();
+  BOOST_TEST(all_finite(q.grad()));
+  BOOST_TEST(all_finite(k.grad()));
+  BOOST_TEST(q.grad().at({1, 0, 0, 0}) == 0.0);
+  BOOST_TEST(v.grad().at({0, 1, 1, 2}) == 0.0);  // padded key 1 of batch 0 receives nothing
+}
+
+BOOST_AUTO_TEST_CASE(attention_reads_transposed_views_in_place) {
+  // q as produced by a (B,T,H,D) projection transposed to (B,H,T,D).
+  Generator gen(6);
+  Tensor base = randn({2, 5, 3, 4}, DType::f64, &gen);
+  Tensor qv = base.transpose(1, 2);
+  BOOST_TEST(!qv.is_contiguous());
+  Tensor k = randn({2, 3, 5, 4}, DType::f64, &gen), v = randn({2, 3, 5, 4}, DType::f64, &gen);
+  BOOST_TEST(rel_error(scaled_dot_product_attention(qv, k, v, true),
+                       scaled_dot_product_attention(qv.contiguous(), k, v, true)) < 1e-14);
+  // k broadcast over heads (stride 0).
+  Tensor k1 = randn({2, 1, 5, 4}, DType::f64, &gen);
+  BOOST_TEST(rel_error(scaled_dot_product_attention(qv, k1.expand({2, 3, 5, 4}), v),
+                       scaled_dot_product_attention(qv, k1.expand({2, 3, 5, 4}).contiguous(), v)) < 1e-14);
+}
+
+BOOST_AUTO_TEST_CASE(attention_weights_are_returned_without_gradient) {
+  Tensor q = samples::uniform({1, 1, 2, 3}, 1), k = samples::uniform({1, 1, 4, 3}, 2), v = samples::uniform({1, 1, 4, 3}, 3);
+  Tensor w;
+  scaled_dot_product_attention(q, k, v, true, Tensor(), &w);
+  BOOST_TEST(w.shape() == Shape({1, 1, 2, 4}));
+  BOOST_TEST(!w.requires_grad());
+  // causal with Tq=2, Tk=4: query 0 sees keys 0..2, query 1 all four.
+  BOOST_TEST(w.at({0, 0, 0, 3}) == 0.0);
+  BOOST_TEST(w.at({0, 0, 0, 0}) + w.at({0, 0, 0, 1}) + w.at({0, 0, 0, 2}) == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(w.at({0, 0, 1, 3}) > 0.0);
+}
+
+// ============================ errors ============================
+BOOST_AUTO_TEST_CASE(softmax_errors) {
+  BOOST_CHECK_EXCEPTION(softmax(arange(4)), DTypeError, says<DTypeError>({"softmax", "int64"}));
+  BOOST_CHECK_EXCEPTION(log_softmax(zeros({2, 3}), 2), IndexError, says<IndexError>({"log_softmax"}));
+  BOOST_CHECK_THROW(softmax(Tensor()), ValueError);
+}
+
+BOOST_AUTO_TEST_CASE(cross_entropy_errors) {
+  Tensor x = zeros({3, 4});
+  Tensor t = ids({0, 1, 2});
+  BOOST_CHECK_EXCEPTION(cross_entropy(x, t.to(DType::f32)), DTypeError, says<DTypeError>({"cross_entropy", "int64"}));
+  BOOST_CHECK_EXCEPTION(cross_entropy(arange(4), ids({0})), DTypeError, says<DTypeError>({"logits"}));
+  BOOST_CHECK_EXCEPTION(cross_entropy(x, ids({0, 1})), ShapeError,
+                        says<ShapeError>({"cross_entropy", "(3,4)", "(3)", "(2)"}));
+  BOOST_CHECK_EXCEPTION(cross_entropy(x, ids({0, 4, 1})), IndexError,
+                        says<IndexError>({"cross_entropy", "target 4", "position 1", "4 classes"}));
+  BOOST_CHECK_EXCEPTION(cross_entropy(x, ids({0, -3, 1})), IndexError, says<IndexError>({"target -3"}));
+  BOOST_CHECK_EXCEPTION(cross_entropy(x, t, -100, 1.5), ValueError, says<ValueError>({"label_smoothing", "1.5"}));
+  BOOST_CHECK_EXCEPTION(cross_entropy(x, t, -100, -0.1), ValueError, says<ValueError>({"label_smoothing"}));
+  BOOST_CHECK_THROW(cross_entropy(scalar(1.0), scalar(0.0).to(DType::i64)), ShapeError);
+  BOOST_CHECK_THROW(cross_entropy(zeros({3, 0}), t), ShapeError);
+  BOOST_CHECK_THROW(cross_entropy(x, Tensor()), ValueError);
+}
+
+BOOST_AUTO_TEST_CASE(layer_norm_errors) {
+  Tensor x = zeros({2, 5});
+  BOOST_CHECK_EXCEPTION(layer_norm(x, ones({4}), Tensor()), ShapeError,
+                        says<ShapeError>({"layer_norm", "weight", "(4)", "(2,5)"}));
+  BOOST_CHECK_EXCEPTION(layer_norm(x, Tensor(), zeros({5, 1})), ShapeError, says<ShapeError>({"bias", "(5,1)"}));
+  BOOST_CHECK_EXCEPTION(layer_norm(x, ones({5}, DType::f64), Tensor()), DTypeError,
+                        says<DTypeError>({"layer_norm", "float64", "float32"}));
+  BOOST_CHECK_THROW(layer_norm(scalar(1.0), Tensor(), Tensor()), ShapeError);
+  BOOST_CHECK_THROW(layer_norm(x, Tensor(), Tensor(), 0.0), ValueError);
+  BOOST_CHECK_THROW(layer_norm(arange(4), Tensor(), Tensor()), DTypeError);
+}
+
+BOOST_AUTO_TEST_CASE(dropout_errors) {
+  BOOST_CHECK_EXCEPTION(dropout(zeros({3}), 1.0, true), ValueError, says<ValueError>({"dropout", "[0, 1)", "1"}));
+  BOOST_CHECK_THROW(dropout(zeros({3}), -0.1, true), ValueError);
+  BOOST_CHECK_THROW(dropout(zeros({3}), 1.0, false), ValueError);  // checked in eval too
+  BOOST_CHECK_THROW(dropout(arange(3), 0.5, true), DTypeError);
+}
+
+BOOST_AUTO_TEST_CASE(attention_errors) {
+  Tensor q = zeros({1, 2, 3, 4}), k = zeros({1, 2, 5, 4}), v = zeros({1, 2, 5, 4});
+  BOOST_CHECK_EXCEPTION(scaled_dot_product_attention(zeros({2, 3, 4}), k, v), ShapeError,
+                        says<ShapeError>({"scaled_dot_product_attention", "(2,3,4)", "(1,2,5,4)"}));
+  BOOST_CHECK_THROW(scaled_dot_product_attention(q, zeros({1, 2, 5, 3}), v), ShapeError);  // D differs
+  BOOST_CHECK_THROW(scaled_dot_product_attention(q, k, zeros({1, 2, 4, 4})), ShapeError);  // Tk differs
+  BOOST_CHECK_THROW(scaled_dot_product_attention(q, zeros({1, 1, 5, 4}), v), ShapeError);  // H differs
+  BOOST_CHECK_EXCEPTION(scaled_dot_product_attention(q, k, v.to(DType::f64)), DTypeError,
+                        says<DTypeError>({"float64", "float32"}));
+  BOOST_CHECK_EXCEPTION(scaled_dot_product_attention(q, k, v, false, zeros({1, 4})), ShapeError,
+                        says<ShapeError>({"key_padding_mask", "(1,4)", "(1,5)"}));
+  BOOST_CHECK_THROW(scaled_dot_product_attention(arange(4).reshape({1, 1, 1, 4}), k, v), DTypeError);
+}
