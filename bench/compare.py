@@ -24,6 +24,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LM_TRAIN = os.path.join(ROOT, "build", "bench", "lm_train")
+# Debian's interpreter, where python3-torch installs (a python3 earlier on PATH may lack torch).
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
 def run(cmd, env=None):
@@ -34,11 +36,8 @@ def run(cmd, env=None):
 
 
 def ensure_torch():
-    try:
-        import torch  # noqa: F401
+    if subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode == 0:
         return
-    except ImportError:
-        pass
     if os.geteuid() == 0:
         subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "python3-torch"], check=True)
     else:
@@ -70,7 +69,7 @@ def main():
             for r in range(a.repeats):
                 common = ["--workload", w, "--text-dir", text, "--threads", str(t), "--steps", str(a.steps)]
                 ours.append(run([LM_TRAIN] + common, env=dict(os.environ, OPENBLAS_NUM_THREADS=str(t))))
-                theirs.append(run([sys.executable, os.path.join(ROOT, "bench", "torch_lm.py")] + common, env=env))
+                theirs.append(run([PYTHON, os.path.join(ROOT, "bench", "torch_lm.py")] + common, env=env))
                 print(f"{w} threads={t} rep {r + 1}: tapegrad {ours[-1]['tokens_per_s']:.0f} tok/s, "
                       f"pytorch {theirs[-1]['tokens_per_s']:.0f} tok/s", file=sys.stderr)
             o = [x["tokens_per_s"] for x in ours]

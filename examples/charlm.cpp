@@ -121,7 +121,7 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
   auto model = make_model(kind, c, V, gpt_params);
   r.params = model->num_parameters();
   auto opt = make_optimizer(kind, *model, c);
-  nn::CosineWarmupLR schedule(opt->lr(), c.warmup, c.steps, opt->lr() * 0.1);
+  nn::CosineWarmupLR schedule(opt->lr(), std::min(c.warmup, c.steps), c.steps, opt->lr() * 0.1);
   Generator batch_gen(c.seed), dropout_gen(c.seed + 1);
   default_generator() = dropout_gen;
 

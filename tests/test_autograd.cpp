@@ -5,28 +5,16 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
-#include <source_location>
 #include <string>
 
 #include "autograd/autograd.h"
 #include "autograd/op.h"
+#include "testing.h"
 
 using namespace tg;
+using namespace tg::testing;
 
 namespace {
-
-// Runs f, which must throw E with a message containing every one of `parts`.
-template <class E, class F>
-void check_throws(F f, std::initializer_list<std::string> parts,
-                  std::source_location where = std::source_location::current()) {
-  try {
-    f();
-    BOOST_ERROR("line " << where.line() << ": no exception thrown");
-  } catch (const E& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << p << "' not in: " << msg);
-  }
-}
 
 Tensor leaf(std::initializer_list<double> v) {
   Tensor t = tensor(v);

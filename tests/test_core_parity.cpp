@@ -4,15 +4,14 @@
 #define BOOST_TEST_MODULE core_parity
 #include <boost/test/unit_test.hpp>
 
-#include <fstream>
 #include <functional>
 #include <map>
 
-#include <nlohmann/json.hpp>
-
 #include "autograd/autograd.h"
+#include "testing.h"
 
 using namespace tg;
+using namespace tg::testing;
 using json = nlohmann::json;
 
 namespace {
@@ -73,16 +72,10 @@ void check_close(const Tensor& got, const Tensor& want, const std::string& what)
                what << "[" << k << "]: " << g[k] << " vs torch " << w[k]);
 }
 
-json load() {
-  std::ifstream f("tests/fixtures/core.json");
-  BOOST_TEST_REQUIRE(f.good(), "tests/fixtures/core.json not found (tests run from the project root)");
-  return json::parse(f);
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(elementwise_and_reductions_match_pytorch) {
-  json fx = load();
+  const json& fx = fixture("tests/fixtures/core.json");
   BOOST_TEST_REQUIRE(fx["cases"].size() == ops().size());
   for (const json& c : fx["cases"]) {
     const std::string name = c["op"];

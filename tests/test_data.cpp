@@ -1,9 +1,6 @@
 #define BOOST_TEST_MODULE data
 #include <boost/test/unit_test.hpp>
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <fstream>
 
 #include "autograd/autograd.h"
@@ -11,42 +8,13 @@
 #include "data/lm_batches.h"
 #include "data/text.h"
 #include "data/tokenizer.h"
+#include "testing.h"
 
 using namespace tg;
 using namespace tg::data;
-namespace fs = std::filesystem;
+using namespace tg::testing;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("tg_test_data_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& content) const {
-    std::ofstream(path / name, std::ios::binary) << content;
-    return (path / name).string();
-  }
-};
-
-// The typed exception, with a message holding every one of parts.
-template <class E>
-auto message_has(std::vector<std::string> parts) {
-  return [parts](const E& e) {
-    std::string what = e.what();
-    for (const auto& p : parts)
-      if (what.find(p) == std::string::npos) {
-        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
-        return false;
-      }
-    return true;
-  };
-}
 
 // Two sentence lines in the first paragraph, one in the second, as in the
 // real files (leading blank lines, tab-indented paragraph starts).
@@ -93,15 +61,15 @@ BOOST_AUTO_TEST_CASE(brown_genres_table) {
   BOOST_CHECK_EQUAL(brown_category('m'), "science_fiction");
   BOOST_CHECK_EQUAL(brown_category('g'), "belles_lettres");
   BOOST_CHECK_THROW(brown_category('z'), DataError);
-  BOOST_CHECK_EXCEPTION(brown_genre_name('i'), DataError, message_has<DataError>({"'i'", "abcdefghjklmnpr"}));
+  BOOST_CHECK_EXCEPTION(brown_genre_name('i'), DataError, says<DataError>({"'i'", "abcdefghjklmnpr"}));
 }
 
 BOOST_AUTO_TEST_CASE(brown_errors) {
   TempDir d;
   const std::string missing = (d.path / "nope").string();
-  BOOST_CHECK_EXCEPTION(read_brown(missing), DataError, message_has<DataError>({missing, "fetch_brown.sh"}));
+  BOOST_CHECK_EXCEPTION(read_brown(missing), DataError, says<DataError>({missing, "fetch_brown.sh"}));
   d.write("README", "x\n");
-  BOOST_CHECK_EXCEPTION(read_brown(d.path.string()), DataError, message_has<DataError>({"no corpus files"}));
+  BOOST_CHECK_EXCEPTION(read_brown(d.path.string()), DataError, says<DataError>({"no corpus files"}));
   // Also a ValueError, for callers that catch those.
   BOOST_CHECK_THROW(read_brown(d.path.string()), ValueError);
 
@@ -110,17 +78,17 @@ BOOST_AUTO_TEST_CASE(brown_errors) {
     TempDir e;
     std::string f = e.write("cb01", "\n\n\tFine/jj ./.\n" + line + "\n");
     BOOST_CHECK_EXCEPTION(read_brown(e.path.string()), DataError,
-                          message_has<DataError>({f + ":4", "malformed token " + bad}));
+                          says<DataError>({f + ":4", "malformed token " + bad}));
   }
   TempDir empty;
   std::string f = empty.write("cb02", "\n\n  \n");
-  BOOST_CHECK_EXCEPTION(read_brown(empty.path.string()), DataError, message_has<DataError>({f, "no tokens"}));
+  BOOST_CHECK_EXCEPTION(read_brown(empty.path.string()), DataError, says<DataError>({f, "no tokens"}));
   BOOST_CHECK_EXCEPTION(read_brown_file((d.path / "ca99").string()), DataError,
-                        message_has<DataError>({"ca99", "cannot be opened"}));
+                        says<DataError>({"ca99", "cannot be opened"}));
   BOOST_CHECK_EXCEPTION(read_brown_file((d.path / "cz01").string()), DataError,
-                        message_has<DataError>({"cz01", "not a corpus file name"}));
+                        says<DataError>({"cz01", "not a corpus file name"}));
   std::string wrong_name = d.write("notes", "a/at\n");
-  BOOST_CHECK_EXCEPTION(read_brown_file(wrong_name), DataError, message_has<DataError>({"not a corpus file name"}));
+  BOOST_CHECK_EXCEPTION(read_brown_file(wrong_name), DataError, says<DataError>({"not a corpus file name"}));
 }
 
 // --- Plain text
@@ -143,14 +111,14 @@ BOOST_AUTO_TEST_CASE(text_file_documents) {
 BOOST_AUTO_TEST_CASE(text_file_errors) {
   TempDir d;
   std::string missing = (d.path / "missing.txt").string();
-  BOOST_CHECK_EXCEPTION(read_text_file(missing), DataError, message_has<DataError>({missing, "no such file"}));
-  BOOST_CHECK_EXCEPTION(read_text_file(d.path.string()), DataError, message_has<DataError>({"is a directory"}));
+  BOOST_CHECK_EXCEPTION(read_text_file(missing), DataError, says<DataError>({missing, "no such file"}));
+  BOOST_CHECK_EXCEPTION(read_text_file(d.path.string()), DataError, says<DataError>({"is a directory"}));
   std::string empty = d.write("empty.txt", "");
-  BOOST_CHECK_EXCEPTION(read_text_file(empty), DataError, message_has<DataError>({empty, "empty"}));
+  BOOST_CHECK_EXCEPTION(read_text_file(empty), DataError, says<DataError>({empty, "empty"}));
   std::string blank = d.write("blank.txt", " \n\t\n");
-  BOOST_CHECK_EXCEPTION(read_text_file(blank), DataError, message_has<DataError>({blank, "only whitespace"}));
+  BOOST_CHECK_EXCEPTION(read_text_file(blank), DataError, says<DataError>({blank, "only whitespace"}));
   std::string bad = d.write("bad.txt", "abc\xC3\xA9\xFF rest");
-  BOOST_CHECK_EXCEPTION(read_text_file(bad), DataError, message_has<DataError>({bad, "byte offset 5", "0xFF"}));
+  BOOST_CHECK_EXCEPTION(read_text_file(bad), DataError, says<DataError>({bad, "byte offset 5", "0xFF"}));
 }
 
 BOOST_AUTO_TEST_CASE(utf8_validation) {
@@ -192,10 +160,10 @@ BOOST_AUTO_TEST_CASE(split_is_deterministic_and_by_document) {
 }
 
 BOOST_AUTO_TEST_CASE(split_errors) {
-  BOOST_CHECK_EXCEPTION(split_indices(10, 1.0, 1), ValueError, message_has<ValueError>({"fraction 1"}));
+  BOOST_CHECK_EXCEPTION(split_indices(10, 1.0, 1), ValueError, says<ValueError>({"fraction 1"}));
   BOOST_CHECK_THROW(split_indices(10, -0.1, 1), ValueError);
-  BOOST_CHECK_EXCEPTION(split_indices(0, 0.1, 1), DataError, message_has<DataError>({"no documents"}));
-  BOOST_CHECK_EXCEPTION(split_indices(1, 0.5, 1), DataError, message_has<DataError>({"1 document(s)"}));
+  BOOST_CHECK_EXCEPTION(split_indices(0, 0.1, 1), DataError, says<DataError>({"no documents"}));
+  BOOST_CHECK_EXCEPTION(split_indices(1, 0.5, 1), DataError, says<DataError>({"1 document(s)"}));
 }
 
 // --- LM batches
@@ -264,7 +232,7 @@ BOOST_AUTO_TEST_CASE(lm_batches_evaluation) {
 
 BOOST_AUTO_TEST_CASE(lm_batches_errors) {
   std::vector<int64_t> ids(20, 1);
-  BOOST_CHECK_EXCEPTION(LMBatches(ids, 20), DataError, message_has<DataError>({"20 tokens", "block 20", "21"}));
+  BOOST_CHECK_EXCEPTION(LMBatches(ids, 20), DataError, says<DataError>({"20 tokens", "block 20", "21"}));
   BOOST_CHECK_THROW(LMBatches(ids, 0), ValueError);
   LMBatches b(ids, 4);
   Generator g;
@@ -300,20 +268,20 @@ BOOST_AUTO_TEST_CASE(char_tokenizer_round_trip) {
 
 BOOST_AUTO_TEST_CASE(char_tokenizer_errors) {
   CharTokenizer tok = CharTokenizer::build("abc");
-  BOOST_CHECK_EXCEPTION(tok.encode("abz"), DataError, message_has<DataError>({"'z'", "U+007A", "byte offset 2"}));
-  BOOST_CHECK_EXCEPTION(tok.encode("a\n"), DataError, message_has<DataError>({"U+000A"}));
-  BOOST_CHECK_EXCEPTION(tok.encode("a\xFF"), DataError, message_has<DataError>({"invalid UTF-8", "byte offset 1"}));
+  BOOST_CHECK_EXCEPTION(tok.encode("abz"), DataError, says<DataError>({"'z'", "U+007A", "byte offset 2"}));
+  BOOST_CHECK_EXCEPTION(tok.encode("a\n"), DataError, says<DataError>({"U+000A"}));
+  BOOST_CHECK_EXCEPTION(tok.encode("a\xFF"), DataError, says<DataError>({"invalid UTF-8", "byte offset 1"}));
   BOOST_CHECK_THROW(CharTokenizer::build(""), DataError);
   BOOST_CHECK_THROW(CharTokenizer::build("\xC3"), DataError);
   std::vector<int64_t> bad = {0, 3};
-  BOOST_CHECK_EXCEPTION(tok.decode(bad), IndexError, message_has<IndexError>({"3", "vocabulary size 3"}));
+  BOOST_CHECK_EXCEPTION(tok.decode(bad), IndexError, says<IndexError>({"3", "vocabulary size 3"}));
   BOOST_CHECK_THROW(CharTokenizer({U'b', U'a'}), ValueError);
   BOOST_CHECK_THROW(CharTokenizer({}), ValueError);
 
   TempDir d;
   auto check_load = [&](const std::string& content, const std::string& part) {
     std::string f = d.write("t.json", content);
-    BOOST_CHECK_EXCEPTION(CharTokenizer::load(f), DataError, message_has<DataError>({f, part}));
+    BOOST_CHECK_EXCEPTION(CharTokenizer::load(f), DataError, says<DataError>({f, part}));
   };
   check_load("{\"type\": \"char\", \"version\": 1, \"chars\": [\"a\", \"b\"", "not valid JSON");
   check_load("{\"type\": \"char\", \"version\": 1}", "field 'chars' is missing");
@@ -325,11 +293,11 @@ BOOST_AUTO_TEST_CASE(char_tokenizer_errors) {
   check_load("{\"type\": \"char\", \"version\": 1, \"chars\": [\"a\", 5]}", "field 'chars[1]'");
   check_load("{\"type\": \"char\", \"version\": 1, \"chars\": []}", "field 'chars'");
   std::string missing = (d.path / "none.json").string();
-  BOOST_CHECK_EXCEPTION(load_tokenizer(missing), DataError, message_has<DataError>({missing, "no such file"}));
+  BOOST_CHECK_EXCEPTION(load_tokenizer(missing), DataError, says<DataError>({missing, "no such file"}));
   std::string unwritable = (d.path / "no_such_dir" / "t.json").string();
-  BOOST_CHECK_EXCEPTION(tok.save(unwritable), DataError, message_has<DataError>({unwritable, "cannot be written"}));
+  BOOST_CHECK_EXCEPTION(tok.save(unwritable), DataError, says<DataError>({unwritable, "cannot be written"}));
   std::string other = d.write("o.json", "{\"type\": \"words\"}");
-  BOOST_CHECK_EXCEPTION(load_tokenizer(other), DataError, message_has<DataError>({other, "field 'type'", "words"}));
+  BOOST_CHECK_EXCEPTION(load_tokenizer(other), DataError, says<DataError>({other, "field 'type'", "words"}));
 }
 
 // --- Byte-level BPE
@@ -393,9 +361,9 @@ BOOST_AUTO_TEST_CASE(bpe_round_trip_random_bytes) {
   std::string nul("a\0\0b\xFF\xFE the", 10);
   BOOST_CHECK_EQUAL(tok.decode(tok.encode(nul)), nul);
   std::vector<int64_t> bad = {5, 320};
-  BOOST_CHECK_EXCEPTION(tok.decode(bad), IndexError, message_has<IndexError>({"320", "vocabulary size 320"}));
+  BOOST_CHECK_EXCEPTION(tok.decode(bad), IndexError, says<IndexError>({"320", "vocabulary size 320"}));
   BOOST_CHECK_THROW(tok.token(-1), IndexError);
-  BOOST_CHECK_EXCEPTION(BPETokenizer::train(corpus, 100), ValueError, message_has<ValueError>({"100", "256"}));
+  BOOST_CHECK_EXCEPTION(BPETokenizer::train(corpus, 100), ValueError, says<ValueError>({"100", "256"}));
 
   // Through the common interface, and saved and loaded.
   TempDir d;
@@ -411,13 +379,13 @@ BOOST_AUTO_TEST_CASE(bpe_round_trip_random_bytes) {
 
 BOOST_AUTO_TEST_CASE(bpe_errors) {
   using P = BPETokenizer::Pair;
-  BOOST_CHECK_EXCEPTION(BPETokenizer({P{97, 97}, P{256, 300}}), ValueError, message_has<ValueError>({"merge 1", "257"}));
-  BOOST_CHECK_EXCEPTION(BPETokenizer({P{97, 97}, P{97, 97}}), ValueError, message_has<ValueError>({"repeats merge 0"}));
+  BOOST_CHECK_EXCEPTION(BPETokenizer({P{97, 97}, P{256, 300}}), ValueError, says<ValueError>({"merge 1", "257"}));
+  BOOST_CHECK_EXCEPTION(BPETokenizer({P{97, 97}, P{97, 97}}), ValueError, says<ValueError>({"repeats merge 0"}));
   BOOST_CHECK_THROW(BPETokenizer({P{-1, 97}}), ValueError);
   TempDir d;
   auto check_load = [&](const std::string& content, const std::string& part) {
     std::string f = d.write("b.json", content);
-    BOOST_CHECK_EXCEPTION(BPETokenizer::load(f), DataError, message_has<DataError>({f, part}));
+    BOOST_CHECK_EXCEPTION(BPETokenizer::load(f), DataError, says<DataError>({f, part}));
   };
   const std::string head = "{\"type\": \"bpe\", \"version\": 1, \"pretokenizer\": \"chunks-v1\", ";
   check_load(head + "\"merges\": [[97, 97], [256, 98], [97, 900]]}", "field 'merges[2]'");

@@ -12,9 +12,11 @@
 #include "models/seq2seq.h"
 #include "models/transformer.h"
 #include "nn/nn.h"
+#include "testing.h"
 
 using namespace tg;
 using namespace tg::models;
+using namespace tg::testing;
 
 namespace {
 
@@ -24,17 +26,6 @@ GradcheckReport check_model(nn::Module& m, const std::function<Tensor()>& loss) 
   o.fast = true;  // v^T J u along random directions: a model has too many parameters for the full Jacobian
   o.directions = 3;
   return nn::gradcheck_module(m, [&](const std::vector<Tensor>&) { return loss(); }, {}, o);
-}
-
-Tensor ids(std::vector<int64_t> v, Shape s) { return from_vector(v, s); }
-
-// The largest |a - b| over two tensors of the same shape.
-double max_diff(const Tensor& a, const Tensor& b) {
-  BOOST_REQUIRE(a.shape() == b.shape());
-  auto x = a.to(DType::f64).contiguous().to_vector<double>(), y = b.to(DType::f64).contiguous().to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
 }
 
 GPTOptions tiny_gpt() { return {.vocab = 7, .block = 6, .layers = 2, .heads = 2, .dim = 8}; }
@@ -101,7 +92,7 @@ BOOST_AUTO_TEST_CASE(padding_does_not_change_the_classification) {
   NoGradGuard ng;
   Tensor a = m.forward(ids({1, 2, 3}, {1, 3}));
   Tensor b = m.forward(ids({1, 2, 3, 0, 0}, {1, 5}), ids({0, 0, 0, 1, 1}, {1, 5}));
-  BOOST_TEST(max_diff(a, b) < 1e-5);
+  BOOST_TEST(max_abs_diff(a, b) < 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(kv_cache_equals_full_forward) {
@@ -116,7 +107,7 @@ BOOST_AUTO_TEST_CASE(kv_cache_equals_full_forward) {
     auto state = m.start(2);
     std::vector<Tensor> parts;
     for (int64_t t = 0; t < 6; t += chunk) parts.push_back(m.forward_step(x.slice(1, t, std::min<int64_t>(t + chunk, 6)), *state));
-    BOOST_TEST(max_diff(concat(parts, 1), full) < 1e-5, "chunk " << chunk);
+    BOOST_TEST(max_abs_diff(concat(parts, 1), full) < 1e-5, "chunk " << chunk);
   }
 }
 
@@ -131,7 +122,7 @@ BOOST_AUTO_TEST_CASE(rnn_state_decoding_equals_full_forward) {
     auto state = m.start(2);
     std::vector<Tensor> parts;
     for (int64_t t = 0; t < 4; ++t) parts.push_back(m.forward_step(x.slice(1, t, t + 1), *state));
-    BOOST_TEST(max_diff(concat(parts, 1), full) < 1e-5, cell_name(cell));
+    BOOST_TEST(max_abs_diff(concat(parts, 1), full) < 1e-5, cell_name(cell));
   }
 }
 

@@ -7,9 +7,6 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
-#include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
 #include "autograd/ops/samples.h"
@@ -21,75 +18,20 @@
 #include "nn/linear.h"
 #include "nn/positional.h"
 #include "nn/transformer.h"
+#include "testing.h"
 
 using namespace tg;
+using namespace tg::testing;
 using json = nlohmann::json;
 namespace init = nn::init;
 
 namespace {
-
-const json& cases() {
-  static const json j = [] {
-    std::ifstream f("tests/fixtures/nn_layers.json");
-    BOOST_REQUIRE_MESSAGE(f, "tests/fixtures/nn_layers.json not found (run the tests from the project root)");
-    return json::parse(f);
-  }();
-  return j["cases"];
-}
-
-Tensor load(const json& j, DType dtype = DType::f64) {
-  return from_vector(j["data"].get<std::vector<double>>(), Shape(j["shape"].get<std::vector<int64_t>>())).to(dtype);
-}
-
-Tensor load_ids(const json& j) {
-  return from_vector(j["data"].get<std::vector<int64_t>>(), Shape(j["shape"].get<std::vector<int64_t>>()));
-}
 
 // The fixture's loss weights: P[i] = cos(0.37 i + 0.5), row-major.
 Tensor probe(const Shape& shape, DType dtype) {
   std::vector<double> v(static_cast<size_t>(shape.numel()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = std::cos(0.37 * static_cast<double>(i) + 0.5);
   return from_vector(v, shape).to(dtype);
-}
-
-// max |got - want| / max |want|: the relative error of the whole tensor.
-double rel_error(const Tensor& got, const Tensor& want) {
-  BOOST_REQUIRE_MESSAGE(got.defined(), "missing tensor");
-  BOOST_REQUIRE_MESSAGE(got.shape() == want.shape(), "shape " << got.shape().str() << " vs " << want.shape().str());
-  auto a = got.to(DType::f64).contiguous().to_vector<double>(), b = want.to(DType::f64).contiguous().to_vector<double>();
-  double diff = 0, scale = 1e-300;
-  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
-  return diff / scale;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  BOOST_REQUIRE(a.shape() == b.shape());
-  auto x = a.to(DType::f64).contiguous().to_vector<double>(), y = b.to(DType::f64).contiguous().to_vector<double>();
-  double d = 0;
-  for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
-  return d;
-}
-
-struct Parity {
-  double tol;
-  double worst = 0;
-  void check(const std::string& what, const Tensor& got, const Tensor& want) {
-    double e = rel_error(got, want);
-    worst = std::max(worst, e);
-    BOOST_TEST(e <= tol, what << ": relative error " << e << " above " << tol);
-  }
-};
-
-// Copies the fixture's weights (by tapegrad name) into m, converted to dtype.
-void load_params(nn::Module& m, const json& params, DType dtype) {
-  m.to(dtype);
-  auto named = m.named_parameters();
-  BOOST_REQUIRE_EQUAL(named.size(), params.size());
-  NoGradGuard ng;
-  for (auto& [name, p] : named) {
-    BOOST_REQUIRE_MESSAGE(params.contains(name), "fixture lacks " << name);
-    p.copy_(load(params[name], dtype));
-  }
 }
 
 nn::AttentionMask padding(const json& c, const char* key, bool causal) {
@@ -105,7 +47,7 @@ nn::TransformerLayerOptions layer_options(nn::NormPosition norm) {
 // Runs one fixture case in dtype: forward, loss sum(out * P), backward, and
 // compares outputs and gradients (inputs and parameters) with torch's.
 double parity_case(const std::string& name, DType dtype, double tol) {
-  const json& c = cases()[name];
+  const json& c = fixture("tests/fixtures/nn_layers.json")["cases"][name];
   const json& in = c["inputs"];
   std::shared_ptr<nn::Module> m;
   std::map<std::string, Tensor> x;
@@ -159,19 +101,6 @@ double parity_case(const std::string& name, DType dtype, double tol) {
   for (auto& [pname, param] : m->named_parameters()) p.check(tag + " grad " + pname, param.grad(), load(c["grads"][pname]));
   BOOST_TEST_MESSAGE(tag << ": worst relative error vs torch " << p.worst);
   return p.worst;
-}
-
-template <class E>
-std::function<bool(const E&)> says(std::vector<std::string> parts) {
-  return [parts](const E& e) {
-    std::string what = e.what();
-    for (const auto& p : parts)
-      if (what.find(p) == std::string::npos) {
-        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
-        return false;
-      }
-    return true;
-  };
 }
 
 void require_passed(const GradcheckReport& r, const std::string& what) {

@@ -2,42 +2,21 @@
 // make_nn_rnn.py), float64 gradchecks, stability at huge logits, errors.
 #define BOOST_TEST_MODULE nn_loss
 #include <boost/test/unit_test.hpp>
+
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
 #include "autograd/ops/samples.h"
 #include "nn/loss.h"
+#include "testing.h"
 
 using namespace tg;
+using namespace tg::testing;
 using json = nlohmann::json;
 
 namespace {
 
-const json& fixture() {
-  static const json j = [] {
-    std::ifstream f("tests/fixtures/nn_rnn.json");
-    BOOST_REQUIRE_MESSAGE(f, "tests/fixtures/nn_rnn.json not found (run the tests from the project root)");
-    return json::parse(f);
-  }();
-  return j;
-}
-
-Shape shape_of(const json& j) { return Shape(j["shape"].get<std::vector<int64_t>>()); }
-Tensor load(const json& j) { return from_vector(j["data"].get<std::vector<double>>(), shape_of(j)); }
-Tensor load_ids(const json& j) { return from_vector(j["data"].get<std::vector<int64_t>>(), shape_of(j)); }
-
-double rel_error(const Tensor& got, const Tensor& want) {
-  BOOST_REQUIRE_MESSAGE(got.defined(), "missing tensor");
-  BOOST_REQUIRE_MESSAGE(got.shape() == want.shape(), "shape " << got.shape().str() << " vs " << want.shape().str());
-  auto a = got.to(DType::f64).contiguous().to_vector<double>(),
-       b = want.to(DType::f64).contiguous().to_vector<double>();
-  double diff = 0, scale = 1e-300;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff = std::max(diff, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
-  return diff / scale;
-}
+const std::string kFixture = "tests/fixtures/nn_rnn.json";
 
 Reduction reduction_of(const std::string& s) {
   return s == "mean" ? Reduction::mean : s == "sum" ? Reduction::sum : Reduction::none;
@@ -56,24 +35,11 @@ Tensor loss_of(const json& c, const std::vector<Tensor>& in) {
   return nn::binary_cross_entropy_with_logits(in[0], in[1], r, in.size() > 2 ? in[2] : Tensor());
 }
 
-template <class E>
-std::function<bool(const E&)> says(std::vector<std::string> parts) {
-  return [parts](const E& e) {
-    std::string what = e.what();
-    for (const auto& p : parts)
-      if (what.find(p) == std::string::npos) {
-        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
-        return false;
-      }
-    return true;
-  };
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(losses_match_torch_float64) {
   double worst = 0;
-  for (const json& c : fixture()["losses"]) {
+  for (const json& c : fixture(kFixture)["losses"]) {
     const std::string name = c["name"];
     std::vector<Tensor> in;
     for (size_t k = 0; k < c["inputs"].size(); ++k) {
@@ -96,7 +62,7 @@ BOOST_AUTO_TEST_CASE(losses_match_torch_float64) {
 }
 
 BOOST_AUTO_TEST_CASE(cross_entropy_float32_matches_float64) {
-  const json& c = fixture()["losses"][1];  // mean, label smoothing 0.1
+  const json& c = fixture(kFixture)["losses"][1];  // mean, label smoothing 0.1
   Tensor x64 = load(c["inputs"][0]);
   Tensor x32 = x64.to(DType::f32).requires_grad_();
   Tensor out = loss_of(c, {x32});

@@ -5,28 +5,20 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <numbers>
-
-#include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
 #include "nn/module.h"
 #include "nn/optim.h"
+#include "testing.h"
 
 using namespace tg;
+using namespace tg::testing;
 using json = nlohmann::json;
 
 namespace {
 
-const json& fixture() {
-  static const json j = [] {
-    std::ifstream f("tests/fixtures/nn_optim.json");
-    BOOST_REQUIRE_MESSAGE(f, "cannot open tests/fixtures/nn_optim.json (run from the project root)");
-    return json::parse(f);
-  }();
-  return j;
-}
+const std::string kFixture = "tests/fixtures/nn_optim.json";
 
 Tensor to_tensor(const json& values, const Shape& shape, DType dtype = DType::f64) {
   return from_vector(values.get<std::vector<double>>(), shape).to(dtype).contiguous();
@@ -120,7 +112,7 @@ Tensor state_of(const nn::Optimizer& opt, const std::string& name) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(matches_torch_optim_float64) {
-  const json& cases = fixture()["cases"];
+  const json& cases = fixture(kFixture)["cases"];
   BOOST_REQUIRE_GE(cases.size(), 21u);
   double worst = 0;
   for (const auto& c : cases) {
@@ -152,7 +144,7 @@ BOOST_AUTO_TEST_CASE(matches_torch_optim_float64) {
 }
 
 BOOST_AUTO_TEST_CASE(float32_matches_torch_to_float_precision) {
-  for (const auto& c : fixture()["cases"]) {
+  for (const auto& c : fixture(kFixture)["cases"]) {
     BOOST_TEST_CONTEXT("case " << c["name"].get<std::string>()) {
       Case k = build(c, DType::f32);
       for (size_t s = 0; s < 3; ++s) {
@@ -166,7 +158,7 @@ BOOST_AUTO_TEST_CASE(float32_matches_torch_to_float_precision) {
 }
 
 BOOST_AUTO_TEST_CASE(skipped_parameters_keep_their_state) {
-  const json& c = fixture()["cases"][19];  // sgd_momentum_skip: the bias has no grad at step 2
+  const json& c = fixture(kFixture)["cases"][19];  // sgd_momentum_skip: the bias has no grad at step 2
   BOOST_REQUIRE_EQUAL(c["name"], "sgd_momentum_skip");
   Case k = build(c);
   set_grads(k, c["grads"][0]);
@@ -180,7 +172,7 @@ BOOST_AUTO_TEST_CASE(skipped_parameters_keep_their_state) {
 }
 
 BOOST_AUTO_TEST_CASE(state_dict_round_trip_resumes_exactly) {
-  for (const auto& c : fixture()["cases"]) {
+  for (const auto& c : fixture(kFixture)["cases"]) {
     BOOST_TEST_CONTEXT("case " << c["name"].get<std::string>()) {
       Case full = build(c), first = build(c);
       set_grads(first, c["grads"][0]);
@@ -208,7 +200,7 @@ BOOST_AUTO_TEST_CASE(state_dict_round_trip_resumes_exactly) {
 }
 
 BOOST_AUTO_TEST_CASE(load_state_dict_lists_every_problem_and_changes_nothing) {
-  const json& c = fixture()["cases"][5];  // adam
+  const json& c = fixture(kFixture)["cases"][5];  // adam
   Case k = build(c);
   set_grads(k, c["grads"][0]);
   k.opt->step();
@@ -221,21 +213,14 @@ BOOST_AUTO_TEST_CASE(load_state_dict_lists_every_problem_and_changes_nothing) {
     else bad.emplace_back(n, t);
   bad.emplace_back("0.0.momentum_buffer", zeros({3, 4}, DType::f64));  // not an Adam buffer
   bad.emplace_back("0.7.exp_avg", zeros({3, 4}, DType::f64));          // no such parameter
-  try {
-    other.opt->load_state_dict(bad);
-    BOOST_FAIL("expected a ValueError");
-  } catch (const ValueError& e) {
-    std::string msg = e.what();
-    BOOST_TEST_MESSAGE(msg);
-    for (const char* part : {"missing key '0.1.exp_avg_sq'", "'0.0.exp_avg' is (2,2)", "0.0.momentum_buffer",
-                             "unexpected key '0.7.exp_avg'", "4 problem(s)"})
-      BOOST_TEST(msg.find(part) != std::string::npos, "message lacks " << part << ": " << msg);
-  }
+  check_throws<ValueError>([&] { other.opt->load_state_dict(bad); },
+                           {"missing key '0.1.exp_avg_sq'", "'0.0.exp_avg' is (2,2)", "0.0.momentum_buffer",
+                            "unexpected key '0.7.exp_avg'", "4 problem(s)"});
   BOOST_TEST(other.opt->steps() == 0);
   BOOST_TEST(other.opt->state_dict().size() == 3u);  // steps, groups, 0.lr: still no moments
 
   // A state for another layout of parameters.
-  Case groups = build(fixture()["cases"][16]);  // adam_groups: two groups of one parameter
+  Case groups = build(fixture(kFixture)["cases"][16]);  // adam_groups: two groups of one parameter
   BOOST_CHECK_THROW(groups.opt->load_state_dict(state), ValueError);
 }
 
@@ -363,7 +348,7 @@ BOOST_AUTO_TEST_CASE(schedulers_follow_their_formulas) {
 }
 
 BOOST_AUTO_TEST_CASE(clipping_matches_torch) {
-  const json& clip = fixture()["clip"];
+  const json& clip = fixture(kFixture)["clip"];
   auto make = [&] {
     std::vector<Tensor> ps;
     for (const auto& g : clip["input"]) {

@@ -4,8 +4,6 @@
 // samples, dropout between layers, and error messages.
 #define BOOST_TEST_MODULE nn_rnn
 #include <boost/test/unit_test.hpp>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
 #include "autograd/op.h"
@@ -13,47 +11,15 @@
 #include "autograd/ops/samples.h"
 #include "nn/gradcheck_module.h"
 #include "nn/rnn.h"
+#include "testing.h"
 
 using namespace tg;
+using namespace tg::testing;
 using json = nlohmann::json;
 
 namespace {
 
-const json& fixture() {
-  static const json j = [] {
-    std::ifstream f("tests/fixtures/nn_rnn.json");
-    BOOST_REQUIRE_MESSAGE(f, "tests/fixtures/nn_rnn.json not found (run the tests from the project root)");
-    return json::parse(f);
-  }();
-  return j;
-}
-
-Tensor load(const json& j, DType dtype = DType::f64) {
-  return from_vector(j["data"].get<std::vector<double>>(), Shape(j["shape"].get<std::vector<int64_t>>())).to(dtype);
-}
-
-// max |got - want| / max |want|: the relative error of the whole tensor.
-double rel_error(const Tensor& got, const Tensor& want) {
-  BOOST_REQUIRE_MESSAGE(got.defined(), "missing tensor");
-  BOOST_REQUIRE_MESSAGE(got.shape() == want.shape(), "shape " << got.shape().str() << " vs " << want.shape().str());
-  auto a = got.to(DType::f64).contiguous().to_vector<double>(),
-       b = want.to(DType::f64).contiguous().to_vector<double>();
-  double diff = 0, scale = 1e-300;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff = std::max(diff, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
-  return diff / scale;
-}
-
-// Tracks the worst relative error of a group of comparisons.
-struct Parity {
-  double tol;
-  double worst = 0;
-  void check(const std::string& what, const Tensor& got, const Tensor& want) {
-    double e = rel_error(got, want);
-    worst = std::max(worst, e);
-    BOOST_TEST(e <= tol, what << ": relative error " << e << " above " << tol);
-  }
-};
+const std::string kFixture = "tests/fixtures/nn_rnn.json";
 
 Tensor weighted_sum(const std::vector<Tensor>& outs, const json& probes, DType dtype) {
   Tensor loss;
@@ -62,18 +28,6 @@ Tensor weighted_sum(const std::vector<Tensor>& outs, const json& probes, DType d
     loss = loss.defined() ? add(loss, term) : term;
   }
   return loss;
-}
-
-// Copies the fixture's weights (by tapegrad name) into m, converted to dtype.
-void load_params(nn::Module& m, const json& params, DType dtype) {
-  m.to(dtype);
-  auto named = m.named_parameters();
-  BOOST_REQUIRE_EQUAL(named.size(), params.size());
-  NoGradGuard ng;
-  for (auto& [name, p] : named) {
-    BOOST_REQUIRE_MESSAGE(params.contains(name), "fixture lacks " << name);
-    p.copy_(load(params[name], dtype));
-  }
 }
 
 std::shared_ptr<nn::Module> make_module(const std::string& kind, const nn::RNNOptions& o) {
@@ -131,33 +85,20 @@ Tensor flat(const std::vector<Tensor>& outs) {
   return concat(parts, 0);
 }
 
-template <class E>
-std::function<bool(const E&)> says(std::vector<std::string> parts) {
-  return [parts](const E& e) {
-    std::string what = e.what();
-    for (const auto& p : parts)
-      if (what.find(p) == std::string::npos) {
-        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
-        return false;
-      }
-    return true;
-  };
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(modules_match_torch_float64) {
   double worst = 0;
-  for (const json& c : fixture()["modules"]) worst = std::max(worst, module_parity(c, DType::f64, 1e-10));
+  for (const json& c : fixture(kFixture)["modules"]) worst = std::max(worst, module_parity(c, DType::f64, 1e-10));
   BOOST_TEST_MESSAGE("RNN/LSTM/GRU modules, float64: worst relative error vs torch " << worst);
 }
 
 BOOST_AUTO_TEST_CASE(lstm_matches_torch_float32) {
-  for (const json& c : fixture()["float32"]) module_parity(c, DType::f32, 1e-5);
+  for (const json& c : fixture(kFixture)["float32"]) module_parity(c, DType::f32, 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(cells_match_torch_float64) {
-  for (const json& c : fixture()["cells"]) {
+  for (const json& c : fixture(kFixture)["cells"]) {
     const std::string kind = c["kind"];
     nn::RNNCellOptions o{.input = c["input"], .hidden = c["hidden"]};
     Tensor x = load(c["x"]).requires_grad_();

@@ -3,27 +3,16 @@
 #define BOOST_TEST_MODULE tensor
 #include <boost/test/unit_test.hpp>
 
-#include <source_location>
 #include <string>
 
 #include "autograd/autograd.h"
+#include "testing.h"
 
 using namespace tg;
+using namespace tg::testing;
 namespace tt = boost::test_tools;
 
 namespace {
-
-template <class E, class F>
-void check_throws(F f, std::initializer_list<std::string> parts,
-                  std::source_location where = std::source_location::current()) {
-  try {
-    f();
-    BOOST_ERROR("line " << where.line() << ": no exception thrown");
-  } catch (const E& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << p << "' not in: " << msg);
-  }
-}
 
 std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
 bool same_storage(const Tensor& a, const Tensor& b) { return a.storage() == b.storage(); }

@@ -10,17 +10,14 @@
 #include "models/word2vec.h"
 #include "models/word_eval.h"
 #include "nn/gradcheck_module.h"
+#include "testing.h"
 
 using namespace tg;
 using namespace tg::models;
+using namespace tg::testing;
 namespace tt = boost::test_tools;
 
 namespace {
-
-// Built through an initializer_list (see test_index.cpp on a g++ miscompile of braced temporaries).
-Tensor ids(std::initializer_list<int64_t> v, std::initializer_list<int64_t> shape) {
-  return from_vector(std::vector<int64_t>(v), Shape(shape));
-}
 
 std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = "/tmp/tg_test_word2vec_" + name;
@@ -30,10 +27,7 @@ std::string write_file(const std::string& name, const std::string& text) {
 
 // A ValueError whose message names the file and line "path:line:".
 void check_line_error(const std::function<void()>& fn, const std::string& where) {
-  BOOST_CHECK_EXCEPTION(fn(), ValueError, [&](const ValueError& e) {
-    BOOST_TEST_MESSAGE(e.what());
-    return std::string(e.what()).find(where) != std::string::npos;
-  });
+  BOOST_CHECK_EXCEPTION(fn(), ValueError, says<ValueError>({where}));
 }
 
 Sentences tiny_corpus() {

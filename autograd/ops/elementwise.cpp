@@ -8,6 +8,7 @@
 
 #include "autograd/op.h"
 #include "autograd/ops/loop.h"
+#include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
 #include "autograd/profiler.h"
@@ -346,8 +347,8 @@ static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
   if (n.i[0] == 0) {
     gin[0] = fused_grad(g, n.saved_tensor(0), [](auto gy, auto x) {
       using T = decltype(x);
-      T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
-      T pdf = std::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+      T cdf = T(0.5) * (T(1) + detail::verf(x * T(std::numbers::sqrt2 / 2)));
+      T pdf = detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
       return gy * (cdf + x * pdf);
     });
   } else {
@@ -372,7 +373,7 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
   if (!tanh_approximation) {
     out = unary("gelu", x, [](auto v) {
       using T = decltype(v);
-      return T(0.5) * v * (T(1) + std::erf(v * T(std::numbers::sqrt2 / 2)));
+      return T(0.5) * v * (T(1) + detail::verf(v * T(std::numbers::sqrt2 / 2)));
     });
   } else {
     out = unary("gelu", x, [](auto v) {

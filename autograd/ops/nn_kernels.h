@@ -31,6 +31,16 @@ inline float vexp(float x) {
 }
 inline double vexp(double x) { return std::exp(x); }
 
+// erf that vectorises (Abramowitz & Stegun 7.1.26: |error| < 1.5e-7, below
+// float32's resolution near 1); float64 keeps std::erf for gradcheck accuracy.
+inline float verf(float x) {
+  const float a = std::abs(x);
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+  return std::copysign(1.0f - p * vexp(-a * a), x);
+}
+inline double verf(double x) { return std::erf(x); }
+
 // Max of a row, in 2 x 512 bits of independent lanes: the `a > b ? a : b`
 // pattern maps to vmaxps (GCC does not vectorise a floating-point max
 // reduction itself, because of NaN and signed-zero rules). The tail is one
