@@ -41,7 +41,7 @@ namespace {
 struct Config {
   std::string data, brown_dir, out = "out/charlm", tokenizer = "char";
   std::vector<std::string> models = {"rnn", "lstm", "gpt"};
-  int64_t steps = 1500, batch = 32, block = 64, eval_every = 100, eval_batches = 20;
+  int64_t steps = 1200, batch = 32, block = 64, eval_every = 100, eval_batches = 20;
   int64_t gpt_layers = 2, gpt_heads = 4, gpt_dim = 128, embed = 64, rnn_layers = 1;
   int64_t rnn_hidden = 0, lstm_hidden = 0, bpe_vocab = 512, sample_len = 400;
   double lr = 0, dropout = 0.0, clip = 1.0, val_fraction = 0.1, temperature = 0.8;

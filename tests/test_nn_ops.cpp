@@ -14,43 +14,16 @@
 #include "autograd/autograd.h"
 #include "autograd/op.h"
 #include "autograd/ops/samples.h"
+#include "tests/testing.h"
 
 using namespace tg;
 using json = nlohmann::json;
+using namespace tg::testing;
 
 namespace {
 
-const json& fixture() {
-  static const json j = [] {
-    std::ifstream f("tests/fixtures/nn_ops.json");
-    BOOST_REQUIRE_MESSAGE(f, "tests/fixtures/nn_ops.json not found (run the tests from the project root)");
-    return json::parse(f);
-  }();
-  return j;
-}
-
-Shape shape_of(const json& j) { return Shape(j["shape"].get<std::vector<int64_t>>()); }
-Tensor load(const json& j) { return from_vector(j["data"].get<std::vector<double>>(), shape_of(j)); }
-Tensor load_ids(const json& j) { return from_vector(j["data"].get<std::vector<int64_t>>(), shape_of(j)); }
-Tensor ids(std::vector<int64_t> v) {
-  const int64_t n = static_cast<int64_t>(v.size());
-  return from_vector(v, {n});
-}
+const json& fixture() { return testing::fixture("tests/fixtures/nn_ops.json"); }
 Tensor leaf(const json& j) { return load(j).requires_grad_(); }
-
-// max |got - want| / max |want|, after checking the shapes agree.
-double rel_error(const Tensor& got, const Tensor& want) {
-  BOOST_REQUIRE_MESSAGE(got.defined(), "missing tensor");
-  BOOST_REQUIRE_MESSAGE(got.shape() == want.shape(), "shape " << got.shape().str() << " vs " << want.shape().str());
-  auto a = got.to(DType::f64).contiguous().to_vector<double>(), b = want.to(DType::f64).contiguous().to_vector<double>();
-  double diff = 0, scale = 1e-300;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return diff / scale;
-}
 
 // Backward of sum(out * probe): the gradients the fixture stores.
 void backward_with_probe(const Tensor& out, const json& c) { sum(mul(out, load(c["probe"]))).backward(); }
@@ -63,19 +36,6 @@ bool all_finite(const Tensor& t) {
   for (double v : t.to(DType::f64).contiguous().to_vector<double>())
     if (!std::isfinite(v)) return false;
   return true;
-}
-
-template <class E>
-std::function<bool(const E&)> says(std::vector<std::string> parts) {
-  return [parts](const E& e) {
-    std::string what = e.what();
-    for (const auto& p : parts)
-      if (what.find(p) == std::string::npos) {
-        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
-        return false;
-      }
-    return true;
-  };
 }
 
 constexpr double kTorchTol = 1e-10;

@@ -7,8 +7,10 @@
 #include "autograd/autograd.h"
 #include "autograd/op.h"
 #include "autograd/ops/samples.h"
+#include "tests/testing.h"
 
 using namespace tg;
+using tg::testing::says;
 
 namespace {
 
@@ -17,18 +19,6 @@ Tensor iota(const Shape& s) { return arange(0.0, static_cast<double>(s.numel()),
 
 std::vector<double> values(const Tensor& t) { return t.to(DType::f64).contiguous().to_vector<double>(); }
 
-template <class E>
-std::function<bool(const E&)> says(std::vector<std::string> parts) {
-  return [parts](const E& e) {
-    std::string what = e.what();
-    for (const auto& p : parts)
-      if (what.find(p) == std::string::npos) {
-        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
-        return false;
-      }
-    return true;
-  };
-}
 
 }  // namespace
 

@@ -84,8 +84,10 @@ inline double rel_error(const Tensor& got, const Tensor& want) {
   auto a = got.to(DType::f64).contiguous().to_vector<double>(),
        b = want.to(DType::f64).contiguous().to_vector<double>();
   double diff = 0, scale = 1e-300;
-  for (size_t i = 0; i < a.size(); ++i)
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) && a[i] != b[i]) return INFINITY;  // NaN or a wrong infinity is never close
     diff = std::max(diff, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
+  }
   return diff / scale;
 }
 
