@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Side-by-side training throughput: tapegrad vs PyTorch (and the GEMM peak).
+"""Side-by-side training throughput: tapegrad vs PyTorch and gensim (and the GEMM peak).
 
-Runs every workload at 1 and 2 threads, alternating tapegrad / PyTorch
+Runs every workload at 1 and 2 threads, alternating tapegrad / reference
 (A/B/A/B...) `--repeats` times in one run, each run in a fresh process, and
-reports the median tokens/s with min-max, the ratio, the matmul GFLOP/s
-inside tapegrad's step next to the OpenBLAS sgemm peak measured in the same
-run at the same thread count, and peak RSS. PyTorch runs with
+reports the median tokens/s (words/s for sgns) with min-max, the ratio, the
+matmul GFLOP/s inside tapegrad's step next to the OpenBLAS sgemm peak measured
+in the same run at the same thread count, and peak RSS. PyTorch runs with
 torch.set_num_threads(n), OMP_NUM_THREADS=n and OPENBLAS_NUM_THREADS=1 (its
 best setting here: two pools of n threads each oversubscribe the cores).
+The language models are bench/lm_train (tapegrad) and bench/torch_lm.py;
+sgns is examples/word2vec against gensim (bench/compare_word2vec.py --one).
+Then "same learning": GPT-S trained --learning-steps steps from the same
+settings on both sides, validation loss on 20 fixed batches.
 
-    scripts/setup.sh && python3 bench/compare.py            # all workloads
-    python3 bench/compare.py --workloads gpt-s --repeats 3 --out out/bench
+    scripts/setup.sh && python3 bench/compare.py            # everything
+    python3 bench/compare.py --workloads gpt-s --repeats 3 --learning-steps 0
 
-Writes OUT/compare.md and OUT/compare.csv. Needs python3-torch
-(apt-get install python3-torch); installs it when run as root.
+Writes OUT/compare.md and OUT/compare.csv. Needs python3-torch and
+python3-gensim; installs them when run as root.
 """
 import argparse
 import json
@@ -24,6 +28,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LM_TRAIN = os.path.join(ROOT, "build", "bench", "lm_train")
+W2V = os.path.join(ROOT, "build", "examples", "word2vec")
 # Debian's interpreter, where python3-torch installs (a python3 earlier on PATH may lack torch).
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -35,43 +40,70 @@ def run(cmd, env=None):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def ensure_torch():
-    if subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode == 0:
+def ensure(module, package):
+    if subprocess.run([PYTHON, "-c", f"import {module}"], capture_output=True).returncode == 0:
         return
     if os.geteuid() == 0:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "python3-torch"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package], check=True)
     else:
-        sys.exit("compare: PyTorch is missing: sudo apt-get install python3-torch")
+        sys.exit(f"compare: {module} is missing: sudo apt-get install {package}")
+
+
+def lm_pair(w, t, text, extra=()):
+    """One tapegrad run and one PyTorch run of language-model workload w at t threads."""
+    common = ["--workload", w, "--text-dir", text, "--threads", str(t)] + list(extra)
+    ours = run([LM_TRAIN] + common, env=dict(os.environ, OPENBLAS_NUM_THREADS=str(t)))
+    env = dict(os.environ, OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS=str(t))
+    theirs = run([PYTHON, os.path.join(ROOT, "bench", "torch_lm.py")] + common, env=env)
+    return ours, theirs
+
+
+def sgns_pair(t, a, sentences):
+    """One run of examples/word2vec and one of gensim at t worker threads."""
+    cmd = [PYTHON, os.path.join(ROOT, "bench", "compare_word2vec.py"), "--exe", W2V, "--corpus", sentences,
+           "--threads", str(t)] + (["--wordsim", a.wordsim] if a.wordsim else [])
+    ours = run(cmd + ["--one", "tapegrad"])
+    theirs = run(cmd + ["--one", "gensim"])
+    return [dict(x, tokens_per_s=x["wps"], matmul_gflops=float("nan"), system_allocs_per_step="–") for x in (ours, theirs)]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workloads", default="gpt-s,gpt-m,rnn,lstm")
+    ap.add_argument("--workloads", default="gpt-s,gpt-m,rnn,lstm,sgns")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--learning-steps", type=int, default=500, help="GPT-S steps of the same-learning check (0: skip)")
+    ap.add_argument("--wordsim", help="WordSim-353 file: adds the Spearman of both sgns runs")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
     a = ap.parse_args()
-    ensure_torch()
-    if not os.path.exists(LM_TRAIN):
-        sys.exit("compare: build/bench/lm_train is missing: run scripts/setup.sh first")
+    workloads = a.workloads.split(",")
+    ensure("torch", "python3-torch")
+    if "sgns" in workloads:
+        ensure("gensim", "python3-gensim")
+    for exe in (LM_TRAIN, W2V):
+        if not os.path.exists(exe):
+            sys.exit(f"compare: {exe} is missing: run scripts/setup.sh first")
+    brown = subprocess.run([os.path.join(ROOT, "scripts", "fetch_brown.sh")], capture_output=True, text=True,
+                           check=True).stdout.strip().splitlines()[-1]
     text = os.path.join(a.out, "text")
     if not os.path.exists(os.path.join(text, "train.txt")):
-        brown = subprocess.run([os.path.join(ROOT, "scripts", "fetch_brown.sh")], capture_output=True, text=True,
-                               check=True).stdout.strip().splitlines()[-1]
         subprocess.run([LM_TRAIN, "--write-text", text, "--brown-dir", brown], check=True)
+    sentences = os.path.join(a.out, "sentences.txt")
+    if "sgns" in workloads and not os.path.exists(sentences):
+        subprocess.run([W2V, "--brown-dir", brown, "--dump-sentences", sentences], check=True, capture_output=True)
     rows = []
     for t in [int(x) for x in a.threads.split(",")]:
         peak = run([LM_TRAIN, "--gemm-peak", "--threads", str(t)])["sgemm_gflops"]
-        env = dict(os.environ, OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS=str(t))
-        for w in a.workloads.split(","):
+        for w in workloads:
             ours, theirs = [], []
             for r in range(a.repeats):
-                common = ["--workload", w, "--text-dir", text, "--threads", str(t), "--steps", str(a.steps)]
-                ours.append(run([LM_TRAIN] + common, env=dict(os.environ, OPENBLAS_NUM_THREADS=str(t))))
-                theirs.append(run([PYTHON, os.path.join(ROOT, "bench", "torch_lm.py")] + common, env=env))
-                print(f"{w} threads={t} rep {r + 1}: tapegrad {ours[-1]['tokens_per_s']:.0f} tok/s, "
-                      f"pytorch {theirs[-1]['tokens_per_s']:.0f} tok/s", file=sys.stderr)
+                o, p = sgns_pair(t, a, sentences) if w == "sgns" else lm_pair(w, t, text, ["--steps", str(a.steps)])
+                ours.append(o)
+                theirs.append(p)
+                unit = "words/s" if w == "sgns" else "tok/s"
+                print(f"{w} threads={t} rep {r + 1}: tapegrad {o['tokens_per_s']:.0f} {unit}, "
+                      f"{'gensim' if w == 'sgns' else 'pytorch'} {p['tokens_per_s']:.0f} {unit}", file=sys.stderr)
             o = [x["tokens_per_s"] for x in ours]
             p = [x["tokens_per_s"] for x in theirs]
             rows.append(dict(workload=w, threads=t, ours=statistics.median(o), ours_min=min(o), ours_max=max(o),
@@ -80,16 +112,37 @@ def main():
                              matmul_gflops=statistics.median(x["matmul_gflops"] for x in ours), sgemm_peak=peak,
                              rss_ours=max(x["peak_rss_mb"] for x in ours),
                              rss_torch=max(x["peak_rss_mb"] for x in theirs),
-                             allocs=ours[-1]["system_allocs_per_step"]))
+                             allocs=ours[-1]["system_allocs_per_step"],
+                             spearman_ours=statistics.median(x.get("spearman", float("nan")) for x in ours),
+                             spearman_ref=statistics.median(x.get("spearman", float("nan")) for x in theirs)))
     os.makedirs(a.out, exist_ok=True)
-    head = ("| workload | threads | tapegrad tok/s (min–max) | PyTorch tok/s (min–max) | ratio | matmul GFLOP/s "
-            "| sgemm peak | matmul % of peak | RSS MiB tapegrad / PyTorch | mallocs/step |\n"
+    head = ("| workload | threads | tapegrad tok/s (min–max) | reference tok/s (min–max) | ratio | matmul GFLOP/s "
+            "| sgemm peak | matmul % of peak | RSS MiB tapegrad / reference | mallocs/step |\n"
             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+
+    def gemm(r):
+        if r["workload"] == "sgns":
+            return "– | " + f"{r['sgemm_peak']:.1f} | –"
+        return f"{r['matmul_gflops']:.1f} | {r['sgemm_peak']:.1f} | {100 * r['matmul_gflops'] / r['sgemm_peak']:.0f}%"
+
     md = head + "".join(
         f"| {r['workload']} | {r['threads']} | {r['ours']:.0f} ({r['ours_min']:.0f}–{r['ours_max']:.0f}) "
         f"| {r['torch']:.0f} ({r['torch_min']:.0f}–{r['torch_max']:.0f}) | {r['ratio']:.2f}× "
-        f"| {r['matmul_gflops']:.1f} | {r['sgemm_peak']:.1f} | {100 * r['matmul_gflops'] / r['sgemm_peak']:.0f}% "
-        f"| {r['rss_ours']:.0f} / {r['rss_torch']:.0f} | {r['allocs']} |\n" for r in rows)
+        f"| {gemm(r)} | {r['rss_ours']:.0f} / {r['rss_torch']:.0f} | {r['allocs']} |\n" for r in rows)
+    md += ("\nReference: PyTorch " + subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                                                  capture_output=True, text=True).stdout.strip()
+           + " for the language models; gensim for sgns (words/s over raw words × epochs).\n")
+    sg = [r for r in rows if r["workload"] == "sgns" and r["spearman_ours"] == r["spearman_ours"]]
+    for r in sg:
+        md += (f"sgns threads={r['threads']}: WordSim-353 Spearman tapegrad {r['spearman_ours']:.4f}, "
+               f"gensim {r['spearman_ref']:.4f} (diff {r['spearman_ours'] - r['spearman_ref']:+.4f})\n")
+    if a.learning_steps > 0:
+        # Same settings and seed on both sides, 2 threads (or the largest asked for): only the loss matters here.
+        t = max(int(x) for x in a.threads.split(","))
+        o, p = lm_pair("gpt-s", t, text, ["--warmup", "0", "--steps", str(a.learning_steps), "--eval"])
+        md += (f"\nSame learning: GPT-S after {a.learning_steps} steps, validation loss on 20 fixed batches: "
+               f"tapegrad {o['val_loss']:.4f}, PyTorch {p['val_loss']:.4f} nats/char "
+               f"(diff {o['val_loss'] - p['val_loss']:+.4f}).\n")
     with open(os.path.join(a.out, "compare.md"), "w") as f:
         f.write(md)
     with open(os.path.join(a.out, "compare.csv"), "w") as f:

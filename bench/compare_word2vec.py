@@ -12,10 +12,15 @@ evaluate_word_pairs (our vectors loaded with load_word2vec_format) and, for
 ours, also by our own evaluation.
 
   apt-get install -y python3-gensim
-  /usr/bin/python3 bench/compare_word2vec.py --exe build/examples/word2vec \
-      --wordsim ../shared/data/wordsim353/wordsim353.tsv
+  /usr/bin/python3 bench/compare_word2vec.py --wordsim WORDSIM353.tsv   # table of both
+  /usr/bin/python3 bench/compare_word2vec.py --one gensim --threads 2 --corpus S.txt   # one run, one JSON line
+
+The `--one` mode is what bench/compare.py calls, one fresh process per run so
+that each run's peak RSS is its own. --wordsim is optional there (WordSim-353
+is not packaged in Debian or npm; pass your copy, tab-separated word1 word2 score).
 """
 import argparse
+import json
 import os
 import re
 import resource
@@ -30,45 +35,66 @@ DEFAULTS = dict(vector_size=100, window=5, min_count=5, sample=1e-3, negative=5,
                 epochs=5)
 
 
+def spearman(wv, wordsim):
+    return wv.evaluate_word_pairs(wordsim)[1].correlation if wordsim else float('nan')
+
+
 def gensim_run(sentences, raw_words, workers, seed, wordsim):
     model = Word2Vec(sg=1, hs=0, workers=workers, seed=seed, **DEFAULTS)
     model.build_vocab(sentences)
     cpu0, t0 = time.process_time(), time.perf_counter()
     model.train(sentences, total_examples=len(sentences), epochs=model.epochs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    rho = model.wv.evaluate_word_pairs(wordsim)[1].correlation
-    return dict(wps=raw_words * model.epochs / wall, wall=wall, cpu=cpu, spearman=rho)
+    return dict(wps=raw_words * model.epochs / wall, wall=wall, cpu=cpu, spearman=spearman(model.wv, wordsim),
+                peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
 
 
 def ours_run(exe, corpus, workers, seed, wordsim, out):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = subprocess.run([exe, '--data', corpus, '--threads', str(workers), '--seed', str(seed), '--out', out,
-                           '--similarity', wordsim, '--neighbours', 'man'],
+                           '--neighbours', 'man'] + (['--similarity', wordsim] if wordsim else []),
                           check=True, capture_output=True, text=True).stdout
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = re.search(r'trained \d+ epochs in ([\d.]+) s: (\d+) words/s', text)
-    own = float(re.search(r'Spearman ([-\d.]+)', text).group(1))
-    rho = KeyedVectors.load_word2vec_format(out, binary=False).evaluate_word_pairs(wordsim)[1].correlation
+    own = re.search(r'Spearman ([-\d.]+)', text)
+    rho = spearman(KeyedVectors.load_word2vec_format(out, binary=False), wordsim)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return dict(wps=float(m.group(2)), wall=float(m.group(1)), cpu=cpu, spearman=rho, own_spearman=own)
+    return dict(wps=float(m.group(2)), wall=float(m.group(1)), cpu=cpu, spearman=rho,
+                own_spearman=float(own.group(1)) if own else float('nan'), peak_rss_mb=after.ru_maxrss / 1024.0)
+
+
+def read_sentences(path):
+    with open(path) as f:
+        sentences = [line.split() for line in f if line.strip()]
+    return sentences, sum(map(len, sentences))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--exe', default='build/examples/word2vec')
-    ap.add_argument('--wordsim', required=True)
+    ap.add_argument('--wordsim', help='WordSim-353 file for the Spearman column (required without --one)')
     ap.add_argument('--data', help='text file (default: the Brown corpus as our example reads it)')
     ap.add_argument('--threads', type=int, nargs='+', default=[1, 2])
     ap.add_argument('--seeds', type=int, nargs='+', default=[1])
+    ap.add_argument('--one', choices=['gensim', 'tapegrad'], help='run one side once and print one JSON line')
+    ap.add_argument('--corpus', help='with --one: the sentences file (written by word2vec --dump-sentences)')
     args = ap.parse_args()
+    if args.one:
+        sentences, raw_words = read_sentences(args.corpus)
+        threads, seed = args.threads[0], args.seeds[0]
+        r = (gensim_run(sentences, raw_words, threads, seed, args.wordsim) if args.one == 'gensim' else
+             ours_run(args.exe, args.corpus, threads, seed, args.wordsim,
+                      os.path.join(tempfile.mkdtemp(prefix='w2v_bench_'), 'vectors.txt')))
+        print(json.dumps(dict(r, side=args.one, threads=threads, words=raw_words)))
+        return
+    if not args.wordsim:
+        ap.error('--wordsim is required for the table')
 
     tmp = tempfile.mkdtemp(prefix='w2v_bench_')
     corpus = os.path.join(tmp, 'sentences.txt')
     dump = [args.exe, '--dump-sentences', corpus] + (['--data', args.data] if args.data else [])
     subprocess.run(dump, check=True, capture_output=True)
-    with open(corpus) as f:
-        sentences = [line.split() for line in f if line.strip()]
-    raw_words = sum(map(len, sentences))
+    sentences, raw_words = read_sentences(corpus)
     print(f'{len(sentences)} sentences, {raw_words} words; {os.cpu_count()} CPUs')
     print(f'{"impl":8} {"threads":>7} {"seed":>4} {"words/s":>10} {"wall s":>7} {"cpu s":>6} {"words/cpu-s":>11} '
           f'{"Spearman":>8}')

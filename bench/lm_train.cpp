@@ -1,9 +1,10 @@
 // lm_train — the tapegrad side of the language-model comparison
 // (bench/compare.py runs it alternately with bench/torch_lm.py). Trains one
-// workload of issue 6 and prints one JSON line: steady-state tokens/s, the
-// matmul GFLOP/s inside the step (from the profiler, in a separate profiled
-// pass so timing stays clean), heap allocations per steady-state step, peak
-// RSS and, with --eval, the validation loss.
+// workload of issue 6 (bench/workloads.h) and prints one JSON line:
+// steady-state tokens/s, the matmul GFLOP/s inside the step (from the
+// profiler, in a separate profiled pass so timing stays clean), heap
+// allocations per steady-state step, peak RSS and, with --eval, the
+// validation loss.
 //
 //   build/bench/lm_train --write-text out/bench/text          # the shared train.txt / val.txt
 //   build/bench/lm_train --workload gpt-s --text-dir out/bench/text --threads 1
@@ -22,27 +23,13 @@
 
 #include "autograd/autograd.h"
 #include "autograd/blas.h"
+#include "bench/workloads.h"
 #include "data/lm_batches.h"
 #include "examples/common/corpus.h"
-#include "models/gpt.h"
-#include "models/rnn_lm.h"
-#include "nn/nn.h"
 
 using namespace tg;
 
 namespace {
-
-struct Workload {
-  std::string kind;
-  int64_t layers = 0, heads = 0, dim = 0, embed = 0, hidden = 0, block = 0, batch = 0;
-};
-
-const std::map<std::string, Workload> kWorkloads = {
-    {"gpt-s", {.kind = "gpt", .layers = 2, .heads = 4, .dim = 128, .block = 64, .batch = 32}},
-    {"gpt-m", {.kind = "gpt", .layers = 4, .heads = 4, .dim = 256, .block = 128, .batch = 16}},
-    {"rnn", {.kind = "rnn", .embed = 64, .hidden = 256, .block = 64, .batch = 32}},
-    {"lstm", {.kind = "lstm", .embed = 64, .hidden = 256, .block = 64, .batch = 32}},
-};
 
 std::string read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -116,7 +103,7 @@ int main(int argc, char** argv) {
       fmt::print("wrote {0}/train.txt and {0}/val.txt\n", write_text);
       return 0;
     }
-    const Workload& w = kWorkloads.at(workload);
+    const bench::Workload& w = bench::workloads().at(workload);
     auto train_cp = code_points(read_all(text_dir + "/train.txt")), val_cp = code_points(read_all(text_dir + "/val.txt"));
     std::set<char32_t> chars(train_cp.begin(), train_cp.end());
     chars.insert(val_cp.begin(), val_cp.end());
@@ -131,34 +118,16 @@ int main(int argc, char** argv) {
     data::LMBatches train(encode(train_cp), w.block), val(encode(val_cp), w.block);
 
     manual_seed(seed);
-    std::shared_ptr<models::LanguageModel> model;
-    std::unique_ptr<nn::Optimizer> opt;
-    if (w.kind == "gpt") {
-      model = std::make_shared<models::GPT>(
-          models::GPTOptions{.vocab = V, .block = w.block, .layers = w.layers, .heads = w.heads, .dim = w.dim});
-      opt = std::make_unique<nn::AdamW>(nn::weight_decay_groups(*model, 0.01),
-                                        nn::AdamWOptions{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
-    } else {
-      model = std::make_shared<models::RNNLM>(models::RNNLMOptions{
-          .vocab = V, .embed = w.embed, .hidden = w.hidden, .layers = 1,
-          .cell = w.kind == "lstm" ? models::CellKind::lstm : models::CellKind::rnn});
-      opt = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions{.lr = 2e-3});
-    }
+    bench::Trainer trainer = bench::make_trainer(w, V);
     Generator gen(seed);
     double last_loss = 0;
     auto step = [&] {
       data::LMBatch b = train.sample(w.batch, gen);
-      Tensor loss = model->loss(b.inputs, b.targets);
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
-      last_loss = loss.item();
+      last_loss = trainer.step(b.inputs, b.targets);
     };
     for (int64_t i = 0; i < warmup; ++i) step();
     // Heap allocations by the caching allocator in one steady-state step.
-    uint64_t sys0 = allocator_stats().system_allocs;
-    step();
-    uint64_t system_allocs = allocator_stats().system_allocs - sys0;
+    uint64_t system_allocs = bench::count_system_allocs(step);
     // Matmul GFLOP/s from a profiled pass (the profiler's clock reads cost a little, so it is not the timed pass).
     profiler_reset();
     profiler_enable(true);
@@ -173,11 +142,11 @@ int main(int argc, char** argv) {
     std::string extra;
     if (eval) {
       NoGradGuard ng;
-      model->eval();
+      trainer.model->eval();
       double total = 0;
       for (int64_t i = 0; i < 20; ++i) {
         data::LMBatch b = val.fixed(i, 20, w.batch);
-        total += model->loss(b.inputs, b.targets).item();
+        total += trainer.model->loss(b.inputs, b.targets).item();
       }
       extra = fmt::format(", \"val_loss\": {:.5f}", total / 20);
     }

@@ -60,22 +60,15 @@ Tensor Seq2SeqRNN::forward(const Tensor& src, const Tensor& tgt_in, const Tensor
   return stack(logits, 1);  // (B,T,V)
 }
 
-std::vector<std::vector<int64_t>> Seq2SeqRNN::greedy(const Tensor& src, const Tensor& src_padding, int64_t bos,
-                                                     int64_t eos, int64_t max_len) {
-  NoGradGuard no_grad;
-  eval();
-  const int64_t B = src.size(0);
-  Encoded enc = encode(src, src_padding);
-  nn::LSTMState state = enc.state;
-  Tensor context;
-  std::vector<std::vector<int64_t>> result(B);
-  std::vector<bool> done(B, false);
-  std::vector<int64_t> prev(B, bos);
+std::vector<std::vector<int64_t>> Seq2SeqModel::greedy_loop(int64_t batch, int64_t bos, int64_t eos, int64_t max_len,
+                                                             const std::function<Tensor(const Tensor&, int64_t)>& next) {
+  std::vector<std::vector<int64_t>> result(batch);
+  std::vector<bool> done(batch, false);
+  std::vector<int64_t> prev(batch, bos);
   for (int64_t t = 0; t < max_len; ++t) {
-    Tensor next = argmax(step(from_vector(prev, {B}), enc, state, context), 1);  // (B)
-    std::vector<int64_t> ids = next.to_vector<int64_t>();
+    std::vector<int64_t> ids = argmax(next(from_vector(prev, {batch}), t), 1).to_vector<int64_t>();  // (B)
     bool all = true;
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < batch; ++b) {
       if (!done[b]) {
         if (ids[b] == eos) done[b] = true;
         else result[b].push_back(ids[b]);
@@ -86,6 +79,17 @@ std::vector<std::vector<int64_t>> Seq2SeqRNN::greedy(const Tensor& src, const Te
     prev = ids;
   }
   return result;
+}
+
+std::vector<std::vector<int64_t>> Seq2SeqRNN::greedy(const Tensor& src, const Tensor& src_padding, int64_t bos,
+                                                     int64_t eos, int64_t max_len) {
+  NoGradGuard no_grad;
+  eval();
+  const int64_t B = src.size(0);
+  Encoded enc = encode(src, src_padding);
+  nn::LSTMState state = enc.state;
+  Tensor context;
+  return greedy_loop(B, bos, eos, max_len, [&](const Tensor& prev, int64_t) { return step(prev, enc, state, context); });
 }
 
 }  // namespace tg::models

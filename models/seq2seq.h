@@ -2,6 +2,7 @@
 // Sequence-to-sequence models (seed 002): an encoder reads the source, a
 // decoder writes the target one token at a time. Trained with teacher
 // forcing (the decoder reads the true previous token), decoded greedily.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,12 @@ class Seq2SeqModel : public nn::Module {
   // tokens without BOS and EOS. Runs without a tape.
   virtual std::vector<std::vector<int64_t>> greedy(const Tensor& src, const Tensor& src_padding, int64_t bos,
                                                    int64_t eos, int64_t max_len) = 0;
+
+ protected:
+  // The greedy loop both decoders share: next(prev ids (B), t) -> logits (B,V)
+  // for step t; stops when every row has written EOS or after max_len steps.
+  static std::vector<std::vector<int64_t>> greedy_loop(int64_t batch, int64_t bos, int64_t eos, int64_t max_len,
+                                                       const std::function<Tensor(const Tensor&, int64_t)>& next);
 };
 
 struct Seq2SeqRNNOptions {

@@ -112,26 +112,12 @@ std::vector<std::vector<int64_t>> EncoderDecoderTransformer::greedy(const Tensor
   Tensor memory = encoder->forward(src, src_padding);
   nn::AttentionMask memory_mask{.key_padding_mask = src_padding};
   std::vector<nn::KVCache> self_cache(options.layers), cross_cache(options.layers);
-  std::vector<std::vector<int64_t>> result(B);
-  std::vector<bool> done(B, false);
-  std::vector<int64_t> prev(B, bos);
-  for (int64_t t = 0; t < max_len; ++t) {
-    Tensor x = embed_target(from_vector(prev, {B, 1}), t);  // (B,1,C)
+  return greedy_loop(B, bos, eos, max_len, [&](const Tensor& prev, int64_t t) {
+    Tensor x = embed_target(prev.reshape({B, 1}), t);  // (B,1,C)
     for (int64_t l = 0; l < options.layers; ++l)
       x = (*layers)[l].forward_cached(x, memory, self_cache[l], cross_cache[l], memory_mask);
-    std::vector<int64_t> ids = argmax(decode(x).select(1, 0), 1).to_vector<int64_t>();  // (B)
-    bool all = true;
-    for (int64_t b = 0; b < B; ++b) {
-      if (!done[b]) {
-        if (ids[b] == eos) done[b] = true;
-        else result[b].push_back(ids[b]);
-      }
-      all &= done[b];
-    }
-    if (all) break;
-    prev = ids;
-  }
-  return result;
+    return decode(x).select(1, 0);  // (B,V)
+  });
 }
 
 }  // namespace tg::models
