@@ -1,7 +1,9 @@
 #include "autograd/parallel.h"
 
+#include <atomic>
 #include <cstdlib>
-#include <string>
+#include <exception>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -29,7 +31,99 @@ int& threads() {
   return n;
 }
 
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// How long an idle worker (or the caller waiting for the workers) spins
+// before sleeping: a few microseconds, enough to catch the next kernel of the
+// same op without taking a core from OpenBLAS for long.
+constexpr int kSpins = 2000;
+
+thread_local bool in_pool_thread = false;
+
+// Workers 1..W run chunk (index) of each job; the caller runs chunk 0. A job
+// is published by bumping `generation`; every worker acknowledges every job
+// (running its chunk or not), so the fields of one job are never read while
+// the next is being written.
+class Pool {
+ public:
+  bool run(int64_t chunks, void (*body)(void*, int64_t), void* ctx) {
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock() || in_pool_thread) return false;
+    resize(static_cast<int>(chunks) - 1);
+    body_ = body, ctx_ = ctx, chunks_ = chunks, error_ = nullptr;
+    pending_.store(workers_, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    in_pool_thread = true;
+    try {
+      body(ctx, 0);
+    } catch (...) {
+      record(std::current_exception());
+    }
+    in_pool_thread = false;
+    for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) > 0; ++i) cpu_relax();
+    for (int64_t p; (p = pending_.load(std::memory_order_acquire)) > 0;) pending_.wait(p, std::memory_order_acquire);
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+
+ private:
+  // Keeps at least `n` workers (never fewer than a job needs); they live until exit.
+  void resize(int n) {
+    for (; workers_ < n; ++workers_) {
+      const uint64_t seen = generation_.load(std::memory_order_relaxed);
+      std::thread([this, index = workers_ + 1, seen] { work(index, seen); }).detach();
+    }
+  }
+
+  void work(int64_t index, uint64_t seen) {
+    in_pool_thread = true;
+    for (;;) {
+      for (int i = 0; i < kSpins && generation_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+      generation_.wait(seen, std::memory_order_acquire);
+      seen = generation_.load(std::memory_order_acquire);
+      if (index < chunks_) {
+        try {
+          body_(ctx_, index);
+        } catch (...) {
+          record(std::current_exception());
+        }
+      }
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    }
+  }
+
+  void record(std::exception_ptr e) {
+    std::lock_guard g(error_mutex_);
+    if (!error_) error_ = e;
+  }
+
+  std::mutex mutex_;  // one job at a time
+  int workers_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int64_t> pending_{0};
+  void (*body_)(void*, int64_t) = nullptr;
+  void* ctx_ = nullptr;
+  int64_t chunks_ = 0;
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+// Never destroyed: its detached workers sleep until the process exits.
+Pool& pool() {
+  static Pool* p = new Pool;
+  return *p;
+}
+
 }  // namespace
+
+namespace detail {
+bool run_chunks(int64_t chunks, void (*body)(void*, int64_t), void* ctx) { return pool().run(chunks, body, ctx); }
+}  // namespace detail
 
 void set_num_threads(int n) {
   if (n < 1) throw ValueError(fmt::format("set_num_threads: need at least 1 thread, got {}", n));

@@ -3,8 +3,8 @@
 // last-axis reduction throughput. Every benchmark validates its result
 // against an independent computation before timing; a mismatch skips it
 // with an error. Compare the GFLOP/s counters of lib_* and cblas_* rows:
-//   build-*/bench/bench_gemm --benchmark_filter=gemm --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true
+//   build/bench/bench_gemm --benchmark_filter=gemm --benchmark_repetitions=5
+//       (add --benchmark_report_aggregates_only=true for medians alone)
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 

@@ -175,6 +175,7 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
     interval_loss += loss.item();
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++interval_n;
+    const double shown = interval_loss / interval_n;  // mean training loss since the last evaluation
     if (step % c.eval_every == 0 || step == stop) {
       double vl = evaluate(*model, val, c.eval_batches, c.batch);
       curve.step.push_back(static_cast<double>(step));
@@ -183,8 +184,7 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
       interval_loss = 0, interval_n = 0;
       save_state();
     }
-    bar.update(step, static_cast<double>((step - start_step) * tokens_per_step),
-               fmt::format("loss {:.3f}", curve.train.empty() ? loss.item() : curve.train.back()));
+    bar.update(step, static_cast<double>((step - start_step) * tokens_per_step), fmt::format("loss {:.3f}", shown));
   }
   r.peak_bytes = allocator_stats().peak_bytes_in_use;
   r.seconds = train_seconds;
