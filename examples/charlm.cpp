@@ -41,7 +41,7 @@ namespace {
 struct Config {
   std::string data, brown_dir, out = "out/charlm", tokenizer = "char";
   std::vector<std::string> models = {"rnn", "lstm", "gpt"};
-  int64_t steps = 1200, batch = 32, block = 64, eval_every = 100, eval_batches = 20;
+  int64_t steps = 2000, batch = 32, block = 64, eval_every = 100, eval_batches = 20;
   int64_t gpt_layers = 2, gpt_heads = 4, gpt_dim = 128, embed = 64, rnn_layers = 1;
   int64_t rnn_hidden = 0, lstm_hidden = 0, bpe_vocab = 512, sample_len = 400;
   double lr = 0, dropout = 0.0, clip = 1.0, val_fraction = 0.1, temperature = 0.8;
@@ -68,14 +68,30 @@ int64_t matched_hidden(models::CellKind cell, int64_t V, int64_t E, int64_t L, i
   return best;
 }
 
+models::CellKind cell_of(const std::string& kind) {
+  return kind == "rnn" ? models::CellKind::rnn : kind == "lstm" ? models::CellKind::lstm : models::CellKind::gru;
+}
+
+// The recurrent models' hidden size: as given, or matched to GPT's parameter count.
+int64_t hidden_of(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params) {
+  if (kind == "rnn" && c.rnn_hidden) return c.rnn_hidden;
+  if (kind == "lstm" && c.lstm_hidden) return c.lstm_hidden;
+  return matched_hidden(cell_of(kind), V, c.embed, c.rnn_layers, gpt_params);
+}
+
+// What the table's "shape" column says of a model.
+std::string shape_of(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params) {
+  if (kind == "gpt") return fmt::format("{} layers x {} heads, C {}", c.gpt_layers, c.gpt_heads, c.gpt_dim);
+  return fmt::format("{} layer{}, E {}, H {}", c.rnn_layers, c.rnn_layers > 1 ? "s" : "", c.embed,
+                     hidden_of(kind, c, V, gpt_params));
+}
+
 std::shared_ptr<LanguageModel> make_model(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params) {
   if (kind == "gpt")
     return std::make_shared<models::GPT>(models::GPTOptions{.vocab = V, .block = c.block, .layers = c.gpt_layers,
                                                             .heads = c.gpt_heads, .dim = c.gpt_dim, .dropout = c.dropout});
-  models::CellKind cell = kind == "rnn" ? models::CellKind::rnn : kind == "lstm" ? models::CellKind::lstm : models::CellKind::gru;
-  int64_t H = kind == "rnn" && c.rnn_hidden ? c.rnn_hidden
-              : kind == "lstm" && c.lstm_hidden ? c.lstm_hidden
-                                                : matched_hidden(cell, V, c.embed, c.rnn_layers, gpt_params);
+  const models::CellKind cell = cell_of(kind);
+  const int64_t H = hidden_of(kind, c, V, gpt_params);
   return std::make_shared<models::RNNLM>(models::RNNLMOptions{
       .vocab = V, .embed = c.embed, .hidden = H, .layers = c.rnn_layers, .cell = cell, .dropout = c.dropout});
 }
@@ -279,9 +295,9 @@ int main(int argc, char** argv) {
     }
     if (c.profile) fmt::print("\n{}\n", profiler_report());
 
-    examples::Table table{{"model", "params", "train loss", "val loss", "val bits/char", "tokens/s", "peak MiB", "time"}, {}};
+    examples::Table table{{"model", "shape", "params", "train loss", "val loss", "val bits/char", "tokens/s", "peak MiB", "time"}, {}};
     for (auto& r : results)
-      table.rows.push_back({r.name, fmt::format("{}", r.params), fmt::format("{:.3f}", r.train_loss),
+      table.rows.push_back({r.name, shape_of(r.name, c, V, gpt_params), fmt::format("{}", r.params), fmt::format("{:.3f}", r.train_loss),
                             fmt::format("{:.3f}", r.val_loss),
                             fmt::format("{:.3f}", r.val_loss / std::log(2.0) / chars_per_token),
                             examples::format_count(r.tokens_per_s), fmt::format("{:.1f}", r.peak_bytes / 1048576.0),

@@ -170,3 +170,89 @@ BOOST_AUTO_TEST_CASE(custom_model_example_learns_and_reloads) {
   BOOST_TEST(log.find("(fc1): Linear") != std::string::npos, log);  // the module tree printout
   BOOST_TEST(log.find("reloaded: max difference 0") != std::string::npos, log);
 }
+
+namespace {
+
+// A Brown-format directory with three genres whose passages use disjoint
+// words, so a classifier can tell them apart after a few dozen steps.
+fs::path fake_brown(const fs::path& dir) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> genres = {
+      {"ca", {"senate", "vote", "mayor", "election", "council", "tax", "bill", "governor"}},
+      {"cf", {"garden", "recipe", "kitchen", "flower", "soil", "bake", "oven", "seed"}},
+      {"cn", {"horse", "sheriff", "saddle", "canyon", "rifle", "ranch", "dust", "trail"}}};
+  uint64_t x = 12345;
+  for (const auto& [prefix, words] : genres)
+    for (int d = 1; d <= 8; ++d) {
+      std::string text = "\n\n\t";
+      for (int w = 0; w < 120; ++w) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        text += words[(x >> 33) % words.size()] + "/nn " + (w % 12 == 11 ? "./.\n" : "");
+      }
+      std::ofstream(dir / fmt::format("{}{:02}", prefix, d)) << text;
+    }
+  return dir;
+}
+
+// The accuracy column of the printed table's row for `model`.
+double accuracy_of(const std::string& log, const std::string& model, int column) {
+  auto at = log.rfind("\n" + model + " ");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, model << " row missing:\n" << log);
+  std::istringstream row(log.substr(at + model.size() + 1));
+  std::string cell;
+  for (int i = 0; i <= column; ++i) row >> cell;
+  return std::stod(cell);  // "93.8%" -> 93.8
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(classify_learns_genres) {
+  fs::path out = fresh_dir("classify"), brown = fake_brown(fresh_dir("classify_brown"));
+  auto [rc, log] = run(exe("CLASSIFY") + " --brown-dir " + brown.string() + " --steps 80 --batch 8 --passage 16" +
+                       " --dim 16 --layers 1 --heads 2 --lr 1e-2 --threads 1 --out " + out.string());
+  BOOST_REQUIRE_MESSAGE(rc == 0, log);
+  BOOST_TEST(log.find("3 genres") != std::string::npos, log);
+  // params, train acc, val acc: chance is 33%.
+  BOOST_TEST(accuracy_of(log, "bag-of-embeddings", 2) > 90.0, log);
+  BOOST_TEST(accuracy_of(log, "transformer", 2) > 90.0, log);
+  BOOST_TEST(read(out / "confusion.txt").find("confusion matrix, transformer") != std::string::npos);
+  auto [bad_rc, bad_log] = run(exe("CLASSIFY") + " --brown-dir " + (out / "missing").string());
+  BOOST_TEST(bad_rc != 0);
+  BOOST_TEST(bad_log.find("missing") != std::string::npos, bad_log);
+  fs::remove_all(out);
+  fs::remove_all(brown);
+}
+
+BOOST_AUTO_TEST_CASE(word2vec_trains_and_writes_vectors) {
+  fs::path out = fresh_dir("word2vec");
+  std::ofstream(out / "pairs.tsv") << "bird\tdog\t8\nsister\tteacher\t6\nfarmer\tman\t5\nchild\tdog\t3\n";
+  auto [rc, log] = run(exe("WORD2VEC") + " --data " + kTiny + " --min-count 1 --dim 16 --epochs 5 --threads 1" +
+                       " --neighbours bird --similarity " + (out / "pairs.tsv").string() +
+                       " --out " + (out / "vec.txt").string());
+  BOOST_REQUIRE_MESSAGE(rc == 0, log);
+  BOOST_TEST(log.find("similarity") != std::string::npos, log);
+  BOOST_TEST(log.find("on 4 of 4 pairs") != std::string::npos, log);
+  // Text format: "V dim" then V lines of a word and dim numbers.
+  std::istringstream vec(read(out / "vec.txt"));
+  size_t V = 0, dim = 0;
+  vec >> V >> dim;
+  BOOST_TEST(dim == 16u);
+  BOOST_TEST(V > 20u);
+  std::string line;
+  std::getline(vec, line);
+  size_t rows = 0;
+  while (std::getline(vec, line)) {
+    std::istringstream fields(line);
+    std::string w;
+    double v;
+    size_t n = 0;
+    for (fields >> w; fields >> v;) ++n;
+    BOOST_REQUIRE_EQUAL(n, dim);
+    ++rows;
+  }
+  BOOST_TEST(rows == V);
+  auto [bad_rc, bad_log] = run(exe("WORD2VEC") + " --data " + (out / "nope.txt").string());
+  BOOST_TEST(bad_rc != 0);
+  BOOST_TEST(bad_log.find("nope.txt") != std::string::npos, bad_log);
+  fs::remove_all(out);
+}
+
