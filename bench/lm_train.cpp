@@ -104,18 +104,25 @@ int main(int argc, char** argv) {
       return 0;
     }
     const bench::Workload& w = bench::workloads().at(workload);
-    auto train_cp = code_points(read_all(text_dir + "/train.txt")), val_cp = code_points(read_all(text_dir + "/val.txt"));
-    std::set<char32_t> chars(train_cp.begin(), train_cp.end());
-    chars.insert(val_cp.begin(), val_cp.end());
-    std::map<char32_t, int64_t> stoi;
-    for (char32_t ch : chars) stoi.emplace(ch, static_cast<int64_t>(stoi.size()));
-    auto encode = [&](const std::vector<char32_t>& cp) {
-      std::vector<int64_t> ids;
-      for (char32_t ch : cp) ids.push_back(stoi.at(ch));
-      return ids;
-    };
-    const int64_t V = static_cast<int64_t>(chars.size());
-    data::LMBatches train(encode(train_cp), w.block), val(encode(val_cp), w.block);
+    // Code points -> int32 ids; the code points are freed before training so
+    // the peak RSS holds the corpus once, as 4-byte ids.
+    std::vector<int32_t> train_ids, val_ids;
+    int64_t V = 0;
+    {
+      auto train_cp = code_points(read_all(text_dir + "/train.txt")), val_cp = code_points(read_all(text_dir + "/val.txt"));
+      std::set<char32_t> chars(train_cp.begin(), train_cp.end());
+      chars.insert(val_cp.begin(), val_cp.end());
+      std::map<char32_t, int32_t> stoi;
+      for (char32_t ch : chars) stoi.emplace(ch, static_cast<int32_t>(stoi.size()));
+      auto encode = [&](const std::vector<char32_t>& cp) {
+        std::vector<int32_t> ids(cp.size());
+        for (size_t i = 0; i < cp.size(); ++i) ids[i] = stoi.at(cp[i]);
+        return ids;
+      };
+      train_ids = encode(train_cp), val_ids = encode(val_cp);
+      V = static_cast<int64_t>(chars.size());
+    }
+    data::LMBatches train(std::move(train_ids), w.block), val(std::move(val_ids), w.block);
 
     manual_seed(seed);
     bench::Trainer trainer = bench::make_trainer(w, V);

@@ -1,6 +1,7 @@
 #include "data/lm_batches.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -18,10 +19,24 @@ std::vector<int64_t> stream_from_tensor(const Tensor& ids) {
   return ids.to_vector<int64_t>();
 }
 
+std::vector<int32_t> narrow_ids(const std::vector<int64_t>& ids) {
+  std::vector<int32_t> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] > std::numeric_limits<int32_t>::max())
+      throw IndexError(fmt::format("LMBatches: token id {} at position {} is outside [0, 2^31)", ids[i], i));
+    out[i] = static_cast<int32_t>(ids[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
-LMBatches::LMBatches(std::vector<int64_t> ids, int64_t block) : ids_(std::move(ids)), block_(block) {
+LMBatches::LMBatches(const std::vector<int64_t>& ids, int64_t block) : LMBatches(narrow_ids(ids), block) {}
+
+LMBatches::LMBatches(std::vector<int32_t> ids, int64_t block) : ids_(std::move(ids)), block_(block) {
   if (block_ < 1) throw ValueError(fmt::format("LMBatches: block (T) must be positive, got {}", block_));
+  for (size_t i = 0; i < ids_.size(); ++i)
+    if (ids_[i] < 0) throw IndexError(fmt::format("LMBatches: token id {} at position {} is negative", ids_[i], i));
   if (num_tokens() < block_ + 1)
     throw DataError(fmt::format("LMBatches: {} tokens are too few for block {} (need at least {}: T inputs and "
                                 "the next token)", num_tokens(), block_, block_ + 1));
@@ -33,7 +48,7 @@ LMBatch LMBatches::gather(const std::vector<int64_t>& offsets) const {
   const int64_t B = static_cast<int64_t>(offsets.size()), T = block_;
   std::vector<int64_t> in(B * T), out(B * T);
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t* src = ids_.data() + offsets[b];
+    const int32_t* src = ids_.data() + offsets[b];
     std::copy(src, src + T, in.begin() + b * T);
     std::copy(src + 1, src + T + 1, out.begin() + b * T);
   }

@@ -266,14 +266,14 @@ int main(int argc, char** argv) {
       tok = std::make_unique<data::BPETokenizer>(data::BPETokenizer::train(train_text, c.bpe_vocab));
     tok->save(c.out + "/tokenizer.json");
     const int64_t V = tok->vocab_size();
-    std::vector<int64_t> train_ids = tok->encode(train_text), val_ids = tok->encode(val_text);
-    data::LMBatches train(train_ids, c.block), val(val_ids, c.block);
-    const double chars_per_token = static_cast<double>(val_text.size()) / val_ids.size();
+    // The encoded int64 streams are temporaries: LMBatches keeps int32 copies.
+    data::LMBatches train(tok->encode(train_text), c.block), val(tok->encode(val_text), c.block);
+    const double chars_per_token = static_cast<double>(val_text.size()) / val.num_tokens();
 
     manual_seed(c.seed);
     const int64_t gpt_params = make_model("gpt", c, V, 0)->num_parameters();
     fmt::print("charlm: {} — {} train / {} validation documents, {} / {} tokens, vocabulary {} ({})\n", corpus.source,
-               corpus.train.size(), corpus.val.size(), train_ids.size(), val_ids.size(), V, c.tokenizer);
+               corpus.train.size(), corpus.val.size(), train.num_tokens(), val.num_tokens(), V, c.tokenizer);
     fmt::print("charlm: {} steps x {} x {} = {:.2f}M tokens per model, {} threads\n\n", c.steps, c.batch, c.block,
                c.steps * c.batch * c.block / 1e6, num_threads());
 

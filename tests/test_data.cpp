@@ -243,6 +243,11 @@ BOOST_AUTO_TEST_CASE(lm_batches_errors) {
   BOOST_CHECK_THROW(b.fixed(0, 0, 2), ValueError);
   BOOST_CHECK_THROW(LMBatches(zeros({20}), 4), DTypeError);
   BOOST_CHECK_THROW(LMBatches(zeros({4, 5}, DType::i64), 4), ShapeError);
+  // Ids are stored as int32: negative or too large ones are refused by position.
+  ids[7] = -3;
+  BOOST_CHECK_EXCEPTION(LMBatches(ids, 4), IndexError, says<IndexError>({"-3", "position 7"}));
+  ids[7] = int64_t{1} << 33;
+  BOOST_CHECK_EXCEPTION(LMBatches(ids, 4), IndexError, says<IndexError>({"8589934592", "position 7"}));
 }
 
 // --- Character tokenizer
