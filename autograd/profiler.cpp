@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "autograd/blas.h"
+
 namespace tg {
 namespace {
 
@@ -96,6 +98,19 @@ std::string profiler_report(double gemm_peak_gflops) {
     out += fmt::format("MFU: {:.1f}% of the measured GEMM peak ({:.1f} GFLOP/s)\n",
                        100 * flops / total / 1e9 / gemm_peak_gflops, gemm_peak_gflops);
   return out;
+}
+
+double measure_sgemm_peak_gflops(int64_t n) {
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
+  gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / s / 1e9);
+  }
+  return best;
 }
 
 }  // namespace tg

@@ -25,6 +25,9 @@ struct ProfileTotals {
 ProfileTotals profiler_totals();
 // Adds floating-point work to the op currently being timed (matmul reports 2*M*N*K).
 void profiler_add_flops(double flops);
+// The OpenBLAS sgemm peak at the current thread count: best GFLOP/s of five
+// square n x n x n products after a warm-up (what MFU is measured against).
+double measure_sgemm_peak_gflops(int64_t n = 1024);
 
 class ProfileScope {
  public:

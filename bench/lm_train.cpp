@@ -53,19 +53,6 @@ std::vector<std::u32string::value_type> code_points(const std::string& s) {
   return out;
 }
 
-// OpenBLAS sgemm GFLOP/s at the current thread count on a square GEMM.
-double gemm_peak(int64_t n) {
-  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
-  gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * n * n * n / s / 1e9);
-  }
-  return best;
-}
 
 }  // namespace
 
@@ -92,7 +79,7 @@ int main(int argc, char** argv) {
   try {
     set_num_threads(threads);
     if (peak) {
-      fmt::print("{{\"side\": \"openblas\", \"threads\": {}, \"sgemm_gflops\": {:.2f}}}\n", threads, gemm_peak(peak_n));
+      fmt::print("{{\"side\": \"openblas\", \"threads\": {}, \"sgemm_gflops\": {:.2f}}}\n", threads, measure_sgemm_peak_gflops(peak_n));
       return 0;
     }
     if (!write_text.empty()) {

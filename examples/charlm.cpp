@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", c.out, "Output directory");
   app.add_flag("--resume", c.resume, "Continue from the checkpoints in --out");
   app.add_option("--stop-after", c.stop_after, "Stop each model after this many steps, as if interrupted (--resume continues)");
-  app.add_flag("--profile", c.profile, "Print a per-op profile of the last model's training");
+  app.add_flag("--profile", c.profile, "Print a per-op profile of the last model's training and its MFU against the measured sgemm peak");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
       for (double st : curve.step) s.x.push_back(st * c.batch * c.block);
       curves.push_back(std::move(s));
     }
-    if (c.profile) fmt::print("\n{}\n", profiler_report());
+    if (c.profile) fmt::print("\n{}\n", profiler_report(measure_sgemm_peak_gflops()));
 
     examples::Table table{{"model", "shape", "params", "train loss", "val loss", "val bits/char", "tokens/s", "peak MiB", "time"}, {}};
     for (auto& r : results)

@@ -51,7 +51,7 @@ class BagOfEmbeddings : public nn::Module {
 struct Config {
   std::string data, brown_dir, out = "out/classify";
   int64_t steps = 800, batch = 32, passage = 128, vocab = 8000, dim = 64, layers = 2, heads = 4;
-  double lr = 1e-3;
+  double lr = 5e-3;
   int threads = 0;
   uint64_t seed = 3;
 };
