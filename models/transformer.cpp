@@ -1,6 +1,7 @@
 #include "models/transformer.h"
 
 #include "autograd/autograd.h"
+#include "nn/init.h"
 
 namespace tg::models {
 namespace {
@@ -18,10 +19,20 @@ nn::TransformerLayerOptions layer_options(const TransformerOptions& o) {
 
 }  // namespace
 
+// Token embeddings ~ N(0, 1/C), so that after the sqrt(C) scaling of the
+// forward they have unit scale, like the sinusoids they are added to (as in
+// the original transformer). With torch's N(0, 1) default they would be sqrt(C)
+// times larger and drown the positions: on digit-string reversal, accuracy
+// then fell with length.
+static void scale_for_sinusoids(const Tensor& weight, int64_t dim) {
+  nn::init::normal_(weight, 0.0, 1.0 / std::sqrt(static_cast<double>(dim)));
+}
+
 // ---------------------------------------------------------------- encoder
 TransformerEncoder::TransformerEncoder(const TransformerOptions& o) : Module("TransformerEncoder"), options(o) {
   check_options("TransformerEncoder", o);
   embed = register_module("embed", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.vocab, .dim = o.dim}));
+  if (o.sinusoidal) scale_for_sinusoids(embed->weight, o.dim);
   nn::PositionalOptions po{.max_len = o.max_len, .dim = o.dim};
   if (o.sinusoidal) pe = register_module("pe", std::make_shared<nn::SinusoidalPositionalEncoding>(po));
   else wpe = register_module("wpe", std::make_shared<nn::LearnedPositionalEmbedding>(po));
@@ -73,6 +84,7 @@ EncoderDecoderTransformer::EncoderDecoderTransformer(const TransformerOptions& o
   check_options("EncoderDecoderTransformer", o);
   encoder = register_module("encoder", std::make_shared<TransformerEncoder>(o));
   tgt_embed = register_module("tgt_embed", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.vocab, .dim = o.dim}));
+  if (o.sinusoidal) scale_for_sinusoids(tgt_embed->weight, o.dim);
   nn::PositionalOptions po{.max_len = o.max_len, .dim = o.dim};
   if (o.sinusoidal) pe = register_module("pe", std::make_shared<nn::SinusoidalPositionalEncoding>(po));
   else wpe = register_module("wpe", std::make_shared<nn::LearnedPositionalEmbedding>(po));
