@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "autograd/error.h"
+#include "autograd/profiler.h"
 
 namespace tg {
 namespace {
@@ -16,10 +17,17 @@ blasint to_blasint(int64_t v, const char* what) {
   return static_cast<blasint>(v);
 }
 
+// Every GEMM reports its work to the op being profiled (matmul, linear,
+// attention, the fused recurrences alike), so GFLOP/s and MFU count them all.
+void count_flops(int64_t M, int64_t N, int64_t K) {
+  if (profiler_enabled()) profiler_add_flops(2.0 * static_cast<double>(M) * N * K);
+}
+
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc) {
+  count_flops(M, N, K);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, to_blasint(M, "M"),
               to_blasint(N, "N"), to_blasint(K, "K"), alpha, A, to_blasint(lda, "lda"), B, to_blasint(ldb, "ldb"),
               beta, C, to_blasint(ldc, "ldc"));
@@ -27,6 +35,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  count_flops(M, N, K);
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, to_blasint(M, "M"),
               to_blasint(N, "N"), to_blasint(K, "K"), alpha, A, to_blasint(lda, "lda"), B, to_blasint(ldb, "ldb"),
               beta, C, to_blasint(ldc, "ldc"));

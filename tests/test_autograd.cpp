@@ -8,6 +8,7 @@
 #include <string>
 
 #include "autograd/autograd.h"
+#include "autograd/ops/rnn_ops.h"
 #include "autograd/op.h"
 #include "testing.h"
 
@@ -403,5 +404,25 @@ BOOST_AUTO_TEST_CASE(profiler_counts_forward_and_backward_calls) {
   BOOST_TEST(profiler_totals().seconds > 0.0);
   profiler_reset();
   BOOST_TEST(profiler_totals().seconds == 0.0);
+  tape().clear();
+}
+
+BOOST_AUTO_TEST_CASE(profiler_counts_the_work_of_every_gemm) {
+  // matmul (M,K)x(K,N): 2MNK. The fused RNN (T,B,H) with h0: T GEMMs of
+  // (B,H)x(H,H) forward; backward T-1 for dh (h0 needs no gradient) and
+  // T*B rows of (H,H) products for dW.
+  profiler_reset();
+  profiler_enable(true);
+  matmul(ones({4, 5}), ones({5, 6}));
+  BOOST_TEST(profiler_totals().flops == 2.0 * 4 * 5 * 6);
+  profiler_reset();
+  const int64_t T = 3, B = 2, H = 4;
+  Tensor w = ones({H, H}).requires_grad_(), h0 = zeros({B, H});
+  Tensor out = rnn_tanh_recurrence(zeros({T, B, H}), w, h0);
+  BOOST_TEST(profiler_totals().flops == 2.0 * T * B * H * H);
+  sum(out).backward();
+  profiler_enable(false);
+  BOOST_TEST(profiler_totals().flops == 2.0 * B * H * H * (T + (T - 1) + T));
+  profiler_reset();
   tape().clear();
 }

@@ -131,7 +131,6 @@ void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const 
   if (M == 0 || N == 0) return;
   const int64_t count = batch.numel();
   if (count == 0) return;
-  if (profiler_enabled()) profiler_add_flops(2.0 * M * N * K * count);
   bool c_reduced = false;  // some products are summed into the same C
   for (int d = 0; d < batch.size(); ++d) c_reduced |= batch[d] > 1 && C.bstride[d] == 0;
   // One GEMM: batch folded into M (B shared by every product) ...
