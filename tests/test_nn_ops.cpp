@@ -110,16 +110,7 @@ BOOST_AUTO_TEST_CASE(attention_matches_torch) {
 // ============================ gradcheck of every sample ============================
 BOOST_AUTO_TEST_CASE(every_nn_op_sample_passes_float64_gradcheck) {
   for (const char* name : {"softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout",
-                           "scaled_dot_product_attention"}) {
-    const OpDef* op = find_op(name);
-    BOOST_REQUIRE_MESSAGE(op, name << " is not in the op table");
-    auto cases = op->samples();
-    BOOST_TEST(cases.size() >= 3u, name << " has too few samples");
-    for (const OpSample& s : cases) {
-      GradcheckReport r = gradcheck(s.fn, s.inputs);
-      BOOST_TEST(r.passed, name << " [" << s.desc << "]\n" << r.str());
-    }
-  }
+                           "scaled_dot_product_attention"}) check_samples(name, 3);
 }
 
 // ============================ stability ============================

@@ -136,14 +136,7 @@ BOOST_AUTO_TEST_CASE(cells_match_torch_float64) {
 }
 
 BOOST_AUTO_TEST_CASE(recurrence_op_samples_gradcheck) {
-  for (const char* name : {"rnn_tanh_recurrence", "lstm_recurrence", "gru_recurrence"}) {
-    const OpDef* op = find_op(name);
-    BOOST_REQUIRE_MESSAGE(op, name << " is not in the op table");
-    for (const OpSample& s : op->samples()) {
-      GradcheckReport r = gradcheck(s.fn, s.inputs);
-      BOOST_TEST(r.passed, name << " " << s.desc << "\n" << r.str());
-    }
-  }
+  for (const char* name : {"rnn_tanh_recurrence", "lstm_recurrence", "gru_recurrence"}) check_samples(name, 1);
 }
 
 BOOST_AUTO_TEST_CASE(cells_gradcheck_float64) {

@@ -116,9 +116,9 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
 // min_cases samples; a failure prints the sample and the gradcheck report.
 inline void check_samples(const char* op, size_t min_cases) {
   const OpDef* def = find_op(op);
-  BOOST_REQUIRE(def != nullptr);
+  BOOST_REQUIRE_MESSAGE(def != nullptr, op << " is not in the op table");
   std::vector<OpSample> cases = def->samples();
-  BOOST_REQUIRE(cases.size() >= min_cases);
+  BOOST_REQUIRE_MESSAGE(cases.size() >= min_cases, op << " has " << cases.size() << " samples, expected " << min_cases);
   for (const OpSample& s : cases) {
     GradcheckReport r = gradcheck(s.fn, s.inputs);
     BOOST_TEST_CONTEXT(op << " " << s.desc << "\n" << r.str()) { BOOST_CHECK(r.passed); }
