@@ -23,8 +23,9 @@ std::vector<const OpDef*>& registry() {
 }  // namespace
 
 OpDef::OpDef(std::string_view name_, int arity_, std::string_view signature_, std::string_view saves_,
-             BackwardFn backward_, SampleFn samples_)
-    : name(name_), arity(arity_), signature(signature_), saves(saves_), backward(backward_), samples(samples_) {
+             BackwardFn backward_, SampleFn samples_, RecomputeFn recompute_)
+    : name(name_), arity(arity_), signature(signature_), saves(saves_), backward(backward_), samples(samples_),
+      recompute(recompute_) {
   registry().push_back(this);
 }
 

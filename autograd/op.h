@@ -17,6 +17,11 @@ namespace tg {
 // Fills grad_in[k] (shape of input k) for every input with node.needs(k).
 // Runs in no-grad mode; grad_out has the node's output shape.
 using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in);
+// Rebuilds the op's output, bit for bit, from what its node saved. An op with
+// a cheap one (layer_norm, gelu) lets a later op that saves this output keep a
+// reference to the node instead of the tensor (see Node::save), so e.g. a
+// LayerNorm followed by a Linear holds one activation, not two.
+using RecomputeFn = Tensor (*)(const Node& node);
 
 // One gradcheck case: fn applied to inputs (float64; some may be int64 indices).
 struct OpSample {
@@ -33,9 +38,10 @@ struct OpDef {
   std::string_view saves;      // what forward saves for backward
   BackwardFn backward;
   SampleFn samples;
+  RecomputeFn recompute;       // null: the output cannot be rebuilt
 
   OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
-        BackwardFn backward, SampleFn samples);
+        BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr);
   OpDef(const OpDef&) = delete;
   OpDef& operator=(const OpDef&) = delete;
 };

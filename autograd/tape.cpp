@@ -29,10 +29,36 @@ void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
 
 }  // namespace
 
-void Node::save(const Tensor& t) { saved.push_back({t, t.defined() ? t.version() : 0}); }
+void Node::save(const Tensor& t) {
+  if (t.defined()) {
+    const TensorImpl* impl = t.impl();
+    Tape& tp = tape();
+    if (impl->node >= 0 && impl->epoch == tp.epoch() && static_cast<size_t>(impl->node) < tp.size() &&
+        tp.node(impl->node).op->recompute && &tp.node(impl->node) != this) {
+      saved.push_back({Tensor(), 0, impl->node});
+      return;
+    }
+  }
+  saved.push_back({t, t.defined() ? t.version() : 0, -1});
+}
+
+void Node::drop_recomputed() {
+  for (SavedTensor& s : saved)
+    if (s.producer >= 0) s.tensor = Tensor();
+}
 
 const Tensor& Node::saved_tensor(size_t k) const {
   const SavedTensor& s = saved.at(k);
+  if (s.producer >= 0) {
+    // The producer is earlier on the tape, so its backward (which frees what
+    // it saved) has not run yet. Rebuilt without recording.
+    if (!s.tensor.defined()) {
+      const Node& p = tape().node(static_cast<size_t>(s.producer));
+      NoGradGuard no_grad;
+      s.tensor = p.op->recompute(p);
+    }
+    return s.tensor;
+  }
   if (s.tensor.defined() && s.tensor.version() != s.version)
     throw AutogradError(fmt::format(
         "backward of '{}': a tensor it saved (shape {}) was modified in place after it was saved "
@@ -130,6 +156,13 @@ void Tape::backward(const Tensor& root, const Tensor& grad_in, bool retain_graph
         ProfileScope prof(n.op->name, /*backward=*/true);
         n.op->backward(n, n.grad, grads);
       }
+      // Without retain_graph this node is never run again: drop what it saved
+      // now, so activations are freed as the reverse pass goes instead of all
+      // at the end (lowers the peak by the gradients that backward allocates).
+      if (retain_graph)
+        n.drop_recomputed();
+      else
+        n.saved.clear();
       for (size_t e = 0; e < n.edges.size(); ++e) {
         Edge& edge = n.edges[e];
         Tensor& g = grads[e];
@@ -151,7 +184,12 @@ void Tape::backward(const Tensor& root, const Tensor& grad_in, bool retain_graph
       n.grad = Tensor();
     }
   } catch (...) {
-    for (size_t k = 0; k < size_; ++k) nodes_[k].grad = Tensor();
+    // Some nodes may already have dropped their saved tensors: without
+    // retain_graph the graph is freed, so a retry says so instead of misbehaving.
+    if (retain_graph)
+      for (size_t k = 0; k < size_; ++k) nodes_[k].grad = Tensor();
+    else
+      clear();
     throw;
   }
   if (!retain_graph) clear();

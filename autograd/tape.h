@@ -28,8 +28,11 @@ struct Edge {
 };
 
 struct SavedTensor {
-  Tensor tensor;
-  uint64_t version = 0;  // storage version when saved
+  // The tensor, or, for the output of a node whose op can recompute it
+  // (producer >= 0), empty until backward asks for it and rebuilds it.
+  mutable Tensor tensor;
+  uint64_t version = 0;   // storage version when saved
+  int32_t producer = -1;  // the node that recomputes it, on the same tape
 };
 
 struct Node {
@@ -45,10 +48,16 @@ struct Node {
   Tensor grad;                        // gradient flowing into this node's output
 
   bool needs(size_t input) const { return edges[input].needs_grad; }
-  // Saves t for backward, remembering its version.
+  // Saves t for backward, remembering its version. When t is the output of
+  // an earlier node of this tape whose op has a recompute function, only a
+  // reference to that node is kept, and t's memory is freed with the last
+  // handle to it: backward rebuilds t from what that node saved.
   void save(const Tensor& t);
-  // The k-th saved tensor; AutogradError if it was modified in place since.
+  // The k-th saved tensor (rebuilt if saved by reference); AutogradError if
+  // it was modified in place since it was saved.
   const Tensor& saved_tensor(size_t k) const;
+  // Drops the tensors rebuilt for this node's backward (they can be rebuilt again).
+  void drop_recomputed();
 };
 
 class Tape {

@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);
+    const AllocatorStats pool = allocator_stats();
     std::string extra;
     if (eval) {
       NoGradGuard ng;
@@ -147,10 +148,11 @@ int main(int argc, char** argv) {
     fmt::print(
         "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"steps\": {}, \"tokens_per_s\": {:.1f}, "
         "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
-        "\"system_allocs_per_step\": {}{}}}\n",
+        "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
         workload, threads, steps, steps * w.batch * w.block / secs, last_loss, ru.ru_maxrss / 1024.0,
         prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
-        prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, extra);
+        prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
+        (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);
   } catch (const std::exception& e) {
     fmt::print(stderr, "lm_train: {}\n", e.what());
     return 1;

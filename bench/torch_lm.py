@@ -128,8 +128,8 @@ def main():
         off = torch.randint(0, len(tr) - T - 1, (B,), generator=g)
         x = torch.stack([tr[o:o + T] for o in off])
         y = torch.stack([tr[o + 1:o + T + 1] for o in off])
+        opt.zero_grad(set_to_none=True)  # before forward, as tapegrad's step: no stale grads at the peak
         loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return loss.item()

@@ -33,8 +33,10 @@ Trainer make_trainer(const Workload& w, int64_t vocab) {
 }
 
 double Trainer::step(const Tensor& inputs, const Tensor& targets) {
-  Tensor loss = model->loss(inputs, targets);
+  // zero_grad first (drops the .grad tensors), so the previous step's
+  // gradients are not held through this forward's activation peak.
   opt->zero_grad();
+  Tensor loss = model->loss(inputs, targets);
   loss.backward();
   opt->step();
   return loss.item();

@@ -35,8 +35,15 @@ LMBatches::LMBatches(const std::vector<int64_t>& ids, int64_t block) : LMBatches
 
 LMBatches::LMBatches(std::vector<int32_t> ids, int64_t block) : ids_(std::move(ids)), block_(block) {
   if (block_ < 1) throw ValueError(fmt::format("LMBatches: block (T) must be positive, got {}", block_));
-  for (size_t i = 0; i < ids_.size(); ++i)
+  int32_t max_id = 0;
+  for (size_t i = 0; i < ids_.size(); ++i) {
     if (ids_[i] < 0) throw IndexError(fmt::format("LMBatches: token id {} at position {} is negative", ids_[i], i));
+    max_id = std::max(max_id, ids_[i]);
+  }
+  if (max_id <= std::numeric_limits<uint16_t>::max()) {
+    narrow_.assign(ids_.begin(), ids_.end());
+    std::vector<int32_t>().swap(ids_);  // frees the int32 copy
+  }
   if (num_tokens() < block_ + 1)
     throw DataError(fmt::format("LMBatches: {} tokens are too few for block {} (need at least {}: T inputs and "
                                 "the next token)", num_tokens(), block_, block_ + 1));
@@ -47,11 +54,17 @@ LMBatches::LMBatches(const Tensor& ids, int64_t block) : LMBatches(stream_from_t
 LMBatch LMBatches::gather(const std::vector<int64_t>& offsets) const {
   const int64_t B = static_cast<int64_t>(offsets.size()), T = block_;
   std::vector<int64_t> in(B * T), out(B * T);
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t* src = ids_.data() + offsets[b];
-    std::copy(src, src + T, in.begin() + b * T);
-    std::copy(src + 1, src + T + 1, out.begin() + b * T);
-  }
+  auto copy_windows = [&](const auto* stream) {
+    for (int64_t b = 0; b < B; ++b) {
+      const auto* src = stream + offsets[b];
+      std::copy(src, src + T, in.begin() + b * T);
+      std::copy(src + 1, src + T + 1, out.begin() + b * T);
+    }
+  };
+  if (narrow_.empty())
+    copy_windows(ids_.data());
+  else
+    copy_windows(narrow_.data());
   return {from_vector(in, {B, T}), from_vector(out, {B, T})};
 }
 

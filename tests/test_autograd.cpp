@@ -10,6 +10,7 @@
 #include "autograd/autograd.h"
 #include "autograd/ops/rnn_ops.h"
 #include "autograd/op.h"
+#include "autograd/ops/samples.h"
 #include "testing.h"
 
 using namespace tg;
@@ -130,6 +131,44 @@ BOOST_AUTO_TEST_CASE(retain_graph_allows_a_second_backward) {
   BOOST_TEST(tape().size() > 0u);
   y.backward();
   BOOST_TEST(grad_of(x) == (std::vector<double>{4.0, 8.0}), boost::test_tools::per_element());
+}
+
+// layer_norm and gelu can rebuild their output, so an op that saves it (here
+// mul, which saves both inputs) keeps only a reference: the output's memory is
+// gone once the caller drops it, and backward still gives the same gradients
+// as when the output is held (a clone cannot be rebuilt, so mul holds it).
+BOOST_AUTO_TEST_CASE(outputs_of_recomputable_ops_are_saved_by_reference) {
+  const Tensor x0 = samples::uniform({3, 5}, 11, -2, 2), w0 = samples::uniform({5}, 12, 0.5, 1.5),
+               b0 = samples::uniform({5}, 13);
+  auto make = [&](const Tensor& t) { return t.detach().clone().requires_grad_(); };
+  const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> ops[] = {
+      [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b); },
+      [](const Tensor& x, const Tensor&, const Tensor&) { return gelu(x); },
+  };
+  for (const auto& op : ops) {
+    for (bool retain : {true, false}) {
+      Tensor x = make(x0), w = make(w0), b = make(b0), x2 = make(x0), w2 = make(w0), b2 = make(b0);
+      Tensor y2 = op(x2, w2, b2).clone();
+      Tensor loss2 = sum(mul(mul(y2, y2), y2));
+      BOOST_TEST(y2.impl_ptr().use_count() > 1);  // the clone is held by mul
+      loss2.backward();
+      Tensor y = op(x, w, b);
+      std::weak_ptr<Storage> memory = y.storage();
+      Tensor loss = sum(mul(mul(y, y), y));
+      y = Tensor();
+      BOOST_TEST(memory.expired());  // nothing held the output
+      loss.backward(Tensor(), retain);
+      BOOST_TEST(loss.item<double>() == loss2.item<double>());
+      BOOST_TEST(grad_of(x) == grad_of(x2), boost::test_tools::per_element());
+      if (retain) {  // a second backward rebuilds the output again: the gradient doubles
+        loss.backward();
+        std::vector<double> twice = grad_of(x2);
+        for (double& v : twice) v *= 2;
+        BOOST_TEST(grad_of(x) == twice, boost::test_tools::per_element());
+      }
+      tape().clear();
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(second_backward_without_retain_graph_is_an_error) {

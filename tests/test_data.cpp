@@ -206,6 +206,19 @@ BOOST_AUTO_TEST_CASE(lm_batches_sample) {
   BOOST_CHECK_EQUAL(from_tensor.num_tokens(), 100);
 }
 
+BOOST_AUTO_TEST_CASE(lm_batches_keep_ids_on_both_storages) {
+  // Ids up to 65535 are stored as uint16, larger ones as int32: both give the ids back exactly.
+  for (int64_t top : {int64_t{65535}, int64_t{65536}, int64_t{2147483647}}) {
+    std::vector<int64_t> ids(50);
+    for (int64_t i = 0; i < 50; ++i) ids[i] = top - 49 + i;
+    LMBatches batches(ids, 49);
+    BOOST_CHECK_EQUAL(batches.num_tokens(), 50);
+    LMBatch b = batches.sequential(0, 1);
+    BOOST_CHECK_EQUAL(b.inputs.at({0, 0}), top - 49);
+    BOOST_CHECK_EQUAL(b.targets.at({0, 48}), top);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(lm_batches_evaluation) {
   std::vector<int64_t> ids(100);
   for (int64_t i = 0; i < 100; ++i) ids[i] = i;

@@ -1,10 +1,13 @@
 // Scaled dot-product attention as one tape node. Per (batch, head):
 //   forward:  S = q k^T / sqrt(D) (GEMM), P = masked softmax of S over keys,
 //             out = P v (GEMM);
-//   backward: dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(g * out)),
-//             dq = dS k / sqrt(D), dk = dS^T q / sqrt(D) (four GEMMs),
-// reusing the saved probabilities P. rowsum(dP * P) equals g . out per query
-// (out = P v), a D-long dot instead of a Tk-long one.
+//   backward: P again from q and k (one more GEMM), then dv = P^T g,
+//             dP = g v^T, dS = P * (dP - rowsum(dP * P)),
+//             dq = dS k / sqrt(D), dk = dS^T q / sqrt(D) (four GEMMs).
+// Backward recomputes P rather than saving it: the (B,H,Tq,Tk) probabilities
+// are the largest activation of a transformer layer (4 MiB a layer for GPT-M,
+// twice its output), and the extra GEMM costs ~1/6 of the attention's work.
+// The node saves only q, k, v and the padding mask.
 // Masked keys get probability exactly 0; a query that sees no key at all (a
 // fully padded row, or Tq > Tk under the causal mask) gets a zero row, so its
 // output and gradients are zero rather than NaN.
@@ -82,14 +85,39 @@ void masked_softmax_row(T* s, int64_t Tk, int64_t visible, const uint8_t* pad) {
   std::fill(s + visible, s + Tk, T(0));
 }
 
+// P (Tq,Tk) of head (b,h) into S: scaled scores by GEMM, then the masked
+// softmax of each row. Forward and backward share it, so both see the same P.
+template <class T>
+void head_probabilities(const AttentionDims& a, const HeadMatrices<T>& Q, const HeadMatrices<T>& K, int64_t b,
+                        int64_t h, const std::vector<uint8_t>& pad, T* S) {
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
+  if (a.Tk > 0) gemm(false, true, a.Tq, a.Tk, a.D, scale, Q.at(b, h), Q.ld, K.at(b, h), K.ld, T(0), S, a.Tk);
+  const uint8_t* pb = pad.empty() ? nullptr : pad.data() + b * a.Tk;
+  for (int64_t i = 0; i < a.Tq; ++i) masked_softmax_row(S + i * a.Tk, a.Tk, a.visible(i), pb);
+}
+
+// The key padding mask (B,Tk) as one byte per key, 1 = padded; empty when undefined.
+std::vector<uint8_t> padding_bytes(const Tensor& key_padding_mask) {
+  std::vector<uint8_t> pad;
+  if (!key_padding_mask.defined()) return pad;
+  Tensor m = dense(key_padding_mask);
+  pad.resize(m.numel());
+  TG_DISPATCH_ALL(m.dtype(), "scaled_dot_product_attention", [&] {
+    const scalar_t* p = m.data<scalar_t>();
+    for (size_t j = 0; j < pad.size(); ++j) pad[j] = p[j] != scalar_t(0);
+  });
+  return pad;
+}
+
 }  // namespace
 
 static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor &q = n.saved_tensor(0), &k = n.saved_tensor(1), &v = n.saved_tensor(2);
-  const Tensor &out = n.saved_tensor(3), &probs = n.saved_tensor(4);
   AttentionDims a;
   a.B = q.shape()[0], a.H = q.shape()[1], a.Tq = q.shape()[2], a.D = q.shape()[3];
   a.Tk = k.shape()[2], a.Dv = v.shape()[3];
+  a.causal = n.i[0] != 0;
+  const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(3));
   const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
   Tensor dq = need_q ? empty(q.shape(), q.dtype()) : Tensor();
   Tensor dk = need_k ? empty(k.shape(), k.dtype()) : Tensor();
@@ -107,20 +135,20 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
     using T = scalar_t;
     const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
-    const T *P = probs.data<T>(), *O = out.data<T>();
     const int64_t TT = a.Tq * a.Tk;
     auto body = [&](int64_t i0, int64_t i1) {
-      std::vector<T> dS(need_q || need_k ? TT : 0);
+      std::vector<T> P(TT), dS(need_q || need_k ? TT : 0);
       for (int64_t bh = i0; bh < i1; ++bh) {
         const int64_t b = bh / a.H, h = bh % a.H;
-        const T *Pb = P + bh * TT, *gb = G.at(b, h);
-        if (need_v) gemm(true, false, a.Tk, a.Dv, a.Tq, T(1), Pb, a.Tk, gb, G.ld, T(0), dv.data<T>() + bh * a.Tk * a.Dv, a.Dv);
+        const T* gb = G.at(b, h);
+        head_probabilities(a, Q, K, b, h, pad, P.data());
+        if (need_v) gemm(true, false, a.Tk, a.Dv, a.Tq, T(1), P.data(), a.Tk, gb, G.ld, T(0), dv.data<T>() + bh * a.Tk * a.Dv, a.Dv);
         if (!need_q && !need_k) continue;
         gemm(false, true, a.Tq, a.Tk, a.Dv, T(1), gb, G.ld, V.at(b, h), V.ld, T(0), dS.data(), a.Tk);
         for (int64_t i = 0; i < a.Tq; ++i) {
-          const T d = detail::row_dot(gb + i * G.ld, O + (bh * a.Tq + i) * a.Dv, a.Dv);
           T* row = dS.data() + i * a.Tk;
-          const T* p = Pb + i * a.Tk;
+          const T* p = P.data() + i * a.Tk;
+          const T d = detail::row_dot(row, p, a.Tk);  // rowsum(dP * P)
 #pragma omp simd
           for (int64_t j = 0; j < a.Tk; ++j) row[j] = p[j] * (row[j] - d);
         }
@@ -141,7 +169,7 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
 static const OpDef attention_op(
     "scaled_dot_product_attention", 3,
     "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
-    "q, k, v, output, probabilities (B,H,Tq,Tk)", attention_backward, [] {
+    "q, k, v, key_padding_mask, causal (backward recomputes the probabilities)", attention_backward, [] {
       using samples::uniform;
       auto attend = [](bool causal, Tensor mask = Tensor()) {
         return [=](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal, mask); };
@@ -187,22 +215,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   a.B = qs[0], a.H = qs[1], a.Tq = qs[2], a.Tk = ks[2], a.D = qs[3], a.Dv = vs[3];
   a.causal = causal;
   if (a.D == 0) throw ShapeError(fmt::format("{}: head size D is 0 (q {}, k {})", op, qs, ks));
-  std::vector<uint8_t> pad;
-  if (key_padding_mask.defined()) {
-    if (!(key_padding_mask.shape() == Shape{a.B, a.Tk}))
-      throw ShapeError(fmt::format("{}: key_padding_mask {} must be (B,Tk) = ({},{}) for q {}, k {}", op,
-                                   key_padding_mask.shape(), a.B, a.Tk, qs, ks));
-    Tensor m = dense(key_padding_mask);
-    pad.resize(m.numel());
-    TG_DISPATCH_ALL(m.dtype(), op, [&] {
-      const scalar_t* p = m.data<scalar_t>();
-      for (size_t j = 0; j < pad.size(); ++j) pad[j] = p[j] != scalar_t(0);
-    });
-  }
-  const bool recording = grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  // The full (B,H,Tq,Tk) probabilities are kept only when backward or the
-  // caller needs them; otherwise each thread reuses one (Tq,Tk) scratch.
-  const bool keep_probs = recording || attn_weights;
+  if (key_padding_mask.defined() && !(key_padding_mask.shape() == Shape{a.B, a.Tk}))
+    throw ShapeError(fmt::format("{}: key_padding_mask {} must be (B,Tk) = ({},{}) for q {}, k {}", op,
+                                 key_padding_mask.shape(), a.B, a.Tk, qs, ks));
+  const std::vector<uint8_t> pad = padding_bytes(key_padding_mask);
+  // The full (B,H,Tq,Tk) probabilities are kept only when the caller asks for
+  // them; otherwise each thread reuses one (Tq,Tk) scratch.
+  const bool keep_probs = attn_weights != nullptr;
   Tensor probs = keep_probs ? empty({a.B, a.H, a.Tq, a.Tk}, q.dtype()) : Tensor();
   Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
   if (a.B * a.H * a.Tq > 0) {
@@ -210,16 +229,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     using scalar_t = decltype(tag);
       using T = scalar_t;
       const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v);
-      const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
       const int64_t TT = a.Tq * a.Tk;
       auto body = [&](int64_t i0, int64_t i1) {
         std::vector<T> scratch(keep_probs ? 0 : TT);
         for (int64_t bh = i0; bh < i1; ++bh) {
           const int64_t b = bh / a.H, h = bh % a.H;
           T* S = keep_probs ? probs.data<T>() + bh * TT : scratch.data();
-          if (a.Tk > 0) gemm(false, true, a.Tq, a.Tk, a.D, scale, Q.at(b, h), Q.ld, K.at(b, h), K.ld, T(0), S, a.Tk);
-          const uint8_t* pb = pad.empty() ? nullptr : pad.data() + b * a.Tk;
-          for (int64_t i = 0; i < a.Tq; ++i) masked_softmax_row(S + i * a.Tk, a.Tk, a.visible(i), pb);
+          head_probabilities(a, Q, K, b, h, pad, S);
           T* o = out.data<T>() + bh * a.Tq * a.Dv;
           if (a.Tk > 0 && a.Dv > 0)
             gemm(false, false, a.Tq, a.Dv, a.Tk, T(1), S, a.Tk, V.at(b, h), V.ld, T(0), o, a.Dv);
@@ -235,11 +251,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   if (attn_weights) *attn_weights = probs;
   if (Node* n = record(attention_op, out, q, k, v)) {
+    n->i[0] = causal;
     n->save(q);
     n->save(k);
     n->save(v);
-    n->save(out);
-    n->save(probs);
+    n->save(key_padding_mask);
   }
   return out;
 }

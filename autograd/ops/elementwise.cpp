@@ -360,13 +360,21 @@ static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
     });
   }
 }
-static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)", "x", gelu_backward, [] {
+// The output again from the saved input, for ops that save it by reference
+// (a transformer MLP's proj then holds no copy of its (B,T,4C) input).
+static Tensor gelu_recompute(const Node& n) { return gelu(n.saved_tensor(0), n.i[0] != 0); }
+static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)", "x (the output is recomputed)",
+                           gelu_backward, [] {
   return std::vector<OpSample>{
       {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
       {"tanh (3,4)", {uniform({3, 4}, 32, -3, 3)}, [](auto& x) { return gelu(x[0], true); }},
       {"exact non-contiguous", {samples::strided({2, 3}, 33, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
+      {"tanh (3,4), squared: mul saves the output by reference", {uniform({3, 4}, 34, -3, 3)}, [](auto& x) {
+         Tensor y = gelu(x[0], true);
+         return y * y;
+       }},
   };
-});
+}, gelu_recompute);
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   ProfileScope prof("gelu");
   Tensor out;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "autograd/op.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/loop.h"
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
@@ -462,9 +463,13 @@ static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor
   if (need_db) gin[2] = sum(pb, {0});
 }
 
+// The same forward on the saved input: the output bit for bit.
+static Tensor layer_norm_recompute(const Node& n) {
+  return layer_norm(n.saved_tensor(0), n.saved_tensor(1), n.saved_tensor(4), n.f[0]);
+}
 static const OpDef layer_norm_op(
     "layer_norm", 3, "layer_norm(x (...,C), weight (C) or none, bias (C) or none, eps) over the last axis",
-    "x, weight, mean, rstd", layer_norm_backward, [] {
+    "x, weight, mean, rstd, bias (the output is recomputed for ops that save it)", layer_norm_backward, [] {
       using samples::uniform;
       auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };
       return std::vector<OpSample>{
@@ -478,8 +483,14 @@ static const OpDef layer_norm_op(
            ln},
           {"(70,3) affine, more rows than a block",
            {uniform({70, 3}, 333, -2, 2), uniform({3}, 334, 0.5, 1.5), uniform({3}, 335)}, ln},
+          {"(3,5) affine, squared: mul saves the output by reference",
+           {uniform({3, 5}, 336, -2, 2), uniform({5}, 337, 0.5, 1.5), uniform({5}, 338)},
+           [](const std::vector<Tensor>& x) {
+             Tensor y = layer_norm(x[0], x[1], x[2]);
+             return mul(y, y);
+           }},
       };
-    });
+    }, layer_norm_recompute);
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   ProfileScope prof("layer_norm");
@@ -535,10 +546,12 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     });
   });
   if (Node* n = record(layer_norm_op, out, x, weight, bias)) {
+    n->f[0] = eps;
     n->save(xc);
     n->save(wc);
     n->save(mean);
     n->save(rstd);
+    n->save(bc);  // for layer_norm_recompute only
   }
   return out;
 }
