@@ -1,6 +1,7 @@
 #include "autograd/profiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -35,7 +36,10 @@ bool initial_enabled() {
 bool g_enabled = initial_enabled();
 // Nested scopes (an op calling another op) attribute time to the outermost.
 thread_local int t_depth = 0;
-thread_local double t_flops = 0;
+// The work of every GEMM since the start, from any thread: an op's GEMMs may
+// run on the pool's workers, so a scope counts the growth of this total while
+// it is open (the profiler assumes one thread drives the ops, as training does).
+std::atomic<uint64_t> g_flops{0};
 
 }  // namespace
 
@@ -45,7 +49,7 @@ void profiler_reset() {
   std::lock_guard lock(state().mu);
   state().entries.clear();
 }
-void profiler_add_flops(double flops) { t_flops += flops; }
+void profiler_add_flops(double flops) { g_flops.fetch_add(static_cast<uint64_t>(flops), std::memory_order_relaxed); }
 
 void ProfileScope::start(std::string_view op, bool backward) {
   if (t_depth > 0) return;  // nested in a timed op: counted in the outer one
@@ -53,21 +57,20 @@ void ProfileScope::start(std::string_view op, bool backward) {
   active_ = true;
   op_ = op;
   backward_ = backward;
-  outer_flops_ = t_flops;
-  t_flops = 0;
+  flops0_ = g_flops.load(std::memory_order_relaxed);
   t0_ = std::chrono::steady_clock::now();
 }
 
 void ProfileScope::stop() {
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  const double flops = static_cast<double>(g_flops.load(std::memory_order_relaxed) - flops0_);
   --t_depth;
   std::string key = backward_ ? fmt::format("{} (backward)", op_) : std::string(op_);
   std::lock_guard lock(state().mu);
   Entry& e = state().entries[key];
   e.calls++;
   e.seconds += dt;
-  e.flops += t_flops;
-  t_flops = outer_flops_;
+  e.flops += flops;
 }
 
 ProfileTotals profiler_totals() {

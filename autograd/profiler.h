@@ -47,7 +47,7 @@ class ProfileScope {
   std::string_view op_;
   bool backward_ = false;
   std::chrono::steady_clock::time_point t0_;
-  double outer_flops_ = 0;
+  uint64_t flops0_ = 0;  // the GEMM work counter when the scope opened
 };
 
 }  // namespace tg

@@ -60,9 +60,29 @@ struct AttentionDims {
   int64_t visible(int64_t t) const { return causal ? std::clamp<int64_t>(t + Tk - Tq + 1, 0, Tk) : Tk; }
   // Heads per parallel chunk: tiny heads are batched so threads are worth waking.
   int64_t grain() const { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Tq * Tk * (D + Dv))); }
-  // Heads big enough for OpenBLAS to thread each GEMM itself run one after another.
-  bool blas_threads() const { return Tq * Tk * std::max(D, Dv) >= (int64_t{1} << 20); }
 };
+
+// Runs body(i0, i1) over the B*H heads. Heads go to our threads, one GEMM per
+// thread at a time, with OpenBLAS held at one thread meanwhile: OpenBLAS
+// threads any GEMM above ~2^18 multiply-adds, and two of our threads calling
+// a threaded OpenBLAS at once serialise (GPT-M's 128x128x64 heads ran at
+// 0.5 GFLOP/s that way). With fewer heads than threads, the heads run one
+// after another and OpenBLAS threads each GEMM.
+template <class F>
+void for_each_head(const AttentionDims& a, F&& body) {
+  const int threads = num_threads();
+  const int64_t heads = a.B * a.H;
+  if (threads > 1 && heads < threads) {
+    body(int64_t{0}, heads);
+    return;
+  }
+  struct OneBlasThread {
+    int restore;
+    explicit OneBlasThread(int n) : restore(n) { if (n > 1) blas_set_num_threads(1); }
+    ~OneBlasThread() { if (restore > 1) blas_set_num_threads(restore); }
+  } one(threads);
+  parallel_for(heads, a.grain(), body);
+}
 
 // Softmax in place over the first `visible` entries of a score row, skipping
 // padded keys (pad[j] != 0); everything else becomes 0. A row with no
@@ -156,10 +176,7 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
         if (need_k) gemm(true, false, a.Tk, a.D, a.Tq, scale, dS.data(), a.Tk, Q.at(b, h), Q.ld, T(0), dk.data<T>() + bh * a.Tk * a.D, a.D);
       }
     };
-    if (a.blas_threads())
-      body(0, a.B * a.H);
-    else
-      parallel_for(a.B * a.H, a.grain(), body);
+    for_each_head(a, body);
   });
   if (need_q) gin[0] = dq;
   if (need_k) gin[1] = dk;
@@ -243,10 +260,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
             std::fill(o, o + a.Tq * a.Dv, T(0));
         }
       };
-      if (a.blas_threads())
-        body(0, a.B * a.H);
-      else
-        parallel_for(a.B * a.H, a.grain(), body);
+      for_each_head(a, body);
     });
   }
   if (attn_weights) *attn_weights = probs;
