@@ -154,7 +154,10 @@ void Tape::backward(const Tensor& root, const Tensor& grad_in, bool retain_graph
       grads.assign(n.edges.size(), Tensor());
       {
         ProfileScope prof(n.op->name, /*backward=*/true);
-        n.op->backward(n, n.grad, grads);
+        // The node's gradient is handed over, not shared: a backward that
+        // holds the only reference may write its result into it (fused_grad).
+        const Tensor g = std::move(n.grad);
+        n.op->backward(n, g, grads);
       }
       // Without retain_graph this node is never run again: drop what it saved
       // now, so activations are freed as the reverse pass goes instead of all

@@ -16,8 +16,12 @@ ours, also by our own evaluation.
   /usr/bin/python3 bench/compare_word2vec.py --one gensim --threads 2 --corpus S.txt   # one run, one JSON line
 
 The `--one` mode is what bench/compare.py calls, one fresh process per run so
-that each run's peak RSS is its own. --wordsim is optional there (WordSim-353
-is not packaged in Debian or npm; pass your copy, tab-separated word1 word2 score).
+that each run's peak RSS is its own. Ours is the peak the example reports
+(its VmHWM): the child's ru_maxrss would include this script's own peak, which
+Linux carries across fork + exec; for the same reason the tapegrad side never
+loads the sentences or gensim before the example has run. --wordsim is
+optional there (WordSim-353 is not packaged in Debian or npm; pass your copy,
+tab-separated word1 word2 score).
 """
 import argparse
 import json
@@ -29,7 +33,7 @@ import subprocess
 import tempfile
 import time
 
-from gensim.models import KeyedVectors, Word2Vec
+from peak_rss import peak_rss_mib
 
 DEFAULTS = dict(vector_size=100, window=5, min_count=5, sample=1e-3, negative=5, alpha=0.025, min_alpha=1e-4,
                 epochs=5)
@@ -40,13 +44,14 @@ def spearman(wv, wordsim):
 
 
 def gensim_run(sentences, raw_words, workers, seed, wordsim):
+    from gensim.models import Word2Vec
     model = Word2Vec(sg=1, hs=0, workers=workers, seed=seed, **DEFAULTS)
     model.build_vocab(sentences)
     cpu0, t0 = time.process_time(), time.perf_counter()
     model.train(sentences, total_examples=len(sentences), epochs=model.epochs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     return dict(wps=raw_words * model.epochs / wall, wall=wall, cpu=cpu, spearman=spearman(model.wv, wordsim),
-                peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+                peak_rss_mb=peak_rss_mib())
 
 
 def ours_run(exe, corpus, workers, seed, wordsim, out):
@@ -57,16 +62,25 @@ def ours_run(exe, corpus, workers, seed, wordsim, out):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = re.search(r'trained \d+ epochs in ([\d.]+) s: (\d+) words/s', text)
     own = re.search(r'Spearman ([-\d.]+)', text)
+    peak = re.search(r'peak RSS ([\d.]+) MiB', text)
+    from gensim.models import KeyedVectors
     rho = spearman(KeyedVectors.load_word2vec_format(out, binary=False), wordsim)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    if not m or not peak:
+        raise SystemExit(f'{exe} printed no "trained ... words/s" or "peak RSS" line:\n{text}')
     return dict(wps=float(m.group(2)), wall=float(m.group(1)), cpu=cpu, spearman=rho,
-                own_spearman=float(own.group(1)) if own else float('nan'), peak_rss_mb=after.ru_maxrss / 1024.0)
+                own_spearman=float(own.group(1)) if own else float('nan'), peak_rss_mb=float(peak.group(1)))
 
 
 def read_sentences(path):
     with open(path) as f:
         sentences = [line.split() for line in f if line.strip()]
     return sentences, sum(map(len, sentences))
+
+
+def count_words(path):
+    with open(path) as f:
+        return sum(len(line.split()) for line in f)
 
 
 def main():
@@ -80,11 +94,14 @@ def main():
     ap.add_argument('--corpus', help='with --one: the sentences file (written by word2vec --dump-sentences)')
     args = ap.parse_args()
     if args.one:
-        sentences, raw_words = read_sentences(args.corpus)
         threads, seed = args.threads[0], args.seeds[0]
-        r = (gensim_run(sentences, raw_words, threads, seed, args.wordsim) if args.one == 'gensim' else
-             ours_run(args.exe, args.corpus, threads, seed, args.wordsim,
-                      os.path.join(tempfile.mkdtemp(prefix='w2v_bench_'), 'vectors.txt')))
+        if args.one == 'gensim':
+            sentences, raw_words = read_sentences(args.corpus)
+            r = gensim_run(sentences, raw_words, threads, seed, args.wordsim)
+        else:
+            raw_words = count_words(args.corpus)
+            r = ours_run(args.exe, args.corpus, threads, seed, args.wordsim,
+                         os.path.join(tempfile.mkdtemp(prefix='w2v_bench_'), 'vectors.txt'))
         print(json.dumps(dict(r, side=args.one, threads=threads, words=raw_words)))
         return
     if not args.wordsim:

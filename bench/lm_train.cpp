@@ -9,7 +9,6 @@
 //   build/bench/lm_train --write-text out/bench/text          # the shared train.txt / val.txt
 //   build/bench/lm_train --workload gpt-s --text-dir out/bench/text --threads 1
 //   build/bench/lm_train --gemm-peak --threads 2              # OpenBLAS sgemm peak, GFLOP/s
-#include <sys/resource.h>
 
 #include <chrono>
 #include <filesystem>
@@ -26,6 +25,7 @@
 #include "bench/workloads.h"
 #include "data/lm_batches.h"
 #include "examples/common/corpus.h"
+#include "examples/common/report.h"
 
 using namespace tg;
 
@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const bench::Workload& w = bench::workloads().at(workload);
-    // Code points -> int32 ids; the code points are freed before training so
-    // the peak RSS holds the corpus once, as 4-byte ids.
+    // Code points -> ids; the code points are freed before training, so the
+    // peak RSS holds the corpus once, in LMBatches (2 bytes a character).
     std::vector<int32_t> train_ids, val_ids;
     int64_t V = 0;
     {
@@ -131,8 +131,6 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < steps; ++i) step();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    struct rusage ru {};
-    getrusage(RUSAGE_SELF, &ru);
     const AllocatorStats pool = allocator_stats();
     std::string extra;
     if (eval) {
@@ -149,7 +147,7 @@ int main(int argc, char** argv) {
         "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"steps\": {}, \"tokens_per_s\": {:.1f}, "
         "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
         "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
-        workload, threads, steps, steps * w.batch * w.block / secs, last_loss, ru.ru_maxrss / 1024.0,
+        workload, threads, steps, steps * w.batch * w.block / secs, last_loss, examples::peak_rss_mib(),
         prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
         prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
         (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);

@@ -17,12 +17,13 @@ weight decay 0.01 on matrices only, constant LR, no dropout, no clipping.
 import argparse
 import json
 import math
-import resource
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peak_rss import peak_rss_mib
 
 WORKLOADS = {
     "gpt-s": dict(kind="gpt", layers=2, heads=4, dim=128, block=64, batch=32),
@@ -142,7 +143,7 @@ def main():
     secs = time.perf_counter() - t0
     out = dict(side="pytorch", workload=a.workload, threads=a.threads, steps=a.steps,
                tokens_per_s=a.steps * B * T / secs, last_loss=loss,
-               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+               peak_rss_mb=peak_rss_mib())
     if a.eval:
         model.eval()
         with torch.no_grad():

@@ -12,13 +12,15 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
-#include <sstream>
+#include <string_view>
+
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "examples/common/corpus.h"
 #include "examples/common/progress.h"
+#include "examples/common/report.h"
 #include "models/word2vec.h"
 #include "models/word_eval.h"
 
@@ -27,16 +29,21 @@ using namespace tg;
 
 namespace {
 
-std::vector<std::string> split_words(const std::string& line) {
-  std::istringstream ls(line);
-  std::vector<std::string> out;
-  for (std::string w; ls >> w;) out.push_back(std::move(w));
-  return out;
+// Calls fn on each whitespace-separated word of line, without copying it.
+template <class Fn>
+void for_each_word(std::string_view line, Fn&& fn) {
+  constexpr std::string_view space = " \t\n\v\f\r";
+  for (size_t i = line.find_first_not_of(space); i != std::string_view::npos; i = line.find_first_not_of(space, i)) {
+    const size_t end = std::min(line.find_first_of(space, i), line.size());
+    fn(line.substr(i, end - i));
+    i = end;
+  }
 }
 
 // Brown files c<genre><two digits>: each non-blank line is a sentence of
-// word/tag tokens; the tag is what follows the last '/'.
-models::Sentences read_brown_sentences(const std::string& dir) {
+// word/tag tokens; the tag is what follows the last '/'. Read straight into
+// ids: the corpus never exists as strings.
+models::TokenCorpus read_brown_sentences(const std::string& dir) {
   if (!fs::is_directory(dir))
     throw ValueError(fmt::format("Brown corpus directory {} does not exist: run scripts/fetch_brown.sh, "
                                  "or pass --data FILE", dir));
@@ -47,30 +54,31 @@ models::Sentences read_brown_sentences(const std::string& dir) {
   std::sort(files.begin(), files.end());
   if (files.empty())
     throw ValueError(fmt::format("{} has no Brown corpus files (ca01 ...): run scripts/fetch_brown.sh", dir));
-  models::Sentences out;
+  models::TokenCorpus out;
   for (const auto& f : files) {
     std::ifstream in(f);
     std::string line;
     for (int64_t ln = 1; std::getline(in, line); ++ln) {
-      std::vector<std::string> words;
-      for (auto& tok : split_words(line)) {
+      for_each_word(line, [&](std::string_view tok) {
         const size_t slash = tok.rfind('/');
-        if (slash == std::string::npos || slash == 0)
+        if (slash == std::string_view::npos || slash == 0)
           throw ValueError(fmt::format("{}:{}: token \"{}\" is not word/tag", f.string(), ln, tok));
-        words.push_back(tok.substr(0, slash));
-      }
-      if (!words.empty()) out.push_back(std::move(words));
+        out.add(tok.substr(0, slash));
+      });
+      out.end_sentence();
     }
   }
   return out;
 }
 
-models::Sentences read_text_sentences(const std::string& path) {
+models::TokenCorpus read_text_sentences(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ValueError(fmt::format("cannot open --data {}", path));
-  models::Sentences out;
-  for (std::string line; std::getline(in, line);)
-    if (auto w = split_words(line); !w.empty()) out.push_back(std::move(w));
+  models::TokenCorpus out;
+  for (std::string line; std::getline(in, line);) {
+    for_each_word(line, [&](std::string_view w) { out.add(w); });
+    out.end_sentence();
+  }
   return out;
 }
 
@@ -105,25 +113,31 @@ int main(int argc, char** argv) {
 
   try {
     const std::string source = data.empty() ? (brown_dir.empty() ? examples::default_brown_dir() : brown_dir) : data;
-    models::Sentences sentences = data.empty() ? read_brown_sentences(source) : read_text_sentences(source);
-    if (sentences.empty()) throw ValueError(fmt::format("the corpus {} has no words", source));
-    if (!dump.empty()) {
-      std::ofstream f(dump);
-      for (const auto& s : sentences) {
-        for (size_t i = 0; i < s.size(); ++i) f << (i ? " " : "") << s[i];
-        f << '\n';
-      }
-      if (!f) throw ValueError(fmt::format("cannot write --dump-sentences {}", dump));
-      fmt::print("wrote {} sentences to {}\n", sentences.size(), dump);
-      return 0;
-    }
-
     models::Word2Vec w2v(o);
-    w2v.build(sentences);
-    fmt::print("corpus {}: {} sentences, {} words; vocabulary {} (min_count {})\n", source, sentences.size(),
+    int64_t sentences = 0;
+    {  // The corpus is needed only to build: w2v keeps it as vocabulary ids.
+      const models::TokenCorpus corpus = data.empty() ? read_brown_sentences(source) : read_text_sentences(source);
+      if (corpus.sentences() == 0) throw ValueError(fmt::format("the corpus {} has no words", source));
+      if (!dump.empty()) {
+        std::ofstream f(dump);
+        const auto& tokens = corpus.token_ids();
+        const auto& offsets = corpus.offsets();
+        for (int64_t s = 0; s < corpus.sentences(); ++s) {
+          for (int64_t i = offsets[s]; i < offsets[s + 1]; ++i)
+            f << (i > offsets[s] ? " " : "") << corpus.word(tokens[i]);
+          f << '\n';
+        }
+        if (!f) throw ValueError(fmt::format("cannot write --dump-sentences {}", dump));
+        fmt::print("wrote {} sentences to {}\n", corpus.sentences(), dump);
+        return 0;
+      }
+      w2v.build(corpus);
+      sentences = corpus.sentences();
+    }
+    fmt::print("corpus {}: {} sentences, {} words; vocabulary {} (min_count {})\n", source, sentences,
                w2v.raw_words(), w2v.vocab().size(), o.min_count);
     examples::Progress bar("word2vec", w2v.raw_words() * o.epochs, "words");
-    w2v.train(sentences, [&](const models::TrainProgress& p) {
+    w2v.train([&](const models::TrainProgress& p) {
       bar.update(p.words_done, static_cast<double>(p.words_done), fmt::format("lr {:.5f}", p.alpha));
     });
     const double wps = static_cast<double>(w2v.raw_words() * o.epochs) / w2v.train_seconds();
@@ -155,6 +169,7 @@ int main(int argc, char** argv) {
       fmt::print("analogies {}: accuracy {:.2f}% ({}/{}), coverage {:.1f}% of {} questions\n", analogies,
                  100 * r.accuracy(), r.correct, r.seen, 100 * r.coverage(), r.total);
     }
+    fmt::print("peak RSS {:.1f} MiB\n", examples::peak_rss_mib());
   } catch (const std::exception& e) {
     fmt::print(stderr, "word2vec: {}\n", e.what());
     return 1;

@@ -1,16 +1,48 @@
 #include "models/word2vec.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
 namespace tg::models {
+
+TokenCorpus::TokenCorpus(const Sentences& sentences) {
+  for (const auto& s : sentences) {
+    for (const auto& w : s) add(w);
+    end_sentence();
+  }
+}
+
+void TokenCorpus::add(std::string_view word) {
+  auto it = index_.find(word);
+  if (it == index_.end()) {
+    if (words_.size() >= static_cast<size_t>(INT32_MAX))
+      throw ValueError(fmt::format("TokenCorpus: more than {} distinct words", INT32_MAX));
+    it = index_.emplace(std::string(word), static_cast<int32_t>(words_.size())).first;
+    words_.emplace_back(word);
+    counts_.push_back(0);
+  }
+  ++counts_[it->second];
+  tokens_.push_back(it->second);
+}
+
+void TokenCorpus::end_sentence() {
+  if (static_cast<int64_t>(tokens_.size()) > offsets_.back()) offsets_.push_back(static_cast<int64_t>(tokens_.size()));
+}
+
+int32_t TokenCorpus::id(std::string_view word) const {
+  auto it = index_.find(word);
+  return it == index_.end() ? -1 : it->second;
+}
 
 int32_t Vocab::id(const std::string& word) const {
   auto it = index.find(word);
@@ -27,25 +59,28 @@ void KeyedVectors::rebuild_index() {
   for (size_t i = 0; i < words.size(); ++i) index.emplace(words[i], static_cast<int32_t>(i));
 }
 
-Vocab build_vocab(const Sentences& sentences, int64_t min_count, int64_t max_size) {
-  std::unordered_map<std::string, int64_t> counts;
-  for (const auto& s : sentences)
-    for (const auto& w : s) ++counts[w];
-  std::vector<std::pair<std::string, int64_t>> kept;
-  for (auto& [w, c] : counts)
-    if (c >= min_count) kept.emplace_back(w, c);
-  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
-    return a.second != b.second ? a.second > b.second : a.first < b.first;
+Vocab build_vocab(const TokenCorpus& corpus, int64_t min_count, int64_t max_size) {
+  std::vector<int32_t> kept;
+  for (int32_t i = 0; i < corpus.distinct(); ++i)
+    if (corpus.count(i) >= min_count) kept.push_back(i);
+  std::sort(kept.begin(), kept.end(), [&](int32_t a, int32_t b) {
+    return corpus.count(a) != corpus.count(b) ? corpus.count(a) > corpus.count(b) : corpus.word(a) < corpus.word(b);
   });
   if (max_size > 0 && static_cast<int64_t>(kept.size()) > max_size) kept.resize(max_size);
   Vocab v;
-  for (auto& [w, c] : kept) {
-    v.index.emplace(w, static_cast<int32_t>(v.words.size()));
-    v.words.push_back(w);
-    v.counts.push_back(c);
-    v.total += c;
+  v.words.reserve(kept.size());
+  v.counts.reserve(kept.size());
+  for (int32_t i : kept) {
+    v.index.emplace(corpus.word(i), static_cast<int32_t>(v.words.size()));
+    v.words.push_back(corpus.word(i));
+    v.counts.push_back(corpus.count(i));
+    v.total += corpus.count(i);
   }
   return v;
+}
+
+Vocab build_vocab(const Sentences& sentences, int64_t min_count, int64_t max_size) {
+  return build_vocab(TokenCorpus(sentences), min_count, max_size);
 }
 
 double keep_probability(int64_t count, int64_t total, double sample) {
@@ -68,6 +103,20 @@ std::vector<uint32_t> unigram_table(const std::vector<int64_t>& counts, double p
   return table;
 }
 
+UnigramSampler::UnigramSampler(std::vector<uint32_t> cum_table) : table_(std::move(cum_table)) {
+  if (table_.empty() || table_.back() == 0)
+    throw ValueError(fmt::format("UnigramSampler: the table has {} entries and sums to {}; expected a positive sum",
+                                 table_.size(), table_.empty() ? 0 : table_.back()));
+  // About four buckets per word keeps the scan to one or two steps, and the
+  // bucket array (256 KiB for 15k words, 1 MiB at most) in L2.
+  const int bucket_bits = std::clamp(static_cast<int>(std::bit_width(table_.size())) + 2, 4, 18);
+  shift_ = std::max(0, static_cast<int>(std::bit_width(table_.back() - 1)) - bucket_bits);
+  start_.resize(((table_.back() - 1) >> shift_) + 1);
+  for (size_t b = 0; b < start_.size(); ++b)
+    start_[b] = static_cast<int32_t>(
+        std::upper_bound(table_.begin(), table_.end(), static_cast<uint32_t>(b << shift_)) - table_.begin());
+}
+
 double learning_rate(double alpha, double min_alpha, double progress) {
   return std::max(min_alpha, alpha - (alpha - min_alpha) * progress);
 }
@@ -79,11 +128,11 @@ Word2Vec::Word2Vec(Word2VecOptions o) : options_(o) {
         o.dim, o.window, o.epochs, o.threads, o.min_count, o.negative));
 }
 
-void Word2Vec::build(const Sentences& sentences) {
-  vocab_ = build_vocab(sentences, options_.min_count, options_.max_vocab);
+void Word2Vec::build(const TokenCorpus& corpus) {
+  vocab_ = build_vocab(corpus, options_.min_count, options_.max_vocab);
   if (vocab_.size() == 0)
     throw ValueError(fmt::format("Word2Vec: no word occurs min_count={} times in {} sentences",
-                                 options_.min_count, sentences.size()));
+                                 options_.min_count, corpus.sentences()));
   Generator gen(options_.seed);
   model_ = std::make_shared<SkipGram>(vocab_.size(), options_.dim, &gen);
   keep_threshold_.resize(vocab_.size());
@@ -91,22 +140,30 @@ void Word2Vec::build(const Sentences& sentences) {
     const double p = keep_probability(vocab_.counts[i], vocab_.total, options_.sample);
     keep_threshold_[i] = p >= 1.0 ? UINT32_MAX : static_cast<uint32_t>(std::llround(p * 4294967296.0));
   }
-  cum_table_ = unigram_table(vocab_.counts);
+  sampler_ = UnigramSampler(unigram_table(vocab_.counts));
+  std::vector<int32_t> to_vocab(corpus.distinct());
+  for (int32_t i = 0; i < corpus.distinct(); ++i) to_vocab[i] = vocab_.id(corpus.word(i));
+  // Reserved exactly (the kept words' counts sum to the in-vocabulary
+  // tokens): growing by doubling would briefly hold twice the corpus.
   ids_.clear();
+  ids_.reserve(vocab_.total);
+  begin_.assign(1, 0);
+  begin_.reserve(corpus.sentences() + 1);
   raw_len_.clear();
+  raw_len_.reserve(corpus.sentences());
   raw_words_ = 0;
   // gensim splits sentences longer than 10,000 words the same way.
-  constexpr size_t max_len = 10000;
-  for (const auto& s : sentences) {
-    for (size_t start = 0; start < s.size() || start == 0; start += max_len) {
-      const size_t stop = std::min(s.size(), start + max_len);
-      std::vector<int32_t> ids;
-      for (size_t i = start; i < stop; ++i)
-        if (int32_t id = vocab_.id(s[i]); id >= 0) ids.push_back(id);
-      ids_.push_back(std::move(ids));
-      raw_len_.push_back(static_cast<int64_t>(stop - start));
-      raw_words_ += static_cast<int64_t>(stop - start);
-      if (stop == s.size()) break;
+  constexpr int64_t max_len = 10000;
+  const auto& tokens = corpus.token_ids();
+  const auto& offsets = corpus.offsets();
+  for (int64_t s = 0; s < corpus.sentences(); ++s) {
+    for (int64_t start = offsets[s]; start < offsets[s + 1]; start += max_len) {
+      const int64_t stop = std::min(offsets[s + 1], start + max_len);
+      for (int64_t i = start; i < stop; ++i)
+        if (int32_t id = to_vocab[tokens[i]]; id >= 0) ids_.push_back(id);
+      begin_.push_back(static_cast<int64_t>(ids_.size()));
+      raw_len_.push_back(static_cast<int32_t>(stop - start));
+      raw_words_ += stop - start;
     }
   }
 }
@@ -124,45 +181,46 @@ struct Lcg {
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// The SGD step for one (input, output) pair and its negatives: all dot
-// products first, at the current values, so the step is exactly the gradient
-// of SkipGram::loss for that pair even when a negative repeats.
-inline void sgns_update(float* __restrict v, float* __restrict ctx, int64_t dim, int32_t output,
-                        const int32_t* negs, int64_t k, float alpha, float* __restrict grad,
-                        float* __restrict coef) {
-  for (int64_t d = 0; d <= k; ++d) {
-    const float* u = ctx + static_cast<int64_t>(d == 0 ? output : negs[d - 1]) * dim;
+// The SGD step for one pair: the input row v and the context rows rows[0]
+// (the output word, label 1) and rows[1..n) (its negatives, label 0). All
+// dot products come first, at the current values, so the step is exactly the
+// gradient of SkipGram::loss for that pair even when a negative repeats.
+// Dim > 0 fixes the size at compile time (gensim's 100) so the loops unroll.
+template <int64_t Dim>
+inline void sgns_update(float* __restrict v, float* __restrict ctx, int64_t dim_, const int32_t* rows, int64_t n,
+                        float alpha, float* __restrict grad, float* __restrict coef) {
+  const int64_t dim = Dim > 0 ? Dim : dim_;
+  for (int64_t d = 0; d < n; ++d) {
+    const float* u = ctx + static_cast<int64_t>(rows[d]) * dim;
     float dot = 0;
 #pragma omp simd reduction(+ : dot)
     for (int64_t c = 0; c < dim; ++c) dot += v[c] * u[c];
     coef[d] = ((d == 0 ? 1.0f : 0.0f) - sigmoid(dot)) * alpha;
   }
-  for (int64_t c = 0; c < dim; ++c) grad[c] = 0;
   bool distinct = true;
-  for (int64_t a = 0; a < k; ++a)
-    for (int64_t b = a + 1; b < k; ++b) distinct = distinct && negs[a] != negs[b];
+  for (int64_t a = 1; a < n; ++a)
+    for (int64_t b = a + 1; b < n; ++b) distinct = distinct && rows[a] != rows[b];
   if (distinct) {  // the usual case: one pass per row
-    for (int64_t d = 0; d <= k; ++d) {
-      float* u = ctx + static_cast<int64_t>(d == 0 ? output : negs[d - 1]) * dim;
+    for (int64_t c = 0; c < dim; ++c) grad[c] = 0;
+    for (int64_t d = 0; d < n; ++d) {
+      float* u = ctx + static_cast<int64_t>(rows[d]) * dim;
       const float g = coef[d];
+#pragma omp simd
       for (int64_t c = 0; c < dim; ++c) {
         grad[c] += g * u[c];
         u[c] += g * v[c];
       }
     }
-    for (int64_t c = 0; c < dim; ++c) v[c] += grad[c];
-    return;
-  }
-  // A repeated negative: the input's gradient reads every context row before any is updated.
-  for (int64_t d = 0; d <= k; ++d) {
-    const float* u = ctx + static_cast<int64_t>(d == 0 ? output : negs[d - 1]) * dim;
-    const float g = coef[d];
-    for (int64_t c = 0; c < dim; ++c) grad[c] += g * u[c];
-  }
-  for (int64_t d = 0; d <= k; ++d) {
-    float* u = ctx + static_cast<int64_t>(d == 0 ? output : negs[d - 1]) * dim;
-    const float g = coef[d];
-    for (int64_t c = 0; c < dim; ++c) u[c] += g * v[c];
+  } else {  // a repeated negative: the input's gradient reads every row before any is updated
+    for (int64_t c = 0; c < dim; ++c) grad[c] = 0;
+    for (int64_t d = 0; d < n; ++d) {
+      const float* u = ctx + static_cast<int64_t>(rows[d]) * dim;
+      for (int64_t c = 0; c < dim; ++c) grad[c] += coef[d] * u[c];
+    }
+    for (int64_t d = 0; d < n; ++d) {
+      float* u = ctx + static_cast<int64_t>(rows[d]) * dim;
+      for (int64_t c = 0; c < dim; ++c) u[c] += coef[d] * v[c];
+    }
   }
   for (int64_t c = 0; c < dim; ++c) v[c] += grad[c];
 }
@@ -173,18 +231,20 @@ void Word2Vec::run_slice(int64_t epoch, size_t begin, size_t end, uint64_t strea
   const int64_t dim = options_.dim, window = options_.window, k = options_.negative;
   float* center = model_->center.data<float>();
   float* ctx = model_->context.data<float>();
-  const uint32_t table_max = cum_table_.back();
   Lcg rng{options_.seed * 0x9e3779b97f4a7c15ULL + stream * 1000003ULL + static_cast<uint64_t>(epoch) * 7919ULL + 1};
   std::vector<float> grad(dim), coef(k + 1);
-  std::vector<int32_t> kept, negs(k);
+  std::vector<int32_t> kept;
   std::vector<int64_t> reduced;
+  std::vector<int32_t> rows(k + 1);  // a pair's context rows: its output word, then its negatives
   const double total = static_cast<double>(raw_words_) * static_cast<double>(options_.epochs);
   for (size_t s = begin; s < end; ++s) {
     const double progress = static_cast<double>(words_done_.load(std::memory_order_relaxed)) / total;
     const float alpha = static_cast<float>(learning_rate(options_.alpha, options_.min_alpha, progress));
     kept.clear();
-    for (int32_t id : ids_[s])
+    for (int64_t t = begin_[s]; t < begin_[s + 1]; ++t) {
+      const int32_t id = ids_[t];
       if (keep_threshold_[id] == UINT32_MAX || rng.next() < keep_threshold_[id]) kept.push_back(id);
+    }
     const int64_t n = static_cast<int64_t>(kept.size());
     reduced.resize(n);
     for (int64_t i = 0; i < n; ++i) reduced[i] = rng.next() % window;
@@ -194,17 +254,17 @@ void Word2Vec::run_slice(int64_t epoch, size_t begin, size_t end, uint64_t strea
       for (int64_t j = lo; j < hi; ++j) {
         if (j == i) continue;
         // As gensim: the neighbour's center vector predicts the word at i.
-        const int32_t output = kept[i], input = kept[j];
-        int64_t m = 0;
-        for (int64_t d = 0; d < k; ++d) {
-          const uint32_t r = rng.next() % table_max;
-          const int32_t neg = static_cast<int32_t>(
-              std::upper_bound(cum_table_.begin(), cum_table_.end(), r) - cum_table_.begin());
-          if (neg != output) negs[m++] = neg;
-        }
-        if (record) record->push_back({input, output, std::vector<int32_t>(negs.begin(), negs.begin() + m), alpha});
-        sgns_update(center + static_cast<int64_t>(input) * dim, ctx, dim, output, negs.data(), m, alpha,
-                    grad.data(), coef.data());
+        const int32_t input = kept[j];
+        rows[0] = kept[i];
+        int64_t m = 1;
+        for (int64_t d = 0; d < k; ++d)
+          if (const int32_t neg = sampler_.draw(rng.next()); neg != rows[0]) rows[m++] = neg;
+        if (record) record->push_back({input, rows[0], std::vector<int32_t>(rows.begin() + 1, rows.begin() + m), alpha});
+        float* v = center + static_cast<int64_t>(input) * dim;
+        if (dim == 100)
+          sgns_update<100>(v, ctx, dim, rows.data(), m, alpha, grad.data(), coef.data());
+        else
+          sgns_update<0>(v, ctx, dim, rows.data(), m, alpha, grad.data(), coef.data());
       }
     }
     words_done_.fetch_add(raw_len_[s], std::memory_order_relaxed);
@@ -214,6 +274,11 @@ void Word2Vec::run_slice(int64_t epoch, size_t begin, size_t end, uint64_t strea
 void Word2Vec::train(const Sentences& sentences, const std::function<void(const TrainProgress&)>& on_progress,
                      std::vector<SgnsStep>* record) {
   if (!model_) build(sentences);
+  train(on_progress, record);
+}
+
+void Word2Vec::train(const std::function<void(const TrainProgress&)>& on_progress, std::vector<SgnsStep>* record) {
+  if (!model_) throw ValueError("Word2Vec::train: call build(corpus) first");
   if (record && options_.threads != 1)
     throw ValueError(fmt::format("Word2Vec::train: recording steps needs threads=1, got {}", options_.threads));
   const auto start = std::chrono::steady_clock::now();
@@ -229,23 +294,36 @@ void Word2Vec::train(const Sentences& sentences, const std::function<void(const 
                  seconds()});
   };
   words_done_ = 0;
-  const size_t n = ids_.size();
+  // Each thread takes a contiguous slice of sentences holding about the same
+  // number of in-vocabulary words, with its own RNG stream.
+  const int64_t threads = options_.threads;
+  std::vector<size_t> split(threads + 1, ids_.size() ? begin_.size() - 1 : 0);
+  for (int64_t t = 0; t < threads; ++t)
+    split[t] = static_cast<size_t>(
+        std::lower_bound(begin_.begin(), begin_.end(), static_cast<int64_t>(ids_.size()) * t / threads) -
+        begin_.begin());
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
-    // Each thread takes a contiguous slice of sentences with its own RNG stream.
-    std::vector<std::thread> threads;
-    std::atomic<int64_t> running{options_.threads};
-    for (int64_t t = 0; t < options_.threads; ++t) {
-      const size_t b = n * t / options_.threads, e = n * (t + 1) / options_.threads;
-      threads.emplace_back([this, epoch, b, e, t, record, &running] {
-        run_slice(epoch, b, e, static_cast<uint64_t>(t), record);
-        running.fetch_sub(1);
+    // The caller's thread reports progress until the workers are done, woken
+    // at once by the last one (a plain sleep would idle up to 100 ms an epoch).
+    std::mutex mutex;
+    std::condition_variable done;
+    int64_t running = threads;
+    std::vector<std::thread> workers;
+    for (int64_t t = 0; t < threads; ++t)
+      workers.emplace_back([&, epoch, t] {
+        run_slice(epoch, split[t], split[t + 1], static_cast<uint64_t>(t), record);
+        std::lock_guard lock(mutex);
+        if (--running == 0) done.notify_one();
       });
+    {
+      std::unique_lock lock(mutex);
+      while (!done.wait_for(lock, std::chrono::milliseconds(100), [&] { return running == 0; })) {
+        lock.unlock();
+        report();
+        lock.lock();
+      }
     }
-    while (running.load() > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      report();
-    }
-    for (auto& th : threads) th.join();
+    for (auto& th : workers) th.join();
   }
   train_seconds_ = seconds();
   report();

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -17,6 +18,40 @@
 namespace tg::models {
 
 using Sentences = std::vector<std::vector<std::string>>;
+
+// A corpus held as word ids, about 4 bytes a token: each distinct word once
+// with its count, the sentences as ranges of one flat token array. It is
+// filled while reading (add each word, then end_sentence), so no per-token
+// string ever exists. Ids are in order of first appearance.
+class TokenCorpus {
+ public:
+  TokenCorpus() = default;
+  explicit TokenCorpus(const Sentences& sentences);
+
+  void add(std::string_view word);  // appends word to the open sentence
+  void end_sentence();              // closes it (an empty one is dropped); close the last one too
+
+  int64_t sentences() const { return static_cast<int64_t>(offsets_.size()) - 1; }
+  int64_t tokens() const { return static_cast<int64_t>(tokens_.size()); }  // words added
+  int64_t distinct() const { return static_cast<int64_t>(words_.size()); }
+  // Sentence s is token_ids()[offsets()[s], offsets()[s + 1]).
+  const std::vector<int32_t>& token_ids() const { return tokens_; }
+  const std::vector<int64_t>& offsets() const { return offsets_; }
+  const std::string& word(int32_t id) const { return words_[id]; }
+  int64_t count(int32_t id) const { return counts_[id]; }
+  int32_t id(std::string_view word) const;  // -1 when absent
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::vector<std::string> words_;
+  std::vector<int64_t> counts_;
+  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> index_;
+  std::vector<int32_t> tokens_;
+  std::vector<int64_t> offsets_{0};
+};
 
 // Words sorted by count (descending), ties by word, so ids are frequency ranks.
 struct Vocab {
@@ -28,6 +63,7 @@ struct Vocab {
   int64_t size() const { return static_cast<int64_t>(words.size()); }
 };
 // Keeps words seen at least min_count times; max_size > 0 keeps only the most frequent.
+Vocab build_vocab(const TokenCorpus& corpus, int64_t min_count, int64_t max_size = 0);
 Vocab build_vocab(const Sentences& sentences, int64_t min_count, int64_t max_size = 0);
 
 // word2vec's keep probability for a word seen count times out of total:
@@ -36,6 +72,31 @@ double keep_probability(int64_t count, int64_t total, double sample);
 // Cumulative table of count^power scaled to [0, 2^31 - 1] (gensim's cum_table):
 // negative = first i with table[i] > r for r uniform in [0, table.back()).
 std::vector<uint32_t> unigram_table(const std::vector<int64_t>& counts, double power = 0.75);
+
+// Draws negatives from a unigram table: index(r) == upper_bound(table, r) -
+// table.begin() for every r < table.back(), but in O(1) on average: the high
+// bits of r pick a bucket that stores where the answer can start, and a short
+// scan ends it (upper_bound takes ~14 unpredictable branches on Brown's 15k words).
+class UnigramSampler {
+ public:
+  UnigramSampler() = default;
+  // ValueError when the table is empty or sums to 0.
+  explicit UnigramSampler(std::vector<uint32_t> cum_table);
+  int32_t index(uint32_t r) const {  // r < table_max()
+    int32_t i = start_[r >> shift_];
+    while (table_[i] <= r) ++i;
+    return i;
+  }
+  // A negative for 32 uniform random bits, as gensim: index(bits % table_max()).
+  int32_t draw(uint32_t bits) const { return index(bits % table_max()); }
+  uint32_t table_max() const { return table_.back(); }
+  const std::vector<uint32_t>& table() const { return table_; }
+
+ private:
+  std::vector<uint32_t> table_;
+  std::vector<int32_t> start_;  // per bucket: upper_bound of its first value
+  int shift_ = 0;
+};
 // Linear decay from alpha at progress 0 to min_alpha at progress 1 (fraction of
 // all epochs' words), never below min_alpha.
 double learning_rate(double alpha, double min_alpha, double progress);
@@ -82,11 +143,16 @@ class Word2Vec {
  public:
   explicit Word2Vec(Word2VecOptions options);
 
-  // Builds the vocabulary and initialises the tables (does not train).
-  void build(const Sentences& sentences);
-  // Trains all epochs on the sentences given to build (re-passed here so the
-  // caller owns them). on_progress is called from the calling thread about
-  // ten times a second; record (single thread only) receives every SGD step.
+  // Builds the vocabulary, keeps the corpus as vocabulary ids (the caller
+  // may drop it afterwards) and initialises the tables (does not train).
+  void build(const TokenCorpus& corpus);
+  void build(const Sentences& sentences) { build(TokenCorpus(sentences)); }
+  // Trains all epochs on the corpus given to build. on_progress is called
+  // from the calling thread about ten times a second; record (single thread
+  // only) receives every SGD step. ValueError before build.
+  void train(const std::function<void(const TrainProgress&)>& on_progress = {},
+             std::vector<SgnsStep>* record = nullptr);
+  // Builds from the sentences first unless build was called.
   void train(const Sentences& sentences, const std::function<void(const TrainProgress&)>& on_progress = {},
              std::vector<SgnsStep>* record = nullptr);
 
@@ -104,9 +170,12 @@ class Word2Vec {
   Vocab vocab_;
   std::shared_ptr<SkipGram> model_;
   std::vector<uint32_t> keep_threshold_;  // keep a word when rng32 < threshold (2^32 = always)
-  std::vector<uint32_t> cum_table_;
-  std::vector<std::vector<int32_t>> ids_;  // sentences as ids, OOV dropped
-  std::vector<int64_t> raw_len_;           // raw tokens per sentence
+  UnigramSampler sampler_;
+  // Sentence s (split at 10,000 words as gensim) is ids_[begin_[s], begin_[s + 1]),
+  // its vocabulary ids with OOV words dropped; raw_len_[s] counts them too.
+  std::vector<int32_t> ids_;
+  std::vector<int64_t> begin_;
+  std::vector<int32_t> raw_len_;
   int64_t raw_words_ = 0;
   std::atomic<int64_t> words_done_{0};
   double train_seconds_ = 0;

@@ -171,6 +171,23 @@ BOOST_AUTO_TEST_CASE(outputs_of_recomputable_ops_are_saved_by_reference) {
   }
 }
 
+// Tape::backward hands each node its gradient, and a unary op's backward
+// writes into it when nothing else holds it: the allocations of a backward
+// pass through a chain of unary ops do not grow with the chain's length.
+BOOST_AUTO_TEST_CASE(unary_backward_reuses_the_gradient_buffer) {
+  auto backward_allocations = [](int chain) {
+    Tensor x = samples::uniform({64, 64}, 21).detach().requires_grad_();
+    Tensor y = x;
+    for (int i = 0; i < chain; ++i) y = i % 2 ? tanh(y) : gelu(y);
+    Tensor loss = sum(y);
+    y = Tensor();
+    const uint64_t before = allocator_stats().allocations;
+    loss.backward();
+    return allocator_stats().allocations - before;
+  };
+  BOOST_TEST(backward_allocations(6) == backward_allocations(1));
+}
+
 BOOST_AUTO_TEST_CASE(second_backward_without_retain_graph_is_an_error) {
   Tensor x = leaf({1.0, 2.0});
   Tensor y = sum(mul(x, x));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 
 #include "autograd/autograd.h"
 #include "models/skip_gram.h"
@@ -82,14 +83,81 @@ BOOST_AUTO_TEST_CASE(initialisation_as_word2vec) {
   for (float x : u) BOOST_CHECK_EQUAL(x, 0.0f);
 }
 
+BOOST_AUTO_TEST_CASE(token_corpus_holds_ids_counts_and_offsets) {
+  Sentences s = tiny_corpus();
+  s.insert(s.begin() + 2, std::vector<std::string>{});  // an empty sentence is dropped
+  TokenCorpus c(s);
+  BOOST_CHECK_EQUAL(c.sentences(), 5);
+  BOOST_CHECK_EQUAL(c.tokens(), 6 + 6 + 9 + 5 + 1);
+  BOOST_CHECK_EQUAL(c.distinct(), 12);
+  const std::vector<int64_t> offsets = {0, 6, 12, 21, 26, 27};
+  BOOST_CHECK_EQUAL_COLLECTIONS(c.offsets().begin(), c.offsets().end(), offsets.begin(), offsets.end());
+  // Ids in order of first appearance: the cat sat on mat dog log ...
+  const std::vector<int32_t> first = {0, 1, 2, 3, 0, 4};
+  BOOST_CHECK_EQUAL_COLLECTIONS(c.token_ids().begin(), c.token_ids().begin() + 6, first.begin(), first.end());
+  BOOST_CHECK_EQUAL(c.word(5), "dog");
+  BOOST_CHECK_EQUAL(c.count(c.id("the")), 7);
+  BOOST_CHECK_EQUAL(c.count(c.id("cat")), 3);
+  BOOST_CHECK_EQUAL(c.id("zebra"), -1);
+  // Every sentence reads back word for word.
+  for (size_t i = 0, k = 0; i < s.size(); ++i) {
+    if (s[i].empty()) continue;
+    std::vector<std::string> back;
+    for (int64_t t = c.offsets()[k]; t < c.offsets()[k + 1]; ++t) back.push_back(c.word(c.token_ids()[t]));
+    BOOST_CHECK(back == s[i]);
+    ++k;
+  }
+  // Streaming: words given as views of a line, not strings.
+  TokenCorpus streamed;
+  const std::string line = "b a b";
+  for (size_t i = 0; i < line.size(); i += 2) streamed.add(std::string_view(line).substr(i, 1));
+  streamed.end_sentence();
+  streamed.end_sentence();
+  BOOST_CHECK_EQUAL(streamed.sentences(), 1);
+  BOOST_CHECK_EQUAL(streamed.count(streamed.id("b")), 2);
+  BOOST_CHECK_EQUAL(streamed.id("b"), 0);
+}
+
 BOOST_AUTO_TEST_CASE(vocabulary_sorted_by_count_then_word) {
-  Vocab v = build_vocab(tiny_corpus(), 2);
-  std::vector<std::string> expect = {"the", "cat", "dog", "on", "a", "mat", "sat"};
-  BOOST_CHECK_EQUAL_COLLECTIONS(v.words.begin(), v.words.end(), expect.begin(), expect.end());
-  BOOST_CHECK_EQUAL(v.counts[0], 7);
-  BOOST_CHECK_EQUAL(v.total, 7 + 3 + 3 + 3 + 2 + 2 + 2);
-  BOOST_CHECK_EQUAL(v.id("rare"), -1);
-  BOOST_CHECK_EQUAL(build_vocab(tiny_corpus(), 1, 3).size(), 3);
+  const std::vector<std::string> expect = {"the", "cat", "dog", "on", "a", "mat", "sat"};
+  const std::vector<int64_t> counts = {7, 3, 3, 3, 2, 2, 2};
+  for (const Vocab& v : {build_vocab(tiny_corpus(), 2), build_vocab(TokenCorpus(tiny_corpus()), 2)}) {
+    BOOST_CHECK_EQUAL_COLLECTIONS(v.words.begin(), v.words.end(), expect.begin(), expect.end());
+    BOOST_CHECK_EQUAL_COLLECTIONS(v.counts.begin(), v.counts.end(), counts.begin(), counts.end());
+    BOOST_CHECK_EQUAL(v.total, 7 + 3 + 3 + 3 + 2 + 2 + 2);
+    BOOST_CHECK_EQUAL(v.id("rare"), -1);
+    BOOST_CHECK_EQUAL(v.id("dog"), 2);
+  }
+  Vocab top = build_vocab(TokenCorpus(tiny_corpus()), 1, 3);
+  BOOST_CHECK((top.words == std::vector<std::string>{"the", "cat", "dog"}));
+  BOOST_CHECK_EQUAL(top.total, 13);
+}
+
+BOOST_AUTO_TEST_CASE(unigram_sampler_equals_upper_bound) {
+  // A Zipf-like vocabulary as Brown's (15k words, a long tail at min_count),
+  // a tiny one, and one word.
+  std::vector<int64_t> zipf;
+  for (int64_t i = 0; i < 15000; ++i) zipf.push_back(std::max<int64_t>(5, 60000 / (i + 1)));
+  std::mt19937 gen(5);
+  for (const auto& counts : {zipf, std::vector<int64_t>{16, 4, 1}, std::vector<int64_t>{7}}) {
+    const std::vector<uint32_t> table = unigram_table(counts);
+    UnigramSampler sampler(table);
+    const uint32_t max = table.back();
+    BOOST_CHECK_EQUAL(sampler.table_max(), max);
+    std::vector<uint32_t> rs = {0, 1, max - 2, max - 1};
+    for (uint32_t t : table)  // both sides of every boundary
+      for (uint32_t r : {t - 1, t, t + 1})
+        if (r < max) rs.push_back(r);
+    std::uniform_int_distribution<uint32_t> uniform(0, max - 1);
+    for (int i = 0; i < 200000; ++i) rs.push_back(uniform(gen));
+    int64_t wrong = 0;
+    for (uint32_t r : rs)
+      wrong += sampler.index(r) != std::upper_bound(table.begin(), table.end(), r) - table.begin();
+    BOOST_CHECK_EQUAL(wrong, 0);
+    for (uint32_t bits : {0u, 12345u, max, UINT32_MAX}) BOOST_CHECK_EQUAL(sampler.draw(bits), sampler.index(bits % max));
+  }
+  BOOST_CHECK_THROW(UnigramSampler(std::vector<uint32_t>{}), ValueError);
+  BOOST_CHECK_THROW(UnigramSampler(std::vector<uint32_t>{0, 0}), ValueError);
 }
 
 BOOST_AUTO_TEST_CASE(subsampling_unigram_table_and_schedule_match_formulas) {
@@ -152,19 +220,39 @@ BOOST_AUTO_TEST_CASE(fast_sparse_path_equals_autograd_sgd) {
   again.build(corpus);
   again.train(corpus);
   BOOST_CHECK(again.model().center.to_vector<float>() == a);
+  // Built from a TokenCorpus, the same training.
+  Word2Vec compact(o);
+  compact.build(TokenCorpus(corpus));
+  compact.train();
+  BOOST_CHECK(compact.model().center.to_vector<float>() == a);
+  BOOST_CHECK_EQUAL(compact.raw_words(), w2v.raw_words());
+  BOOST_CHECK_THROW(Word2Vec(o).train(), ValueError);
   BOOST_CHECK_THROW(Word2Vec(Word2VecOptions{.threads = 2}).train(corpus, {}, &steps), ValueError);
 }
 
 BOOST_AUTO_TEST_CASE(multithreaded_training_runs) {
   Sentences corpus;
   for (int i = 0; i < 200; ++i) corpus.push_back(tiny_corpus()[i % 4]);
-  Word2Vec w2v(Word2VecOptions{.dim = 16, .min_count = 1, .epochs = 3, .threads = 2});
+  // Trailing sentences with no vocabulary word still count as trained, and a
+  // sentence over 10,000 words is split (as gensim) without losing any.
+  corpus.push_back({"once"});
+  corpus.push_back(std::vector<std::string>(25001, "cat"));
+  corpus.push_back({"twice"});
+  Word2Vec w2v(Word2VecOptions{.dim = 16, .window = 2, .min_count = 2, .epochs = 3, .threads = 2});
   int calls = 0;
-  w2v.train(corpus, [&](const TrainProgress& p) { ++calls; BOOST_CHECK(p.words_done <= p.words_total); });
+  TrainProgress last;
+  w2v.train(corpus, [&](const TrainProgress& p) {
+    ++calls;
+    BOOST_CHECK(p.words_done <= p.words_total);
+    last = p;
+  });
   BOOST_CHECK(calls >= 1);
-  BOOST_CHECK_EQUAL(w2v.raw_words(), 50 * (6 + 6 + 9 + 5));
+  BOOST_CHECK_EQUAL(w2v.raw_words(), 50 * (6 + 6 + 9 + 5) + 25003);
+  BOOST_CHECK_EQUAL(last.words_done, 3 * w2v.raw_words());
+  BOOST_CHECK_EQUAL(last.words_total, 3 * w2v.raw_words());
   for (float x : w2v.model().center.to_vector<float>()) BOOST_CHECK(std::isfinite(x));
   BOOST_CHECK_THROW(Word2Vec(Word2VecOptions{.min_count = 9}).build(tiny_corpus()), ValueError);
+  BOOST_CHECK_THROW(Word2Vec(Word2VecOptions{.min_count = 9}).build(TokenCorpus()), ValueError);
   BOOST_CHECK_THROW(Word2Vec(Word2VecOptions{.dim = 0}), ValueError);
 }
 

@@ -45,9 +45,14 @@ Tensor unary(const char* op, const Tensor& x, F f) {
 }
 
 // grad_in = f(grad_out, s) elementwise, s saved by forward (same shape).
+// Written into grad_out's memory when nothing else holds it (Tape::backward
+// hands each node's gradient over), so a chain of unary ops backpropagates
+// through one buffer instead of allocating one per op.
 template <class F>
 Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
-  Tensor out = empty(g.shape(), g.dtype());
+  const bool only_reference = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                              g.shape() == s.shape();
+  Tensor out = only_reference ? g : empty(g.shape(), g.dtype());
   TG_DISPATCH_FLOAT(g.dtype(), "backward", [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, g, s, f); });
   return out;
 }

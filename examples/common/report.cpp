@@ -1,5 +1,6 @@
 #include "examples/common/report.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,6 +96,15 @@ std::string plot_lines(const std::string& png, const std::string& title, const s
   }
   std::remove((stem + ".gnuplot.log").c_str());
   return {};
+}
+
+double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmHWM:")) return std::stod(line.substr(6)) / 1024.0;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
 }  // namespace tg::examples

@@ -25,6 +25,11 @@ struct Series {
 std::string plot_lines(const std::string& png_path, const std::string& title, const std::string& xlabel,
                        const std::string& ylabel, const std::vector<Series>& series, bool logx = false);
 
+// This process's peak resident memory in MiB (VmHWM). Not getrusage's
+// ru_maxrss: Linux carries the spawning process's peak across fork + exec,
+// so a benchmark script holding a corpus would inflate it.
+double peak_rss_mib();
+
 // Writes text to path atomically (temporary file + rename); throws
 // std::runtime_error naming the path on failure.
 void write_file(const std::string& path, const std::string& text);
