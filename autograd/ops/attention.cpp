@@ -76,11 +76,13 @@ void for_each_head(const AttentionDims& a, F&& body) {
     body(int64_t{0}, heads);
     return;
   }
+  // OpenBLAS (0.3.21) threads a GEMM from 2^18 = 65536 * 4 multiply-adds on.
+  const bool blas_would_thread = a.Tq * a.Tk * std::max(a.D, a.Dv) >= (int64_t{1} << 18);
   struct OneBlasThread {
     int restore;
     explicit OneBlasThread(int n) : restore(n) { if (n > 1) blas_set_num_threads(1); }
     ~OneBlasThread() { if (restore > 1) blas_set_num_threads(restore); }
-  } one(threads);
+  } one(blas_would_thread ? threads : 1);
   parallel_for(heads, a.grain(), body);
 }
 
