@@ -40,6 +40,10 @@ thread_local int t_depth = 0;
 // run on the pool's workers, so a scope counts the growth of this total while
 // it is open (the profiler assumes one thread drives the ops, as training does).
 std::atomic<uint64_t> g_flops{0};
+// Time and work of the recompute scopes run on this thread so far: the
+// enclosing op's scope subtracts what grew while it was open.
+thread_local double t_recompute_seconds = 0;
+thread_local uint64_t t_recompute_flops = 0;
 
 }  // namespace
 
@@ -51,21 +55,32 @@ void profiler_reset() {
 }
 void profiler_add_flops(double flops) { g_flops.fetch_add(static_cast<uint64_t>(flops), std::memory_order_relaxed); }
 
-void ProfileScope::start(std::string_view op, bool backward) {
-  if (t_depth > 0) return;  // nested in a timed op: counted in the outer one
+void ProfileScope::start(std::string_view op, ProfilePhase phase) {
+  // Nested in a timed op: counted in the outer one, unless it is a recompute.
+  if (t_depth > 0 && phase != ProfilePhase::recompute) return;
   ++t_depth;
   active_ = true;
   op_ = op;
-  backward_ = backward;
+  phase_ = phase;
   flops0_ = g_flops.load(std::memory_order_relaxed);
+  excluded0_ = t_recompute_seconds;
+  excluded_flops0_ = t_recompute_flops;
   t0_ = std::chrono::steady_clock::now();
 }
 
 void ProfileScope::stop() {
-  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  const double flops = static_cast<double>(g_flops.load(std::memory_order_relaxed) - flops0_);
+  const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  const uint64_t total_flops = g_flops.load(std::memory_order_relaxed) - flops0_;
+  const double dt = total_seconds - (t_recompute_seconds - excluded0_);
+  const double flops = static_cast<double>(total_flops - (t_recompute_flops - excluded_flops0_));
   --t_depth;
-  std::string key = backward_ ? fmt::format("{} (backward)", op_) : std::string(op_);
+  if (phase_ == ProfilePhase::recompute) {
+    // Everything it took, nested recomputes included, leaves the enclosing op.
+    t_recompute_seconds = excluded0_ + total_seconds;
+    t_recompute_flops = excluded_flops0_ + total_flops;
+  }
+  const char* suffix = phase_ == ProfilePhase::backward ? " (backward)" : phase_ == ProfilePhase::recompute ? " (recompute)" : "";
+  std::string key = fmt::format("{}{}", op_, suffix);
   std::lock_guard lock(state().mu);
   Entry& e = state().entries[key];
   e.calls++;

@@ -29,10 +29,17 @@ void profiler_add_flops(double flops);
 // square n x n x n products after a warm-up (what MFU is measured against).
 double measure_sgemm_peak_gflops(int64_t n = 1024);
 
+// forward: "op"; backward: "op (backward)"; recompute: "op (recompute)",
+// an output rebuilt for another op's backward (Node::saved_tensor). A
+// recompute is timed as its own row even inside another op's scope, and that
+// op's time and work exclude it, so a GEMM op's GFLOP/s is not diluted by
+// the pointwise work of rebuilding its input.
+enum class ProfilePhase { forward, backward, recompute };
+
 class ProfileScope {
  public:
-  ProfileScope(std::string_view op, bool backward = false) {
-    if (profiler_enabled()) start(op, backward);
+  ProfileScope(std::string_view op, ProfilePhase phase = ProfilePhase::forward) {
+    if (profiler_enabled()) start(op, phase);
   }
   ~ProfileScope() {
     if (active_) stop();
@@ -41,13 +48,15 @@ class ProfileScope {
   ProfileScope& operator=(const ProfileScope&) = delete;
 
  private:
-  void start(std::string_view op, bool backward);
+  void start(std::string_view op, ProfilePhase phase);
   void stop();
   bool active_ = false;
   std::string_view op_;
-  bool backward_ = false;
+  ProfilePhase phase_ = ProfilePhase::forward;
   std::chrono::steady_clock::time_point t0_;
-  uint64_t flops0_ = 0;  // the GEMM work counter when the scope opened
+  uint64_t flops0_ = 0;      // the GEMM work counter when the scope opened
+  double excluded0_ = 0;     // the thread's recompute seconds when it opened
+  uint64_t excluded_flops0_ = 0;
 };
 
 }  // namespace tg

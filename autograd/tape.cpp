@@ -55,6 +55,7 @@ const Tensor& Node::saved_tensor(size_t k) const {
     if (!s.tensor.defined()) {
       const Node& p = tape().node(static_cast<size_t>(s.producer));
       NoGradGuard no_grad;
+      ProfileScope prof(p.op->name, ProfilePhase::recompute);
       s.tensor = p.op->recompute(p);
     }
     return s.tensor;
@@ -153,7 +154,7 @@ void Tape::backward(const Tensor& root, const Tensor& grad_in, bool retain_graph
       if (!n.grad.defined()) continue;
       grads.assign(n.edges.size(), Tensor());
       {
-        ProfileScope prof(n.op->name, /*backward=*/true);
+        ProfileScope prof(n.op->name, ProfilePhase::backward);
         // The node's gradient is handed over, not shared: a backward that
         // holds the only reference may write its result into it (fused_grad).
         const Tensor g = std::move(n.grad);

@@ -458,6 +458,18 @@ BOOST_AUTO_TEST_CASE(profiler_counts_forward_and_backward_calls) {
   BOOST_TEST(calls("mul") == 3);
   BOOST_TEST(calls("tanh (backward)") == 3);
   BOOST_TEST(profiler_totals().seconds > 0.0);
+  // linear saves gelu's output by reference: its backward rebuilds it, and
+  // that is reported as "gelu (recompute)", once per backward, not as linear's.
+  profiler_reset();
+  profiler_enable(true);
+  Tensor w = ones({4, 3}, DType::f64).requires_grad_();
+  for (int i = 0; i < 2; ++i) sum(linear(gelu(x), w)).backward();
+  profiler_enable(false);
+  report = profiler_report();
+  BOOST_TEST(calls("gelu (recompute)") == 2);
+  BOOST_TEST(calls("linear (backward)") == 2);
+  BOOST_TEST(calls("gelu") == 2);
+  BOOST_TEST(profiler_totals().flops == 2 * (2.0 * 4 * 3 + 2 * 2.0 * 4 * 3));  // forward + two backward GEMMs
   profiler_reset();
   BOOST_TEST(profiler_totals().seconds == 0.0);
   tape().clear();
