@@ -14,7 +14,6 @@
 #include <regex>
 #include <string_view>
 
-
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
