@@ -33,8 +33,11 @@ void Node::save(const Tensor& t) {
   if (t.defined()) {
     const TensorImpl* impl = t.impl();
     Tape& tp = tape();
+    // Only while t still holds what its producer wrote: after an in-place
+    // write (even one not recorded, under no_grad) a rebuild would differ.
     if (impl->node >= 0 && impl->epoch == tp.epoch() && static_cast<size_t>(impl->node) < tp.size() &&
-        tp.node(impl->node).op->recompute && &tp.node(impl->node) != this) {
+        tp.node(impl->node).op->recompute && &tp.node(impl->node) != this &&
+        t.version() == tp.node(impl->node).out_version) {
       saved.push_back({Tensor(), 0, impl->node});
       return;
     }
@@ -79,6 +82,7 @@ Node& Tape::push(const OpDef& op, std::span<const Tensor* const> inputs, Tensor&
   n.shape_attr = Shape();
   n.out_shape = out.shape();
   n.out_dtype = out.dtype();
+  n.out_version = out.version();
   n.grad = Tensor();
   for (const Tensor* in : inputs) {
     Edge& e = n.edges.emplace_back();

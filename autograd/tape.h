@@ -45,6 +45,7 @@ struct Node {
   Shape shape_attr;                   // e.g. the axes of a reduction, a permutation
   Shape out_shape;
   DType out_dtype = DType::f32;
+  uint64_t out_version = 0;           // the output's storage version when recorded
   Tensor grad;                        // gradient flowing into this node's output
 
   bool needs(size_t input) const { return edges[input].needs_grad; }

@@ -174,6 +174,24 @@ BOOST_AUTO_TEST_CASE(outputs_of_recomputable_ops_are_saved_by_reference) {
 // Tape::backward hands each node its gradient, and a unary op's backward
 // writes into it when nothing else holds it: the allocations of a backward
 // pass through a chain of unary ops do not grow with the chain's length.
+// An output written in place after its op ran (here without recording) no
+// longer equals what a rebuild would give: it is saved as a tensor.
+BOOST_AUTO_TEST_CASE(an_output_written_in_place_is_saved_as_a_tensor) {
+  Tensor x = tensor({0.5, -1.0, 2.0}).requires_grad_();
+  Tensor y = gelu(x);
+  {
+    NoGradGuard no_grad;
+    y.add_(tensor({1.0, 1.0, 1.0}));
+  }
+  std::vector<double> yv = y.to_vector<double>();
+  sum(mul(y, y)).backward();  // d/dx sum(y^2) = 2 y gelu'(x), with y as written
+  Tensor x2 = tensor({0.5, -1.0, 2.0}).requires_grad_();
+  sum(gelu(x2)).backward();  // gelu'(x)
+  std::vector<double> expected = grad_of(x2);
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] *= 2 * yv[i];
+  BOOST_TEST(grad_of(x) == expected, boost::test_tools::tolerance(1e-14) << boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(unary_backward_reuses_the_gradient_buffer) {
   auto backward_allocations = [](int chain) {
     Tensor x = samples::uniform({64, 64}, 21).detach().requires_grad_();
