@@ -200,8 +200,8 @@ inline void sgns_update(float* __restrict v, float* __restrict ctx, int64_t dim_
   bool distinct = true;
   for (int64_t a = 1; a < n; ++a)
     for (int64_t b = a + 1; b < n; ++b) distinct = distinct && rows[a] != rows[b];
+  for (int64_t c = 0; c < dim; ++c) grad[c] = 0;
   if (distinct) {  // the usual case: one pass per row
-    for (int64_t c = 0; c < dim; ++c) grad[c] = 0;
     for (int64_t d = 0; d < n; ++d) {
       float* u = ctx + static_cast<int64_t>(rows[d]) * dim;
       const float g = coef[d];
@@ -212,7 +212,6 @@ inline void sgns_update(float* __restrict v, float* __restrict ctx, int64_t dim_
       }
     }
   } else {  // a repeated negative: the input's gradient reads every row before any is updated
-    for (int64_t c = 0; c < dim; ++c) grad[c] = 0;
     for (int64_t d = 0; d < n; ++d) {
       const float* u = ctx + static_cast<int64_t>(rows[d]) * dim;
       for (int64_t c = 0; c < dim; ++c) grad[c] += coef[d] * u[c];
@@ -297,7 +296,7 @@ void Word2Vec::train(const std::function<void(const TrainProgress&)>& on_progres
   // Each thread takes a contiguous slice of sentences holding about the same
   // number of in-vocabulary words, with its own RNG stream.
   const int64_t threads = options_.threads;
-  std::vector<size_t> split(threads + 1, ids_.size() ? begin_.size() - 1 : 0);
+  std::vector<size_t> split(threads + 1, begin_.size() - 1);
   for (int64_t t = 0; t < threads; ++t)
     split[t] = static_cast<size_t>(
         std::lower_bound(begin_.begin(), begin_.end(), static_cast<int64_t>(ids_.size()) * t / threads) -
