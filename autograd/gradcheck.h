@@ -1,5 +1,5 @@
 #pragma once
-// gradcheck: compares the tape's gradients of any function of tensors with
+// gradcheck: compares the autograd gradients of any function of tensors with
 // central finite differences, in float64.
 //
 //   auto report = tg::gradcheck([](const std::vector<Tensor>& x) { return my_op(x[0], x[1]); },
@@ -57,5 +57,13 @@ struct GradcheckError : std::runtime_error {
 
 using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
 GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
+
+// gradgradcheck: gradcheck of the backward. The function (inputs, u) ->
+// gradients of fn(inputs) . u, computed with create_graph, is compared with
+// finite differences, so the second derivatives (and the first ones, with
+// respect to u) are checked; u is random (options.seed). Reports like
+// gradcheck, with one more input, "grad_output".
+GradcheckReport gradgradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
+                              const GradcheckOptions& options = {});
 
 }  // namespace tg

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace tg {
 
 // One anchor per op family: calling it forces the linker to keep that family's
@@ -23,11 +25,17 @@ std::vector<const OpDef*>& registry() {
 }  // namespace
 
 OpDef::OpDef(std::string_view name_, int arity_, std::string_view signature_, std::string_view saves_,
-             BackwardFn backward_, SampleFn samples_, RecomputeFn recompute_)
+             BackwardFn backward_, SampleFn samples_, RecomputeFn recompute_, bool once_differentiable_)
     : name(name_), arity(arity_), signature(signature_), saves(saves_), backward(backward_), samples(samples_),
-      recompute(recompute_) {
+      recompute(recompute_), once_differentiable(once_differentiable_) {
+  for (const OpDef* op : registry())
+    if (op->name == name)
+      throw ValueError(fmt::format("OpDef: an op named '{}' is already registered ({}); op names must be unique",
+                                   name, op->signature));
   registry().push_back(this);
 }
+
+OpDef::~OpDef() { std::erase(registry(), this); }
 
 std::vector<const OpDef*> op_table() {
   link_elementwise_ops();

@@ -14,8 +14,11 @@
 
 namespace tg {
 
-// Fills grad_in[k] (shape of input k) for every input with node.needs(k).
-// Runs in no-grad mode; grad_out has the node's output shape.
+// Fills grad_in[k] (shape of input k) for every input with node.needs(k);
+// grad_out has the node's output shape. Runs with grad mode set to the
+// pass's create_graph: written with tensor ops, a backward is then recorded
+// and can itself be differentiated (double backward). A fused kernel is
+// fine on the plain path; under grad_enabled() take a differentiable form.
 using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in);
 // Rebuilds the op's output, bit for bit, from what its node saved. An op with
 // a cheap one (layer_norm, gelu) lets a later op that saves this output keep a
@@ -39,9 +42,15 @@ struct OpDef {
   BackwardFn backward;
   SampleFn samples;
   RecomputeFn recompute;       // null: the output cannot be rebuilt
+  // True for an op whose backward is raw kernels only: create_graph through
+  // it is an AutogradError naming the op (PyTorch's once_differentiable).
+  // Every op of the library's table is differentiable twice.
+  bool once_differentiable;
 
+  // Registers the op; a name already registered is a ValueError.
   OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
-        BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr);
+        BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false);
+  ~OpDef();  // unregisters
   OpDef(const OpDef&) = delete;
   OpDef& operator=(const OpDef&) = delete;
 };

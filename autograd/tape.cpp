@@ -1,5 +1,8 @@
 #include "autograd/tape.h"
 
+#include <algorithm>
+#include <deque>
+
 #include <fmt/format.h>
 
 #include "autograd/op.h"
@@ -10,232 +13,437 @@ namespace tg {
 namespace {
 
 thread_local bool t_grad_enabled = true;
+std::atomic<uint64_t> g_next_seq{1};
+std::atomic<uint64_t> g_next_pass{1};
+std::atomic<int64_t> g_live_nodes{0};
+
+// ---------------------------------------------------------------- node memory
+// Freed nodes keep their vectors' capacity on a per-thread free list, so a
+// steady-state step records without allocating. Freeing is a worklist, not
+// recursion: dropping a node's edges may free its inputs' nodes, which are
+// queued here instead of being freed inside the destructor that dropped them.
+struct NodePool {
+  std::vector<Node*> free;
+  std::vector<Node*> dying;
+  bool draining = false;
+  ~NodePool();
+};
+thread_local bool t_pool_gone = false;  // trivially destructible: valid after ~NodePool
+thread_local NodePool t_pool;
+constexpr size_t kMaxFreeNodes = 1 << 14;
+
+NodePool::~NodePool() {
+  for (Node* n : free) delete n;
+  free.clear();
+  t_pool_gone = true;
+}
+
+void reset(Node& n) {
+  n.edges.clear();  // may queue the inputs' nodes
+  n.saved.clear();
+  n.hooks.clear();
+  n.retains.reset();
+  n.grad = Tensor();
+  n.released = false;
+  n.run = false;
+  n.capture = -1;
+  n.pass = 0;
+}
+
+void free_node(Node* n) {
+  if (t_pool_gone) {  // thread teardown only: plain (recursive) delete
+    g_live_nodes.fetch_sub(1, std::memory_order_relaxed);
+    delete n;
+    return;
+  }
+  NodePool& pool = t_pool;
+  pool.dying.push_back(n);
+  if (pool.draining) return;
+  pool.draining = true;
+  while (!pool.dying.empty()) {
+    Node* d = pool.dying.back();
+    pool.dying.pop_back();
+    reset(*d);  // releases d's references; freed ones land on pool.dying
+    g_live_nodes.fetch_sub(1, std::memory_order_relaxed);
+    if (pool.free.size() < kMaxFreeNodes)
+      pool.free.push_back(d);
+    else
+      delete d;
+  }
+  pool.draining = false;
+}
+
+Node* new_node() {
+  g_live_nodes.fetch_add(1, std::memory_order_relaxed);
+  if (!t_pool_gone && !t_pool.free.empty()) {
+    Node* n = t_pool.free.back();
+    t_pool.free.pop_back();
+    return n;
+  }
+  return new Node();
+}
+
+// A tensor sharing t's data whose producer is `node`: how a saved output (or
+// a rebuilt one) rejoins the graph when a backward is itself recorded.
+Tensor attached(const Tensor& t, Node* node) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->offset = t.offset();
+  impl->dtype = t.dtype();
+  impl->requires_grad = true;
+  impl->grad_fn = NodeRef(node);
+  return Tensor(std::move(impl));
+}
+
+Tensor run_hooks(std::vector<HookEntry>& hooks, Tensor g, const char* where) {
+  for (HookEntry& h : hooks) {
+    if (!*h.active) continue;
+    Tensor r = h.fn(g);
+    if (!r.defined()) continue;
+    if (!(r.shape() == g.shape()) || r.dtype() != g.dtype())
+      throw AutogradError(fmt::format("hook on {}: returned a gradient of shape {} {} for one of shape {} {}", where,
+                                      r.shape(), dtype_name(r.dtype()), g.shape(), dtype_name(g.dtype())));
+    g = std::move(r);
+  }
+  return g;
+}
 
 // Adds g into a gradient slot. A leaf owns its .grad and accumulates in place
 // (PyTorch semantics); a node's slot may alias a tensor another node also
-// received, so it is only written in place when nothing else holds it.
+// received, so it is only written in place when nothing else holds it. When
+// the backward is recorded (create_graph) the sum is a recorded op instead.
 void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
   if (!slot.defined()) {
     bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous();
-    slot = (leaf && !exclusive) ? g.clone() : g;
+    slot = (leaf && !exclusive && !grad_enabled()) ? g.clone() : g;
+    return;
+  }
+  if (grad_enabled()) {
+    slot = add(slot, g);
     return;
   }
   bool exclusive = slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1;
-  if (leaf || exclusive)
+  if ((leaf && !slot.requires_grad()) || exclusive)
     slot.add_(g);
   else
     slot = add(slot, g);
 }
 
+// Per-thread scratch for the nodes of a pass, one per nesting level (a hook
+// or a recorded backward may run a backward of its own).
+struct Scratch {
+  std::deque<std::vector<Node*>> levels;  // a deque: growing keeps outer levels' references valid
+  size_t depth = 0;
+};
+thread_local Scratch t_scratch;
+struct ScratchLevel {
+  std::vector<Node*>& nodes;
+  ScratchLevel() : nodes(level()) { nodes.clear(); }
+  ~ScratchLevel() {
+    nodes.clear();
+    --t_scratch.depth;
+  }
+  static std::vector<Node*>& level() {
+    if (t_scratch.levels.size() <= t_scratch.depth) t_scratch.levels.resize(t_scratch.depth + 1);
+    return t_scratch.levels[t_scratch.depth++];
+  }
+};
+
+std::string describe_node(const Node& n) {
+  return fmt::format("'{}' (output {} {})", n.op->name, n.out_shape, dtype_name(n.out_dtype));
+}
+
+// The reverse pass shared by backward() and grad(). With `inputs` given,
+// their gradients are returned and no .grad is touched.
+std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads,
+                                 const std::vector<Tensor>* inputs, const GradOptions& options, const char* api) {
+  if (roots.empty()) throw AutogradError(fmt::format("{}: no outputs given", api));
+  if (!root_grads.empty() && root_grads.size() != roots.size())
+    throw AutogradError(fmt::format("{}: {} outputs but {} output gradients", api, roots.size(), root_grads.size()));
+  const bool retain = options.retain_graph.value_or(options.create_graph);
+  const uint64_t pass = g_next_pass.fetch_add(1, std::memory_order_relaxed);
+
+  // Seed gradients, checked against their outputs.
+  std::vector<Tensor> seeds(roots.size());
+  for (size_t r = 0; r < roots.size(); ++r) {
+    const Tensor& root = roots[r];
+    if (!root.defined()) throw AutogradError(fmt::format("{}: output {} is undefined", api, r));
+    if (!root.requires_grad())
+      throw AutogradError(fmt::format(
+          "{}: output {} (shape {}) does not require grad (no input has requires_grad, or it was computed under "
+          "no_grad)",
+          api, r, root.shape()));
+    Tensor g = root_grads.empty() ? Tensor() : root_grads[r];
+    if (!g.defined()) {
+      if (root.numel() != 1)
+        throw AutogradError(fmt::format(
+            "{}: output {} of shape {} is not a scalar; pass a gradient of that shape", api, r, root.shape()));
+      g = ones(root.shape(), root.dtype());
+    } else if (!(g.shape() == root.shape())) {
+      throw ShapeError(fmt::format("{}: gradient of shape {} for output {} of shape {}", api, g.shape(), r,
+                                   root.shape()));
+    } else if (g.dtype() != root.dtype()) {
+      throw DTypeError(fmt::format("{}: gradient is {} for output {} of {}", api, dtype_name(g.dtype()), r,
+                                   dtype_name(root.dtype())));
+    }
+    seeds[r] = std::move(g);
+  }
+
+  std::vector<Tensor> results;
+  if (inputs) {
+    results.resize(inputs->size());
+    for (size_t k = 0; k < inputs->size(); ++k) {
+      const Tensor& x = (*inputs)[k];
+      if (!x.defined() || !x.requires_grad())
+        throw AutogradError(fmt::format("{}: input {} does not require grad", api, k));
+    }
+  }
+
+  ScratchLevel level;
+  std::vector<Node*>& order = level.nodes;
+  // Collect every node the roots reach (iterative: no recursion), count each
+  // leaf's incoming edges (for the post-accumulate hooks).
+  for (const Tensor& root : roots) {
+    Node* n = root.impl()->grad_fn.get();
+    if (n && n->pass != pass) {
+      n->pass = pass;
+      n->grad = Tensor();
+      n->run = !inputs;
+      n->capture = -1;
+      order.push_back(n);
+    }
+  }
+  for (size_t k = 0; k < order.size(); ++k) {
+    for (Edge& e : order[k]->edges) {
+      if (!e.needs_grad) continue;
+      if (Node* p = e.node.get()) {
+        if (p->pass != pass) {
+          p->pass = pass;
+          p->grad = Tensor();
+          p->run = !inputs;
+          p->capture = -1;
+          order.push_back(p);
+        }
+      } else if (TensorImpl* leaf = e.leaf.get()) {
+        if (leaf->pass != pass) {
+          leaf->pass = pass;
+          leaf->pending = 0;
+          leaf->capture = -1;
+        }
+        ++leaf->pending;
+      }
+    }
+  }
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) { return a->seq < b->seq; });
+
+  if (inputs) {
+    // Mark what the inputs need: a node runs when one of its edges leads to an
+    // input. Oldest first, so an edge's producer is decided before its consumer.
+    for (size_t k = 0; k < inputs->size(); ++k) {
+      TensorImpl* x = (*inputs)[k].impl();
+      if (Node* n = x->grad_fn.get()) {
+        if (n->pass == pass) n->capture = static_cast<int32_t>(k);
+      } else {
+        if (x->pass != pass) {
+          x->pass = pass;
+          x->pending = 0;
+        }
+        x->capture = static_cast<int32_t>(k);
+      }
+    }
+    for (Node* n : order)
+      for (const Edge& e : n->edges) {
+        if (!e.needs_grad) continue;
+        if (e.node ? (e.node->capture >= 0 || e.node->run) : (e.leaf && e.leaf->capture >= 0)) n->run = true;
+      }
+  }
+
+  std::optional<NoGradGuard> no_grad;
+  std::optional<EnableGradGuard> with_grad;
+  if (options.create_graph)
+    with_grad.emplace();
+  else
+    no_grad.emplace();
+
+  // Seed the roots (a root that is an input or a leaf gets its seed directly).
+  for (size_t r = 0; r < roots.size(); ++r) {
+    TensorImpl* root = roots[r].impl();
+    if (Node* n = root->grad_fn.get()) {
+      accumulate(n->grad, seeds[r], false);
+    } else if (inputs) {
+      if (root->capture >= 0) accumulate(results[static_cast<size_t>(root->capture)], seeds[r], false);
+    } else {
+      accumulate(root->grad, seeds[r], true);
+    }
+  }
+
+  std::vector<Tensor> grads;
+  for (size_t k = order.size(); k-- > 0;) {
+    Node& n = *order[k];
+    // The node's gradient is handed over, not shared: a backward that holds
+    // the only reference may write its result into it (fused_grad).
+    Tensor g = std::move(n.grad);
+    n.grad = Tensor();
+    const bool deliver = g.defined() && (n.run || n.capture >= 0);
+    if (deliver) {
+      if (!n.hooks.empty()) g = run_hooks(n.hooks, std::move(g), describe_node(n).c_str());
+      if (auto kept = n.retains.lock()) kept->grad = options.create_graph ? g : g.detach();
+      if (n.capture >= 0) results[static_cast<size_t>(n.capture)] = g;
+    }
+    grads.assign(n.edges.size(), Tensor());
+    if (deliver && n.run) {
+      if (n.released)
+        throw AutogradError(fmt::format(
+            "{}: cannot run the backward of {} again: what it saved was freed by an earlier backward() or grad() "
+            "that ran without retain_graph=true (pass retain_graph=true to that call to backpropagate through "
+            "this graph twice)",
+            api, describe_node(n)));
+      if (options.create_graph && n.op->once_differentiable)
+        throw AutogradError(fmt::format(
+            "{}: create_graph through {}: its backward is declared once-differentiable, so its gradient cannot "
+            "be differentiated again",
+            api, describe_node(n)));
+      const bool g_records = g.requires_grad();
+      {
+        ProfileScope prof(n.op->name, ProfilePhase::backward);
+        n.op->backward(n, g, grads);
+      }
+      if (retain)
+        n.drop_recomputed();
+      else if (!n.saved.empty()) {
+        // Never run again: drop what it saved now, so activations are freed as
+        // the reverse pass goes instead of all at the end.
+        n.saved.clear();
+        n.released = true;
+      }
+      for (size_t e = 0; e < n.edges.size(); ++e) {
+        const Edge& edge = n.edges[e];
+        const Tensor& gi = grads[e];
+        if (!edge.needs_grad || !gi.defined()) continue;
+        if (!(gi.shape() == edge.shape) || gi.dtype() != edge.dtype)
+          throw AutogradError(fmt::format(
+              "backward of '{}' returned a gradient of shape {} {} for input {} of shape {} {}", n.op->name,
+              gi.shape(), dtype_name(gi.dtype()), e, edge.shape, dtype_name(edge.dtype)));
+        // A gradient is linear in the incoming one: if that was recorded and
+        // this one is not, the backward ran raw kernels and a second
+        // derivative through it would silently be zero.
+        if (g_records && !gi.requires_grad())
+          throw AutogradError(fmt::format(
+              "{}: create_graph through {}: its backward is not differentiable (gradient {} was computed outside "
+              "the graph); write it with tensor ops, or declare the op once-differentiable",
+              api, describe_node(n), e));
+      }
+    }
+    // Deliver to the inputs; count down each leaf's pending edges even where
+    // no gradient flows, so a post-accumulate hook fires once per pass.
+    for (size_t e = 0; e < n.edges.size(); ++e) {
+      Edge& edge = n.edges[e];
+      if (!edge.needs_grad) continue;
+      Tensor& gi = grads[e];
+      if (Node* p = edge.node.get()) {
+        if (gi.defined() && (p->run || p->capture >= 0)) accumulate(p->grad, gi, false);
+        continue;
+      }
+      TensorImpl* leaf = edge.leaf.get();
+      if (!leaf) continue;
+      if (gi.defined()) {
+        if (leaf->hooks && !leaf->hooks->grad.empty()) gi = run_hooks(leaf->hooks->grad, std::move(gi), "a leaf");
+        if (inputs) {
+          if (leaf->capture >= 0) accumulate(results[static_cast<size_t>(leaf->capture)], gi, false);
+        } else {
+          accumulate(leaf->grad, gi, true);
+        }
+      }
+      if (--leaf->pending == 0 && !inputs && leaf->hooks && !leaf->hooks->post_accumulate.empty()) {
+        Tensor handle(edge.leaf);
+        for (auto& [active, fn] : leaf->hooks->post_accumulate)
+          if (*active) fn(handle);
+      }
+    }
+  }
+  if (inputs) {
+    for (size_t k = 0; k < inputs->size(); ++k) {
+      TensorImpl* x = (*inputs)[k].impl();
+      x->capture = -1;
+      if (Node* n = x->grad_fn.get()) n->capture = -1;
+      if (!results[k].defined() && !options.allow_unused)
+        throw AutogradError(fmt::format(
+            "{}: input {} (shape {}) is not reached from the outputs; pass allow_unused=true to get an undefined "
+            "gradient for it",
+            api, k, x->shape));
+    }
+    for (Node* n : order) n->capture = -1;
+  }
+  return results;
+}
+
 }  // namespace
 
+// ---------------------------------------------------------------- NodeRef
+NodeRef::NodeRef(Node* n) : p_(n) {
+  if (p_) p_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+NodeRef::NodeRef(const NodeRef& o) : p_(o.p_) {
+  if (p_) p_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+NodeRef::~NodeRef() {
+  if (p_ && p_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) free_node(p_);
+}
+
+// ---------------------------------------------------------------- saving
 void Node::save(const Tensor& t) {
   if (t.defined()) {
-    const TensorImpl* impl = t.impl();
-    Tape& tp = tape();
+    Node* producer = t.impl()->grad_fn.get();
+    if (producer == this) {
+      // Our own output: held without grad_fn, or the node would own itself.
+      saved.push_back({t.detach(), t.version(), NodeRef(), true});
+      return;
+    }
     // Only while t still holds what its producer wrote: after an in-place
     // write (even one not recorded, under no_grad) a rebuild would differ.
-    if (impl->node >= 0 && impl->epoch == tp.epoch() && static_cast<size_t>(impl->node) < tp.size() &&
-        tp.node(impl->node).op->recompute && &tp.node(impl->node) != this &&
-        t.version() == tp.node(impl->node).out_version) {
-      saved.push_back({Tensor(), 0, impl->node});
+    if (producer && producer->op->recompute && !producer->released && t.version() == producer->out_version) {
+      saved.push_back({Tensor(), 0, NodeRef(producer), false});
       return;
     }
   }
-  saved.push_back({t, t.defined() ? t.version() : 0, -1});
+  saved.push_back({t, t.defined() ? t.version() : 0, NodeRef(), false});
 }
 
 void Node::drop_recomputed() {
   for (SavedTensor& s : saved)
-    if (s.producer >= 0) s.tensor = Tensor();
+    if (s.producer) s.tensor = Tensor();
 }
 
-const Tensor& Node::saved_tensor(size_t k) const {
-  const SavedTensor& s = saved.at(k);
-  if (s.producer >= 0) {
-    // The producer is earlier on the tape, so its backward (which frees what
-    // it saved) has not run yet. Rebuilt without recording.
+Tensor Node::saved_tensor(size_t k) const {
+  if (k >= saved.size())
+    throw AutogradError(fmt::format("backward of '{}': saved tensor {} of {} asked for", op->name, k, saved.size()));
+  const SavedTensor& s = saved[k];
+  if (s.producer) {
+    Node* p = s.producer.get();
     if (!s.tensor.defined()) {
-      const Node& p = tape().node(static_cast<size_t>(s.producer));
+      if (p->released)
+        throw AutogradError(fmt::format(
+            "backward of '{}': the output of {} it saved by reference cannot be rebuilt: an earlier backward "
+            "without retain_graph=true freed that node",
+            op->name, describe_node(*p)));
       NoGradGuard no_grad;
-      ProfileScope prof(p.op->name, ProfilePhase::recompute);
-      s.tensor = p.op->recompute(p);
+      ProfileScope prof(p->op->name, ProfilePhase::recompute);
+      s.tensor = p->op->recompute(*p);
     }
-    return s.tensor;
+    return grad_enabled() ? attached(s.tensor, p) : s.tensor;
   }
   if (s.tensor.defined() && s.tensor.version() != s.version)
     throw AutogradError(fmt::format(
         "backward of '{}': a tensor it saved (shape {}) was modified in place after it was saved "
         "(version {} now, {} when saved); clone it before writing to it",
         op->name, s.tensor.shape(), s.tensor.version(), s.version));
+  if (s.is_output && grad_enabled()) return attached(s.tensor, const_cast<Node*>(this));
   return s.tensor;
 }
 
-Node& Tape::push(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
-  if (size_ == nodes_.size()) nodes_.emplace_back();
-  Node& n = nodes_[size_];
-  n.op = &op;
-  n.edges.clear();
-  n.saved.clear();
-  std::fill(std::begin(n.f), std::end(n.f), 0.0);
-  std::fill(std::begin(n.i), std::end(n.i), 0);
-  n.shape_attr = Shape();
-  n.out_shape = out.shape();
-  n.out_dtype = out.dtype();
-  n.out_version = out.version();
-  n.grad = Tensor();
-  for (const Tensor* in : inputs) {
-    Edge& e = n.edges.emplace_back();
-    e.leaf.reset();
-    if (!in->defined()) continue;
-    e.shape = in->shape();
-    e.dtype = in->dtype();
-    TensorImpl* impl = in->impl();
-    if (!impl->requires_grad) continue;
-    e.needs_grad = true;
-    if (impl->node < 0)
-      e.leaf = in->impl_ptr();
-    else if (impl->epoch == epoch_)
-      e.node = impl->node;
-    else
-      e.freed = true;
-  }
-  TensorImpl* o = out.impl();
-  o->requires_grad = true;
-  o->node = static_cast<int32_t>(size_);
-  o->epoch = epoch_;
-  ++size_;
-  return n;
-}
-
-void Tape::clear() {
-  for (size_t k = 0; k < size_; ++k) {
-    Node& n = nodes_[k];
-    n.edges.clear();  // keeps capacity for the next step
-    n.saved.clear();
-    n.grad = Tensor();
-  }
-  size_ = 0;
-  ++epoch_;
-}
-
-void Tape::backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
-  if (!root.defined()) throw AutogradError("backward: tensor is undefined");
-  if (!root.requires_grad())
-    throw AutogradError(fmt::format(
-        "backward: tensor of shape {} does not require grad (no input has requires_grad, or it was computed under no_grad)",
-        root.shape()));
-  Tensor grad = grad_in;
-  if (!grad.defined()) {
-    if (root.numel() != 1)
-      throw AutogradError(fmt::format(
-          "backward: output of shape {} is not a scalar; pass a gradient of that shape", root.shape()));
-    grad = ones(root.shape(), root.dtype());
-  } else {
-    if (!(grad.shape() == root.shape()))
-      throw ShapeError(fmt::format("backward: gradient of shape {} for an output of shape {}", grad.shape(), root.shape()));
-    if (grad.dtype() != root.dtype())
-      throw DTypeError(fmt::format("backward: gradient is {} for an output of {}", dtype_name(grad.dtype()),
-                                   dtype_name(root.dtype())));
-  }
-  NoGradGuard no_grad;
-  TensorImpl* r = root.impl();
-  if (r->node < 0) {  // a leaf: d root / d root = grad
-    accumulate(r->grad, grad, true);
-    return;
-  }
-  if (r->epoch != epoch_)
-    throw AutogradError(
-        "backward: the graph of this tensor was already freed by an earlier backward "
-        "(pass retain_graph=true to the first backward to run another one)");
-
-  const size_t start = static_cast<size_t>(r->node);
-  nodes_[start].grad = grad;
-  std::vector<Tensor> grads;
-  try {
-    for (size_t k = start + 1; k-- > 0;) {
-      Node& n = nodes_[k];
-      if (!n.grad.defined()) continue;
-      grads.assign(n.edges.size(), Tensor());
-      {
-        ProfileScope prof(n.op->name, ProfilePhase::backward);
-        // The node's gradient is handed over, not shared: a backward that
-        // holds the only reference may write its result into it (fused_grad).
-        const Tensor g = std::move(n.grad);
-        n.op->backward(n, g, grads);
-      }
-      // Without retain_graph this node is never run again: drop what it saved
-      // now, so activations are freed as the reverse pass goes instead of all
-      // at the end (lowers the peak by the gradients that backward allocates).
-      if (retain_graph)
-        n.drop_recomputed();
-      else
-        n.saved.clear();
-      for (size_t e = 0; e < n.edges.size(); ++e) {
-        Edge& edge = n.edges[e];
-        Tensor& g = grads[e];
-        if (!edge.needs_grad || !g.defined()) continue;
-        if (!(g.shape() == edge.shape) || g.dtype() != edge.dtype)
-          throw AutogradError(fmt::format(
-              "backward of '{}' returned a gradient of shape {} {} for input {} of shape {} {}", n.op->name,
-              g.shape(), dtype_name(g.dtype()), e, edge.shape, dtype_name(edge.dtype)));
-        if (edge.freed)
-          throw AutogradError(fmt::format(
-              "backward: input {} of '{}' was produced on a graph already freed by an earlier backward "
-              "(detach() it, or pass retain_graph=true to the earlier backward)",
-              e, n.op->name));
-        if (edge.node >= 0)
-          accumulate(nodes_[edge.node].grad, g, false);
-        else if (edge.leaf)
-          accumulate(edge.leaf->grad, g, true);
-      }
-      n.grad = Tensor();
-    }
-  } catch (...) {
-    // Some nodes may already have dropped their saved tensors: without
-    // retain_graph the graph is freed, so a retry says so instead of misbehaving.
-    if (retain_graph)
-      for (size_t k = 0; k < size_; ++k) nodes_[k].grad = Tensor();
-    else
-      clear();
-    throw;
-  }
-  if (!retain_graph) clear();
-}
-
-std::string Tape::to_dot() const {
-  std::string out = "digraph tape {\n  rankdir=BT;\n  node [shape=box, fontname=\"monospace\"];\n";
-  int leaves = 0;
-  for (size_t k = 0; k < size_; ++k) {
-    const Node& n = nodes_[k];
-    out += fmt::format("  n{} [label=\"#{} {}\\n{} {}\"];\n", k, k, n.op->name, n.out_shape, dtype_name(n.out_dtype));
-    for (size_t e = 0; e < n.edges.size(); ++e) {
-      const Edge& edge = n.edges[e];
-      if (edge.node >= 0) {
-        out += fmt::format("  n{} -> n{};\n", edge.node, k);
-      } else if (edge.leaf) {
-        out += fmt::format("  leaf{} [shape=ellipse, label=\"leaf\\n{} {}\"];\n  leaf{} -> n{};\n", leaves,
-                           edge.shape, dtype_name(edge.dtype), leaves, k);
-        ++leaves;
-      }
-    }
-  }
-  return out + "}\n";
-}
-
-Tape& tape() {
-  thread_local Tape t;
-  return t;
-}
-
-std::string to_dot() { return tape().to_dot(); }
-
-bool grad_enabled() { return t_grad_enabled; }
-NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
-EnableGradGuard::EnableGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = true; }
-EnableGradGuard::~EnableGradGuard() { t_grad_enabled = prev_; }
-
+// ---------------------------------------------------------------- recording
 Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
   if (!t_grad_enabled) return nullptr;
   bool any = false;
@@ -243,7 +451,96 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
   if (!any) return nullptr;
   if (!is_floating(out.dtype()))
     throw AutogradError(fmt::format("{}: an integer output cannot require grad", op.name));
-  return &tape().push(op, inputs, out);
+  Node* n = new_node();
+  n->op = &op;
+  std::fill(std::begin(n->f), std::end(n->f), 0.0);
+  std::fill(std::begin(n->i), std::end(n->i), 0);
+  n->shape_attr = Shape();
+  n->out_shape = out.shape();
+  n->out_dtype = out.dtype();
+  n->out_version = out.version();
+  n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
+  for (const Tensor* in : inputs) {
+    Edge& e = n->edges.emplace_back();
+    if (!in->defined()) continue;
+    e.shape = in->shape();
+    e.dtype = in->dtype();
+    TensorImpl* impl = in->impl();
+    if (!impl->requires_grad) continue;
+    e.needs_grad = true;
+    if (impl->grad_fn)
+      e.node = impl->grad_fn;
+    else
+      e.leaf = in->impl_ptr();
+  }
+  TensorImpl* o = out.impl();
+  o->requires_grad = true;
+  o->grad_fn = NodeRef(n);
+  return n;
 }
+
+// ---------------------------------------------------------------- API
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, const GradOptions& options) {
+  if (inputs.empty()) throw AutogradError("grad: no inputs given");
+  return run_backward(outputs, grad_outputs, &inputs, options, "grad");
+}
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, const GradOptions& options) {
+  run_backward(outputs, grad_outputs, nullptr, options, "backward");
+}
+
+void Tensor::backward(const Tensor& grad, std::optional<bool> retain_graph, bool create_graph) const {
+  run_backward({*this}, {grad}, nullptr, GradOptions{.retain_graph = retain_graph, .create_graph = create_graph},
+               "backward");
+}
+
+std::string to_dot(const std::vector<Tensor>& roots) {
+  std::string out = "digraph autograd {\n  rankdir=BT;\n  node [shape=box, fontname=\"monospace\"];\n";
+  std::vector<const Node*> seen;
+  std::vector<const TensorImpl*> leaves;
+  auto id = [&](const Node* n) {
+    auto it = std::find(seen.begin(), seen.end(), n);
+    if (it != seen.end()) return static_cast<size_t>(it - seen.begin());
+    seen.push_back(n);
+    return seen.size() - 1;
+  };
+  std::vector<const Node*> todo;
+  for (const Tensor& r : roots)
+    if (r.defined() && r.impl()->grad_fn) todo.push_back(r.impl()->grad_fn.get());
+  std::vector<const Node*> done;
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (std::find(done.begin(), done.end(), n) != done.end()) continue;
+    done.push_back(n);
+    const size_t k = id(n);
+    out += fmt::format("  n{} [label=\"{}\\n{} {}{}\"];\n", k, n->op->name, n->out_shape, dtype_name(n->out_dtype),
+                       n->released ? "\\n(freed by backward)" : "");
+    for (const Edge& e : n->edges) {
+      if (e.node) {
+        out += fmt::format("  n{} -> n{};\n", id(e.node.get()), k);
+        todo.push_back(e.node.get());
+      } else if (e.leaf) {
+        auto it = std::find(leaves.begin(), leaves.end(), e.leaf.get());
+        size_t l = static_cast<size_t>(it - leaves.begin());
+        if (it == leaves.end()) {
+          leaves.push_back(e.leaf.get());
+          out += fmt::format("  leaf{} [shape=ellipse, label=\"leaf\\n{} {}\"];\n", l, e.shape, dtype_name(e.dtype));
+        }
+        out += fmt::format("  leaf{} -> n{};\n", l, k);
+      }
+    }
+  }
+  return out + "}\n";
+}
+
+int64_t live_nodes() { return g_live_nodes.load(std::memory_order_relaxed); }
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+EnableGradGuard::EnableGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = prev_; }
 
 }  // namespace tg

@@ -1,12 +1,32 @@
 #pragma once
-// The tape: every op whose inputs require grad appends one Node, in execution
-// order, so the tape is already topologically sorted. backward() walks it in
-// reverse with a plain loop (no recursion: a 10,000-step unroll is fine).
+// The autograd graph.
 //
-// Nodes are reused between steps: clearing the tape resets the nodes but keeps
-// their vectors' capacity, so a steady-state training step records without
-// allocating node memory.
+// Recording. Every op whose inputs require grad (in grad mode) records one
+// Node: its OpDef, one Edge per tensor input (to the node that produced that
+// input, or to a leaf), and what its backward needs. The output tensor holds
+// its node (TensorImpl::grad_fn) and every node holds the nodes of its
+// inputs, so a graph is owned by the tensors that depend on it: it lives as
+// long as one of them does and is freed, iteratively (a 10,000-step unroll
+// does not recurse), when the last one goes away. Nodes are recycled through
+// a per-thread free list, so a steady-state step records without allocating.
+//
+// Differentiating. backward() and grad() collect the nodes reachable from
+// their roots, order them by creation (a node is recorded after the nodes of
+// its inputs, so that is a topological order) and run their backward
+// functions newest first, in a plain loop. Nothing else recorded on the
+// thread is touched. Without retain_graph a node drops what it saved right
+// after its backward, so activations are freed as the pass goes; running a
+// backward through it again is an AutogradError that names the op.
+//
+// Higher order. With create_graph the backward functions run in grad mode:
+// the gradients are recorded like any forward and can be differentiated
+// again, to any order. A saved output is stored without its node (no cycle)
+// and reattached to it when backward reads it in that mode.
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,23 +36,22 @@
 namespace tg {
 
 struct OpDef;
+struct Node;
 
 // Where the gradient of one input goes.
 struct Edge {
-  int32_t node = -1;                  // producer node on the tape, or -1
-  std::shared_ptr<TensorImpl> leaf;   // a leaf requiring grad: accumulate into leaf->grad
+  NodeRef node;                       // the input's producer, or null
+  std::shared_ptr<TensorImpl> leaf;   // a leaf requiring grad: its .grad (or grad()'s result)
   Shape shape;                        // the input's shape (backward must return exactly this)
   DType dtype = DType::f32;
   bool needs_grad = false;            // false: backward skips this input entirely
-  bool freed = false;                 // input came from a tape that was already cleared
 };
 
 struct SavedTensor {
-  // The tensor, or, for the output of a node whose op can recompute it
-  // (producer >= 0), empty until backward asks for it and rebuilds it.
-  mutable Tensor tensor;
-  uint64_t version = 0;   // storage version when saved
-  int32_t producer = -1;  // the node that recomputes it, on the same tape
+  mutable Tensor tensor;   // the tensor; empty while saved by reference and not rebuilt
+  uint64_t version = 0;    // storage version when saved
+  NodeRef producer;        // saved by reference: producer->op->recompute rebuilds it
+  bool is_output = false;  // the saving node's own output, held without grad_fn
 };
 
 struct Node {
@@ -46,47 +65,62 @@ struct Node {
   Shape out_shape;
   DType out_dtype = DType::f32;
   uint64_t out_version = 0;           // the output's storage version when recorded
+  uint64_t seq = 0;                   // creation order: inputs' nodes have smaller seq
+  bool released = false;              // saved tensors dropped by a backward without retain_graph
+  std::vector<HookEntry> hooks;       // registered on the output tensor (Tensor::register_hook)
+  std::weak_ptr<TensorImpl> retains;  // the output, when it retain_grad()s
+
+  // State of the backward pass running now (see engine.cpp).
   Tensor grad;                        // gradient flowing into this node's output
+  uint64_t pass = 0;                  // the pass that collected this node
+  bool run = false;                   // this pass needs its backward
+  int32_t capture = -1;               // grad(): index of the input this node produced
 
   bool needs(size_t input) const { return edges[input].needs_grad; }
-  // Saves t for backward, remembering its version. When t is the output of
-  // an earlier node of this tape whose op has a recompute function, only a
-  // reference to that node is kept, and t's memory is freed with the last
-  // handle to it: backward rebuilds t from what that node saved.
+  // Saves t for backward, remembering its version. When t is the output of an
+  // earlier node whose op has a recompute function, only a reference to that
+  // node is kept, and t's memory is freed with the last handle to it:
+  // backward rebuilds t from what that node saved.
   void save(const Tensor& t);
-  // The k-th saved tensor (rebuilt if saved by reference); AutogradError if
-  // it was modified in place since it was saved.
-  const Tensor& saved_tensor(size_t k) const;
+  // The k-th saved tensor (rebuilt if saved by reference; with grad mode on,
+  // attached to its node so that a recorded backward differentiates through
+  // it). AutogradError if it was modified in place since it was saved.
+  Tensor saved_tensor(size_t k) const;
   // Drops the tensors rebuilt for this node's backward (they can be rebuilt again).
   void drop_recomputed();
+
+  std::atomic<int32_t> refs{0};  // NodeRefs to this node (tensors, edges, saved references)
 };
 
-class Tape {
- public:
-  // Appends a node for `op` with the given inputs and links `out` to it.
-  Node& push(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out);
-  size_t size() const { return size_; }
-  Node& node(size_t k) { return nodes_[k]; }
-  uint64_t epoch() const { return epoch_; }
-  // Drops every node and what it saved. Tensors recorded before become
-  // "freed": backward through them is an AutogradError.
-  void clear();
-  // Reverse pass from `root` with output gradient `grad` (same shape as root).
-  void backward(const Tensor& root, const Tensor& grad, bool retain_graph);
-  // Graphviz DOT of the recorded nodes (op names, shapes, dtypes).
-  std::string to_dot() const;
-
- private:
-  std::vector<Node> nodes_;
-  size_t size_ = 0;
-  uint64_t epoch_ = 1;
+// Options of backward() and grad(). retain_graph defaults to create_graph,
+// as in PyTorch: a graph that was differentiated with create_graph is usually
+// differentiated again.
+struct GradOptions {
+  std::optional<bool> retain_graph;
+  bool create_graph = false;
+  bool allow_unused = false;  // grad(): an input the outputs do not reach gets an undefined gradient
 };
 
-// The tape of the calling thread.
-Tape& tape();
-std::string to_dot();  // DOT of the current thread's tape
+// Gradients of the outputs with respect to the inputs (tensors requiring
+// grad: leaves or not), weighted by grad_outputs (one per output, of its
+// shape; may be omitted for scalar outputs). Touches no .grad. An input the
+// outputs do not reach is an error unless allow_unused.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, const GradOptions& options = {});
+// Accumulates the gradients of the outputs into every leaf's .grad (what
+// Tensor::backward does for one output).
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
+              const GradOptions& options = {});
 
-// Gradient mode (per thread). Ops record only while it is enabled.
+// Graphviz DOT of the live graph that the roots depend on: op names, output
+// shapes and dtypes, leaves, and which nodes were already freed by a backward.
+std::string to_dot(const std::vector<Tensor>& roots);
+
+// Nodes alive in the process (recorded and not yet freed): for tests and leak hunting.
+int64_t live_nodes();
+
+// Gradient mode (per thread). Ops record only while it is enabled; backward
+// functions run with it set to create_graph.
 bool grad_enabled();
 class NoGradGuard {
  public:

@@ -6,6 +6,7 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/loop.h"
 #include "autograd/ops/shape.h"
+#include "autograd/op.h"
 #include "autograd/tape.h"
 
 namespace tg {
@@ -115,7 +116,7 @@ bool Tensor::requires_grad() const { return checked(*this, "requires_grad").requ
 
 const Tensor& Tensor::requires_grad_(bool on) const {
   TensorImpl& t = const_cast<TensorImpl&>(checked(*this, "requires_grad_"));
-  if (t.node >= 0 && !on)
+  if (t.grad_fn && !on)
     throw AutogradError("requires_grad_: cannot turn off grad on a non-leaf tensor; use detach()");
   if (on && !is_floating(t.dtype))
     throw DTypeError(fmt::format("requires_grad_: only floating tensors can require grad, this one is {}",
@@ -124,7 +125,7 @@ const Tensor& Tensor::requires_grad_(bool on) const {
   return *this;
 }
 
-bool Tensor::is_leaf() const { return checked(*this, "is_leaf").node < 0; }
+bool Tensor::is_leaf() const { return !checked(*this, "is_leaf").grad_fn; }
 Tensor Tensor::grad() const { return checked(*this, "grad").grad; }
 
 void Tensor::set_grad(const Tensor& g) const {
@@ -138,12 +139,52 @@ void Tensor::zero_grad() const {
   impl()->grad = Tensor();
 }
 
-void Tensor::backward(const Tensor& grad, bool retain_graph) const { tape().backward(*this, grad, retain_graph); }
+HookHandle Tensor::register_hook(GradHook fn) const {
+  TensorImpl& t = const_cast<TensorImpl&>(checked(*this, "register_hook"));
+  if (!t.requires_grad)
+    throw AutogradError(fmt::format("register_hook: tensor of shape {} does not require grad", t.shape));
+  HookHandle handle{std::make_shared<bool>(true)};
+  if (t.grad_fn) {
+    t.grad_fn->hooks.push_back({handle.active, std::move(fn)});
+  } else {
+    if (!t.hooks) t.hooks = std::make_unique<TensorImpl::LeafHooks>();
+    t.hooks->grad.push_back({handle.active, std::move(fn)});
+  }
+  return handle;
+}
+
+void Tensor::retain_grad() const {
+  const TensorImpl& t = checked(*this, "retain_grad");
+  if (!t.requires_grad)
+    throw AutogradError(fmt::format("retain_grad: tensor of shape {} does not require grad", t.shape));
+  if (t.grad_fn) t.grad_fn->retains = impl_;
+}
+
+bool Tensor::retains_grad() const {
+  const TensorImpl& t = checked(*this, "retains_grad");
+  return t.grad_fn && t.grad_fn->retains.lock() == impl_;
+}
+
+HookHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const {
+  TensorImpl& t = const_cast<TensorImpl&>(checked(*this, "register_post_accumulate_grad_hook"));
+  if (t.grad_fn || !t.requires_grad)
+    throw AutogradError(fmt::format(
+        "register_post_accumulate_grad_hook: only leaves requiring grad accumulate a gradient (shape {})", t.shape));
+  if (!t.hooks) t.hooks = std::make_unique<TensorImpl::LeafHooks>();
+  HookHandle handle{std::make_shared<bool>(true)};
+  t.hooks->post_accumulate.emplace_back(handle.active, std::move(fn));
+  return handle;
+}
+
+std::string Tensor::grad_fn_name() const {
+  const TensorImpl& t = checked(*this, "grad_fn_name");
+  return t.grad_fn ? std::string(t.grad_fn->op->name) : std::string();
+}
 
 void Tensor::set_data(const Tensor& src) const {
   TensorImpl& t = const_cast<TensorImpl&>(checked(*this, "set_data"));
   const TensorImpl& s = checked(src, "set_data");
-  if (t.node >= 0) throw AutogradError("set_data: only leaf tensors can have their data replaced");
+  if (t.grad_fn) throw AutogradError("set_data: only leaf tensors can have their data replaced");
   if (t.requires_grad && !is_floating(s.dtype))
     throw DTypeError(fmt::format("set_data: a tensor requiring grad cannot take {} data", dtype_name(s.dtype)));
   t.storage = s.storage;

@@ -3,6 +3,8 @@
 // dtype) plus autograd state. Copies share the data, like torch::Tensor.
 // Views (reshape, transpose, slice, expand, ...) share storage and never copy.
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -20,6 +22,45 @@
 namespace tg {
 
 struct TensorImpl;
+class Tensor;
+struct Node;
+
+// A counted reference to an autograd Node (see tape.h). Nodes are freed,
+// without recursion, when the last reference goes away.
+class NodeRef {
+ public:
+  NodeRef() = default;
+  explicit NodeRef(Node* n);
+  NodeRef(const NodeRef& o);
+  NodeRef(NodeRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  NodeRef& operator=(NodeRef o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~NodeRef();
+  Node* get() const { return p_; }
+  Node* operator->() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  Node* p_ = nullptr;
+};
+
+// A gradient hook: sees the gradient flowing into a tensor, may return a
+// replacement of the same shape (an undefined return keeps the gradient).
+using GradHook = std::function<Tensor(const Tensor& grad)>;
+struct HookEntry {
+  std::shared_ptr<bool> active;
+  GradHook fn;
+};
+
+// Returned by the register_*hook functions; remove() disables that hook.
+struct HookHandle {
+  std::shared_ptr<bool> active;
+  void remove() const {
+    if (active) *active = false;
+  }
+};
 
 class Tensor {
  public:
@@ -59,10 +100,25 @@ class Tensor {
   Tensor grad() const;                        // accumulated gradient of a leaf (undefined if none)
   void set_grad(const Tensor& g) const;
   void zero_grad() const;                     // drops the gradient (next backward writes a fresh one)
-  // Reverse pass from this tensor. A non-scalar needs an explicit gradient of
-  // its own shape. retain_graph keeps the tape for another backward.
-  void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
+  // Reverse pass from this tensor into every leaf's .grad. A non-scalar needs
+  // an explicit gradient of its own shape. retain_graph keeps what the graph
+  // saved for another backward; create_graph records the backward itself, so
+  // the gradients can be differentiated again (retain_graph then defaults to true).
+  void backward(const Tensor& grad = Tensor(), std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
   Tensor detach() const;                      // same data, cut from the graph
+  // Calls fn with the gradient flowing into this tensor during each backward
+  // (before a leaf accumulates it); fn may return a replacement of the same
+  // shape, or an undefined tensor to keep it.
+  HookHandle register_hook(GradHook fn) const;
+  // Keeps the gradient of a non-leaf tensor in .grad after backward (leaves always do).
+  void retain_grad() const;
+  bool retains_grad() const;
+  // Leaves only: calls fn(leaf) once its .grad holds every contribution of the
+  // running backward (data-parallel training starts communicating there).
+  HookHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const;
+  // The name of the op that produced this tensor ("" for a leaf).
+  std::string grad_fn_name() const;
 
   // --- views (recorded on the tape when they require grad)
   Tensor reshape(const Shape& shape) const;   // a view when strides allow, else a copy; one -1 allowed
@@ -108,11 +164,17 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = DType::f32;
   bool requires_grad = false;
-  Tensor grad;  // leaves only
-  // The node that produced this tensor on the tape (-1 for leaves), and the
-  // tape epoch it was recorded in: a cleared tape invalidates old indices.
-  int32_t node = -1;
-  uint64_t epoch = 0;
+  Tensor grad;      // leaves, and non-leaves that retain_grad()
+  NodeRef grad_fn;  // the node that produced this tensor; null for leaves
+  // Leaves only: hooks, and the running backward's bookkeeping (see tape.cpp).
+  struct LeafHooks {
+    std::vector<HookEntry> grad;
+    std::vector<std::pair<std::shared_ptr<bool>, std::function<void(const Tensor&)>>> post_accumulate;
+  };
+  std::unique_ptr<LeafHooks> hooks;
+  uint64_t pass = 0;     // the backward pass that counted pending
+  int32_t pending = 0;   // edges of that pass still to deliver a gradient here
+  int32_t capture = -1;  // grad(): index of this leaf among the inputs
 };
 
 // --- factories. Shapes are given as {d0, d1, ...}; dtype defaults to float32.

@@ -164,7 +164,6 @@ BOOST_AUTO_TEST_CASE(view_gradients_flow_back_to_the_base) {
   Tensor y = sum(mul(x.t().slice(0, 0, 3, 2), 2.0));  // x[:, 0] and x[:, 2], doubled
   y.backward();
   BOOST_TEST(values(x.grad()) == (std::vector<double>{2, 0, 2, 2, 0, 2}), tt::per_element());
-  tape().clear();
 }
 
 // ============================ broadcasting ============================
