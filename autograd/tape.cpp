@@ -131,24 +131,79 @@ void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
     slot = add(slot, g);
 }
 
-// Per-thread scratch for the nodes of a pass, one per nesting level (a hook
-// or a recorded backward may run a backward of its own).
+// The fields of nodes and leaves that hold a running pass's state. A pass
+// started inside another (a hook, or a recorded backward that calls grad())
+// may touch the same nodes: it keeps their outer state and puts it back.
+struct NodeState {
+  Node* node;
+  Tensor grad;
+  uint64_t pass;
+  bool run;
+  int32_t capture;
+};
+struct LeafState {
+  TensorImpl* leaf;
+  uint64_t pass;
+  int32_t pending, capture;
+};
+
+// Per-thread scratch of a pass, one per nesting level: the nodes it collected
+// and, below the top level, the outer state to restore.
+struct PassScratch {
+  std::vector<Node*> nodes;
+  std::vector<NodeState> saved_nodes;
+  std::vector<LeafState> saved_leaves;
+};
 struct Scratch {
-  std::deque<std::vector<Node*>> levels;  // a deque: growing keeps outer levels' references valid
+  std::deque<PassScratch> levels;  // a deque: growing keeps outer levels' references valid
   size_t depth = 0;
 };
 thread_local Scratch t_scratch;
-struct ScratchLevel {
-  std::vector<Node*>& nodes;
-  ScratchLevel() : nodes(level()) { nodes.clear(); }
-  ~ScratchLevel() {
-    nodes.clear();
+
+class PassLevel {
+ public:
+  PassLevel() : s_(enter()), nested_(t_scratch.depth > 1) {}
+  ~PassLevel() {
+    for (auto it = s_.saved_nodes.rbegin(); it != s_.saved_nodes.rend(); ++it) {
+      it->node->grad = std::move(it->grad);
+      it->node->pass = it->pass;
+      it->node->run = it->run;
+      it->node->capture = it->capture;
+    }
+    for (auto it = s_.saved_leaves.rbegin(); it != s_.saved_leaves.rend(); ++it) {
+      it->leaf->pass = it->pass;
+      it->leaf->pending = it->pending;
+      it->leaf->capture = it->capture;
+    }
+    s_.nodes.clear();
+    s_.saved_nodes.clear();
+    s_.saved_leaves.clear();
     --t_scratch.depth;
   }
-  static std::vector<Node*>& level() {
+  std::vector<Node*>& nodes() { return s_.nodes; }
+  // First visit of n in this pass: keeps an outer pass's state, then resets.
+  void visit(Node* n, uint64_t pass, bool run) {
+    if (nested_ && n->pass != 0) s_.saved_nodes.push_back({n, std::move(n->grad), n->pass, n->run, n->capture});
+    n->pass = pass;
+    n->grad = Tensor();
+    n->run = run;
+    n->capture = -1;
+    s_.nodes.push_back(n);
+  }
+  void visit(TensorImpl* leaf, uint64_t pass) {
+    if (nested_ && leaf->pass != 0) s_.saved_leaves.push_back({leaf, leaf->pass, leaf->pending, leaf->capture});
+    leaf->pass = pass;
+    leaf->pending = 0;
+    leaf->capture = -1;
+  }
+
+ private:
+  static PassScratch& enter() {
     if (t_scratch.levels.size() <= t_scratch.depth) t_scratch.levels.resize(t_scratch.depth + 1);
     return t_scratch.levels[t_scratch.depth++];
   }
+  PassScratch& s_;
+  bool nested_;
 };
 
 std::string describe_node(const Node& n) {
@@ -201,37 +256,19 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
     }
   }
 
-  ScratchLevel level;
-  std::vector<Node*>& order = level.nodes;
+  PassLevel level;
+  std::vector<Node*>& order = level.nodes();
   // Collect every node the roots reach (iterative: no recursion), count each
   // leaf's incoming edges (for the post-accumulate hooks).
-  for (const Tensor& root : roots) {
-    Node* n = root.impl()->grad_fn.get();
-    if (n && n->pass != pass) {
-      n->pass = pass;
-      n->grad = Tensor();
-      n->run = !inputs;
-      n->capture = -1;
-      order.push_back(n);
-    }
-  }
+  for (const Tensor& root : roots)
+    if (Node* n = root.impl()->grad_fn.get(); n && n->pass != pass) level.visit(n, pass, !inputs);
   for (size_t k = 0; k < order.size(); ++k) {
     for (Edge& e : order[k]->edges) {
       if (!e.needs_grad) continue;
       if (Node* p = e.node.get()) {
-        if (p->pass != pass) {
-          p->pass = pass;
-          p->grad = Tensor();
-          p->run = !inputs;
-          p->capture = -1;
-          order.push_back(p);
-        }
+        if (p->pass != pass) level.visit(p, pass, !inputs);
       } else if (TensorImpl* leaf = e.leaf.get()) {
-        if (leaf->pass != pass) {
-          leaf->pass = pass;
-          leaf->pending = 0;
-          leaf->capture = -1;
-        }
+        if (leaf->pass != pass) level.visit(leaf, pass);
         ++leaf->pending;
       }
     }
@@ -246,10 +283,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
       if (Node* n = x->grad_fn.get()) {
         if (n->pass == pass) n->capture = static_cast<int32_t>(k);
       } else {
-        if (x->pass != pass) {
-          x->pass = pass;
-          x->pending = 0;
-        }
+        if (x->pass != pass) level.visit(x, pass);
         x->capture = static_cast<int32_t>(k);
       }
     }
@@ -305,7 +339,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
             "{}: create_graph through {}: its backward is declared once-differentiable, so its gradient cannot "
             "be differentiated again",
             api, describe_node(n)));
-      const bool g_records = g.requires_grad();
+      const bool g_records = options.create_graph && g.requires_grad();
       {
         ProfileScope prof(n.op->name, ProfilePhase::backward);
         n.op->backward(n, g, grads);
@@ -367,7 +401,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
     for (size_t k = 0; k < inputs->size(); ++k) {
       TensorImpl* x = (*inputs)[k].impl();
       x->capture = -1;
-      if (Node* n = x->grad_fn.get()) n->capture = -1;
+      if (Node* n = x->grad_fn.get(); n && n->pass == pass) n->capture = -1;
       if (!results[k].defined() && !options.allow_unused)
         throw AutogradError(fmt::format(
             "{}: input {} (shape {}) is not reached from the outputs; pass allow_unused=true to get an undefined "

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   int64_t warmup = 5, steps = 30, peak_n = 1024;
   uint64_t seed = 1337;
+  int64_t discarded = 0;
   bool eval = false, peak = false;
   CLI::App app{"lm_train: one training workload of the PyTorch comparison, tapegrad side"};
   app.add_option("--workload", workload, "gpt-s, gpt-m, rnn or lstm")->check(CLI::IsMember({"gpt-s", "gpt-m", "rnn", "lstm"}));
@@ -74,6 +75,8 @@ int main(int argc, char** argv) {
   app.add_flag("--gemm-peak", peak, "Measure the OpenBLAS sgemm peak and exit");
   app.add_option("--gemm-size", peak_n, "Square GEMM size for --gemm-peak");
   app.add_option("--seed", seed, "Seed");
+  app.add_option("--discarded-forwards", discarded,
+                 "Instead of training: run N recorded forwards that nobody backpropagates and report the memory held");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -114,6 +117,27 @@ int main(int argc, char** argv) {
     manual_seed(seed);
     bench::Trainer trainer = bench::make_trainer(w, V);
     Generator gen(seed);
+    if (discarded > 0) {
+      // Each forward's graph must go with its loss: memory and live nodes stay flat.
+      data::LMBatch b = train.sample(w.batch, gen);
+      trainer.model->loss(b.inputs, b.targets);  // warm the allocator's cache
+      const AllocatorStats before = allocator_stats();
+      const int64_t nodes_before = live_nodes();
+      reset_peak_memory_stats();
+      int64_t max_nodes = 0;
+      for (int64_t i = 0; i < discarded; ++i) {
+        Tensor loss = trainer.model->loss(b.inputs, b.targets);
+        max_nodes = std::max(max_nodes, live_nodes());
+      }
+      const AllocatorStats after = allocator_stats();
+      fmt::print(
+          "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"discarded_forwards\": {}, \"bytes_in_use_before\": {}, "
+          "\"bytes_in_use_after\": {}, \"pool_peak_mb\": {:.1f}, \"live_nodes_before\": {}, \"live_nodes_after\": {}, "
+          "\"live_nodes_max\": {}, \"peak_rss_mb\": {:.1f}}}\n",
+          workload, discarded, before.bytes_in_use, after.bytes_in_use, after.peak_bytes_in_use / 1048576.0,
+          nodes_before, live_nodes(), max_nodes, examples::peak_rss_mib());
+      return 0;
+    }
     double last_loss = 0;
     auto step = [&] {
       data::LMBatch b = train.sample(w.batch, gen);

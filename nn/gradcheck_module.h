@@ -1,6 +1,6 @@
 #pragma once
 // Gradient checking of whole layers and models: converts the module to
-// float64 and gradchecks fn (which calls the module on the inputs) with
+// float64 (and back to its dtype afterwards) and gradchecks fn (which calls the module on the inputs) with
 // respect to the inputs AND every named parameter, reporting each parameter
 // by its dotted name.
 //
@@ -16,5 +16,9 @@ namespace tg::nn {
 // passed through). Parameters are perturbed in place and restored.
 GradcheckReport gradcheck_module(Module& m, const TensorFn& fn, const std::vector<Tensor>& inputs,
                                  GradcheckOptions options = {});
+// The same for second derivatives (gradgradcheck): the last row of the report
+// is the random output gradient the backward is differentiated along.
+GradcheckReport gradgradcheck_module(Module& m, const TensorFn& fn, const std::vector<Tensor>& inputs,
+                                     GradcheckOptions options = {});
 
 }  // namespace tg::nn

@@ -139,4 +139,16 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
+HookHandle Module::register_forward_pre_hook(ForwardPreHook hook) {
+  HookHandle h{std::make_shared<bool>(true)};
+  pre_hooks_.emplace_back(h.active, std::move(hook));
+  return h;
+}
+
+HookHandle Module::register_forward_hook(ForwardHook hook) {
+  HookHandle h{std::make_shared<bool>(true)};
+  hooks_.emplace_back(h.active, std::move(hook));
+  return h;
+}
+
 }  // namespace tg::nn

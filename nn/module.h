@@ -14,7 +14,9 @@
 // named_parameters() yields "blocks.0.attn.qkv.weight" — the names a
 // checkpoint stores. Handles stay valid across to(dtype) and load (the data
 // is replaced inside the tensor, see Tensor::set_data).
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,8 +68,30 @@ class Module {
   // One-line summary of this module's own settings (overridden by layers).
   virtual std::string extra_repr() const { return {}; }
 
+  // --- forward hooks (PyTorch's register_forward_pre_hook / register_forward_hook)
+  // A pre-hook sees the inputs before forward; a hook sees inputs and output
+  // and may return a replacement output (an undefined return keeps it).
+  // They run on every call made through operator() (see forward_with_hooks).
+  using ForwardPreHook = std::function<void(Module& m, std::span<const Tensor> inputs)>;
+  using ForwardHook = std::function<Tensor(Module& m, std::span<const Tensor> inputs, const Tensor& output)>;
+  HookHandle register_forward_pre_hook(ForwardPreHook hook);
+  HookHandle register_forward_hook(ForwardHook hook);
+
  protected:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
+  // Runs forward() between the pre-hooks and the hooks: what operator() of a
+  // module calls, whatever its forward's signature.
+  template <class F>
+  Tensor forward_with_hooks(std::span<const Tensor> inputs, F&& forward) {
+    if (pre_hooks_.empty() && hooks_.empty()) return forward();
+    for (auto& [active, hook] : pre_hooks_)
+      if (*active) hook(*this, inputs);
+    Tensor out = forward();
+    for (auto& [active, hook] : hooks_)
+      if (*active)
+        if (Tensor r = hook(*this, inputs, out); r.defined()) out = std::move(r);
+    return out;
+  }
 
  private:
   void check_name(const std::string& name) const;
@@ -80,6 +104,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::vector<std::pair<std::shared_ptr<bool>, ForwardPreHook>> pre_hooks_;
+  std::vector<std::pair<std::shared_ptr<bool>, ForwardHook>> hooks_;
 };
 
 // A module mapping one tensor to one tensor: what Sequential chains.
@@ -87,7 +113,9 @@ class UnaryModule : public Module {
  public:
   using Module::Module;
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  Tensor operator()(const Tensor& x) {
+    return forward_with_hooks(std::span<const Tensor>(&x, 1), [&] { return forward(x); });
+  }
 };
 
 // Chains unary modules: Sequential({fc1, act, fc2}). Children are named "0", "1", ...

@@ -214,7 +214,7 @@ BOOST_AUTO_TEST_CASE(second_backward_without_retain_graph_is_an_error) {
   Tensor x = leaf({1.0, 2.0});
   Tensor y = sum(mul(x, x));
   y.backward();
-  check_throws<AutogradError>([&] { y.backward(); }, {"already freed", "retain_graph"});
+  check_throws<AutogradError>([&] { y.backward(); }, {"'mul'", "freed by an earlier backward", "retain_graph"});
   BOOST_TEST(grad_of(x) == (std::vector<double>{2.0, 4.0}), boost::test_tools::per_element());
 }
 
@@ -222,8 +222,8 @@ BOOST_AUTO_TEST_CASE(backward_through_freed_buffers_is_an_error) {
   Tensor x = leaf({1.0, 2.0});
   Tensor z = mul(x, x);  // recorded on the first graph
   sum(z).backward();     // frees it
-  Tensor loss = sum(mul(z, 2.0));  // new graph, but z's producer is gone
-  check_throws<AutogradError>([&] { loss.backward(); }, {"freed", "mul_scalar"});
+  Tensor loss = sum(mul(z, 2.0));  // a new graph on top of z's, whose mul was freed
+  check_throws<AutogradError>([&] { loss.backward(); }, {"freed", "'mul'"});
   // detach() is the documented way to reuse such a value.
   Tensor loss2 = sum(mul(z.detach(), x));
   x.zero_grad();

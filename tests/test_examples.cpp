@@ -256,3 +256,12 @@ BOOST_AUTO_TEST_CASE(word2vec_trains_and_writes_vectors) {
   fs::remove_all(out);
 }
 
+BOOST_AUTO_TEST_CASE(higher_order_checks_hvp_and_compares_maml) {
+  auto [rc, log] = run(exe("HIGHER_ORDER") + " --quick --threads 1");
+  BOOST_REQUIRE_MESSAGE(rc == 0, log);  // exits 1 when double backward and finite differences disagree
+  BOOST_TEST(log.find("hvp check: max relative difference") != std::string::npos, log);
+  BOOST_TEST(log.find(": ok") != std::string::npos, log);
+  for (const char* row : {"\nmethod ", "\nMAML ", "\nfirst-order MAML ", "\npre-training "})
+    BOOST_TEST(log.find(row) != std::string::npos, row << " missing:\n" << log);
+  BOOST_TEST(log.find("mean |df/dx|") != std::string::npos, log);  // the gradient-penalty table
+}

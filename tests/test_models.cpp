@@ -28,6 +28,15 @@ GradcheckReport check_model(nn::Module& m, const std::function<Tensor()>& loss) 
   return nn::gradcheck_module(m, [&](const std::vector<Tensor>&) { return loss(); }, {}, o);
 }
 
+// The same for second derivatives: the backward along a random output
+// gradient, differentiated again with respect to every parameter.
+GradcheckReport check_model_twice(nn::Module& m, const std::function<Tensor()>& loss) {
+  GradcheckOptions o;
+  o.fast = true;
+  o.directions = 2;
+  return nn::gradgradcheck_module(m, [&](const std::vector<Tensor>&) { return loss(); }, {}, o);
+}
+
 GPTOptions tiny_gpt() { return {.vocab = 7, .block = 6, .layers = 2, .heads = 2, .dim = 8}; }
 
 }  // namespace
@@ -46,6 +55,34 @@ BOOST_AUTO_TEST_CASE(gpt_gradcheck_all_parameters) {
       BOOST_TEST(r.passed, "GPT tied=" << tied << " pre=" << (norm == nn::NormPosition::pre) << "\n" << r.str());
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(tiny_models_gradgradcheck_all_parameters) {
+  manual_seed(1);
+  GPT gpt(tiny_gpt());
+  Tensor x = ids({1, 2, 3, 4, 5, 0}, {2, 3}), y = ids({2, 3, 4, 5, 0, 6}, {2, 3});
+  auto r = check_model_twice(gpt, [&] { return gpt.loss(x, y); });
+  BOOST_TEST(r.passed, "GPT\n" << r.str());
+  for (CellKind cell : {CellKind::rnn, CellKind::lstm, CellKind::gru}) {
+    manual_seed(2);
+    RNNLM m({.vocab = 7, .embed = 3, .hidden = 4, .layers = 1, .cell = cell});
+    auto rr = check_model_twice(m, [&] { return m.loss(x, y); });
+    BOOST_TEST(rr.passed, cell_name(cell) << "\n" << rr.str());
+  }
+}
+
+// A forward nobody backpropagates (no NoGradGuard) is freed with its loss:
+// the allocator's bytes in use and the live nodes come back to where they were.
+BOOST_AUTO_TEST_CASE(discarded_forwards_keep_memory_flat) {
+  manual_seed(3);
+  GPT m(tiny_gpt());
+  Tensor x = ids({1, 2, 3, 4, 5, 0}, {2, 3}), y = ids({2, 3, 4, 5, 0, 6}, {2, 3});
+  m.loss(x, y);  // warm up
+  const size_t bytes = allocator_stats().bytes_in_use;
+  const int64_t nodes = live_nodes();
+  for (int k = 0; k < 300; ++k) m.loss(x, y);
+  BOOST_TEST(allocator_stats().bytes_in_use == bytes);
+  BOOST_TEST(live_nodes() == nodes);
 }
 
 BOOST_AUTO_TEST_CASE(rnn_lms_gradcheck_through_time) {

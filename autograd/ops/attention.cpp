@@ -16,8 +16,11 @@
 
 #include "autograd/blas.h"
 #include "autograd/op.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/nn_ops.h"
+#include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/shape.h"
 #include "autograd/parallel.h"
@@ -131,6 +134,49 @@ std::vector<uint8_t> padding_bytes(const Tensor& key_padding_mask) {
   return pad;
 }
 
+// Gradients of attention as tensor ops, for a recorded backward (create_graph):
+// every op here is differentiable again, so the result is too, to any order.
+//   S = q k^T / sqrt(D), masked keys at -inf; P = softmax(S) over keys, rows
+//   that see no key set to 0; out = P v.
+//   dv = P^T g, dP = g v^T, dS = P (dP - rowsum(dP P)), dq = dS k / sqrt(D),
+//   dk = dS^T q / sqrt(D).
+// The masks are constants (B,1,Tq,Tk) and (B,1,Tq,1); a row that sees no key
+// keeps its finite scores for the softmax and is zeroed after it, so no NaN
+// reaches the gradients.
+void attention_backward_recorded(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const std::vector<uint8_t>& pad, const Tensor& g, bool need_q, bool need_k,
+                                 bool need_v, std::span<Tensor> gin) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
+  Tensor s = mul(matmul(q, transpose(k, 2, 3)), scale);  // (B,H,Tq,Tk)
+  std::vector<int64_t> hidden(a.B * a.Tq * a.Tk), blind(a.B * a.Tq);  // masked key; row with no visible key
+  bool any_hidden = false, any_blind = false;
+  for (int64_t b = 0; b < a.B; ++b)
+    for (int64_t t = 0; t < a.Tq; ++t) {
+      int64_t* row = hidden.data() + (b * a.Tq + t) * a.Tk;
+      int64_t seen = 0;
+      for (int64_t j = 0; j < a.Tk; ++j) {
+        row[j] = j >= a.visible(t) || (!pad.empty() && pad[b * a.Tk + j]);
+        seen += !row[j];
+      }
+      if (seen == 0) {  // its scores stay finite
+        std::fill_n(row, a.Tk, int64_t{0});
+        blind[b * a.Tq + t] = 1;
+        any_blind = true;
+      }
+      any_hidden |= seen > 0 && seen < a.Tk;
+    }
+  if (any_hidden)
+    s = masked_fill(s, from_vector(hidden, {a.B, 1, a.Tq, a.Tk}), -std::numeric_limits<double>::infinity());
+  Tensor p = softmax(s, -1);
+  if (any_blind) p = masked_fill(p, from_vector(blind, {a.B, 1, a.Tq, 1}), 0.0);
+  if (need_v) gin[2] = matmul(transpose(p, 2, 3), g);
+  if (!need_q && !need_k) return;
+  Tensor dp = matmul(g, transpose(v, 2, 3));
+  Tensor ds = mul(p, sub(dp, sum(mul(dp, p), {-1}, true)));
+  if (need_q) gin[0] = mul(matmul(ds, k), scale);
+  if (need_k) gin[1] = mul(matmul(transpose(ds, 2, 3), q), scale);
+}
+
 }  // namespace
 
 static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
@@ -141,6 +187,10 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
   a.causal = n.i[0] != 0;
   const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(3));
   const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
+  if (grad_enabled()) {
+    attention_backward_recorded(a, q, k, v, pad, g, need_q, need_k, need_v, gin);
+    return;
+  }
   Tensor dq = need_q ? empty(q.shape(), q.dtype()) : Tensor();
   Tensor dk = need_k ? empty(k.shape(), k.dtype()) : Tensor();
   Tensor dv = need_v ? empty(v.shape(), v.dtype()) : Tensor();

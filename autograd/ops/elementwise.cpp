@@ -1,6 +1,8 @@
 // Elementwise ops: forward and backward side by side, one OpDef each.
 // Unary backward kernels are fused: one pass computes grad_in from grad_out
-// and what forward saved, instead of chaining tensor ops.
+// and what forward saved, instead of chaining tensor ops. Under create_graph
+// (grad_enabled() inside backward) each takes the same formula in tensor ops
+// instead, recorded so that it can be differentiated again.
 #include "autograd/ops/elementwise.h"
 
 #include <cmath>
@@ -55,6 +57,15 @@ Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
   Tensor out = only_reference ? g : empty(g.shape(), g.dtype());
   TG_DISPATCH_FLOAT(g.dtype(), "backward", [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, g, s, f); });
   return out;
+}
+
+// The derivative of a piecewise-linear op (relu, abs, clamp): a step function
+// f of a saved tensor s, same shape. It is a constant of the recorded
+// backward (its own derivative is zero almost everywhere), so mul(g, slope)
+// is the differentiable gradient.
+template <class F>
+Tensor slope_of(const Tensor& s, F f) {
+  return unary("backward", s, f);
 }
 
 // --- sample helpers shared by this family's OpDefs
@@ -241,7 +252,18 @@ Tensor mul(const Tensor& a, double c) {
 
 static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const double c = n.f[0];
-  gin[0] = fused_grad(g, n.saved_tensor(0), [c](auto gy, auto x) {
+  // x ** 0 is constant: no gradient, also at x = 0 where c x^(c-1) is 0 * inf
+  // (reached by differentiating x ** 2 three times).
+  if (c == 0.0) {
+    gin[0] = mul(g, 0.0);
+    return;
+  }
+  const Tensor x = n.saved_tensor(0);
+  if (grad_enabled()) {
+    gin[0] = g * (pow(x, c - 1) * c);
+    return;
+  }
+  gin[0] = fused_grad(g, x, [c](auto gy, auto x) {
     using T = decltype(x);
     return gy * static_cast<T>(c) * std::pow(x, static_cast<T>(c - 1));
   });
@@ -285,6 +307,10 @@ Tensor rsub(double c, const Tensor& b) {
 static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   // d(c/b)/db = -c/b^2 = -out/b
   Tensor ratio = div(n.saved_tensor(1), n.saved_tensor(0));
+  if (grad_enabled()) {
+    gin[0] = -(g * ratio);
+    return;
+  }
   gin[0] = fused_grad(g, ratio, [](auto gy, auto r) { return -gy * r; });
 }
 static const OpDef rdiv_op("rdiv", 1, "rdiv(c, b) -> c / b", "b, output", rdiv_backward, [] {
@@ -298,12 +324,15 @@ Tensor rdiv(double c, const Tensor& b) {
 }
 
 // ============================ unary ============================
-// Each unary op: forward kernel, fused backward kernel, OpDef, samples.
-#define TG_UNARY_OP(NAME, SIGNATURE, SAVES, SAMPLES, FORWARD, SAVE_OUTPUT, BACKWARD)                       \
+// Each unary op: forward kernel, fused backward kernel (grad_out, saved) ->
+// grad_in, the same backward in tensor ops (recorded under create_graph),
+// OpDef, samples.
+#define TG_UNARY_OP(NAME, SIGNATURE, SAVES, SAMPLES, FORWARD, SAVE_OUTPUT, BACKWARD, RECORDED_BACKWARD) \
   static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
-    gin[0] = fused_grad(g, n.saved_tensor(0), BACKWARD);                                                \
+    const Tensor s = n.saved_tensor(0);                                                                 \
+    gin[0] = grad_enabled() ? (RECORDED_BACKWARD)(g, s) : fused_grad(g, s, BACKWARD);                   \
   }                                                                                                     \
-  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, SAVES, NAME##_backward, [] { return SAMPLES; });   \
+  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, SAVES, NAME##_backward, [] { return SAMPLES; });    \
   Tensor NAME(const Tensor& x) {                                                                        \
     ProfileScope prof(#NAME);                                                                           \
     Tensor out = unary(#NAME, x, FORWARD);                                                              \
@@ -320,44 +349,77 @@ template <class T> T sigmoid_of(T x) {
 template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
 
 TG_UNARY_OP(neg, "neg(x) -> -x", "nothing (saves x only to keep one mechanism)", unary_samples(neg, -1, 1),
-            [](auto x) { return -x; }, false, [](auto gy, auto) { return -gy; })
+            [](auto x) { return -x; }, false, [](auto gy, auto) { return -gy; },
+            [](const Tensor& g, const Tensor&) { return -g; })
 TG_UNARY_OP(exp, "exp(x)", "output", unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); }, true,
-            [](auto gy, auto y) { return gy * y; })
+            [](auto gy, auto y) { return gy * y; }, [](const Tensor& g, const Tensor& y) { return g * y; })
 TG_UNARY_OP(log, "log(x), x > 0", "x", unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); }, false,
-            [](auto gy, auto x) { return gy / x; })
+            [](auto gy, auto x) { return gy / x; }, [](const Tensor& g, const Tensor& x) { return g / x; })
 TG_UNARY_OP(sqrt, "sqrt(x), x > 0", "output", unary_samples(sqrt, 0.2, 3), [](auto x) { return std::sqrt(x); },
-            true, [](auto gy, auto y) { return gy / (y + y); })
+            true, [](auto gy, auto y) { return gy / (y + y); },
+            [](const Tensor& g, const Tensor& y) { return g / (y + y); })
 TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", "output", unary_samples(rsqrt, 0.2, 3),
             [](auto x) { return decltype(x)(1) / std::sqrt(x); }, true,
-            [](auto gy, auto y) { return decltype(y)(-0.5) * gy * y * y * y; })
+            [](auto gy, auto y) { return decltype(y)(-0.5) * gy * y * y * y; },
+            [](const Tensor& g, const Tensor& y) { return g * -0.5 * y * y * y; })
 TG_UNARY_OP(abs, "abs(x)", "x", kinked_unary_samples(abs), [](auto x) { return std::abs(x); }, false,
-            [](auto gy, auto x) { return x > 0 ? gy : (x < 0 ? -gy : decltype(gy)(0)); })
+            [](auto gy, auto x) { return x > 0 ? gy : (x < 0 ? -gy : decltype(gy)(0)); },
+            [](const Tensor& g, const Tensor& x) {
+              return g * slope_of(x, [](auto v) { return decltype(v)((v > 0) - (v < 0)); });  // sign(x)
+            })
 TG_UNARY_OP(tanh, "tanh(x)", "output", unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); }, true,
-            [](auto gy, auto y) { return gy * (decltype(y)(1) - y * y); })
+            [](auto gy, auto y) { return gy * (decltype(y)(1) - y * y); },
+            [](const Tensor& g, const Tensor& y) { return g * (1.0 - y * y); })
 TG_UNARY_OP(sigmoid, "sigmoid(x)", "output", unary_samples(sigmoid, -3, 3), [](auto x) { return sigmoid_of(x); },
-            true, [](auto gy, auto y) { return gy * y * (decltype(y)(1) - y); })
+            true, [](auto gy, auto y) { return gy * y * (decltype(y)(1) - y); },
+            [](const Tensor& g, const Tensor& y) { return g * y * (1.0 - y); })
 TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", "output", kinked_unary_samples(relu),
             [](auto x) { return x > 0 ? x : decltype(x)(0); }, true,
-            [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); })
+            [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); },
+            [](const Tensor& g, const Tensor& y) {
+              return g * slope_of(y, [](auto v) { return v > 0 ? decltype(v)(1) : decltype(v)(0); });
+            })
 TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", "x", unary_samples(softplus, -3, 3),
-            [](auto x) { return softplus_of(x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(x); })
+            [](auto x) { return softplus_of(x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(x); },
+            [](const Tensor& g, const Tensor& x) { return g * sigmoid(x); })
 TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", "x", unary_samples(log_sigmoid, -3, 3),
-            [](auto x) { return -softplus_of(-x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(-x); })
+            [](auto x) { return -softplus_of(-x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(-x); },
+            [](const Tensor& g, const Tensor& x) { return g * sigmoid(-x); })
+// erf(x), gradient 2/sqrt(pi) exp(-x^2): exact gelu's recorded backward takes
+// Phi(x) = (1 + erf(x/sqrt(2))) / 2 through it.
+TG_UNARY_OP(erf, "erf(x)", "x", unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); }, false,
+            [](auto gy, auto x) { return gy * decltype(x)(2 * std::numbers::inv_sqrtpi) * std::exp(-x * x); },
+            [](const Tensor& g, const Tensor& x) { return g * (2 * std::numbers::inv_sqrtpi) * exp(-(x * x)); })
 #undef TG_UNARY_OP
 
 // ============================ gelu ============================
 // exact: x * Phi(x), Phi the standard normal CDF; tanh approximation:
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch's approximate='tanh'.
 static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor x = n.saved_tensor(0);
+  if (grad_enabled()) {
+    if (n.i[0] == 0) {
+      // Phi(x) + x phi(x), phi the standard normal density
+      Tensor cdf = (erf(x * (std::numbers::sqrt2 / 2)) + 1.0) * 0.5;
+      Tensor pdf = exp(x * x * -0.5) * (0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+      gin[0] = g * (cdf + x * pdf);
+    } else {
+      // with u = k (x + c x^3), t = tanh(u): (1 + t) / 2 + x (1 - t^2) k (1 + 3 c x^2) / 2
+      const double k = std::numbers::sqrt2 * std::numbers::inv_sqrtpi, c = 0.044715;
+      Tensor t = tanh((x + x * x * x * c) * k);
+      gin[0] = g * ((t + 1.0) * 0.5 + x * (1.0 - t * t) * (x * x * (3 * c) + 1.0) * (0.5 * k));
+    }
+    return;
+  }
   if (n.i[0] == 0) {
-    gin[0] = fused_grad(g, n.saved_tensor(0), [](auto gy, auto x) {
+    gin[0] = fused_grad(g, x, [](auto gy, auto x) {
       using T = decltype(x);
       T cdf = T(0.5) * (T(1) + detail::verf(x * T(std::numbers::sqrt2 / 2)));
       T pdf = detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
       return gy * (cdf + x * pdf);
     });
   } else {
-    gin[0] = fused_grad(g, n.saved_tensor(0), [](auto gy, auto x) {
+    gin[0] = fused_grad(g, x, [](auto gy, auto x) {
       using T = decltype(x);
       const T k = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi), c = T(0.044715);
       T u = k * (x + c * x * x * x), t = std::tanh(u);
@@ -405,9 +467,13 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
 // ============================ clamp ============================
 static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const double lo = n.f[0], hi = n.f[1];
-  gin[0] = fused_grad(g, n.saved_tensor(0), [lo, hi](auto gy, auto x) {
-    return (x >= lo && x <= hi) ? gy : decltype(gy)(0);  // torch passes the gradient at the bounds
-  });
+  const Tensor x = n.saved_tensor(0);
+  // torch passes the gradient at the bounds
+  if (grad_enabled()) {
+    gin[0] = g * slope_of(x, [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
+    return;
+  }
+  gin[0] = fused_grad(g, x, [lo, hi](auto gy, auto x) { return (x >= lo && x <= hi) ? gy : decltype(gy)(0); });
 }
 static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", "x, low, high", clamp_backward, [] {
   return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
@@ -464,10 +530,14 @@ Tensor mask_where(const Tensor& mask, const Tensor& a, const Tensor& b, const ch
 }  // namespace
 
 static void where_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor& mask = n.saved_tensor(0);
-  Tensor zero = zeros({}, g.dtype());
-  if (n.needs(1)) gin[1] = sum_to(mask_where(mask, g, zero, "where"), n.edges[1].shape);
-  if (n.needs(2)) gin[2] = sum_to(mask_where(mask, zero, g, "where"), n.edges[2].shape);
+  const Tensor mask = n.saved_tensor(0);
+  const Tensor zero = zeros({}, g.dtype());
+  // Recorded, the selection is where itself: differentiable in g.
+  auto select = [&](const Tensor& a, const Tensor& b) {
+    return grad_enabled() ? where(mask, a, b) : mask_where(mask, a, b, "where");
+  };
+  if (n.needs(1)) gin[1] = sum_to(select(g, zero), n.edges[1].shape);
+  if (n.needs(2)) gin[2] = sum_to(select(zero, g), n.edges[2].shape);
 }
 static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting", "mask", where_backward, [] {
   auto fn = [](const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
@@ -484,7 +554,9 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
 }
 
 static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  gin[0] = sum_to(mask_where(n.saved_tensor(0), zeros({}, g.dtype()), g, "masked_fill"), n.edges[0].shape);
+  // g has x's shape (the mask broadcasts to it)
+  const Tensor mask = n.saved_tensor(0);
+  gin[0] = grad_enabled() ? masked_fill(g, mask, 0.0) : mask_where(mask, zeros({}, g.dtype()), g, "masked_fill");
 }
 static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)", "mask", masked_fill_backward, [] {
   return std::vector<OpSample>{{"(3,4) with mask (4)", {uniform({3, 4}, 47)}, [](auto& x) {

@@ -33,6 +33,7 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x, bool tanh_approximation = false);  // exact: x * Phi(x)
 Tensor softplus(const Tensor& x);                // log(1 + e^x), stable
 Tensor log_sigmoid(const Tensor& x);             // -softplus(-x), stable
+Tensor erf(const Tensor& x);                     // the error function
 Tensor clamp(const Tensor& x, double low, double high);  // gradient 1 strictly inside
 Tensor cast(const Tensor& x, DType dtype);       // differentiable between float dtypes
 // --- selection

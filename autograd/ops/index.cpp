@@ -1,14 +1,19 @@
-// Indexing with int64 index tensors: index_select / embedding (whole rows)
-// and gather / scatter / scatter_add (one element per index position). Index
-// inputs are never differentiable. Backward of a lookup is a direct
-// scatter-add loop over the rows, not a dense one-hot product.
+// Indexing with int64 index tensors: index_select / index_add / embedding
+// (whole rows) and gather / scatter / scatter_add (one element per index
+// position). Index inputs are never differentiable. Backward of a lookup is a
+// direct scatter-add loop over the rows, not a dense one-hot product. Every
+// backward is linear in the gradient; recorded (create_graph) it is the
+// adjoint op of this file (index_select <-> index_add, gather <-> scatter_add,
+// scatter <-> itself and gather), so each is differentiable to any order.
 #include "autograd/ops/index.h"
 
 #include <cstring>
 
 #include "autograd/op.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/loop.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/shape.h"
 #include "autograd/profiler.h"
 
 namespace tg {
@@ -146,8 +151,19 @@ Tensor scatter_impl(const char* op, const Tensor& x, int axis, const Tensor& ind
 }
 
 // The gradient of src in scatter/scatter_add: g gathered at index, zero on
-// src's positions the index does not reach.
+// src's positions the index does not reach. Recorded (create_graph): gather,
+// then zero padding at the end of each axis up to src's shape.
 Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
+  if (grad_enabled()) {
+    const Tensor gs = gather(g, axis, index);
+    if (index.shape() == src_shape) return gs;
+    std::vector<int64_t> pads;  // innermost axis first, as pad() wants
+    for (int d = src_shape.size() - 1; d >= 0; --d) {
+      pads.push_back(0);
+      pads.push_back(src_shape[d] - index.shape()[d]);
+    }
+    return pad(gs, pads);
+  }
   Tensor gs = zeros(src_shape, g.dtype());
   TG_DISPATCH_FLOAT(g.dtype(), "scatter", [&] {
     const scalar_t* pg = g.data<scalar_t>();
@@ -157,6 +173,15 @@ Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, con
   return gs;
 }
 
+// x's shape with `axis` replaced by index's shape: index_select's output, index_add's src.
+Shape selected_shape(const Shape& xs, int axis, const Shape& index_shape) {
+  Shape out;
+  for (int d = 0; d < axis; ++d) out.push_back(xs[d]);
+  for (int64_t s : index_shape) out.push_back(s);
+  for (int d = axis + 1; d < xs.size(); ++d) out.push_back(xs[d]);
+  return out;
+}
+
 using samples::uniform;
 
 }  // namespace
@@ -164,7 +189,11 @@ using samples::uniform;
 // ============================ index_select ============================
 static void index_select_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& xs = n.edges[0].shape;
-  const Tensor& index = n.saved_tensor(0);
+  const Tensor index = n.saved_tensor(0);
+  if (grad_enabled()) {
+    gin[0] = index_add(zeros(xs, g.dtype()), n.i[0], index, g);
+    return;
+  }
   const Around a = around(xs, static_cast<int>(n.i[0]));
   Tensor gx = zeros(xs, g.dtype());
   Tensor gc = g.contiguous();
@@ -194,11 +223,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   if (x.dim() == 0) throw ShapeError("index_select: input must have at least 1 dimension, got ()");
   const int ax = normalize_axis(axis, x.dim(), "index_select");
   check_bounds("index_select", index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
-  Shape out_shape;
-  for (int d = 0; d < ax; ++d) out_shape.push_back(x.shape()[d]);
-  for (int64_t s : index.shape()) out_shape.push_back(s);
-  for (int d = ax + 1; d < x.dim(); ++d) out_shape.push_back(x.shape()[d]);
-  Tensor out = empty(out_shape, x.dtype());
+  Tensor out = empty(selected_shape(x.shape(), ax, index.shape()), x.dtype());
   Tensor xc = x.contiguous(), ic = index.contiguous();
   TG_DISPATCH_FLOAT(x.dtype(), "index_select", [&] {
     select_rows<scalar_t>(xc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(), around(x.shape(), ax),
@@ -211,10 +236,76 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   return out;
 }
 
+// ============================ index_add ============================
+// index_select's adjoint: each is the other's backward.
+static void index_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (n.needs(0)) gin[0] = g;
+  if (n.needs(2)) gin[2] = index_select(g, n.i[0], n.saved_tensor(0));
+}
+static const OpDef index_add_op(
+    "index_add", 3, "index_add(x, axis, index, src) -> x with src's rows added at index", "index",
+    index_add_backward, [] {
+      return std::vector<OpSample>{
+          {"axis 0 of (5,3), index (4) with repeats, src (4,3)",
+           {uniform({5, 3}, 451), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4}), uniform({4, 3}, 452)},
+           [](auto& x) { return index_add(x[0], 0, x[1], x[2]); }},
+          {"axis 1 of (2,5,3), index (2,2), non-contiguous src (2,2,2,3)",
+           {uniform({2, 5, 3}, 453), samples::indices({2, 2}, 5, 454), samples::strided({2, 2, 2, 3}, 455)},
+           [](auto& x) { return index_add(x[0], 1, x[1], x[2]); }},
+          {"axis -1 of non-contiguous (3,4), index (3)",
+           {samples::strided({3, 4}, 456), samples::indices({3}, 4, 457), uniform({3, 3}, 458)},
+           [](auto& x) { return index_add(x[0], -1, x[1], x[2]); }},
+      };
+    });
+Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  ProfileScope prof("index_add");
+  check_source("index_add", x);
+  check_source("index_add", src);
+  check_index_dtype("index_add", index);
+  if (x.dtype() != src.dtype())
+    throw DTypeError(
+        fmt::format("index_add: src is {}, input is {}", dtype_name(src.dtype()), dtype_name(x.dtype())));
+  if (x.dim() == 0) throw ShapeError("index_add: input must have at least 1 dimension, got ()");
+  const int ax = normalize_axis(axis, x.dim(), "index_add");
+  const Shape want = selected_shape(x.shape(), ax, index.shape());
+  if (!(src.shape() == want))
+    throw ShapeError(fmt::format("index_add: src {} must be {} (input {} with axis {} replaced by index {})",
+                                 src.shape(), want, x.shape(), ax, index.shape()));
+  check_bounds("index_add", index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+  Tensor out = empty(x.shape(), x.dtype()), sc, ic;
+  {
+    NoGradGuard ng;  // the op records itself
+    out.copy_(x);
+    sc = src.contiguous();
+    ic = index.contiguous();
+  }
+  TG_DISPATCH_FLOAT(x.dtype(), "index_add", [&] {
+    add_rows<scalar_t>(out.data<scalar_t>(), ic.data<int64_t>(), sc.data<scalar_t>(), around(x.shape(), ax),
+                       ic.numel(), -1);
+  });
+  if (Node* n = record(index_add_op, out, x, index, src)) {
+    n->save(ic);
+    n->i[0] = ax;
+  }
+  return out;
+}
+
 // ============================ embedding ============================
+// Recorded (create_graph), the gradient is index_add's, with the padding row
+// zeroed by a mask.
 static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& ws = n.edges[0].shape;
-  const Tensor& ids = n.saved_tensor(0);
+  const Tensor ids = n.saved_tensor(0);
+  if (grad_enabled()) {
+    Tensor gw = index_add(zeros(ws, g.dtype()), 0, ids, g);
+    if (n.i[0] >= 0) {
+      Tensor keep = ones({ws[0], 1}, g.dtype());
+      keep.select(0, n.i[0]).fill_(0.0);
+      gw = mul(gw, keep);
+    }
+    gin[0] = gw;
+    return;
+  }
   Tensor gw = zeros(ws, g.dtype());
   Tensor gc = g.contiguous();
   TG_DISPATCH_FLOAT(g.dtype(), "embedding", [&] {
@@ -264,7 +355,11 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
 
 // ============================ gather ============================
 static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor& index = n.saved_tensor(0);
+  const Tensor index = n.saved_tensor(0);
+  if (grad_enabled()) {
+    gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), n.i[0], index, g);
+    return;
+  }
   Tensor gx = zeros(n.edges[0].shape, g.dtype());
   TG_DISPATCH_FLOAT(g.dtype(), "gather", [&] {
     scalar_t* px = gx.data<scalar_t>();
@@ -323,16 +418,21 @@ static void check_scatter(const char* op, const Tensor& x, int64_t axis, const T
 }
 
 // Overwritten positions take no gradient from x; src gets g gathered there.
+// Recorded (create_graph), x's gradient is g with zeros scattered over them.
 static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor& index = n.saved_tensor(0);
+  const Tensor index = n.saved_tensor(0);
   const int ax = static_cast<int>(n.i[0]);
   if (n.needs(0)) {
-    Tensor gx = g.clone();
-    TG_DISPATCH_FLOAT(g.dtype(), "scatter", [&] {
-      scalar_t* px = gx.data<scalar_t>();
-      for_index(gx, ax, gx, index, false, [&](int64_t a, int64_t) { px[a] = 0; });
-    });
-    gin[0] = gx;
+    if (grad_enabled()) {
+      gin[0] = scatter(g, ax, index, zeros(index.shape(), g.dtype()));
+    } else {
+      Tensor gx = g.clone();
+      TG_DISPATCH_FLOAT(g.dtype(), "scatter", [&] {
+        scalar_t* px = gx.data<scalar_t>();
+        for_index(gx, ax, gx, index, false, [&](int64_t a, int64_t) { px[a] = 0; });
+      });
+      gin[0] = gx;
+    }
   }
   if (n.needs(2)) gin[2] = gather_into_src_shape(g, ax, index, n.edges[2].shape);
 }

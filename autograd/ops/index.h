@@ -8,6 +8,10 @@ namespace tg {
 // Rows of x along axis at the positions in index (any shape): the result has
 // x's shape with that axis replaced by index's shape. Backward scatter-adds.
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index);
+// A copy of x with src's rows added at the positions in index along axis
+// (torch.index_add, repeats add up); src has x's shape with that axis
+// replaced by index's shape, as index_select's output. Its adjoint.
+Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
 // weight (V,C), ids (any shape) -> (..., C). With padding_idx >= 0, that row
 // gets no gradient (as torch.nn.functional.embedding).
 Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx = -1);

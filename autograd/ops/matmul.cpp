@@ -250,8 +250,27 @@ Shape matmul_batch(const Tensor& a, const Tensor& b) {
 // ============================ matmul ============================
 // out = a @ b: grad_a = g @ b^T, grad_b = a^T @ g, each summed over the batch
 // dims its input was broadcast along (the sum happens inside the GEMMs).
+//
+// Recorded (create_graph): the same products as matmul ops, so the gradients
+// are differentiable again. A 1-D a (K) acts as (1,K) and a 1-D b (K) as
+// (K,1); g gets the dims they dropped back, and each product is summed back
+// to its input's shape with sum_to (the broadcast batch dims, and the batch
+// of a 1-D operand).
+static void matmul_backward_recorded(const Node& n, const Tensor& g, const Tensor& a, const Tensor& b,
+                                     std::span<Tensor> gin) {
+  const Tensor a2 = a.dim() == 1 ? unsqueeze(a, 0) : a, b2 = b.dim() == 1 ? unsqueeze(b, 1) : b;
+  Tensor g2 = b.dim() == 1 ? unsqueeze(g, g.dim()) : g;  // (batch..., M, N)
+  if (a.dim() == 1) g2 = unsqueeze(g2, g2.dim() - 1);
+  if (n.needs(0)) gin[0] = reshape(sum_to(matmul(g2, transpose(b2, -1, -2)), a2.shape()), a.shape());
+  if (n.needs(1)) gin[1] = reshape(sum_to(matmul(transpose(a2, -1, -2), g2), b2.shape()), b.shape());
+}
+
 static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor &a = n.saved_tensor(0), &b = n.saved_tensor(1);
+  const Tensor a = n.saved_tensor(0), b = n.saved_tensor(1);
+  if (grad_enabled()) {
+    matmul_backward_recorded(n, g, a, b, gin);
+    return;
+  }
   const Shape batch = matmul_batch(a, b);
   const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
   if (n.needs(0)) {
@@ -310,8 +329,25 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // out (..., out) = x (..., in) @ weight(out, in)^T + bias: the weight goes to
 // GEMM as a transpose flag; the bias is written into out first and GEMM adds
 // onto it (beta = 1), so there is no separate bias pass.
+//
+// Recorded (create_graph): grad_x = g @ weight and grad_weight = g^T @ x over
+// the batch flattened into rows, as matmul ops, so differentiable again.
+static void linear_backward_recorded(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
+                                     std::span<Tensor> gin) {
+  if (n.needs(0)) gin[0] = matmul(g, w);  // (..., out) @ (out, in)
+  if (n.needs(1)) {                       // (out, rows) @ (rows, in)
+    const Tensor g_rows = reshape(g, {-1, w.shape()[0]}), x_rows = reshape(x, {-1, w.shape()[1]});
+    gin[1] = matmul(transpose(g_rows, 0, 1), x_rows);
+  }
+}
+
 static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor &x = n.saved_tensor(0), &w = n.saved_tensor(1);
+  const Tensor x = n.saved_tensor(0), w = n.saved_tensor(1);
+  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();  // ops: recorded under create_graph too
+  if (grad_enabled()) {
+    linear_backward_recorded(n, g, x, w, gin);
+    return;
+  }
   Shape batch;
   for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
   const bool x_rows = x.dim() >= 2;
@@ -323,7 +359,6 @@ static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
     gin[1] = empty(w.shape(), w.dtype());
     run_product(batch, {g, x_rows, true}, {x, x_rows, true}, {gin[1], true, true}, true, false, false);
   }
-  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();
 }
 static const OpDef linear_op("linear", 3, "linear(x, weight, bias) -> x @ weight^T + bias", "x, weight",
                              linear_backward, [] {

@@ -1,6 +1,7 @@
 #pragma once
 // Matrix products, always through GEMM (blas.h). Transposed views are passed
-// to GEMM as flags, not copied. Backward is two GEMMs.
+// to GEMM as flags, not copied. Backward is two GEMMs (matmul ops under
+// create_graph, so differentiable twice).
 #include "autograd/tensor.h"
 
 namespace tg {

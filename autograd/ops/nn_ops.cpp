@@ -2,7 +2,8 @@
 // layer_norm and dropout (scaled dot-product attention is in attention.cpp).
 // Each is one node on the tape whose backward reuses what forward saved (the
 // probabilities, mean and rstd, the mask) instead of recomputing through
-// primitive ops.
+// primitive ops. Under create_graph a backward takes the same formulas in
+// tensor ops instead, so the gradient is recorded and differentiable again.
 //
 // Kernels work on contiguous rows (the row kernels of nn_kernels.h
 // vectorise); a reduction over a non-last axis views the input as
@@ -141,9 +142,18 @@ static void softmax_backward_kernel(const T* g, const T* y, T* gx, const AxisVie
   });
 }
 
+// The softmax axis as a reduction's axis list (a 0-d input has no axis: the
+// empty list reduces over all of it, i.e. the one element).
+static Axes softmax_axes(const Tensor& y, int64_t axis) { return y.dim() == 0 ? Axes{} : Axes{axis}; }
+
 template <bool Log>
 static void softmax_family_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor& y = n.saved_tensor(0);
+  const Tensor y = n.saved_tensor(0);
+  if (grad_enabled()) {  // recorded: the same formulas in ops, differentiable again
+    const Axes axes = softmax_axes(y, n.i[0]);
+    gin[0] = Log ? sub(g, mul(exp(y), sum(g, axes, true))) : mul(y, sub(g, sum(mul(g, y), axes, true)));
+    return;
+  }
   Tensor gc = dense(g);
   Tensor gx = empty(y.shape(), y.dtype());
   const AxisView v = axis_view(y.shape(), static_cast<int>(n.i[0]));
@@ -172,6 +182,14 @@ static const OpDef softmax_op("softmax", 1, "softmax(x, axis) -> exp(x) / sum(ex
 static const OpDef log_softmax_op("log_softmax", 1, "log_softmax(x, axis) -> x - logsumexp(x) along axis",
                                   "output, axis", softmax_family_backward<true>, softmax_samples<true>);
 
+// Records out = (log_)softmax(x) along axis a; the node keeps the output.
+static void record_softmax(const OpDef& op, const Tensor& x, Tensor& out, int a) {
+  if (Node* n = record(op, out, x)) {
+    n->i[0] = a;
+    n->save(out);
+  }
+}
+
 template <bool Log>
 static Tensor softmax_family(const Tensor& x, int64_t axis, const OpDef& op) {
   const char* name = Log ? "log_softmax" : "softmax";
@@ -185,10 +203,7 @@ static Tensor softmax_family(const Tensor& x, int64_t axis, const OpDef& op) {
     using scalar_t = decltype(tag);
     softmax_forward<scalar_t, Log>(xc.data<scalar_t>(), out.data<scalar_t>(), v);
   });
-  if (Node* n = record(op, out, x)) {
-    n->i[0] = a;
-    n->save(out);
-  }
+  record_softmax(op, x, out, a);
   return out;
 }
 Tensor softmax(const Tensor& x, int64_t axis) { return softmax_family<false>(x, axis, softmax_op); }
@@ -227,7 +242,9 @@ static CrossEntropyRows cross_entropy_rows(const Tensor& logits, const Tensor& t
   r.C = ls[class_axis];
   if (r.C == 0) throw ShapeError(fmt::format("cross_entropy: logits {} have no classes", ls));
   r.R = want.numel();
-  NoGradGuard ng;
+  // With the logits recorded, these views (and the copy) are recorded too;
+  // they save nothing. cross_entropy records the probabilities as the
+  // softmax of the rows, which so reach back to the logits.
   if (ls.size() > 2) {  // (N,C,d...) -> (N,d...,C)
     Shape order;
     order.push_back(0);
@@ -241,12 +258,9 @@ static CrossEntropyRows cross_entropy_rows(const Tensor& logits, const Tensor& t
   return r;
 }
 
-static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  if (!n.needs(0)) return;
-  const Tensor &p = n.saved_tensor(0), &targets = n.saved_tensor(1);
-  const double eps = n.f[0];
-  const int64_t ignore = n.i[0], count = n.i[2];
-  const auto reduction = static_cast<Reduction>(n.i[1]);
+// Plain: the formula above per row, in one pass.
+static Tensor cross_entropy_grad_rows(const Tensor& g, const Tensor& p, const Tensor& targets, double eps,
+                                      int64_t ignore, Reduction reduction, int64_t count) {
   const int64_t R = p.shape()[0], C = p.shape()[1];
   Tensor gc = dense(g);
   Tensor gx = empty(p.shape(), p.dtype());
@@ -273,6 +287,43 @@ static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Ten
       }
     });
   });
+  return gx;
+}
+
+// Recorded (create_graph): gx = w * (p * keep - q) in ops, with the smoothed
+// one-hot targets q = (1 - e) [c == t] + e / C and keep (R,1) = [t != ignore]
+// as constants (q is 0 on ignored rows). p carries the graph to the logits
+// (forward records it as their softmax), so gx is differentiable again.
+static Tensor cross_entropy_grad_recorded(const Tensor& g, const Tensor& p, const Tensor& targets, double eps,
+                                          int64_t ignore, Reduction reduction, int64_t count) {
+  const int64_t R = p.shape()[0], C = p.shape()[1];
+  Tensor q = zeros({R, C}, p.dtype()), keep = zeros({R, 1}, p.dtype());
+  detail::dispatch_float(p.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t* t = targets.data<int64_t>();
+    T *qp = q.data<T>(), *kp = keep.data<T>();
+    for (int64_t r = 0; r < R; ++r) {
+      if (t[r] == ignore) continue;
+      kp[r] = T(1);
+      std::fill(qp + r * C, qp + (r + 1) * C, static_cast<T>(eps / static_cast<double>(C)));
+      qp[r * C + t[r]] += static_cast<T>(1.0 - eps);
+    }
+  });
+  // w: g per row (none), or the scalar g, over the count for the mean (all
+  // ignored: every row is 0 anyway).
+  Tensor w = reduction == Reduction::none ? reshape(g, {R, 1}) : g;
+  if (reduction == Reduction::mean && count > 0) w = mul(w, 1.0 / static_cast<double>(count));
+  return mul(w, sub(mul(p, keep), q));
+}
+
+static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (!n.needs(0)) return;
+  const Tensor p = n.saved_tensor(0), targets = n.saved_tensor(1);
+  const double eps = n.f[0];
+  const int64_t ignore = n.i[0], count = n.i[2];
+  const auto reduction = static_cast<Reduction>(n.i[1]);
+  const Tensor gx = grad_enabled() ? cross_entropy_grad_recorded(g, p, targets, eps, ignore, reduction, count)
+                                   : cross_entropy_grad_rows(g, p, targets, eps, ignore, reduction, count);
   // Back to the logits' layout: (N,d...,C) -> (N,C,d...).
   const Shape& ls = n.edges[0].shape;
   if (ls.size() > 2) {
@@ -292,7 +343,8 @@ static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Ten
 static const OpDef cross_entropy_op(
     "cross_entropy", 2,
     "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, reduction)",
-    "softmax (R,C), targets, count of non-ignored targets", cross_entropy_backward, [] {
+    "softmax (R,C) (recorded as the softmax of the logits' rows), targets, count of non-ignored targets",
+    cross_entropy_backward, [] {
       using samples::uniform;
       auto ce = [](int64_t ignore, double smoothing, Reduction red) {
         return [=](const std::vector<Tensor>& x) { return cross_entropy(x[0], x[1], ignore, smoothing, red); };
@@ -368,6 +420,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
       }
     });
   });
+  // The probabilities are the softmax of the rows: recorded as such, they
+  // carry the graph to the logits for a recorded backward, without keeping
+  // the logits alive.
+  if (recording) record_softmax(softmax_op, in.rows, probs, 1);
   Tensor out;
   if (reduction == Reduction::none) {
     out = losses;
@@ -401,8 +457,31 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // order, so the result does not depend on the thread count.
 constexpr int64_t kLayerNormBlock = 32;
 
+// Recorded (create_graph): the same formulas in ops. mean and rstd are
+// recomputed from x with ops (the saved ones are not in the graph), so the
+// gradients are differentiable again, in x, weight and g.
+static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
+                                         std::span<Tensor> gin) {
+  const double inv_c = 1.0 / static_cast<double>(x.shape().back());
+  auto row_mean = [inv_c](const Tensor& t) { return mul(sum(t, {-1}, true), inv_c); };  // (..., 1)
+  const Tensor xm = sub(x, row_mean(x));
+  const Tensor rstd = rsqrt(add(row_mean(mul(xm, xm)), n.f[0]));
+  const Tensor xhat = mul(xm, rstd);
+  if (n.needs(0)) {
+    const Tensor dn = w.defined() ? mul(g, w) : g;
+    gin[0] = mul(rstd, sub(sub(dn, row_mean(dn)), mul(xhat, row_mean(mul(dn, xhat)))));
+  }
+  if (n.needs(1)) gin[1] = sum_to(mul(g, xhat), n.edges[1].shape);
+  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape);
+}
+
 static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor &x = n.saved_tensor(0), &w = n.saved_tensor(1), &mean = n.saved_tensor(2), &rstd = n.saved_tensor(3);
+  const Tensor x = n.saved_tensor(0), w = n.saved_tensor(1);
+  if (grad_enabled()) {
+    layer_norm_backward_recorded(n, g, x, w, gin);
+    return;
+  }
+  const Tensor mean = n.saved_tensor(2), rstd = n.saved_tensor(3);
   const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
   Tensor gc = dense(g);
   const bool need_dx = n.needs(0), need_dw = n.needs(1), need_db = n.needs(2);
@@ -508,7 +587,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
       throw DTypeError(fmt::format("layer_norm: {} is {}, input {} is {}", what, dtype_name(p->dtype()), x.shape(),
                                    dtype_name(x.dtype())));
   }
-  Tensor xc = dense(x), wc = weight.defined() ? dense(weight) : Tensor(), bc = bias.defined() ? dense(bias) : Tensor();
+  // x and weight are saved: a copy of a strided one is recorded (a clone
+  // node off the backward path), so that a recorded backward differentiates
+  // through it back to the original.
+  Tensor xc = x.contiguous(), wc = weight.defined() ? weight.contiguous() : Tensor();
+  Tensor bc = bias.defined() ? dense(bias) : Tensor();
   Tensor out = empty(x.shape(), x.dtype());
   Tensor mean = empty({R}, x.dtype()), rstd = empty({R}, x.dtype());
   detail::dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
@@ -561,8 +644,12 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // below p, so the mask depends only on the generator state, not on threads.
 // The saved mask holds 0 or 1/(1-p): backward is one multiply.
 static void dropout_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor mask = n.saved_tensor(0);
+  if (grad_enabled()) {  // recorded: linear in g, the mask a constant
+    gin[0] = mul(g, mask);
+    return;
+  }
   gin[0] = empty(n.edges[0].shape, g.dtype());
-  const Tensor& mask = n.saved_tensor(0);
   detail::dispatch_float(g.dtype(), "dropout", [&](auto tag) {
     using scalar_t = decltype(tag);
     detail::map2<scalar_t, scalar_t, scalar_t>(gin[0], g, mask, [](scalar_t a, scalar_t m) { return a * m; });

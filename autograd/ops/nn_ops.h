@@ -1,6 +1,7 @@
 #pragma once
 // Fused neural-network primitives: each is one op on the tape with a
-// hand-written backward that reuses what forward saved.
+// hand-written backward that reuses what forward saved (written in tensor
+// ops under create_graph, so differentiable twice).
 #include "autograd/generator.h"
 #include "autograd/tensor.h"
 

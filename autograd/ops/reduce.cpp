@@ -10,6 +10,7 @@
 
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/index.h"
 #include "autograd/ops/loop.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/shape.h"
@@ -229,11 +230,19 @@ void for_rows(const Rows& r, F f) {
 
 // ============================ var / std ============================
 // var = sum((x - mean)^2) / (N - correction), two passes for accuracy.
-// grad x = g * 2 (x - mean) / (N - correction).
+// grad x = g * 2 (x - mean) / (N - correction). Recorded (create_graph), the
+// mean is recomputed from x with mean(): it depends on x too, and the second
+// derivative goes through it.
 static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor &x = n.saved_tensor(0), &mu = n.saved_tensor(1);
-  const Tensor gk = reshape(g, mu.shape());
+  const Tensor x = n.saved_tensor(0);
   const double scale = 2.0 / n.f[0];
+  if (grad_enabled()) {
+    const Tensor mu = mean(x, n.shape_attr.vec(), true);
+    gin[0] = mul(mul(reshape(g, mu.shape()), scale), sub(x, mu));
+    return;
+  }
+  const Tensor mu = n.saved_tensor(1);
+  const Tensor gk = reshape(g, mu.shape());
   Tensor gx = empty(x.shape(), x.dtype());
   TG_DISPATCH_FLOAT(x.dtype(), "var", [&] {
     const auto s = static_cast<scalar_t>(scale);
@@ -243,7 +252,7 @@ static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   gin[0] = gx;
 }
 static const OpDef var_op(
-    "var", 1, "var(x, axes, correction, keepdim)", "x, mean (keepdim), N - correction", var_backward, [] {
+    "var", 1, "var(x, axes, correction, keepdim)", "x, mean (keepdim), N - correction, the axes", var_backward, [] {
       using samples::uniform;
       return std::vector<OpSample>{
           {"all of (3,4)", {uniform({3, 4}, 211)}, [](auto& x) { return var(x[0]); }},
@@ -287,6 +296,7 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
     n->save(x);
     n->save(mu);
     n->f[0] = denom;
+    n->shape_attr = ax_shape;
   }
   return out;
 }
@@ -298,10 +308,17 @@ Tensor std(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
 
 // ============================ logsumexp ============================
 // out = m + log(sum(exp(x - m))) with m the row max, so logits of +-1e4 do
-// not overflow. grad x = g * exp(x - out).
+// not overflow. grad x = g * exp(x - out), with out and g viewed with keepdim;
+// recorded (create_graph) through the saved output, so the second derivative
+// reaches x through out as well.
 static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor &x = n.saved_tensor(0), &lse = n.saved_tensor(1);
-  const Tensor gk = reshape(g, lse.shape());
+  const Tensor x = n.saved_tensor(0);
+  const Shape kept = kept_shape(n.edges[0].shape, n.shape_attr);
+  const Tensor lse = reshape(n.saved_tensor(1), kept), gk = reshape(g, kept);
+  if (grad_enabled()) {
+    gin[0] = mul(gk, exp(sub(x, lse)));
+    return;
+  }
   Tensor gx = empty(x.shape(), x.dtype());
   TG_DISPATCH_FLOAT(x.dtype(), "logsumexp", [&] {
     detail::map3<scalar_t, scalar_t, scalar_t, scalar_t>(
@@ -310,7 +327,7 @@ static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor>
   gin[0] = gx;
 }
 static const OpDef logsumexp_op(
-    "logsumexp", 1, "logsumexp(x, axes, keepdim)", "x, output (keepdim)", logsumexp_backward, [] {
+    "logsumexp", 1, "logsumexp(x, axes, keepdim)", "x, output, the axes", logsumexp_backward, [] {
       using samples::uniform;
       return std::vector<OpSample>{
           {"axis -1 of (3,4)", {uniform({3, 4}, 221, -3, 3)}, [](auto& x) { return logsumexp(x[0], {-1}); }},
@@ -349,7 +366,8 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
   Tensor out = keepdim ? lse : reshape(lse, detail::reduced_shape(x.shape(), ax, false));
   if (Node* n = record(logsumexp_op, out, x)) {
     n->save(x);
-    n->save(lse);
+    n->save(out);
+    n->shape_attr = ax_shape;
   }
   return out;
 }
@@ -397,9 +415,11 @@ Extreme extreme(const Tensor& x, const std::vector<int>& ax, bool keepdim, const
 }
 
 // Gradient of max/min: g at the chosen element of each row, zero elsewhere,
-// built in the rows layout and permuted back to x's.
+// built in the rows layout (rows, R) and permuted back to x's. Recorded
+// (create_graph), the same (rows, R) block is a scatter of g into zeros, whose
+// backward (a gather at the saved indices) is differentiable again.
 void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor& idx = n.saved_tensor(0);
+  const Tensor idx = n.saved_tensor(0);
   const Shape& in = n.edges[0].shape;
   Shape order = n.shape_attr, perm_shape, inverse(order);
   for (int k = 0; k < order.size(); ++k) {
@@ -407,6 +427,11 @@ void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
     inverse[static_cast<int>(order[k])] = k;
   }
   const int64_t rows = idx.numel(), R = rows ? in.numel() / rows : 0;
+  if (grad_enabled()) {
+    const Tensor gr = scatter(zeros({rows, R}, g.dtype()), 1, reshape(idx, {rows, 1}), reshape(g, {rows, 1}));
+    gin[0] = permute(reshape(gr, perm_shape), inverse);
+    return;
+  }
   Tensor gr = zeros(perm_shape, g.dtype());
   Tensor gc = g.contiguous();
   TG_DISPATCH_FLOAT(g.dtype(), "max", [&] {

@@ -8,9 +8,12 @@
 
 #include "autograd/blas.h"
 #include "autograd/op.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/shape.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
@@ -83,6 +86,31 @@ Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* 
   return dW;
 }
 
+// ---- Recorded backward (create_graph). Each backward also has a form in
+// tensor ops, taken when it is recorded: the kernel's recursion step by step,
+// with h_t (and c_t) read from the output, which is then attached to this
+// node, and the gates recomputed from the saved xp. Every op used is
+// differentiable again, so the gradients are, to any order. Per-step slices
+// make its own backward O(T^2); it only runs for higher derivatives. Forward
+// saves the inputs themselves, not its contiguous copies, so that they carry
+// their graph into it; the plain backward makes them contiguous (a no-op for
+// the usual contiguous weights and states).
+
+// The state before step t of states (T,B,H): row t-1, or the initial state
+// (zeros when not given).
+Tensor previous(const Tensor& states, const Tensor& init, int64_t t) {
+  if (t > 0) return select(states, 0, t - 1);
+  return init.defined() ? init : zeros({states.size(1), states.size(2)}, states.dtype());
+}
+// a + b, with b undefined meaning zero (no gradient from a later step yet).
+Tensor plus(const Tensor& a, const Tensor& b) { return b.defined() ? add(a, b) : a; }
+// The derivative of the sigmoid from its value s: s (1 - s).
+Tensor sigmoid_slope(const Tensor& s) { return mul(s, rsub(1.0, s)); }
+// dW (G,H) = sum_t dG_t^T h_{t-1} from dG (T,B,G) and the previous states (T,B,H).
+Tensor weight_grad_recorded(const Tensor& dG, const Tensor& hprev) {
+  return matmul(transpose(reshape(dG, {-1, dG.size(2)}), 0, 1), reshape(hprev, {-1, hprev.size(2)}));
+}
+
 std::vector<OpSample> recurrence_samples(int gates, bool bias_input, bool cell_state) {
   using samples::uniform;
   const int64_t T = 3, B = 2, H = 3, G = gates * H;
@@ -118,7 +146,7 @@ std::vector<OpSample> recurrence_samples(int gates, bool bias_input, bool cell_s
 }  // namespace
 
 // ============================ rnn_tanh_recurrence ============================
-// Saves w_hh, h0 and the output (tanh' = 1 - h^2).
+// Saves w_hh, h0 and the output (tanh' = 1 - h^2); the recorded backward needs nothing more.
 template <class S>
 static void rnn_tanh_forward(const Dims& d, const S* xp, const S* w, const S* h0, S* hs) {
   const int64_t T = d.T, B = d.B, H = d.H;
@@ -152,8 +180,29 @@ static void rnn_tanh_backward_kernel(const Dims& d, const S* gout, const S* w, c
   }
 }
 
+// Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T, so
+//   da_t = (g_t + dh_t) (1 - h_t^2),  dh_{t-1} = da_t W,  dW = sum_t da_t^T h_{t-1},
+// dh_t being the gradient reaching h_t from step t+1.
+static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor w = n.saved_tensor(0), h0 = n.saved_tensor(1), out = n.saved_tensor(2);
+  const int64_t T = out.size(0);
+  std::vector<Tensor> da(T), hprev(T);
+  Tensor dh;
+  for (int64_t t = T; t-- > 0;) {
+    const Tensor h = select(out, 0, t);
+    hprev[t] = previous(out, h0, t);
+    da[t] = mul(plus(select(grad, 0, t), dh), rsub(1.0, mul(h, h)));
+    if (t > 0 || n.needs(2)) dh = matmul(da[t], w);
+  }
+  const Tensor dA = stack(da, 0);
+  if (n.needs(0)) gin[0] = dA;
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, stack(hprev, 0));
+  if (n.needs(2)) gin[2] = dh;
+}
+
 static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor &w = n.saved_tensor(0), &h0 = n.saved_tensor(1), &out = n.saved_tensor(2);
+  if (grad_enabled()) return rnn_tanh_backward_recorded(n, grad, gin);
+  const Tensor w = contig(n.saved_tensor(0)), h0 = contig(n.saved_tensor(1)), out = n.saved_tensor(2);
   const Dims d{out.size(0), out.size(1), out.size(2)};
   Tensor g = grad.contiguous();
   Tensor dA = empty(out.shape(), out.dtype());
@@ -185,8 +234,8 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
     rnn_tanh_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), out.data<scalar_t>());
   });
   if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in)) {
-    n->save(w);
-    n->save(h0);
+    n->save(w_in);
+    n->save(h0_in);
     n->save(out);
   }
   return out;
@@ -194,7 +243,8 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
 
 // ============================ lstm_recurrence ============================
 // act (T,B,4H) keeps the gate activations sig(i), sig(f), tanh(g), sig(o);
-// out (2,T,B,H) holds h_t then c_t, so backward finds c_{t-1} there.
+// out (2,T,B,H) holds h_t then c_t, so backward finds c_{t-1} there. xp is
+// saved for the recorded backward, which recomputes the gates from it.
 template <class S>
 static void lstm_forward(const Dims& d, const S* xp, const S* w, const S* h0, const S* c0, S* act, S* hs, S* cs) {
   const int64_t T = d.T, B = d.B, H = d.H;
@@ -268,9 +318,45 @@ static void lstm_backward_kernel(const Dims& d, const S* gout, const S* w, const
   if (dc0) std::copy_n(dc, B * H, dc0);
 }
 
+// Recorded: a_t = xp_t + h_{t-1} W^T = [a_i a_f a_g a_o], i f o = sig(a_i a_f a_o),
+// g = tanh(a_g), c_t = f c_{t-1} + i g, h_t = o tanh(c_t); with dh_t, dc_t
+// the gradients reaching h_t, c_t from step t+1:
+//   dh = g^h_t + dh_t,  dc = g^c_t + dc_t + dh o (1 - tanh^2 c_t)
+//   da_i = dc g i(1-i), da_f = dc c_{t-1} f(1-f), da_g = dc i (1-g^2), da_o = dh tanh(c_t) o(1-o)
+//   dc_{t-1} = dc f,  dh_{t-1} = da_t W,  dW = sum_t da_t^T h_{t-1}.
+static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor w = n.saved_tensor(0), h0 = n.saved_tensor(1), c0 = n.saved_tensor(2);
+  const Tensor out = n.saved_tensor(4), xp = n.saved_tensor(5);
+  const int64_t T = out.size(1);
+  const Tensor hs = select(out, 0, 0), cs = select(out, 0, 1), gh = select(grad, 0, 0), gc = select(grad, 0, 1);
+  const Tensor wt = transpose(w, 0, 1);
+  std::vector<Tensor> da(T), hprev(T);
+  Tensor dh, dc;
+  for (int64_t t = T; t-- > 0;) {
+    hprev[t] = previous(hs, h0, t);
+    const Tensor cprev = previous(cs, c0, t);
+    const std::vector<Tensor> a = chunk(add(select(xp, 0, t), matmul(hprev[t], wt)), 4, 1);
+    const Tensor i = sigmoid(a[0]), f = sigmoid(a[1]), g = tanh(a[2]), o = sigmoid(a[3]);
+    const Tensor tc = tanh(select(cs, 0, t));
+    const Tensor dht = plus(select(gh, 0, t), dh);
+    const Tensor dct = add(plus(select(gc, 0, t), dc), mul(mul(dht, o), rsub(1.0, mul(tc, tc))));
+    da[t] = concat({mul(mul(dct, g), sigmoid_slope(i)), mul(mul(dct, cprev), sigmoid_slope(f)),
+                    mul(mul(dct, i), rsub(1.0, mul(g, g))), mul(mul(dht, tc), sigmoid_slope(o))},
+                   1);
+    dc = mul(dct, f);
+    if (t > 0 || n.needs(2)) dh = matmul(da[t], w);
+  }
+  const Tensor dA = stack(da, 0);
+  if (n.needs(0)) gin[0] = dA;
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, stack(hprev, 0));
+  if (n.needs(2)) gin[2] = dh;
+  if (n.needs(3)) gin[3] = dc;
+}
+
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor &w = n.saved_tensor(0), &h0 = n.saved_tensor(1), &c0 = n.saved_tensor(2);
-  const Tensor &act = n.saved_tensor(3), &out = n.saved_tensor(4);
+  if (grad_enabled()) return lstm_backward_recorded(n, grad, gin);
+  const Tensor w = contig(n.saved_tensor(0)), h0 = contig(n.saved_tensor(1)), c0 = contig(n.saved_tensor(2));
+  const Tensor act = n.saved_tensor(3), out = n.saved_tensor(4);
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t BH = d.B * d.H;
   Tensor g = grad.contiguous();
@@ -289,7 +375,7 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
 }
 static const OpDef lstm_recurrence_op(
     "lstm_recurrence", 4, "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
-    "w_hh, h0, c0, gate activations (T,B,4H), output", lstm_recurrence_backward,
+    "w_hh, h0, c0, gate activations (T,B,4H), output, xp", lstm_recurrence_backward,
     [] { return recurrence_samples(4, false, true); });
 
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
@@ -308,17 +394,19 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
                            act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
   });
   if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in)) {
-    n->save(w);
-    n->save(h0);
-    n->save(c0);
+    n->save(w_in);
+    n->save(h0_in);
+    n->save(c0_in);
     n->save(act);
     n->save(out);
+    n->save(xp_in);
   }
   return out;
 }
 
 // ============================ gru_recurrence ============================
-// act (T,B,4H) keeps r, z, n and hn = h W_hn^T + b_hn (needed for dr).
+// act (T,B,4H) keeps r, z, n and hn = h W_hn^T + b_hn (needed for dr). b_hh
+// and xp are saved for the recorded backward, which recomputes the gates.
 template <class S>
 static void gru_forward(const Dims& d, const S* xp, const S* w, const S* bias, const S* h0, S* act, S* hs) {
   const int64_t T = d.T, B = d.B, H = d.H;
@@ -400,8 +488,45 @@ static void gru_backward_kernel(const Dims& d, const S* gout, const S* w, const 
   }
 }
 
+// Recorded: p_t = h_{t-1} W^T + b_hh = [p_r p_z p_n], r = sig(xp_r + p_r),
+// z = sig(xp_z + p_z), n = tanh(xp_n + r p_n), h_t = (1-z) n + z h_{t-1}; with
+// dh = g_t + the gradient reaching h_t from step t+1:
+//   da_n = dh (1-z)(1-n^2), da_r = da_n p_n r(1-r), da_z = dh (h_{t-1} - n) z(1-z)
+//   dxp_t = [da_r da_z da_n], dp_t = [da_r da_z r da_n], dh_{t-1} = dh z + dp_t W,
+//   dW = sum_t dp_t^T h_{t-1}, db_hh = sum_t dp_t.
+static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor w = n.saved_tensor(0), h0 = n.saved_tensor(1), out = n.saved_tensor(3);
+  const Tensor bias = n.saved_tensor(4), xp = n.saved_tensor(5);
+  const int64_t T = out.size(0), G = w.size(0);
+  const Tensor wt = transpose(w, 0, 1);
+  std::vector<Tensor> dx(T), dp(T), hprev(T);
+  Tensor dh;
+  for (int64_t t = T; t-- > 0;) {
+    hprev[t] = previous(out, h0, t);
+    Tensor proj = matmul(hprev[t], wt);
+    if (bias.defined()) proj = add(proj, bias);
+    const std::vector<Tensor> x = chunk(select(xp, 0, t), 3, 1), p = chunk(proj, 3, 1);
+    const Tensor r = sigmoid(add(x[0], p[0])), z = sigmoid(add(x[1], p[1]));
+    const Tensor nn = tanh(add(x[2], mul(r, p[2])));
+    const Tensor dht = plus(select(grad, 0, t), dh);
+    const Tensor dan = mul(mul(dht, rsub(1.0, z)), rsub(1.0, mul(nn, nn)));
+    const Tensor dar = mul(mul(dan, p[2]), sigmoid_slope(r));
+    const Tensor daz = mul(mul(dht, sub(hprev[t], nn)), sigmoid_slope(z));
+    dx[t] = concat({dar, daz, dan}, 1);
+    dp[t] = concat({dar, daz, mul(dan, r)}, 1);
+    if (t > 0 || n.needs(3)) dh = add(mul(dht, z), matmul(dp[t], w));
+  }
+  const Tensor dP = stack(dp, 0);
+  if (n.needs(0)) gin[0] = stack(dx, 0);
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dP, stack(hprev, 0));
+  if (n.needs(2)) gin[2] = sum(reshape(dP, {-1, G}), {0});
+  if (n.needs(3)) gin[3] = dh;
+}
+
 static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor &w = n.saved_tensor(0), &h0 = n.saved_tensor(1), &act = n.saved_tensor(2), &out = n.saved_tensor(3);
+  if (grad_enabled()) return gru_backward_recorded(n, grad, gin);
+  const Tensor w = contig(n.saved_tensor(0)), h0 = contig(n.saved_tensor(1));
+  const Tensor act = n.saved_tensor(2), out = n.saved_tensor(3);
   const Dims d{out.size(0), out.size(1), out.size(2)};
   const int64_t G = 3 * d.H;
   Tensor g = grad.contiguous();
@@ -420,7 +545,7 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
 }
 static const OpDef gru_recurrence_op("gru_recurrence", 4,
                                      "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
-                                     "w_hh, h0, gates r, z, n and h W_hn^T + b_hn (T,B,4H), output",
+                                     "w_hh, h0, gates r, z, n and h W_hn^T + b_hn (T,B,4H), output, b_hh, xp",
                                      gru_recurrence_backward, [] { return recurrence_samples(3, true, false); });
 
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
@@ -438,10 +563,12 @@ Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_i
                           act.data<scalar_t>(), out.data<scalar_t>());
   });
   if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
-    n->save(w);
-    n->save(h0);
+    n->save(w_in);
+    n->save(h0_in);
     n->save(act);
     n->save(out);
+    n->save(b_in);
+    n->save(xp_in);
   }
   return out;
 }

@@ -9,6 +9,9 @@
 // Why one op and not one per step: a step reads row block t of xp, and on
 // this tape the gradient of a slice has its input's full shape, so per-step
 // slices would cost O(T^2) in backward.
+// A recorded backward (create_graph) runs the same recursion in tensor ops
+// instead, so the gradients are differentiable again; for it the LSTM and GRU
+// also save xp, from which it recomputes the gates.
 //
 // Everything is time-major (T,B,...); gate order as torch.nn. A missing
 // (undefined) initial state means zeros.

@@ -186,12 +186,18 @@ Tensor region(const Tensor& t, const Shape& start, const Shape& len) {
 }
 }  // namespace
 
+// The adjoint of a constant pad is the opposite pad (value 0): it crops what
+// was padded and zero-fills what was cropped. Being a pad again, it is
+// recorded under create_graph and differentiable to any order.
 static void pad_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& in = n.edges[0].shape;
-  const PadRegion r = pad_region(in, n.shape_attr, n.out_shape);
-  Tensor gx = zeros(in, g.dtype());
-  if (r.len.numel() > 0) region(gx, r.src_start, r.len).copy_(region(g, r.dst_start, r.len));
-  gin[0] = gx;
+  std::vector<int64_t> pads;  // innermost axis first
+  for (int d = in.size() - 1; d >= 0; --d) {
+    const int64_t before = n.shape_attr[d], after = n.out_shape[d] - in[d] - before;
+    pads.push_back(-before);
+    pads.push_back(-after);
+  }
+  gin[0] = pad(g, pads);
 }
 static const OpDef pad_op("pad", 1, "pad(x, pads, value): constant padding of the last axes, innermost pair first",
                           "padding before each axis", pad_backward, [] {

@@ -178,8 +178,30 @@ Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
 
 // ============================ slice / narrow / select ============================
 // Backward writes the gradient into a zero tensor of the input's shape
-// through the same slice.
+// through the same slice. Recorded (create_graph), that tensor is built from
+// pads instead: with step > 1, each gradient entry along the axis is followed
+// by step - 1 zeros ((.., L, ..) -> (.., L, step, ..) -> (.., L * step, ..)),
+// then the axis is padded to the input's extent before and after (after may
+// be negative: it crops trailing zeros past the input's end).
 static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (grad_enabled()) {
+    const Shape& in = n.edges[0].shape;
+    const int a = static_cast<int>(n.i[0]), r = in.size();
+    const int64_t start = n.i[1], step = n.i[3];
+    Tensor spread = g;
+    if (step > 1) {
+      std::vector<int64_t> pads(2 * (r - a), 0);  // axes r .. a+1 of the unsqueezed gradient
+      pads.back() = step - 1;
+      Shape to = g.shape();
+      to[a] *= step;
+      spread = reshape(pad(unsqueeze(g, a + 1), pads), to);
+    }
+    std::vector<int64_t> pads(2 * (r - a), 0);  // axes r-1 .. a
+    pads[pads.size() - 2] = start;
+    pads.back() = in[a] - start - spread.shape()[a];
+    gin[0] = pad(spread, pads);
+    return;
+  }
   Tensor gx = zeros(n.edges[0].shape, g.dtype());
   slice(gx, n.i[0], n.i[1], n.i[2], n.i[3]).copy_(g);
   gin[0] = gx;
