@@ -124,7 +124,10 @@ void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
     slot = add(slot, g);
     return;
   }
-  bool exclusive = slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1;
+  // In place only into a dense slot: a strided one (a transposed view a
+  // backward returned) is replaced by a dense sum, so that later
+  // contributions add at memory speed.
+  bool exclusive = slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous();
   if ((leaf && !slot.requires_grad()) || exclusive)
     slot.add_(g);
   else

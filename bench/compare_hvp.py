@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Hessian-vector product cost, tapegrad against PyTorch in the same run.
+
+Runs build/bench/hvp and bench/torch_hvp.py alternately (rounds of each
+workload), takes medians and prints a Markdown table: the time of one
+gradient, of a Hessian-vector product by double backward, their ratio, and
+PyTorch's torch.autograd.functional.hvp on the same loss.
+
+    /usr/bin/python3 bench/compare_hvp.py --workloads gpt-s rnn --rounds 3
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--workloads", nargs="+", default=["gpt-s", "gpt-m", "rnn", "lstm"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=5)
+    a = ap.parse_args()
+    rows = []
+    for w in a.workloads:
+        ours, theirs = [], []
+        for r in range(a.rounds):
+            print(f"compare_hvp: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
+            common = ["--workload", w, "--threads", str(a.threads), "--reps", str(a.reps)]
+            ours.append(run([os.path.join(a.build, "bench", "hvp")] + common))
+            theirs.append(run([sys.executable, os.path.join(HERE, "torch_hvp.py")] + common))
+        med = lambda runs, k: statistics.median(x[k] for x in runs)
+        rows.append((w, med(ours, "grad_s"), med(ours, "hvp_s"), med(theirs, "grad_s"), med(theirs, "hvp_s"),
+                     med(theirs, "functional_hvp_s")))
+    print(f"\nHessian-vector products, {a.threads} thread(s), medians of {a.rounds} alternating rounds "
+          f"(each a median of {a.reps}), milliseconds:\n")
+    print("| workload | tapegrad grad | tapegrad HVP | HVP / grad | PyTorch grad | PyTorch HVP | HVP / grad "
+          "| functional.hvp | tapegrad HVP / PyTorch HVP |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for w, g, h, tg_, th, tf in rows:
+        print(f"| {w} | {g * 1e3:.1f} | {h * 1e3:.1f} | {h / g:.2f}x | {tg_ * 1e3:.1f} | {th * 1e3:.1f} | "
+              f"{th / tg_:.2f}x | {tf * 1e3:.1f} | {h / th:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
