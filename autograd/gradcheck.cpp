@@ -8,6 +8,7 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
 #include "autograd/tape.h"
 
 namespace tg {
@@ -102,6 +103,136 @@ void compare(GradcheckInput& r, double a, double n, const GradcheckOptions& o, s
   }
 }
 
+// gradcheck's inputs: at least one requires grad, and those that do are float64.
+void check_inputs(const std::vector<Tensor>& inputs) {
+  if (std::none_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); }))
+    throw AutogradError(fmt::format("gradcheck: none of the {} inputs requires grad, so there is nothing to check",
+                                    inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (t.defined() && t.requires_grad() && t.dtype() != DType::f64)
+      throw DTypeError(fmt::format("gradcheck: input {} is {}; gradcheck needs float64 inputs (use .to(DType::f64))",
+                                   i, dtype_name(t.dtype())));
+  }
+}
+
+// The shape of fn(leaves), which must be float64.
+Shape float64_output_shape(const TensorFn& fn, const std::vector<Tensor>& leaves) {
+  NoGradGuard ng;
+  Tensor out = fn(leaves);
+  if (out.dtype() != DType::f64)
+    throw DTypeError(fmt::format("gradcheck: the function returned {}, expected float64", dtype_name(out.dtype())));
+  return out.shape();
+}
+
+// One entry per input, passing until a comparison fails; checked where it requires grad.
+GradcheckReport unchecked_report(const std::vector<Tensor>& leaves) {
+  GradcheckReport report;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    GradcheckInput r;
+    r.index = static_cast<int>(i);
+    r.shape = leaves[i].defined() ? leaves[i].shape() : Shape();
+    r.checked = leaves[i].defined() && leaves[i].requires_grad();
+    report.inputs.push_back(r);
+  }
+  return report;
+}
+
+// Full mode: the whole Jacobian. Analytic rows by one backward per output
+// element, numeric columns by two forwards per input element.
+void check_jacobian(const TensorFn& fn, const std::vector<Tensor>& leaves, const Shape& out_shape,
+                    const GradcheckOptions& o, GradcheckReport& report) {
+  const int64_t n_out = out_shape.numel();
+  std::vector<std::vector<Tensor>> rows;
+  for (int64_t j = 0; j < n_out; ++j) {
+    Tensor u = zeros(out_shape, DType::f64);
+    u.data<double>()[j] = 1.0;
+    rows.push_back(analytic(fn, leaves, u));
+  }
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    GradcheckInput& r = report.inputs[i];
+    if (!r.checked) continue;
+    const Tensor& x = leaves[i];
+    bool any_grad = false;
+    for (int64_t k = 0; k < x.numel(); ++k) {
+      double* p = element(x, k);
+      const double x0 = *p;
+      // Numeric column: (f(x + eps) - f(x - eps)) / 2 eps, every output at once.
+      Tensor plus, minus;
+      {
+        NoGradGuard ng;
+        *p = x0 + o.eps;
+        plus = fn(leaves).clone();  // clone: a view output would alias x
+        *p = x0 - o.eps;
+        minus = fn(leaves).clone();
+        *p = x0;
+      }
+      for (int64_t j = 0; j < n_out; ++j) {
+        double num = (plus.data<double>()[j] - minus.data<double>()[j]) / (2 * o.eps);
+        double ana = rows[j][i].data<double>()[k];
+        any_grad |= ana != 0;
+        compare(r, ana, num, o, unravel(k, x.shape()));
+      }
+    }
+    if (!any_grad) r.note = "gradient is zero everywhere";
+  }
+}
+
+// f(leaves with x_i + scale * v) . u, restoring x_i afterwards.
+double project_perturbed(const TensorFn& fn, const std::vector<Tensor>& leaves, size_t i, const Tensor& v,
+                         double scale, const Tensor& u) {
+  const Tensor& x = leaves[i];
+  std::vector<double> saved(x.numel());
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    double* p = element(x, k);
+    saved[k] = *p;
+    *p += scale * v.data<double>()[k];
+  }
+  double val = project(fn, leaves, u);
+  for (int64_t k = 0; k < x.numel(); ++k) *element(x, k) = saved[k];
+  return val;
+}
+
+// Fast mode: u^T J v along random directions u (output) and v (each input).
+void check_directions(const TensorFn& fn, const std::vector<Tensor>& leaves, const Shape& out_shape,
+                      const GradcheckOptions& o, Generator& gen, GradcheckReport& report) {
+  for (int d = 0; d < o.directions; ++d) {
+    Tensor u = randn(out_shape, DType::f64, &gen);
+    std::vector<Tensor> g = analytic(fn, leaves, u);
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      GradcheckInput& r = report.inputs[i];
+      if (!r.checked) continue;
+      Tensor v = randn(leaves[i].shape(), DType::f64, &gen);
+      double ana = sum(mul(g[i], v)).item<double>();
+      double num =
+          (project_perturbed(fn, leaves, i, v, o.eps, u) - project_perturbed(fn, leaves, i, v, -o.eps, u)) /
+          (2 * o.eps);
+      compare(r, ana, num, o, {d});
+    }
+  }
+}
+
+// The same backward through non-contiguous copies of the inputs must give the
+// same gradients (bit for bit, up to 1e-12 relative).
+void check_noncontiguous(const TensorFn& fn, const std::vector<Tensor>& leaves, const Shape& out_shape,
+                         Generator& gen, GradcheckReport& report) {
+  Tensor u = randn(out_shape, DType::f64, &gen);
+  std::vector<Tensor> dense = analytic(fn, leaves, u);
+  std::vector<Tensor> strided = analytic(fn, fresh_leaves(leaves, true), u);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    GradcheckInput& r = report.inputs[i];
+    if (!r.checked) continue;
+    for (int64_t k = 0; k < leaves[i].numel(); ++k) {
+      double a = strided[i].data<double>()[k], b = dense[i].data<double>()[k];
+      if (std::abs(a - b) > 1e-12 * (1 + std::abs(b))) {
+        r.passed = false;
+        r.note = fmt::format("non-contiguous input gives a different gradient at element {} ({} vs {})", k, a, b);
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 GradcheckError::GradcheckError(GradcheckReport r) : std::runtime_error("gradcheck failed:\n" + r.str()), report(std::move(r)) {}
@@ -125,118 +256,16 @@ std::string GradcheckReport::str() const {
 }
 
 GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& o) {
-  if (std::none_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); }))
-    throw AutogradError(fmt::format("gradcheck: none of the {} inputs requires grad, so there is nothing to check",
-                                    inputs.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
-    if (t.defined() && t.requires_grad() && t.dtype() != DType::f64)
-      throw DTypeError(fmt::format("gradcheck: input {} is {}; gradcheck needs float64 inputs (use .to(DType::f64))",
-                                   i, dtype_name(t.dtype())));
-  }
+  check_inputs(inputs);
   std::vector<Tensor> leaves = o.in_place ? inputs : fresh_leaves(inputs, false);
-  Shape out_shape;
-  {
-    NoGradGuard ng;
-    Tensor out = fn(leaves);
-    if (out.dtype() != DType::f64)
-      throw DTypeError(fmt::format("gradcheck: the function returned {}, expected float64", dtype_name(out.dtype())));
-    out_shape = out.shape();
-  }
+  const Shape out_shape = float64_output_shape(fn, leaves);
   Generator gen(o.seed ^ 0x9e3779b97f4a7c15ULL);
-  GradcheckReport report;
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    GradcheckInput r;
-    r.index = static_cast<int>(i);
-    r.shape = leaves[i].defined() ? leaves[i].shape() : Shape();
-    r.checked = leaves[i].defined() && leaves[i].requires_grad();
-    report.inputs.push_back(r);
-  }
-
-  auto perturbed = [&](size_t i, const Tensor& v, double scale, const Tensor& u) {
-    // f(x_i + scale * v) . u, restoring x_i afterwards.
-    Tensor x = leaves[i];
-    std::vector<double> saved(x.numel());
-    for (int64_t k = 0; k < x.numel(); ++k) {
-      double* p = element(x, k);
-      saved[k] = *p;
-      *p += scale * v.data<double>()[k];
-    }
-    double val = project(fn, leaves, u);
-    for (int64_t k = 0; k < x.numel(); ++k) *element(x, k) = saved[k];
-    return val;
-  };
-
-  const int64_t n_out = out_shape.numel();
-  if (!o.fast) {
-    // Analytic Jacobian rows: one backward per output element.
-    std::vector<std::vector<Tensor>> rows;
-    for (int64_t j = 0; j < n_out; ++j) {
-      Tensor u = zeros(out_shape, DType::f64);
-      u.data<double>()[j] = 1.0;
-      rows.push_back(analytic(fn, leaves, u));
-    }
-    for (size_t i = 0; i < leaves.size(); ++i) {
-      GradcheckInput& r = report.inputs[i];
-      if (!r.checked) continue;
-      const Tensor& x = leaves[i];
-      bool any_grad = false;
-      for (int64_t k = 0; k < x.numel(); ++k) {
-        double* p = element(x, k);
-        const double x0 = *p;
-        // Numeric column: (f(x + eps) - f(x - eps)) / 2 eps, every output at once.
-        Tensor plus, minus;
-        {
-          NoGradGuard ng;
-          *p = x0 + o.eps;
-          plus = fn(leaves).clone();  // clone: a view output would alias x
-          *p = x0 - o.eps;
-          minus = fn(leaves).clone();
-          *p = x0;
-        }
-        for (int64_t j = 0; j < n_out; ++j) {
-          double num = (plus.data<double>()[j] - minus.data<double>()[j]) / (2 * o.eps);
-          double ana = rows[j][i].data<double>()[k];
-          any_grad |= ana != 0;
-          std::vector<int64_t> where = unravel(k, x.shape());
-          compare(r, ana, num, o, where);
-        }
-      }
-      if (!any_grad) r.note = "gradient is zero everywhere";
-    }
-  } else {
-    for (int d = 0; d < o.directions; ++d) {
-      Tensor u = randn(out_shape, DType::f64, &gen);
-      std::vector<Tensor> g = analytic(fn, leaves, u);
-      for (size_t i = 0; i < leaves.size(); ++i) {
-        GradcheckInput& r = report.inputs[i];
-        if (!r.checked) continue;
-        Tensor v = randn(leaves[i].shape(), DType::f64, &gen);
-        double ana = sum(mul(g[i], v)).item<double>();
-        double num = (perturbed(i, v, o.eps, u) - perturbed(i, v, -o.eps, u)) / (2 * o.eps);
-        compare(r, ana, num, o, {d});
-      }
-    }
-  }
-
-  if (o.check_noncontiguous && !o.in_place) {
-    // The same backward through non-contiguous inputs must give the same gradients.
-    Tensor u = randn(out_shape, DType::f64, &gen);
-    std::vector<Tensor> dense = analytic(fn, leaves, u);
-    std::vector<Tensor> strided = analytic(fn, fresh_leaves(leaves, true), u);
-    for (size_t i = 0; i < leaves.size(); ++i) {
-      GradcheckInput& r = report.inputs[i];
-      if (!r.checked) continue;
-      for (int64_t k = 0; k < leaves[i].numel(); ++k) {
-        double a = strided[i].data<double>()[k], b = dense[i].data<double>()[k];
-        if (std::abs(a - b) > 1e-12 * (1 + std::abs(b))) {
-          r.passed = false;
-          r.note = fmt::format("non-contiguous input gives a different gradient at element {} ({} vs {})", k, a, b);
-          break;
-        }
-      }
-    }
-  }
+  GradcheckReport report = unchecked_report(leaves);
+  if (o.fast)
+    check_directions(fn, leaves, out_shape, o, gen, report);
+  else
+    check_jacobian(fn, leaves, out_shape, o, report);
+  if (o.check_noncontiguous && !o.in_place) check_noncontiguous(fn, leaves, out_shape, gen, report);
   for (const GradcheckInput& r : report.inputs) report.passed &= r.passed;
   if (!report.passed && o.raise) throw GradcheckError(report);
   return report;

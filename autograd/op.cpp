@@ -6,17 +6,6 @@
 
 namespace tg {
 
-// One anchor per op family: calling it forces the linker to keep that family's
-// object file (and so its self-registered OpDefs) from the static library.
-void link_elementwise_ops();
-void link_reduce_ops();
-void link_shape_ops();
-void link_view_ops();
-void link_index_ops();
-void link_matmul_ops();
-void link_nn_ops();
-void link_rnn_ops();
-
 namespace {
 std::vector<const OpDef*>& registry() {
   static std::vector<const OpDef*> ops;
@@ -37,15 +26,10 @@ OpDef::OpDef(std::string_view name_, int arity_, std::string_view signature_, st
 
 OpDef::~OpDef() { std::erase(registry(), this); }
 
+// Every op family's OpDefs are registered before main(): the shared library
+// holds every family, and the static one is a single prelinked object (see
+// meson.build), so no link drops a family whose ops a program never calls.
 std::vector<const OpDef*> op_table() {
-  link_elementwise_ops();
-  link_reduce_ops();
-  link_shape_ops();
-  link_view_ops();
-  link_index_ops();
-  link_matmul_ops();
-  link_nn_ops();
-  link_rnn_ops();
   std::vector<const OpDef*> ops = registry();
   std::sort(ops.begin(), ops.end(), [](const OpDef* a, const OpDef* b) { return a->name < b->name; });
   return ops;

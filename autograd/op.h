@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "autograd/tape.h"
+#include "tape.h"
 
 namespace tg {
 

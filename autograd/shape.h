@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "autograd/error.h"
+#include "error.h"
 
 namespace tg {
 

@@ -39,6 +39,7 @@ NodePool::~NodePool() {
 }
 
 void reset(Node& n) {
+  reset_attrs(n);
   n.edges.clear();  // may queue the inputs' nodes
   n.saved.clear();
   n.hooks.clear();
@@ -213,168 +214,197 @@ std::string describe_node(const Node& n) {
   return fmt::format("'{}' (output {} {})", n.op->name, n.out_shape, dtype_name(n.out_dtype));
 }
 
-// The reverse pass shared by backward() and grad(). With `inputs` given,
-// their gradients are returned and no .grad is touched.
-std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads,
-                                 const std::vector<Tensor>* inputs, const GradOptions& options, const char* api) {
-  if (roots.empty()) throw AutogradError(fmt::format("{}: no outputs given", api));
-  if (!root_grads.empty() && root_grads.size() != roots.size())
-    throw AutogradError(fmt::format("{}: {} outputs but {} output gradients", api, roots.size(), root_grads.size()));
-  const bool retain = options.retain_graph.value_or(options.create_graph);
-  const uint64_t pass = g_next_pass.fetch_add(1, std::memory_order_relaxed);
+// One reverse pass, shared by backward() and grad(). With `inputs` given,
+// their gradients are collected and no .grad is touched.
+class Pass {
+ public:
+  Pass(const std::vector<Tensor>& roots, const std::vector<Tensor>* inputs, const GradOptions& options,
+       const char* api)
+      : roots_(roots), inputs_(inputs), options_(options), api_(api),
+        retain_(options.retain_graph.value_or(options.create_graph)),
+        id_(g_next_pass.fetch_add(1, std::memory_order_relaxed)), order_(level_.nodes()) {}
 
-  // Seed gradients, checked against their outputs.
-  std::vector<Tensor> seeds(roots.size());
-  for (size_t r = 0; r < roots.size(); ++r) {
-    const Tensor& root = roots[r];
-    if (!root.defined()) throw AutogradError(fmt::format("{}: output {} is undefined", api, r));
-    if (!root.requires_grad())
-      throw AutogradError(fmt::format(
-          "{}: output {} (shape {}) does not require grad (no input has requires_grad, or it was computed under "
-          "no_grad)",
-          api, r, root.shape()));
-    Tensor g = root_grads.empty() ? Tensor() : root_grads[r];
-    if (!g.defined()) {
-      if (root.numel() != 1)
+  std::vector<Tensor> run(const std::vector<Tensor>& root_grads) {
+    std::vector<Tensor> seeds = check_seeds(root_grads);
+    check_inputs();
+    collect();
+    if (inputs_) mark_needed();
+    std::optional<NoGradGuard> no_grad;
+    std::optional<EnableGradGuard> with_grad;
+    if (options_.create_graph)  // the backward functions record: their gradients are differentiable
+      with_grad.emplace();
+    else
+      no_grad.emplace();
+    seed(seeds);
+    std::vector<Tensor> grads;
+    for (size_t k = order_.size(); k-- > 0;) {
+      Node& n = *order_[k];
+      grads.assign(n.edges.size(), Tensor());
+      run_node(n, grads);
+      deliver(n, grads);
+    }
+    if (inputs_) finish_inputs();
+    return std::move(results_);
+  }
+
+ private:
+  // The output gradients, checked against their outputs (ones for scalars).
+  std::vector<Tensor> check_seeds(const std::vector<Tensor>& root_grads) const {
+    if (roots_.empty()) throw AutogradError(fmt::format("{}: no outputs given", api_));
+    if (!root_grads.empty() && root_grads.size() != roots_.size())
+      throw AutogradError(
+          fmt::format("{}: {} outputs but {} output gradients", api_, roots_.size(), root_grads.size()));
+    std::vector<Tensor> seeds(roots_.size());
+    for (size_t r = 0; r < roots_.size(); ++r) {
+      const Tensor& root = roots_[r];
+      if (!root.defined()) throw AutogradError(fmt::format("{}: output {} is undefined", api_, r));
+      if (!root.requires_grad())
         throw AutogradError(fmt::format(
-            "{}: output {} of shape {} is not a scalar; pass a gradient of that shape", api, r, root.shape()));
-      g = ones(root.shape(), root.dtype());
-    } else if (!(g.shape() == root.shape())) {
-      throw ShapeError(fmt::format("{}: gradient of shape {} for output {} of shape {}", api, g.shape(), r,
-                                   root.shape()));
-    } else if (g.dtype() != root.dtype()) {
-      throw DTypeError(fmt::format("{}: gradient is {} for output {} of {}", api, dtype_name(g.dtype()), r,
-                                   dtype_name(root.dtype())));
+            "{}: output {} (shape {}) does not require grad (no input has requires_grad, or it was computed under "
+            "no_grad)",
+            api_, r, root.shape()));
+      Tensor g = root_grads.empty() ? Tensor() : root_grads[r];
+      if (!g.defined()) {
+        if (root.numel() != 1)
+          throw AutogradError(fmt::format(
+              "{}: output {} of shape {} is not a scalar; pass a gradient of that shape", api_, r, root.shape()));
+        g = ones(root.shape(), root.dtype());
+      } else if (!(g.shape() == root.shape())) {
+        throw ShapeError(fmt::format("{}: gradient of shape {} for output {} of shape {}", api_, g.shape(), r,
+                                     root.shape()));
+      } else if (g.dtype() != root.dtype()) {
+        throw DTypeError(fmt::format("{}: gradient is {} for output {} of {}", api_, dtype_name(g.dtype()), r,
+                                     dtype_name(root.dtype())));
+      }
+      seeds[r] = std::move(g);
     }
-    seeds[r] = std::move(g);
+    return seeds;
   }
 
-  std::vector<Tensor> results;
-  if (inputs) {
-    results.resize(inputs->size());
-    for (size_t k = 0; k < inputs->size(); ++k) {
-      const Tensor& x = (*inputs)[k];
+  void check_inputs() {
+    if (!inputs_) return;
+    results_.resize(inputs_->size());
+    for (size_t k = 0; k < inputs_->size(); ++k) {
+      const Tensor& x = (*inputs_)[k];
       if (!x.defined() || !x.requires_grad())
-        throw AutogradError(fmt::format("{}: input {} does not require grad", api, k));
+        throw AutogradError(fmt::format("{}: input {} does not require grad", api_, k));
     }
   }
 
-  PassLevel level;
-  std::vector<Node*>& order = level.nodes();
-  // Collect every node the roots reach (iterative: no recursion), count each
-  // leaf's incoming edges (for the post-accumulate hooks).
-  for (const Tensor& root : roots)
-    if (Node* n = root.impl()->grad_fn.get(); n && n->pass != pass) level.visit(n, pass, !inputs);
-  for (size_t k = 0; k < order.size(); ++k) {
-    for (Edge& e : order[k]->edges) {
-      if (!e.needs_grad) continue;
-      if (Node* p = e.node.get()) {
-        if (p->pass != pass) level.visit(p, pass, !inputs);
-      } else if (TensorImpl* leaf = e.leaf.get()) {
-        if (leaf->pass != pass) level.visit(leaf, pass);
-        ++leaf->pending;
+  // Every node the roots reach (iterative: no recursion), oldest first, and
+  // each leaf's count of incoming edges (for the post-accumulate hooks).
+  void collect() {
+    const bool run_all = !inputs_;
+    for (const Tensor& root : roots_)
+      if (Node* n = root.impl()->grad_fn.get(); n && n->pass != id_) level_.visit(n, id_, run_all);
+    for (size_t k = 0; k < order_.size(); ++k) {
+      for (Edge& e : order_[k]->edges) {
+        if (!e.needs_grad) continue;
+        if (Node* p = e.node.get()) {
+          if (p->pass != id_) level_.visit(p, id_, run_all);
+        } else if (TensorImpl* leaf = e.leaf.get()) {
+          if (leaf->pass != id_) level_.visit(leaf, id_);
+          ++leaf->pending;
+        }
       }
     }
+    std::sort(order_.begin(), order_.end(), [](const Node* a, const Node* b) { return a->seq < b->seq; });
   }
-  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) { return a->seq < b->seq; });
 
-  if (inputs) {
-    // Mark what the inputs need: a node runs when one of its edges leads to an
-    // input. Oldest first, so an edge's producer is decided before its consumer.
-    for (size_t k = 0; k < inputs->size(); ++k) {
-      TensorImpl* x = (*inputs)[k].impl();
+  // grad(): a node runs only when one of its edges leads to an input. Oldest
+  // first, so an edge's producer is decided before its consumer.
+  void mark_needed() {
+    for (size_t k = 0; k < inputs_->size(); ++k) {
+      TensorImpl* x = (*inputs_)[k].impl();
       if (Node* n = x->grad_fn.get()) {
-        if (n->pass == pass) n->capture = static_cast<int32_t>(k);
+        if (n->pass == id_) n->capture = static_cast<int32_t>(k);
       } else {
-        if (x->pass != pass) level.visit(x, pass);
+        if (x->pass != id_) level_.visit(x, id_);
         x->capture = static_cast<int32_t>(k);
       }
     }
-    for (Node* n : order)
+    for (Node* n : order_)
       for (const Edge& e : n->edges) {
         if (!e.needs_grad) continue;
         if (e.node ? (e.node->capture >= 0 || e.node->run) : (e.leaf && e.leaf->capture >= 0)) n->run = true;
       }
   }
 
-  std::optional<NoGradGuard> no_grad;
-  std::optional<EnableGradGuard> with_grad;
-  if (options.create_graph)
-    with_grad.emplace();
-  else
-    no_grad.emplace();
-
-  // Seed the roots (a root that is an input or a leaf gets its seed directly).
-  for (size_t r = 0; r < roots.size(); ++r) {
-    TensorImpl* root = roots[r].impl();
-    if (Node* n = root->grad_fn.get()) {
-      accumulate(n->grad, seeds[r], false);
-    } else if (inputs) {
-      if (root->capture >= 0) accumulate(results[static_cast<size_t>(root->capture)], seeds[r], false);
-    } else {
-      accumulate(root->grad, seeds[r], true);
+  // A root with a node gets its seed there; a root that is a leaf (or an input) directly.
+  void seed(const std::vector<Tensor>& seeds) {
+    for (size_t r = 0; r < roots_.size(); ++r) {
+      TensorImpl* root = roots_[r].impl();
+      if (Node* n = root->grad_fn.get())
+        accumulate(n->grad, seeds[r], false);
+      else if (inputs_)
+        capture(root->capture, seeds[r]);
+      else
+        accumulate(root->grad, seeds[r], true);
     }
   }
 
-  std::vector<Tensor> grads;
-  for (size_t k = order.size(); k-- > 0;) {
-    Node& n = *order[k];
+  void capture(int32_t slot, const Tensor& g) {
+    if (slot >= 0) accumulate(results_[static_cast<size_t>(slot)], g, false);
+  }
+
+  // Hooks, retain_grad and grad()'s capture, then the node's backward into grads.
+  void run_node(Node& n, std::vector<Tensor>& grads) {
     // The node's gradient is handed over, not shared: a backward that holds
     // the only reference may write its result into it (fused_grad).
     Tensor g = std::move(n.grad);
     n.grad = Tensor();
-    const bool deliver = g.defined() && (n.run || n.capture >= 0);
-    if (deliver) {
-      if (!n.hooks.empty()) g = run_hooks(n.hooks, std::move(g), describe_node(n).c_str());
-      if (auto kept = n.retains.lock()) kept->grad = options.create_graph ? g : g.detach();
-      if (n.capture >= 0) results[static_cast<size_t>(n.capture)] = g;
+    if (!g.defined() || !(n.run || n.capture >= 0)) return;
+    if (!n.hooks.empty()) g = run_hooks(n.hooks, std::move(g), describe_node(n).c_str());
+    if (auto kept = n.retains.lock()) kept->grad = options_.create_graph ? g : g.detach();
+    capture(n.capture, g);
+    if (!n.run) return;
+    if (n.released)
+      throw AutogradError(fmt::format(
+          "{}: cannot run the backward of {} again: what it saved was freed by an earlier backward() or grad() "
+          "that ran without retain_graph=true (pass retain_graph=true to that call to backpropagate through "
+          "this graph twice)",
+          api_, describe_node(n)));
+    if (options_.create_graph && n.op->once_differentiable)
+      throw AutogradError(fmt::format(
+          "{}: create_graph through {}: its backward is declared once-differentiable, so its gradient cannot "
+          "be differentiated again",
+          api_, describe_node(n)));
+    const bool g_records = options_.create_graph && g.requires_grad();
+    {
+      ProfileScope prof(n.op->name, ProfilePhase::backward);
+      n.op->backward(n, g, grads);
     }
-    grads.assign(n.edges.size(), Tensor());
-    if (deliver && n.run) {
-      if (n.released)
-        throw AutogradError(fmt::format(
-            "{}: cannot run the backward of {} again: what it saved was freed by an earlier backward() or grad() "
-            "that ran without retain_graph=true (pass retain_graph=true to that call to backpropagate through "
-            "this graph twice)",
-            api, describe_node(n)));
-      if (options.create_graph && n.op->once_differentiable)
-        throw AutogradError(fmt::format(
-            "{}: create_graph through {}: its backward is declared once-differentiable, so its gradient cannot "
-            "be differentiated again",
-            api, describe_node(n)));
-      const bool g_records = options.create_graph && g.requires_grad();
-      {
-        ProfileScope prof(n.op->name, ProfilePhase::backward);
-        n.op->backward(n, g, grads);
-      }
-      if (retain)
-        n.drop_recomputed();
-      else if (!n.saved.empty()) {
-        // Never run again: drop what it saved now, so activations are freed as
-        // the reverse pass goes instead of all at the end.
-        n.saved.clear();
-        n.released = true;
-      }
-      for (size_t e = 0; e < n.edges.size(); ++e) {
-        const Edge& edge = n.edges[e];
-        const Tensor& gi = grads[e];
-        if (!edge.needs_grad || !gi.defined()) continue;
-        if (!(gi.shape() == edge.shape) || gi.dtype() != edge.dtype)
-          throw AutogradError(fmt::format(
-              "backward of '{}' returned a gradient of shape {} {} for input {} of shape {} {}", n.op->name,
-              gi.shape(), dtype_name(gi.dtype()), e, edge.shape, dtype_name(edge.dtype)));
-        // A gradient is linear in the incoming one: if that was recorded and
-        // this one is not, the backward ran raw kernels and a second
-        // derivative through it would silently be zero.
-        if (g_records && !gi.requires_grad())
-          throw AutogradError(fmt::format(
-              "{}: create_graph through {}: its backward is not differentiable (gradient {} was computed outside "
-              "the graph); write it with tensor ops, or declare the op once-differentiable",
-              api, describe_node(n), e));
-      }
+    if (retain_) {
+      n.drop_recomputed();
+    } else if (!n.saved.empty()) {
+      // Never run again: drop what it saved now, so activations are freed as
+      // the reverse pass goes instead of all at the end.
+      n.saved.clear();
+      n.released = true;
     }
-    // Deliver to the inputs; count down each leaf's pending edges even where
-    // no gradient flows, so a post-accumulate hook fires once per pass.
+    for (size_t e = 0; e < n.edges.size(); ++e) {
+      const Edge& edge = n.edges[e];
+      const Tensor& gi = grads[e];
+      if (!edge.needs_grad || !gi.defined()) continue;
+      if (!(gi.shape() == edge.shape) || gi.dtype() != edge.dtype)
+        throw AutogradError(fmt::format(
+            "backward of '{}' returned a gradient of shape {} {} for input {} of shape {} {}", n.op->name,
+            gi.shape(), dtype_name(gi.dtype()), e, edge.shape, dtype_name(edge.dtype)));
+      // A gradient is linear in the incoming one: if that was recorded and
+      // this one is not, the backward ran raw kernels and a second
+      // derivative through it would silently be zero.
+      if (g_records && !gi.requires_grad())
+        throw AutogradError(fmt::format(
+            "{}: create_graph through {}: its backward is not differentiable (gradient {} was computed outside "
+            "the graph); write it with tensor ops, or declare the op once-differentiable",
+            api_, describe_node(n), e));
+    }
+  }
+
+  // Into the producers' slots and the leaves' .grad (or grad()'s results).
+  // Each leaf's pending edges count down even where no gradient flows, so a
+  // post-accumulate hook fires exactly once per pass.
+  void deliver(Node& n, std::vector<Tensor>& grads) {
     for (size_t e = 0; e < n.edges.size(); ++e) {
       Edge& edge = n.edges[e];
       if (!edge.needs_grad) continue;
@@ -387,34 +417,43 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
       if (!leaf) continue;
       if (gi.defined()) {
         if (leaf->hooks && !leaf->hooks->grad.empty()) gi = run_hooks(leaf->hooks->grad, std::move(gi), "a leaf");
-        if (inputs) {
-          if (leaf->capture >= 0) accumulate(results[static_cast<size_t>(leaf->capture)], gi, false);
-        } else {
+        if (inputs_)
+          capture(leaf->capture, gi);
+        else
           accumulate(leaf->grad, gi, true);
-        }
       }
-      if (--leaf->pending == 0 && !inputs && leaf->hooks && !leaf->hooks->post_accumulate.empty()) {
+      if (--leaf->pending == 0 && !inputs_ && leaf->hooks && !leaf->hooks->post_accumulate.empty()) {
         Tensor handle(edge.leaf);
         for (auto& [active, fn] : leaf->hooks->post_accumulate)
           if (*active) fn(handle);
       }
     }
   }
-  if (inputs) {
-    for (size_t k = 0; k < inputs->size(); ++k) {
-      TensorImpl* x = (*inputs)[k].impl();
+
+  void finish_inputs() {
+    for (size_t k = 0; k < inputs_->size(); ++k) {
+      TensorImpl* x = (*inputs_)[k].impl();
       x->capture = -1;
-      if (Node* n = x->grad_fn.get(); n && n->pass == pass) n->capture = -1;
-      if (!results[k].defined() && !options.allow_unused)
+      if (Node* n = x->grad_fn.get(); n && n->pass == id_) n->capture = -1;
+      if (!results_[k].defined() && !options_.allow_unused)
         throw AutogradError(fmt::format(
             "{}: input {} (shape {}) is not reached from the outputs; pass allow_unused=true to get an undefined "
             "gradient for it",
-            api, k, x->shape));
+            api_, k, x->shape));
     }
-    for (Node* n : order) n->capture = -1;
+    for (Node* n : order_) n->capture = -1;
   }
-  return results;
-}
+
+  const std::vector<Tensor>& roots_;
+  const std::vector<Tensor>* inputs_;
+  const GradOptions& options_;
+  const char* api_;
+  const bool retain_;
+  const uint64_t id_;
+  PassLevel level_;
+  std::vector<Node*>& order_;
+  std::vector<Tensor> results_;
+};
 
 }  // namespace
 
@@ -446,6 +485,11 @@ void Node::save(const Tensor& t) {
     }
   }
   saved.push_back({t, t.defined() ? t.version() : 0, NodeRef(), false});
+}
+
+void Node::bad_attrs(const char* asked) const {
+  throw AutogradError(fmt::format("backward of '{}': its attributes were {} but are read as {}", op->name,
+                                  attrs_type_ ? attrs_type_->name() : "never written", asked));
 }
 
 void Node::drop_recomputed() {
@@ -489,10 +533,8 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
   if (!is_floating(out.dtype()))
     throw AutogradError(fmt::format("{}: an integer output cannot require grad", op.name));
   Node* n = new_node();
+  reset_attrs(*n);
   n->op = &op;
-  std::fill(std::begin(n->f), std::end(n->f), 0.0);
-  std::fill(std::begin(n->i), std::end(n->i), 0);
-  n->shape_attr = Shape();
   n->out_shape = out.shape();
   n->out_dtype = out.dtype();
   n->out_version = out.version();
@@ -520,16 +562,17 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, const GradOptions& options) {
   if (inputs.empty()) throw AutogradError("grad: no inputs given");
-  return run_backward(outputs, grad_outputs, &inputs, options, "grad");
+  return Pass(outputs, &inputs, options, "grad").run(grad_outputs);
 }
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, const GradOptions& options) {
-  run_backward(outputs, grad_outputs, nullptr, options, "backward");
+  Pass(outputs, nullptr, options, "backward").run(grad_outputs);
 }
 
 void Tensor::backward(const Tensor& grad, std::optional<bool> retain_graph, bool create_graph) const {
-  run_backward({*this}, {grad}, nullptr, GradOptions{.retain_graph = retain_graph, .create_graph = create_graph},
-               "backward");
+  const std::vector<Tensor> roots{*this};
+  const GradOptions options{.retain_graph = retain_graph, .create_graph = create_graph, .allow_unused = false};
+  Pass(roots, nullptr, options, "backward").run({grad});
 }
 
 std::string to_dot(const std::vector<Tensor>& roots) {

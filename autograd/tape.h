@@ -24,14 +24,18 @@
 // and reattached to it when backward reads it in that mode.
 #include <atomic>
 #include <cstdint>
+#include <cstddef>
 #include <functional>
+#include <new>
+#include <type_traits>
+#include <typeinfo>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "autograd/tensor.h"
+#include "tensor.h"
 
 namespace tg {
 
@@ -57,11 +61,7 @@ struct SavedTensor {
 struct Node {
   const OpDef* op = nullptr;
   std::vector<Edge> edges;            // one per tensor input, in argument order
-  std::vector<SavedTensor> saved;     // what backward reads (inputs, output, stats)
-  // Non-tensor attributes of the call (axes, scalars, flags), op-specific.
-  double f[4] = {};
-  int64_t i[4] = {};
-  Shape shape_attr;                   // e.g. the axes of a reduction, a permutation
+  std::vector<SavedTensor> saved;     // what backward reads (inputs, output, stats), see save()
   Shape out_shape;
   DType out_dtype = DType::f32;
   uint64_t out_version = 0;           // the output's storage version when recorded
@@ -77,6 +77,26 @@ struct Node {
   int32_t capture = -1;               // grad(): index of the input this node produced
 
   bool needs(size_t input) const { return edges[input].needs_grad; }
+
+  // The op's non-tensor state (axes, scalars, flags, shapes) as a struct of
+  // its own, stored in the node without allocating: forward writes
+  // `n->attrs<SoftmaxAttrs>() = {.axis = a}`, backward reads
+  // `n.attrs<SoftmaxAttrs>().axis`. T must be trivially copyable and fit in
+  // kAttrBytes; reading it as another type than was written is an AutogradError.
+  static constexpr size_t kAttrBytes = 160;
+  template <class T> T& attrs() {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kAttrBytes && alignof(T) <= 8,
+                  "op attributes: a small trivially copyable struct");
+    if (attrs_type_ != &typeid(T)) {
+      attrs_type_ = &typeid(T);
+      new (attrs_) T();
+    }
+    return *std::launder(reinterpret_cast<T*>(attrs_));
+  }
+  template <class T> const T& attrs() const {
+    if (!attrs_type_ || *attrs_type_ != typeid(T)) bad_attrs(typeid(T).name());
+    return *std::launder(reinterpret_cast<const T*>(attrs_));
+  }
   // Saves t for backward, remembering its version. When t is the output of an
   // earlier node whose op has a recompute function, only a reference to that
   // node is kept, and t's memory is freed with the last handle to it:
@@ -90,13 +110,19 @@ struct Node {
   void drop_recomputed();
 
   std::atomic<int32_t> refs{0};  // NodeRefs to this node (tensors, edges, saved references)
+
+ private:
+  friend void reset_attrs(Node& n) { n.attrs_type_ = nullptr; }
+  [[noreturn]] void bad_attrs(const char* asked) const;
+  alignas(8) std::byte attrs_[kAttrBytes];
+  const std::type_info* attrs_type_ = nullptr;
 };
 
 // Options of backward() and grad(). retain_graph defaults to create_graph,
 // as in PyTorch: a graph that was differentiated with create_graph is usually
 // differentiated again.
 struct GradOptions {
-  std::optional<bool> retain_graph;
+  std::optional<bool> retain_graph = std::nullopt;
   bool create_graph = false;
   bool allow_unused = false;  // grad(): an input the outputs do not reach gets an undefined gradient
 };

@@ -5,7 +5,7 @@
 
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/loop.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
 #include "autograd/op.h"
 #include "autograd/tape.h"
 
@@ -206,7 +206,7 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
-// --- views: the differentiable versions live in ops/shape.cpp
+// --- views: the differentiable versions live in ops/view.cpp
 Tensor Tensor::reshape(const Shape& s) const { return tg::reshape(*this, s); }
 Tensor Tensor::view(const Shape& s) const { return tg::view(*this, s); }
 Tensor Tensor::flatten(int64_t start, int64_t end) const { return tg::flatten(*this, start, end); }

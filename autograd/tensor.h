@@ -13,11 +13,11 @@
 
 #include <fmt/format.h>
 
-#include "autograd/dtype.h"
-#include "autograd/error.h"
-#include "autograd/generator.h"
-#include "autograd/shape.h"
-#include "autograd/storage.h"
+#include "dtype.h"
+#include "error.h"
+#include "generator.h"
+#include "shape.h"
+#include "storage.h"
 
 namespace tg {
 

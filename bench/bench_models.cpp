@@ -1,5 +1,5 @@
 // Google Benchmark of one full training step (forward, loss, zero_grad,
-// backward, optimizer step) of each workload of issue 6 (bench/workloads.h:
+// backward, optimizer step) of each training workload (bench/workloads.h:
 // gpt-s, gpt-m, rnn, lstm) on synthetic data: random ids over an 85-symbol
 // vocabulary (the Brown corpus' characters), so no corpus is needed.
 // Counters: tokens/s (B*T per step, wall time) and system_allocs, the real

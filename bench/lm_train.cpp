@@ -9,6 +9,14 @@
 //   build/bench/lm_train --write-text out/bench/text          # the shared train.txt / val.txt
 //   build/bench/lm_train --workload gpt-s --text-dir out/bench/text --threads 1
 //   build/bench/lm_train --gemm-peak --threads 2              # OpenBLAS sgemm peak, GFLOP/s
+//
+// Under `mpirun -np N` (same flags) it trains data-parallel: each rank takes
+// B/N rows of every batch of B and the gradients are averaged
+// (dist::DistributedDataParallel), so tokens/s counts the same B*T tokens a
+// step as one process does. Rank 0 prints, adding where the step time of the
+// averaging went (see DDPStats): --bucket-kb sets the bucket size and
+// --no-overlap starts every allreduce after backward instead of during it.
+//   mpirun -np 2 --bind-to none build/bench/lm_train --workload gpt-s --threads 1
 
 #include <chrono>
 #include <filesystem>
@@ -24,6 +32,7 @@
 #include "autograd/blas.h"
 #include "bench/workloads.h"
 #include "data/lm_batches.h"
+#include "dist/ddp.h"
 #include "examples/common/corpus.h"
 #include "examples/common/report.h"
 
@@ -57,12 +66,14 @@ std::vector<std::u32string::value_type> code_points(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dist::Environment mpi(argc, argv);
   std::string workload = "gpt-s", text_dir = "out/bench/text", write_text, brown_dir;
   int threads = 1;
   int64_t warmup = 5, steps = 30, peak_n = 1024;
   uint64_t seed = 1337;
   int64_t discarded = 0;
-  bool eval = false, peak = false;
+  bool eval = false, peak = false, no_overlap = false;
+  int64_t bucket_kb = dist::DDPOptions{}.bucket_bytes / 1024;
   CLI::App app{"lm_train: one training workload of the PyTorch comparison, tapegrad side"};
   app.add_option("--workload", workload, "gpt-s, gpt-m, rnn or lstm")->check(CLI::IsMember({"gpt-s", "gpt-m", "rnn", "lstm"}));
   app.add_option("--text-dir", text_dir, "Directory with train.txt and val.txt");
@@ -77,6 +88,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed");
   app.add_option("--discarded-forwards", discarded,
                  "Instead of training: run N recorded forwards that nobody backpropagates and report the memory held");
+  app.add_option("--bucket-kb", bucket_kb, "Under mpirun: KiB of gradient per allreduce bucket")->check(CLI::PositiveNumber);
+  app.add_flag("--no-overlap", no_overlap, "Under mpirun: start the allreduces after backward, not during it");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -94,6 +107,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const bench::Workload& w = bench::workloads().at(workload);
+    if (w.batch % dist::world_size() != 0)
+      throw ValueError(fmt::format("lm_train: {}'s batch of {} does not split over {} ranks", workload, w.batch, dist::world_size()));
     // Code points -> ids; the code points are freed before training, so the
     // peak RSS holds the corpus once, in LMBatches (2 bytes a character).
     std::vector<int32_t> train_ids, val_ids;
@@ -116,6 +131,9 @@ int main(int argc, char** argv) {
 
     manual_seed(seed);
     bench::Trainer trainer = bench::make_trainer(w, V);
+    // Averages the gradients inside backward (the last parameter's hook
+    // waits for the allreduces), so Trainer::step needs no change.
+    dist::DistributedDataParallel ddp(*trainer.model, {.bucket_bytes = bucket_kb * 1024, .overlap = !no_overlap});
     Generator gen(seed);
     if (discarded > 0) {
       // Each forward's graph must go with its loss: memory and live nodes stay flat.
@@ -140,8 +158,8 @@ int main(int argc, char** argv) {
     }
     double last_loss = 0;
     auto step = [&] {
-      data::LMBatch b = train.sample(w.batch, gen);
-      last_loss = trainer.step(b.inputs, b.targets);
+      data::LMBatch b = train.sample(w.batch, gen);  // the whole batch on every rank, each trains on its shard
+      last_loss = trainer.step(dist::shard(b.inputs), dist::shard(b.targets));
     };
     for (int64_t i = 0; i < warmup; ++i) step();
     // Heap allocations by the caching allocator in one steady-state step.
@@ -152,32 +170,45 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 3; ++i) step();
     profiler_enable(false);
     ProfileTotals prof = profiler_totals();
+    dist::barrier();  // the ranks start the timed steps together
+    ddp.reset_stats();
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < steps; ++i) step();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const AllocatorStats pool = allocator_stats();
+    last_loss = dist::all_reduce_sum(last_loss) / dist::world_size();  // the whole batch's mean (equal shards)
     std::string extra;
+    if (dist::world_size() > 1) {
+      // Shares of rank 0's timed steps.
+      const dist::DDPStats& st = ddp.stats();
+      extra += fmt::format(
+          ", \"bucket_kb\": {}, \"overlap\": {}, \"buckets\": {}, \"allreduce_bytes_per_step\": {}, \"hook_share\": {:.4f}, "
+          "\"window_share\": {:.4f}, \"skew_share\": {:.4f}, \"wait_share\": {:.4f}, \"copy_back_share\": {:.4f}",
+          bucket_kb, !no_overlap, st.buckets, st.bytes, st.hook_seconds / secs, st.window_seconds / secs,
+          st.skew_seconds / secs, st.wait_seconds / secs, st.copy_back_seconds / secs);
+    }
     if (eval) {
+      // Each rank scores every N-th batch; the sums are reduced.
       NoGradGuard ng;
       trainer.model->eval();
       double total = 0;
-      for (int64_t i = 0; i < 20; ++i) {
+      for (int64_t i = dist::rank(); i < 20; i += dist::world_size()) {
         data::LMBatch b = val.fixed(i, 20, w.batch);
         total += trainer.model->loss(b.inputs, b.targets).item();
       }
-      extra = fmt::format(", \"val_loss\": {:.5f}", total / 20);
+      extra += fmt::format(", \"val_loss\": {:.5f}", dist::all_reduce_sum(total) / 20);
     }
+    if (!dist::is_main()) return 0;
     fmt::print(
-        "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"steps\": {}, \"tokens_per_s\": {:.1f}, "
+        "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, "
         "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
         "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
-        workload, threads, steps, steps * w.batch * w.block / secs, last_loss, examples::peak_rss_mib(),
+        workload, threads, dist::world_size(), steps, w.batch * w.block, steps * w.batch * w.block / secs, last_loss, examples::peak_rss_mib(),
         prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
         prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
         (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "lm_train: {}\n", e.what());
-    return 1;
+    dist::abort(fmt::format("lm_train: {}", e.what()));  // under MPI: ends every rank, not only this one
   }
   return 0;
 }

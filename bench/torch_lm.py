@@ -7,7 +7,7 @@ validation loss after the run. Both sides read the same train.txt / val.txt
 (written by `lm_train --write-text DIR`) and build the same character
 vocabulary (sorted distinct characters of both files).
 
-Workloads (issue 6): fp32, AdamW lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+Workloads (bench/workloads.h): fp32, AdamW lr 1e-3, betas (0.9, 0.999), eps 1e-8,
 weight decay 0.01 on matrices only, constant LR, no dropout, no clipping.
   gpt-s  2 layers, 4 heads, d 128, block 64, batch 32
   gpt-m  4 layers, 4 heads, d 256, block 128, batch 16

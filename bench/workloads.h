@@ -1,6 +1,6 @@
 #pragma once
-// The training workloads of issue 6, shared by bench/lm_train (the tapegrad
-// side of bench/compare.py) and bench/bench_models: model sizes, optimizer
+// The training workloads of the PyTorch comparison, shared by bench/lm_train
+// (the tapegrad side of bench/compare.py) and bench/bench_models: model sizes, optimizer
 // settings (AdamW lr 1e-3 with weight decay 0.01 on the GPTs, Adam lr 2e-3 on
 // the RNNs; constant LR, no dropout, no clipping) and one training step.
 #include <cstdint>

@@ -61,6 +61,8 @@ std::vector<std::string_view> bpe_chunks(std::string_view s) {
 BPETokenizer::BPETokenizer(std::vector<Pair> merges) : merges_(std::move(merges)) {
   bytes_.reserve(kBytes + merges_.size());
   for (int64_t b = 0; b < kBytes; ++b) bytes_.emplace_back(1, static_cast<char>(b));
+  const int64_t max_bytes = max_token_bytes(static_cast<int64_t>(merges_.size()));
+  int64_t total = kBytes;
   for (size_t i = 0; i < merges_.size(); ++i) {
     auto [a, b] = merges_[i];
     const int64_t limit = kBytes + static_cast<int64_t>(i);
@@ -69,6 +71,13 @@ BPETokenizer::BPETokenizer(std::vector<Pair> merges) : merges_(std::move(merges)
                                    limit));
     if (!rank_.emplace(pair_key(a, b), static_cast<int64_t>(i)).second)
       throw ValueError(fmt::format("BPETokenizer: merge {} ({}, {}) repeats merge {}", i, a, b, rank_[pair_key(a, b)]));
+    // Checked before the token is built: the sum cannot overflow, as each
+    // token is at most max_bytes long.
+    total += static_cast<int64_t>(bytes_[a].size() + bytes_[b].size());
+    if (total > max_bytes)
+      throw ValueError(fmt::format("BPETokenizer: merge {} ({}, {}) makes the tokens total {} bytes, above the limit of "
+                                   "{} for {} merges (1 MiB + 64 bytes a merge)", i, a, b, total, max_bytes,
+                                   merges_.size()));
     bytes_.push_back(bytes_[a] + bytes_[b]);
   }
 }
@@ -230,16 +239,20 @@ void BPETokenizer::save(const std::string& path) const {
 }
 
 BPETokenizer BPETokenizer::load(const std::string& path) {
+  return bpe_tokenizer_from_json(read_json_file(path, "BPETokenizer::load"), path);
+}
+
+BPETokenizer bpe_tokenizer_from_json(const nlohmann::json& j, const std::string& path) {
+  using Pair = BPETokenizer::Pair;
   const char* who = "BPETokenizer::load";
-  nlohmann::json j = read_json_file(path, who);
   check_tokenizer_header(j, "bpe", path, who);
-  if (json_field(j, "pretokenizer", path, who) != kPretokenizer)
-    throw DataError(fmt::format("{}: {}: field 'pretokenizer' is {}, expected \"{}\"", who, path,
-                                j["pretokenizer"].dump(), kPretokenizer));
+  if (const auto& pre = json_field(j, "pretokenizer", path, who); pre != kPretokenizer)
+    throw DataError(fmt::format("{}: {}: field 'pretokenizer' is {}, expected \"{}\"", who, path, pre.dump(),
+                                kPretokenizer));
   const auto& m = json_field(j, "merges", path, who);
   if (!m.is_array()) throw DataError(fmt::format("{}: {}: field 'merges' must be an array of [left, right] pairs", who, path));
   std::vector<Pair> merges;
-  std::unordered_set<uint64_t> seen;
+  merges.reserve(m.size());
   for (size_t i = 0; i < m.size(); ++i) {
     const auto& p = m[i];
     const int64_t limit = kBytes + static_cast<int64_t>(i);
@@ -250,10 +263,12 @@ BPETokenizer BPETokenizer::load(const std::string& path) {
       throw DataError(fmt::format("{}: {}: field 'merges[{}]' is {}, expected a pair of token ids below {}", who, path,
                                   i, p.dump(), limit));
     merges.emplace_back(p[0].get<int64_t>(), p[1].get<int64_t>());
-    if (!seen.insert(pair_key(merges.back().first, merges.back().second)).second)
-      throw DataError(fmt::format("{}: {}: field 'merges[{}]' {} repeats an earlier merge", who, path, i, p.dump()));
   }
-  return BPETokenizer(std::move(merges));
+  try {
+    return BPETokenizer(std::move(merges));
+  } catch (const ValueError& e) {  // a repeated merge, or the tokens' bytes above the limit
+    throw DataError(fmt::format("{}: {}: {}", who, path, e.what()));
+  }
 }
 
 }  // namespace tg::data

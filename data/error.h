@@ -2,7 +2,7 @@
 // DataError: a corpus, text or tokenizer file that cannot be used. A ValueError,
 // so callers that catch tg::ValueError see it; the message names the file and
 // the place in it (line, byte offset or JSON field) and says what was expected.
-#include "autograd/error.h"
+#include "../autograd/error.h"
 
 namespace tg::data {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "autograd/generator.h"
-#include "autograd/tensor.h"
+#include "../autograd/generator.h"
+#include "../autograd/tensor.h"
 
 namespace tg::data {
 

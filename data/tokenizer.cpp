@@ -1,9 +1,7 @@
 #include "data/tokenizer.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -58,16 +56,22 @@ void check_utf8(std::string_view text, const char* who) {
 }  // namespace
 
 nlohmann::json read_json_file(const std::string& path, std::string_view who) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw DataError(fmt::format("{}: {}: no such file", who, path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(fmt::format("{}: {}: cannot be opened for reading", who, path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  const std::string bytes = read_file_bytes(path, who);
+  // The tokenizer files nest 3 levels deep at most; deeper nesting is refused
+  // while parsing, before it costs memory.
+  constexpr int kMaxDepth = 3;
+  nlohmann::json::parser_callback_t limit_depth = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxDepth)
+      throw DataError(fmt::format("{}: {}: JSON nested deeper than the {} levels of a tokenizer file", who, path,
+                                  kMaxDepth));
+    return true;
+  };
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(bytes, limit_depth);
   } catch (const nlohmann::json::parse_error& e) {
     throw DataError(fmt::format("{}: {}: not valid JSON at byte offset {}", who, path, e.byte));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond the double range (1e400)
+    throw DataError(fmt::format("{}: {}: not valid JSON: {}", who, path, e.what()));
   }
 }
 
@@ -95,8 +99,8 @@ void check_tokenizer_header(const nlohmann::json& j, std::string_view type, cons
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   nlohmann::json j = read_json_file(path, "tokenizer");
   const auto& type = json_field(j, "type", path, "tokenizer");
-  if (type == "char") return std::make_unique<CharTokenizer>(CharTokenizer::load(path));
-  if (type == "bpe") return std::make_unique<BPETokenizer>(BPETokenizer::load(path));
+  if (type == "char") return std::make_unique<CharTokenizer>(char_tokenizer_from_json(j, path));
+  if (type == "bpe") return std::make_unique<BPETokenizer>(bpe_tokenizer_from_json(j, path));
   throw DataError(fmt::format("tokenizer: {}: field 'type' is {}, expected \"char\" or \"bpe\"", path, type.dump()));
 }
 
@@ -167,13 +171,17 @@ void CharTokenizer::save(const std::string& path) const {
 }
 
 CharTokenizer CharTokenizer::load(const std::string& path) {
+  return char_tokenizer_from_json(read_json_file(path, "CharTokenizer::load"), path);
+}
+
+CharTokenizer char_tokenizer_from_json(const nlohmann::json& j, const std::string& path) {
   const char* who = "CharTokenizer::load";
-  nlohmann::json j = read_json_file(path, who);
   check_tokenizer_header(j, "char", path, who);
   const auto& chars = json_field(j, "chars", path, who);
   if (!chars.is_array() || chars.empty())
     throw DataError(fmt::format("{}: {}: field 'chars' must be a non-empty array of one-character strings", who, path));
   std::vector<char32_t> cps;
+  cps.reserve(chars.size());
   for (size_t i = 0; i < chars.size(); ++i) {
     const auto& c = chars[i];
     std::string s = c.is_string() ? c.get<std::string>() : std::string();

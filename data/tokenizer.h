@@ -14,7 +14,9 @@
 // Both save to and load from a small JSON file; load_tokenizer() reads either:
 //   {"type": "char", "version": 1, "chars": ["\n", " ", "!", ...]}
 //   {"type": "bpe", "version": 1, "pretokenizer": "chunks-v1", "merges": [[101, 32], ...]}
-// A damaged file gives a DataError naming the file and the field.
+// A damaged file gives a DataError naming the file and the field. Loading
+// takes at most ~32 times the file's size (the parsed JSON), plus the BPE
+// tokens' bytes (bounded by BPETokenizer::max_token_bytes).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -24,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/error.h"
+#include "error.h"
 
 namespace tg::data {
 
@@ -83,7 +85,13 @@ class BPETokenizer : public Tokenizer {
   // ties going to the smallest (left id, right id): deterministic.
   static BPETokenizer train(std::string_view text, int64_t vocab_size);
   // merges[i] = (left, right) makes token 256 + i; both ids must be < 256 + i.
+  // Every token's bytes are kept, and each merge can double a token's length
+  // ((0, 0), (256, 256), (257, 257), ... reaches 2^40 bytes in 40 merges), so
+  // the tokens may total at most max_token_bytes(merges.size()): 1 MiB plus
+  // 64 bytes a merge, far above trained vocabularies (tokens of words and
+  // spaces, under 10 bytes on average). ValueError beyond it.
   explicit BPETokenizer(std::vector<Pair> merges);
+  static int64_t max_token_bytes(int64_t merges) { return (int64_t{1} << 20) + 64 * merges; }
   static BPETokenizer load(const std::string& path);
 
   std::string kind() const override { return "bpe"; }

@@ -5,6 +5,7 @@
 //   build/examples/charlm                      # Brown corpus, all three models
 //   build/examples/charlm --models gpt --steps 500 --data my.txt
 //   build/examples/charlm --resume             # continue an interrupted run
+//   mpirun -np 2 build/examples/charlm ...     # data-parallel: each rank trains on --batch/2 of every batch
 //
 // Writes into --out (default out/charlm): loss.csv and loss.png (curves),
 // samples.txt, results.md (the table), <model>.safetensors (weights) and
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -23,6 +25,7 @@
 #include "autograd/autograd.h"
 #include "data/lm_batches.h"
 #include "data/tokenizer.h"
+#include "dist/ddp.h"
 #include "examples/common/corpus.h"
 #include "examples/common/progress.h"
 #include "examples/common/report.h"
@@ -117,16 +120,18 @@ struct Result {
   std::string sample;
 };
 
+// Under MPI each rank evaluates every N-th batch and the sums are reduced:
+// every rank returns the mean over all n_batches.
 double evaluate(LanguageModel& m, const data::LMBatches& val, int64_t n_batches, int64_t batch) {
   NoGradGuard no_grad;
   m.eval();
   double total = 0;
-  for (int64_t i = 0; i < n_batches; ++i) {
+  for (int64_t i = dist::rank(); i < n_batches; i += dist::world_size()) {
     data::LMBatch b = val.fixed(i, n_batches, batch);
     total += m.loss(b.inputs, b.targets).item();
   }
   m.train();
-  return total / n_batches;
+  return dist::all_reduce_sum(total) / n_batches;
 }
 
 // Trains one model (or resumes it from its state file) and returns what the table shows.
@@ -138,34 +143,49 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
   r.params = model->num_parameters();
   auto opt = make_optimizer(kind, *model, c);
   nn::CosineWarmupLR schedule(opt->lr(), std::min(c.warmup, c.steps), c.steps, opt->lr() * 0.1);
-  Generator batch_gen(c.seed), dropout_gen(c.seed + 1);
+  // Every rank draws the same whole batches (and trains on its shard), so
+  // batch_gen stays in step everywhere; dropout differs by rank.
+  Generator batch_gen(c.seed), dropout_gen(c.seed + 1 + dist::rank());
   default_generator() = dropout_gen;
 
   const std::string weights = fmt::format("{}/{}.safetensors", c.out, kind);
   const std::string state = fmt::format("{}/{}.state.safetensors", c.out, kind);
   int64_t step = 0;
   double train_seconds = 0;
+  // The training loss summed since the last evaluation (the curve's next
+  // point is its mean), kept in the checkpoint of a run stopped in between.
+  double interval_loss = 0;
+  int64_t interval_n = 0;
   if (c.resume && fs::exists(weights) && fs::exists(state)) {
     nn::load(*model, weights);
     auto meta = nn::load(*opt, state);
     step = std::stoll(meta.at("step"));
     batch_gen.set_state(std::stoull(meta.at("batch_seed")), std::stoull(meta.at("batch_offset")));
-    default_generator().set_state(std::stoull(meta.at("dropout_seed")), std::stoull(meta.at("dropout_offset")));
+    default_generator().set_state(std::stoull(meta.at("dropout_seed")) + dist::rank(), std::stoull(meta.at("dropout_offset")));
     train_seconds = std::stod(meta.at("seconds"));
+    // Absent from checkpoints written before they were kept, which were all
+    // taken at an evaluation, where the sum restarts from 0.
+    if (meta.count("interval_loss")) interval_loss = std::stod(meta.at("interval_loss"));
+    if (meta.count("interval_steps")) interval_n = std::stoll(meta.at("interval_steps"));
     curve = Curve{};
     for (auto& [k, v] : meta)
       if (k.starts_with("curve.")) {
         double s, tl, vl;
         if (std::sscanf(v.c_str(), "%lf %lf %lf", &s, &tl, &vl) == 3) curve.step.push_back(s), curve.train.push_back(tl), curve.val.push_back(vl);
       }
-    fmt::print(stderr, "{}: resumed at step {} from {}\n", kind, step, state);
+    if (dist::is_main()) fmt::print(stderr, "{}: resumed at step {} from {}\n", kind, step, state);
   }
+  // Every rank reads --out: on several machines it must be a shared directory.
+  dist::check_same(kind + ": the steps resumed from " + state, std::to_string(step));
+  // Rank 0's weights everywhere, and gradients averaged over the ranks.
+  dist::DistributedDataParallel ddp(*model);
   auto save_state = [&] {
     std::map<std::string, std::string> meta = {
         {"step", std::to_string(step)}, {"model", kind}, {"seconds", fmt::format("{}", train_seconds)},
         {"batch_seed", std::to_string(batch_gen.seed())}, {"batch_offset", std::to_string(batch_gen.offset())},
         {"dropout_seed", std::to_string(default_generator().seed())},
-        {"dropout_offset", std::to_string(default_generator().offset())}};
+        {"dropout_offset", std::to_string(default_generator().offset())},
+        {"interval_loss", fmt::format("{:.17g}", interval_loss)}, {"interval_steps", std::to_string(interval_n)}};
     for (size_t i = 0; i < curve.step.size(); ++i)
       meta[fmt::format("curve.{:06}", i)] = fmt::format("{} {:.17g} {:.17g}", curve.step[i], curve.train[i], curve.val[i]);
     nn::save(*model, weights, models::config_of(*model));  // what `generate` rebuilds the model from
@@ -174,16 +194,19 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
 
   reset_peak_memory_stats();
   const int64_t tokens_per_step = c.batch * c.block;
-  examples::Progress bar(kind, c.steps, "tok", step);
-  double interval_loss = 0;
-  int64_t interval_n = 0, start_step = step;
   const int64_t stop = c.stop_after > 0 ? std::min(c.stop_after, c.steps) : c.steps;
+  // This run's bar ends where the run stops (--stop-after), so its count,
+  // ETA and final line are true.
+  std::optional<examples::Progress> bar;  // rank 0's
+  if (dist::is_main()) bar.emplace(kind, stop, "tok", step);
+  const int64_t start_step = step;
   while (step < stop) {
     auto t0 = std::chrono::steady_clock::now();  // training time only: evaluation and checkpoints are not counted
     schedule.step(*opt, step);
     data::LMBatch b = train.sample(c.batch, batch_gen);
-    Tensor loss = model->loss(b.inputs, b.targets);
+    Tensor loss = model->loss(dist::shard(b.inputs), dist::shard(b.targets));
     loss.backward();
+    ddp.finish();
     if (c.clip > 0) nn::clip_grad_norm_(model->parameters(), c.clip);
     opt->step();
     opt->zero_grad();
@@ -192,21 +215,29 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++interval_n;
     const double shown = interval_loss / interval_n;  // mean training loss since the last evaluation
-    if (step % c.eval_every == 0 || step == stop) {
+    if (step % c.eval_every == 0 || step == c.steps) {
       double vl = evaluate(*model, val, c.eval_batches, c.batch);
       curve.step.push_back(static_cast<double>(step));
-      curve.train.push_back(interval_loss / interval_n);
+      curve.train.push_back(dist::all_reduce_sum(interval_loss) / dist::world_size() / interval_n);
       curve.val.push_back(vl);
       interval_loss = 0, interval_n = 0;
-      save_state();
+      if (dist::is_main()) save_state();
+    } else if (step == stop) {
+      // Stopped between evaluations: no curve point here (an uninterrupted
+      // run has none); the checkpoint keeps the loss sum, averaged over the
+      // ranks, so the resumed run's next point is the uninterrupted one's.
+      interval_loss = dist::all_reduce_sum(interval_loss) / dist::world_size();
+      if (dist::is_main()) save_state();
     }
-    bar.update(step, static_cast<double>((step - start_step) * tokens_per_step), fmt::format("loss {:.3f}", shown));
+    if (bar) bar->update(step, static_cast<double>((step - start_step) * tokens_per_step), fmt::format("loss {:.3f}", shown));
   }
   r.peak_bytes = allocator_stats().peak_bytes_in_use;
   r.seconds = train_seconds;
   r.tokens_per_s = train_seconds > 0 ? step * tokens_per_step / train_seconds : 0;
   if (!curve.step.empty()) r.train_loss = curve.train.back(), r.val_loss = curve.val.back();
-  bar.finish(fmt::format("train {:.3f}  val {:.3f}", r.train_loss, r.val_loss));
+  if (!dist::is_main()) return r;  // rank 0 alone reports
+  bar->finish(step < c.steps ? fmt::format("stopped at step {} of {}; --resume continues", step, c.steps)
+                             : fmt::format("train {:.3f}  val {:.3f}", r.train_loss, r.val_loss));
 
   Generator sample_gen(c.seed + 2);
   models::SamplingOptions so{.max_new_tokens = c.sample_len, .temperature = c.temperature, .top_k = c.top_k};
@@ -217,6 +248,7 @@ Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gp
 }  // namespace
 
 int main(int argc, char** argv) {
+  dist::Environment mpi(argc, argv);
   Config c;
   CLI::App app{"charlm: RNN vs LSTM vs GPT language models on the same text (the main tapegrad example)"};
   app.add_option("--data", c.data, "A UTF-8 text file to train on instead of the Brown corpus");
@@ -255,7 +287,7 @@ int main(int argc, char** argv) {
   try {
     if (c.threads > 0) set_num_threads(c.threads);
     if (c.profile) profiler_enable(true);
-    fs::create_directories(c.out);
+    if (dist::is_main()) fs::create_directories(c.out);
     examples::Corpus corpus = examples::load_corpus(c.data, c.brown_dir, c.val_fraction, c.seed);
     std::string train_text = examples::join_text(corpus.train), val_text = examples::join_text(corpus.val);
 
@@ -264,7 +296,7 @@ int main(int argc, char** argv) {
       tok = std::make_unique<data::CharTokenizer>(data::CharTokenizer::build(train_text + val_text));
     else
       tok = std::make_unique<data::BPETokenizer>(data::BPETokenizer::train(train_text, c.bpe_vocab));
-    tok->save(c.out + "/tokenizer.json");
+    if (dist::is_main()) tok->save(c.out + "/tokenizer.json");
     const int64_t V = tok->vocab_size();
     // The encoded int64 streams are temporaries: LMBatches keeps int32 copies.
     data::LMBatches train(tok->encode(train_text), c.block), val(tok->encode(val_text), c.block);
@@ -272,10 +304,13 @@ int main(int argc, char** argv) {
 
     manual_seed(c.seed);
     const int64_t gpt_params = make_model("gpt", c, V, 0)->num_parameters();
-    fmt::print("charlm: {} — {} train / {} validation documents, {} / {} tokens, vocabulary {} ({})\n", corpus.source,
-               corpus.train.size(), corpus.val.size(), train.num_tokens(), val.num_tokens(), V, c.tokenizer);
-    fmt::print("charlm: {} steps x {} x {} = {:.2f}M tokens per model, {} threads\n\n", c.steps, c.batch, c.block,
-               c.steps * c.batch * c.block / 1e6, num_threads());
+    if (dist::is_main()) {
+      fmt::print("charlm: {} — {} train / {} validation documents, {} / {} tokens, vocabulary {} ({})\n", corpus.source,
+                 corpus.train.size(), corpus.val.size(), train.num_tokens(), val.num_tokens(), V, c.tokenizer);
+      fmt::print("charlm: {} steps x {} x {} = {:.2f}M tokens per model, {} threads{}\n\n", c.steps, c.batch, c.block,
+                 c.steps * c.batch * c.block / 1e6, num_threads(),
+                 dist::world_size() > 1 ? fmt::format(" x {} ranks of {} sequences", dist::world_size(), c.batch / dist::world_size()) : "");
+    }
 
     std::string prompt = val_text.substr(0, std::min<size_t>(val_text.size(), 24));
     std::vector<Result> results;
@@ -293,6 +328,7 @@ int main(int argc, char** argv) {
       for (double st : curve.step) s.x.push_back(st * c.batch * c.block);
       curves.push_back(std::move(s));
     }
+    if (!dist::is_main()) return 0;  // rank 0 alone reports and writes
     if (c.profile) fmt::print("\n{}\n", profiler_report(measure_sgemm_peak_gflops()));
 
     examples::Table table{{"model", "shape", "params", "train loss", "val loss", "val bits/char", "tokens/s", "peak MiB", "time"}, {}};
@@ -319,8 +355,7 @@ int main(int argc, char** argv) {
     fmt::print("wrote {0}/loss.csv, {0}/results.md, {0}/samples.txt, checkpoints {0}/*.safetensors", c.out);
     fmt::print("{}", why.empty() ? fmt::format(" and the plot {}/loss.png\n", c.out) : fmt::format("\nno plot: {}\n", why));
   } catch (const std::exception& e) {
-    fmt::print(stderr, "charlm: {}\n", e.what());
-    return 1;
+    dist::abort(fmt::format("charlm: {}", e.what()));  // under MPI: ends every rank, not only this one
   }
   return 0;
 }

@@ -16,11 +16,14 @@
 
 namespace {
 
+// What forward saves, in the order it saves it: backward reads the slots by name.
+enum SwishSaved : size_t { kX };
+
 // 1. d/dx [x s(x)] = s + x s (1 - s), with s = sigmoid(x). Backward runs in
 // no-grad mode, so library ops can be used freely here.
 void swish_backward(const tg::Node& node, const tg::Tensor& grad_out, std::span<tg::Tensor> grad_in) {
   if (!node.needs(0)) return;
-  const tg::Tensor& x = node.saved_tensor(0);  // throws if x was modified in place since
+  const tg::Tensor x = node.saved_tensor(kX);  // throws if x was modified in place since
   tg::Tensor s = tg::sigmoid(x);
   grad_in[0] = grad_out * (s + x * s * (1.0 - s));
 }
@@ -36,7 +39,7 @@ tg::Tensor swish(const tg::Tensor& x) {
     tg::NoGradGuard no_grad;  // the inner mul/sigmoid are not recorded...
     out = x * tg::sigmoid(x);
   }
-  if (tg::Node* node = tg::record(swish_op, out, x)) node->save(x);  // ...swish is, once
+  if (tg::Node* node = tg::record(swish_op, out, x)) node->save(x);  // ...swish is, once; saves kX
   return out;
 }
 

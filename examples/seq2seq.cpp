@@ -1,5 +1,6 @@
-// seq2seq — seed 002's bottleneck, measured. Three models learn the same
-// synthetic translation (reverse, or sort, a string of digits):
+// seq2seq — the fixed-size bottleneck of a recurrent encoder-decoder,
+// measured. Three models learn the same synthetic translation (reverse, or
+// sort, a string of digits):
 //   lstm       LSTM encoder-decoder; the decoder sees the source only through
 //              the encoder's final state (one fixed-size vector)
 //   attention  the same with additive (Bahdanau) attention over all encoder states

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "autograd/generator.h"
-#include "models/language_model.h"
+#include "../autograd/generator.h"
+#include "language_model.h"
 
 namespace tg::models {
 

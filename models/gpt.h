@@ -7,12 +7,12 @@
 // (attn.proj, mlp.proj) N(0, 0.02 / sqrt(2L)), biases 0, LayerNorms 1/0.
 #include <memory>
 
-#include "models/language_model.h"
-#include "nn/embedding.h"
-#include "nn/layer_norm.h"
-#include "nn/linear.h"
-#include "nn/positional.h"
-#include "nn/transformer.h"
+#include "language_model.h"
+#include "../nn/embedding.h"
+#include "../nn/layer_norm.h"
+#include "../nn/linear.h"
+#include "../nn/positional.h"
+#include "../nn/transformer.h"
 
 namespace tg::models {
 

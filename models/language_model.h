@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "nn/module.h"
+#include "../nn/module.h"
 
 namespace tg::models {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "models/language_model.h"
+#include "language_model.h"
 
 namespace tg::models {
 

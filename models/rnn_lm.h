@@ -5,11 +5,11 @@
 // and before the head, as in Zaremba et al.
 #include <memory>
 
-#include "models/language_model.h"
-#include "nn/dropout.h"
-#include "nn/embedding.h"
-#include "nn/linear.h"
-#include "nn/rnn.h"
+#include "language_model.h"
+#include "../nn/dropout.h"
+#include "../nn/embedding.h"
+#include "../nn/linear.h"
+#include "../nn/rnn.h"
 
 namespace tg::models {
 

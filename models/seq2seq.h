@@ -6,11 +6,11 @@
 #include <memory>
 #include <vector>
 
-#include "nn/attention.h"
-#include "nn/embedding.h"
-#include "nn/linear.h"
-#include "nn/module.h"
-#include "nn/rnn.h"
+#include "../nn/attention.h"
+#include "../nn/embedding.h"
+#include "../nn/linear.h"
+#include "../nn/module.h"
+#include "../nn/rnn.h"
 
 namespace tg::models {
 

@@ -5,8 +5,8 @@
 // gradchecked; models/word2vec.h trains the same tables with a sparse fast path.
 #include <cstdint>
 
-#include "autograd/tensor.h"
-#include "nn/module.h"
+#include "../autograd/tensor.h"
+#include "../nn/module.h"
 
 namespace tg::models {
 

@@ -12,12 +12,12 @@
 #include <memory>
 #include <vector>
 
-#include "models/seq2seq.h"
-#include "nn/embedding.h"
-#include "nn/layer_norm.h"
-#include "nn/linear.h"
-#include "nn/positional.h"
-#include "nn/transformer.h"
+#include "seq2seq.h"
+#include "../nn/embedding.h"
+#include "../nn/layer_norm.h"
+#include "../nn/linear.h"
+#include "../nn/positional.h"
+#include "../nn/transformer.h"
 
 namespace tg::models {
 

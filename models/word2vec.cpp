@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -56,6 +57,7 @@ int32_t KeyedVectors::id(const std::string& word) const {
 
 void KeyedVectors::rebuild_index() {
   index.clear();
+  index.reserve(words.size());
   for (size_t i = 0; i < words.size(); ++i) index.emplace(words[i], static_cast<int32_t>(i));
 }
 
@@ -357,8 +359,12 @@ void save_word2vec(const KeyedVectors& kv, const std::string& path, bool binary)
 }
 
 KeyedVectors load_word2vec(const std::string& path, bool binary) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw ValueError(fmt::format("load_word2vec: {} is not a readable file", path));
+  const uintmax_t file_bytes = std::filesystem::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ValueError(fmt::format("load_word2vec: cannot open {}", path));
+  if (!in || ec) throw ValueError(fmt::format("load_word2vec: cannot open {}", path));
   std::string header;
   std::getline(in, header);
   KeyedVectors kv;
@@ -368,6 +374,15 @@ KeyedVectors load_word2vec(const std::string& path, bool binary) {
     if (!(hs >> v >> kv.dim) || v < 0 || kv.dim < 1)
       throw ValueError(fmt::format("{}:1: expected a header \"<words> <dim>\", got \"{}\"", path, header));
   }
+  // The header's counts are checked against what the rest of the file can
+  // hold before anything is reserved: a vector takes at least 1 + 2*dim bytes
+  // in text ("w 0 0 ...") and 2 + 4*dim in binary (word, space, float32s), so
+  // the vectors never need more than twice the file's bytes.
+  const uint64_t rest = file_bytes - std::min<uint64_t>(file_bytes, header.size() + 1);
+  const uint64_t dim = static_cast<uint64_t>(kv.dim);
+  if (v > 0 && (dim > rest || static_cast<uint64_t>(v) > rest / (binary ? 2 + 4 * dim : 1 + 2 * dim)))
+    throw ValueError(fmt::format("{}:1: the header claims {} vectors of {} numbers, more than the {} bytes after it "
+                                 "can hold", path, v, kv.dim, rest));
   kv.words.reserve(v);
   kv.vectors.resize(v * kv.dim);
   for (int64_t i = 0; i < v; ++i) {
@@ -397,6 +412,12 @@ KeyedVectors load_word2vec(const std::string& path, bool binary) {
           throw ValueError(fmt::format("{}:{}: expected {} numbers after \"{}\"", path, line, kv.dim, word));
       kv.words.push_back(std::move(word));
     }
+    // NaN or infinite components would make every similarity with the word
+    // meaningless (and NaN breaks the orderings that rank neighbours).
+    for (int64_t c = 0; c < kv.dim; ++c)
+      if (!std::isfinite(r[c]))
+        throw ValueError(fmt::format("{}: vector {} of {} (\"{}\"): component {} is {}, expected a finite number", path,
+                                     i + 1, v, kv.words.back(), c, r[c]));
   }
   kv.rebuild_index();
   return kv;

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "models/skip_gram.h"
+#include "skip_gram.h"
 
 namespace tg::models {
 
@@ -185,7 +185,11 @@ class Word2Vec {
 // a "V C" header line, then one word per line with its C numbers (text) or
 // C little-endian float32 followed by a newline (binary).
 void save_word2vec(const KeyedVectors& kv, const std::string& path, bool binary);
-// Throws ValueError naming the file and line for a malformed file.
+// Throws ValueError naming the file and line for a malformed file: one that
+// is not a regular file, a header claiming more vectors than the file's size
+// can hold (checked before anything is reserved: memory stays within 16 times
+// the file's size, the worst being one-number vectors of short words), a
+// truncated vector, a NaN or infinite component.
 KeyedVectors load_word2vec(const std::string& path, bool binary);
 
 }  // namespace tg::models

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -121,18 +122,19 @@ SimilarityResult evaluate_similarity(const KeyedVectors& kv, const std::string& 
     std::string a, b, score_text, extra;
     if (!(ls >> a >> b >> score_text))
       throw ValueError(fmt::format("{}:{}: expected \"word1<TAB>word2<TAB>score\", got \"{}\"", path, line, text));
-    double score = 0;
-    try {
-      size_t used = 0;
-      score = std::stod(score_text, &used);
-      if (used != score_text.size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
+    char* end = nullptr;
+    const double score = std::strtod(score_text.c_str(), &end);
+    if (end != score_text.c_str() + score_text.size()) {
       if (first_data) {  // a header such as "Word 1<TAB>Word 2<TAB>Human (mean)"
         first_data = false;
         continue;
       }
       throw ValueError(fmt::format("{}:{}: score \"{}\" is not a number", path, line, score_text));
     }
+    // NaN, infinities and numbers beyond the double range (1e400) would make
+    // the correlations meaningless (and NaN breaks the sort that ranks scores).
+    if (!std::isfinite(score))
+      throw ValueError(fmt::format("{}:{}: score \"{}\" is not a finite number", path, line, score_text));
     first_data = false;
     ++res.pairs;
     auto ia = index.find(lower(a)), ib = index.find(lower(b));
@@ -159,22 +161,26 @@ AnalogyResult evaluate_analogies(const KeyedVectors& kv, const std::string& path
   const int64_t dim = kv.dim;
   AnalogyResult res;
   std::vector<float> target(dim);
-  std::string text;
+  // A section enters the result with its first question, so a file of
+  // section lines alone costs no memory per line.
+  std::string text, section;
+  bool seen_section = false, section_open = false;
   for (int64_t line = 1; std::getline(in, text); ++line) {
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (text.find_first_not_of(" \t") == std::string::npos) continue;
     if (text[0] == ':') {
-      std::string name = text.substr(1);
-      name.erase(0, name.find_first_not_of(' '));
-      res.sections.push_back({name});
+      section = text.substr(1);
+      section.erase(0, section.find_first_not_of(' '));
+      seen_section = true, section_open = false;
       continue;
     }
     std::istringstream ls(text);
     std::string w[4], extra;
     if (!(ls >> w[0] >> w[1] >> w[2] >> w[3]) || (ls >> extra))
       throw ValueError(fmt::format("{}:{}: expected four words \"a b c d\", got \"{}\"", path, line, text));
-    if (res.sections.empty())
+    if (!seen_section)
       throw ValueError(fmt::format("{}:{}: question before the first \": section\" line", path, line));
+    if (!section_open) res.sections.push_back({section}), section_open = true;
     AnalogySection& sec = res.sections.back();
     ++sec.total;
     int32_t id[4];

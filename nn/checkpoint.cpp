@@ -1,12 +1,14 @@
 #include "nn/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -85,6 +87,32 @@ class TempFile {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+// A writer killed mid-save leaves its <path>.tmp-<pid> behind. Removes those
+// of writers that no longer run: the pid must be gone (kill(pid, 0) fails
+// with ESRCH; so writers of one directory must share a pid namespace, as the
+// processes of one machine do). A live writer's file is never touched, nor
+// this process's own (it may be writing it now) nor any other name. Best
+// effort: a directory that cannot be listed is left as it is.
+void remove_stale_temp_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string prefix = target.filename().string() + ".tmp-";
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string digits = name.substr(prefix.size());
+    pid_t pid = 0;
+    auto [stop, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    // Exactly the name TempFile gives: the decimal pid, nothing before or after.
+    if (err != std::errc() || stop != digits.data() + digits.size() || pid <= 0 || std::to_string(pid) != digits)
+      continue;
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or EPERM: alive, not ours
+    ::unlink(it->path().c_str());
+  }
+}
 
 // ---- reading and validating
 
@@ -221,6 +249,7 @@ void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, co
   text.append((8 - text.size() % 8) % 8, ' ');  // as the reference writer: data starts 8-byte aligned
   const uint64_t n = text.size();
 
+  remove_stale_temp_files(path);
   TempFile file(path);
   file.write(&n, sizeof n);
   file.write(text.data(), text.size());
@@ -237,6 +266,7 @@ const Tensor& TensorFile::at(const std::string& name) const {
 }
 
 TensorFile load_tensors(const std::string& path) {
+  remove_stale_temp_files(path);
   const std::string bytes = read_file(path);
   if (bytes.size() < 8)
     throw CheckpointError(fmt::format("{}: {} bytes, too short for the 8-byte header length", path, bytes.size()));
@@ -248,23 +278,26 @@ TensorFile load_tensors(const std::string& path) {
   std::string_view text(bytes.data() + 8, n);
   if (text.empty() || text[0] != '{')
     throw CheckpointError(fmt::format("{}: header does not start with '{{'", path));
-  nlohmann::json header = parse_header(path, text);
-  if (!header.is_object()) throw CheckpointError(fmt::format("{}: header is not a JSON object", path));
-
   const uint64_t data_size = bytes.size() - 8 - n;
   TensorFile out;
   std::vector<Entry> entries;
-  for (const auto& [name, v] : header.items()) {
-    if (name == "__metadata__") {
-      if (!v.is_object()) throw CheckpointError(fmt::format("{}: __metadata__ must be an object, got {}", path, v.dump()));
-      for (const auto& [k, s] : v.items()) {
-        if (!s.is_string())
-          throw CheckpointError(fmt::format("{}: __metadata__ '{}' must be a string, got {}", path, k, s.dump()));
-        out.metadata[k] = s.get<std::string>();
+  {  // The parsed header (up to ~20 bytes a byte of it) is freed before the tensors are made.
+    nlohmann::json header = parse_header(path, text);
+    if (!header.is_object()) throw CheckpointError(fmt::format("{}: header is not a JSON object", path));
+    entries.reserve(header.size());
+    for (const auto& [name, v] : header.items()) {
+      if (name == "__metadata__") {
+        if (!v.is_object())
+          throw CheckpointError(fmt::format("{}: __metadata__ must be an object, got {}", path, v.dump()));
+        for (const auto& [k, s] : v.items()) {
+          if (!s.is_string())
+            throw CheckpointError(fmt::format("{}: __metadata__ '{}' must be a string, got {}", path, k, s.dump()));
+          out.metadata[k] = s.get<std::string>();
+        }
+        continue;
       }
-      continue;
+      entries.push_back(parse_entry(path, name, v, data_size));
     }
-    entries.push_back(parse_entry(path, name, v, data_size));
   }
   // The tensors must tile the data section exactly: no overlaps, no holes.
   std::sort(entries.begin(), entries.end(),
@@ -284,6 +317,7 @@ TensorFile load_tensors(const std::string& path) {
     throw CheckpointError(fmt::format("{}: the tensors cover {} bytes of a data section of {} bytes", path, expected,
                                       data_size));
   const char* base = bytes.data() + 8 + n;
+  out.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
     if (e.end > e.begin) std::memcpy(t.storage()->data, base + e.begin, e.end - e.begin);

@@ -2,12 +2,18 @@
 # Installs what is missing (Debian 12 packages) and builds tapegrad.
 #   scripts/setup.sh              release build in build/
 #   scripts/setup.sh --sanitize   AddressSanitizer + UBSan build in build-asan/
+#   scripts/setup.sh --tsan       ThreadSanitizer build in build-tsan/ (configured only:
+#                                 scripts/test.sh --tsan builds the tests it runs)
+#   scripts/setup.sh --fuzz       the libFuzzer targets (clang, ASan + UBSan) in build-fuzz/
 # Idempotent: a second run only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(g++ meson ninja-build pkg-config libopenblas-dev libfmt-dev libboost-test-dev
-          libbenchmark-dev nlohmann-json3-dev libcli11-dev gnuplot-nox)
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev gnuplot-nox libopenmpi-dev openmpi-bin)
+# libFuzzer and clang's sanitizer runtimes come with libclang-rt-14-dev (only
+# recommended by clang, so named here).
+[[ "${1:-}" == "--fuzz" ]] && PACKAGES+=(clang libclang-rt-14-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -32,13 +38,27 @@ fi
 
 builddir=build
 args=()
+targets=()  # what ninja builds; none named: everything
 if [[ "${1:-}" == "--sanitize" ]]; then
   builddir=build-asan
   # -O1 keeps the sanitized suite fast; b_lundef=false is needed with the sanitizer runtimes.
   args=(-Dbuildtype=debugoptimized -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false)
+elif [[ "${1:-}" == "--tsan" ]]; then
+  builddir=build-tsan
+  args=(-Dbuildtype=debugoptimized -Doptimization=1 -Db_sanitize=thread -Db_lundef=false)
+elif [[ "${1:-}" == "--fuzz" ]]; then
+  builddir=build-fuzz
+  export CXX=clang++
+  args=(-Dbuildtype=debugoptimized -Doptimization=1 -Dfuzz=true)
+  targets=(fuzz)
 fi
 if [[ ! -f "$builddir/build.ninja" ]]; then
   meson setup "$builddir" "${args[@]}" >/dev/null
 fi
-ninja -C "$builddir" >/dev/null || ninja -C "$builddir"  # second run shows the errors if the quiet one failed
+if [[ "${1:-}" == "--tsan" ]]; then
+  echo "setup: configured $builddir/"
+  exit 0
+fi
+# The second run shows the errors if the quiet one failed.
+ninja -C "$builddir" "${targets[@]}" >/dev/null || ninja -C "$builddir" "${targets[@]}"
 echo "setup: built $builddir/"

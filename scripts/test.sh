@@ -2,14 +2,29 @@
 # Sets everything up and runs the whole test suite.
 #   scripts/test.sh              release build
 #   scripts/test.sh --sanitize   under AddressSanitizer + UndefinedBehaviorSanitizer
+#   scripts/test.sh --tsan       the threaded tests under ThreadSanitizer: the kernels' pool
+#                                (parallel), attention split over it and two models trained
+#                                in two threads (threads), and the suites whose kernels and
+#                                layers run on the pool (autograd, nn_ops, nn_layers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh "$@"
 builddir=build
+tests=()  # meson test names; none named: all
 [[ "${1:-}" == "--sanitize" ]] && builddir=build-asan
+if [[ "${1:-}" == "--tsan" ]]; then
+  builddir=build-tsan
+  tests=(parallel threads autograd nn_ops nn_layers)
+  # OpenBLAS keeps its own threads (set_num_threads sets them, as in every
+  # other build): TSan sees neither its accesses nor its spin-waits, and
+  # reports nothing from its frames, so no suppressions are needed.
+  # Four kernel threads even on two cores, so the pool's chunks interleave.
+  export TAPEGRAD_NUM_THREADS=4
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4"
+fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
-meson test -C "$builddir" --print-errorlogs --num-processes 2 || status=$?
+meson test -C "$builddir" --print-errorlogs --num-processes 2 "${tests[@]}" || status=$?
 # One closing line that any CI can read.
 python3 - "$builddir/meson-logs/testlog.json" <<'PY'
 import json, sys

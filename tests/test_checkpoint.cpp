@@ -1,20 +1,24 @@
 // safetensors checkpoints: round trips (float32, float64, int64, metadata),
 // an independent parse of the raw bytes, modules and optimizers (training
 // resumes to identical numbers), refusal of truncated, bit-flipped and
-// hostile files with a CheckpointError naming the file and field, and atomic
-// writes that leave the old file intact when writing fails.
+// hostile files with a CheckpointError naming the file and field, atomic
+// writes that leave the old file intact when writing fails or the writer is
+// killed, and removal of the temporary files that dead writers leave.
 #define BOOST_TEST_MODULE checkpoint
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numbers>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -431,4 +435,107 @@ BOOST_AUTO_TEST_CASE(failed_writes_leave_the_old_file_intact) {
   // A successful save replaces it.
   nn::save_tensors(big, path);
   BOOST_TEST(nn::load_tensors(path).at("new").numel() == 100000);
+}
+
+namespace {
+
+// The pid of a process that ran and is gone (exited and reaped: a zombie
+// would still answer kill(pid, 0)).
+pid_t gone_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+std::string temp_name(const std::string& path, pid_t pid) { return fmt::format("{}.tmp-{}", path, pid); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(stale_temp_files_of_dead_writers_are_removed) {
+  TempDir tmp;
+  const std::string path = tmp / "m.safetensors";
+  nn::save_tensors(reference_tensors(), path);
+  const std::string saved = read_bytes(path);
+  const pid_t gone = gone_pid();
+  const pid_t live = ::fork();  // a writer that is still running
+  if (live == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  const std::string stale = temp_name(path, gone);
+  write_bytes(stale, "partial");
+  nn::save_tensors(reference_tensors(), path);  // a save removes it
+  BOOST_TEST(!fs::exists(stale));
+  BOOST_TEST(read_bytes(path) == saved);
+
+  // And so does a load; never removed: a live writer's file, this process's
+  // own, and names that are not exactly <path>.tmp-<pid>.
+  const std::vector<std::string> kept = {temp_name(path, live), temp_name(path, ::getpid()), stale + "x",
+                                         tmp / fmt::format("m.safetensors.tmp-0{}", gone),
+                                         tmp / fmt::format("other.safetensors.tmp-{}", gone), path + ".tmp-"};
+  for (const auto& f : kept) write_bytes(f, "partial");
+  write_bytes(stale, "partial");
+  nn::load_tensors(path);
+  BOOST_TEST(!fs::exists(stale));
+  for (const auto& f : kept) BOOST_TEST(read_bytes(f) == "partial", f);
+
+  // A missing checkpoint beside a dead writer's temporary file: the load is
+  // refused (the temporary file is never taken for the checkpoint) and the
+  // file is removed all the same.
+  fs::remove(path);
+  write_bytes(stale, saved);
+  BOOST_CHECK_EXCEPTION(nn::load_tensors(path), nn::CheckpointError, says<nn::CheckpointError>({path}));
+  BOOST_TEST(!fs::exists(stale));
+  ::kill(live, SIGKILL);
+  ::waitpid(live, nullptr, 0);
+}
+
+BOOST_AUTO_TEST_CASE(killed_writers_leave_the_old_or_the_new_checkpoint) {
+  // A child saves two contents A and B (1 MiB each) to one path in turn and
+  // is killed with SIGKILL at a random moment, 40 times. After each kill the
+  // path holds A or B, byte for byte, and the next load (even kills) or save
+  // (odd kills) removes the dead writer's temporary file.
+  TempDir tmp;
+  const std::string path = tmp / "ckpt.safetensors";
+  const Tensor a = arange(0.0, 262144.0, 1.0, DType::f32), b = neg(a);
+  nn::save_tensors({{"x", b}}, path);
+  const std::string bytes_b = read_bytes(path);
+  nn::save_tensors({{"x", a}}, path);
+  const std::string bytes_a = read_bytes(path);
+  std::mt19937 rng(20261123);
+  int with_temp = 0, saw_a = 0, saw_b = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int kill = 0; kill < 40; ++kill) {
+    const pid_t writer = ::fork();
+    if (writer == 0) {  // never returns into the test runner
+      try {
+        for (int i = 0;; ++i) nn::save_tensors({{"x", i % 2 ? a : b}}, path);
+      } catch (...) {
+        ::_exit(1);
+      }
+    }
+    ::usleep(std::uniform_int_distribution<int>(0, 40000)(rng));
+    ::kill(writer, SIGKILL);
+    ::waitpid(writer, nullptr, 0);
+    const std::string temp = temp_name(path, writer);
+    with_temp += fs::exists(temp);
+    const std::string now = read_bytes(path);
+    BOOST_TEST((now == bytes_a || now == bytes_b), "kill " << kill << ": the checkpoint is neither A nor B");
+    saw_a += now == bytes_a;
+    saw_b += now == bytes_b;
+    if (kill % 2 == 0) {
+      const Tensor x = nn::load_tensors(path).at("x");
+      BOOST_TEST((x.to_vector<float>() == (now == bytes_a ? a : b).to_vector<float>()));
+    } else {
+      nn::save_tensors({{"x", a}}, path);
+    }
+    BOOST_TEST(!fs::exists(temp), "kill " << kill << ": " << temp << " is left behind");
+  }
+  BOOST_TEST_MESSAGE(fmt::format("40 kills in {:.1f} s: {} left a temporary file; the checkpoint held A {} times, B {}",
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                                 with_temp, saw_a, saw_b));
+  // The kills did land mid-save, and the writer completed saves in between.
+  BOOST_TEST(with_temp > 0);
+  BOOST_TEST(saw_b > 0);
 }

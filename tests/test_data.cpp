@@ -1,7 +1,10 @@
 #define BOOST_TEST_MODULE data
 #include <boost/test/unit_test.hpp>
 
+#include <filesystem>
 #include <fstream>
+
+#include <fmt/format.h>
 
 #include "autograd/autograd.h"
 #include "data/brown.h"
@@ -416,4 +419,57 @@ BOOST_AUTO_TEST_CASE(bpe_errors) {
   check_load("{\"type\": \"char\", \"merges\": []}", "field 'type'");
   check_load("[1, 2", "not valid JSON");
   check_load("[1, 2]", "field 'type' is missing");
+}
+
+BOOST_AUTO_TEST_CASE(tokenizer_files_with_numbers_beyond_double_range) {
+  // nlohmann reports these as out_of_range, not as parse errors: still a
+  // DataError naming the file.
+  TempDir d;
+  for (const char* number : {"1e400", "7E777", "-1e400"}) {
+    const std::string bpe = d.write(
+        "bpe.json", fmt::format(R"({{"type":"bpe","version":1,"pretokenizer":"chunks-v1","merges":[[97,{}]]}})",
+                                number));
+    const std::string chars =
+        d.write("char.json", fmt::format(R"({{"type":"char","version":{},"chars":["a"]}})", number));
+    BOOST_CHECK_EXCEPTION(load_tokenizer(bpe), DataError, says<DataError>({bpe, "not valid JSON", number}));
+    BOOST_CHECK_EXCEPTION(BPETokenizer::load(bpe), DataError, says<DataError>({bpe, "not valid JSON"}));
+    BOOST_CHECK_EXCEPTION(CharTokenizer::load(chars), DataError, says<DataError>({chars, "not valid JSON"}));
+  }
+  const std::string deep = d.write("deep.json", R"({"type":"bpe","merges":[[[97, 98]]]})");
+  BOOST_CHECK_EXCEPTION(load_tokenizer(deep), DataError, says<DataError>({deep, "nested deeper"}));
+}
+
+BOOST_AUTO_TEST_CASE(bpe_merges_that_double_tokens_are_refused) {
+  // [[0,0],[256,256],[257,257],...]: merge k makes a token of 2^(k+1) bytes.
+  // The tokens may total 1 MiB + 64 bytes a merge: 19 merges (a 512 KiB last
+  // token, 1 MiB in all) fit; merge 19 of the 40-merge file (460 bytes, 2^41
+  // bytes of tokens) is refused before its 1 MiB token is built.
+  using P = BPETokenizer::Pair;
+  auto chain = [](int n) {
+    std::vector<P> merges{{0, 0}};
+    for (int k = 1; k < n; ++k) merges.emplace_back(255 + k, 255 + k);
+    return merges;
+  };
+  BPETokenizer fits(chain(19));
+  BOOST_TEST(fits.token(256 + 18).size() == 524288u);
+  BOOST_TEST(fits.decode(fits.encode(std::string(1 << 19, '\0'))) == std::string(1 << 19, '\0'));
+  BOOST_CHECK_EXCEPTION(BPETokenizer(chain(20)), ValueError, says<ValueError>({"merge 19", "above the limit"}));
+  TempDir d;
+  std::string merges;
+  for (auto [a, b] : chain(40)) merges += fmt::format("{}[{},{}]", merges.empty() ? "" : ",", a, b);
+  const std::string f = d.write("doubling.json", R"({"type":"bpe","version":1,"pretokenizer":"chunks-v1","merges":[)" +
+                                                     merges + "]}");
+  BOOST_TEST(std::filesystem::file_size(f) < 500u);
+  BOOST_CHECK_EXCEPTION(load_tokenizer(f), DataError, says<DataError>({f, "merge 19", "above the limit"}));
+}
+
+BOOST_AUTO_TEST_CASE(text_paragraphs_keep_their_inner_line_endings) {
+  TempDir d;
+  const std::string f = d.write("crlf.txt", "\r\n  \r\none\r\ntwo  \r\n\r\n\tthree\n \nfour\r\n");
+  auto docs = read_text_file(f);
+  BOOST_REQUIRE_EQUAL(docs.size(), 3u);
+  BOOST_CHECK_EQUAL(docs[0].text, "one\r\ntwo  ");
+  BOOST_CHECK_EQUAL(docs[1].text, "\tthree");
+  BOOST_CHECK_EQUAL(docs[2].text, "four");
+  BOOST_CHECK_EQUAL(docs[1].id, f + "#1");
 }

@@ -109,22 +109,31 @@ BOOST_AUTO_TEST_CASE(charlm_trains_all_models_and_writes_its_outputs) {
 }
 
 BOOST_AUTO_TEST_CASE(charlm_resume_continues_exactly) {
-  // 30 steps in one go == stopped after 20, then --resume to 30 (dropout on, so the
-  // generator states must be restored too).
+  // 30 steps in one go == stopped after 25 (between the evaluations at 20 and
+  // 30), then --resume to 30; dropout on, so the generator states must be
+  // restored too. The curve has the same 3 rows, the same mean training loss
+  // over steps 21-30, and the weights are the same bytes.
   fs::path a = fresh_dir("resume_a"), b = fresh_dir("resume_b");
   std::string common = exe("CHARLM") + kCharlmTiny + " --models gpt,lstm --dropout 0.1";
   auto [r1, l1] = run(common + " --steps 30 --out " + a.string());
   BOOST_REQUIRE_MESSAGE(r1 == 0, l1);
-  auto [r2, l2] = run(common + " --steps 30 --stop-after 20 --out " + b.string());
+  auto [r2, l2] = run(common + " --steps 30 --stop-after 25 --out " + b.string());
   BOOST_REQUIRE_MESSAGE(r2 == 0, l2);
+  // The interrupted run's bars end at its stop, not at the full 30 steps.
+  BOOST_TEST(l2.find("30/30") == std::string::npos, l2);
+  BOOST_TEST(l2.find("25/25  stopped at step 25 of 30") != std::string::npos, l2);
   auto [r3, l3] = run(common + " --steps 30 --resume --out " + b.string());
   BOOST_REQUIRE_MESSAGE(r3 == 0, l3);
-  BOOST_TEST(l3.find("resumed at step 20") != std::string::npos, l3);
+  BOOST_TEST(l3.find("resumed at step 25") != std::string::npos, l3);
+  BOOST_TEST(l3.find("30/30") != std::string::npos, l3);
   auto ca = read_curves(a / "loss.csv"), cb = read_curves(b / "loss.csv");
   for (const char* m : {"gpt", "lstm"}) {
-    BOOST_REQUIRE_EQUAL(ca[m].size(), cb[m].size());
+    BOOST_REQUIRE_EQUAL(ca[m].size(), 3u);
+    BOOST_REQUIRE_EQUAL(cb[m].size(), 3u);
     for (size_t i = 0; i < ca[m].size(); ++i)
       for (int k = 0; k < 3; ++k) BOOST_TEST(ca[m][i][k] == cb[m][i][k], m << " row " << i << " col " << k);
+    const std::string weights = fmt::format("{}.safetensors", m);
+    BOOST_TEST((read(a / weights) == read(b / weights)), m << ": the resumed weights differ");
   }
   fs::remove_all(a);
   fs::remove_all(b);

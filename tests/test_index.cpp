@@ -111,12 +111,6 @@ BOOST_AUTO_TEST_CASE(one_hot_values) {
              tt::per_element());
 }
 
-BOOST_AUTO_TEST_CASE(index_select_gradcheck_samples) { check_samples("index_select", 2); }
-BOOST_AUTO_TEST_CASE(embedding_gradcheck_samples) { check_samples("embedding", 2); }
-BOOST_AUTO_TEST_CASE(gather_gradcheck_samples) { check_samples("gather", 2); }
-BOOST_AUTO_TEST_CASE(scatter_gradcheck_samples) { check_samples("scatter", 2); }
-BOOST_AUTO_TEST_CASE(scatter_add_gradcheck_samples) { check_samples("scatter_add", 2); }
-
 BOOST_AUTO_TEST_CASE(index_errors_name_op_index_position_and_bound) {
   Tensor x = zeros({5, 3});
   check_message<IndexError>(

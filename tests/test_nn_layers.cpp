@@ -47,12 +47,15 @@ nn::TransformerLayerOptions layer_options(nn::NormPosition norm) {
 // Runs one fixture case in dtype: forward, loss sum(out * P), backward, and
 // compares outputs and gradients (inputs and parameters) with torch's.
 double parity_case(const std::string& name, DType dtype, double tol) {
-  const json& c = fixture("tests/fixtures/nn_layers.json")["cases"][name];
+  const json& cases = fixture("tests/fixtures/nn_layers.json")["cases"];
+  BOOST_TEST_REQUIRE(cases.contains(name), "nn_layers.json lacks case " << name);
+  const json& c = cases[name];
   const json& in = c["inputs"];
   std::shared_ptr<nn::Module> m;
   std::map<std::string, Tensor> x;
   for (auto& [k, v] : in.items())
     if (k == "x" || k == "memory") x[k] = load(v, dtype).requires_grad_();
+  BOOST_TEST_REQUIRE((x.count("x") == 1 || name == "embedding"), name << ": the fixture case has no input x");
   std::vector<Tensor> outs;
   if (name == "linear") {
     auto l = std::make_shared<nn::Linear>(nn::LinearOptions{.in = 4, .out = 3});

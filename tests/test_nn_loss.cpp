@@ -39,8 +39,11 @@ Tensor loss_of(const json& c, const std::vector<Tensor>& in) {
 
 BOOST_AUTO_TEST_CASE(losses_match_torch_float64) {
   double worst = 0;
-  for (const json& c : fixture(kFixture)["losses"]) {
+  const json& losses = fixture(kFixture)["losses"];
+  BOOST_TEST_REQUIRE(losses.size() == 19u);
+  for (const json& c : losses) {
     const std::string name = c["name"];
+    BOOST_TEST_REQUIRE(c["grads"].size() == c["inputs"].size(), name << ": one gradient entry per input");
     std::vector<Tensor> in;
     for (size_t k = 0; k < c["inputs"].size(); ++k) {
       in.push_back(load(c["inputs"][k]));

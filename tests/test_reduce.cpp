@@ -118,12 +118,6 @@ BOOST_AUTO_TEST_CASE(last_axis_reductions_take_no_copy) {
   BOOST_TEST(allocator_stats().allocations - before_max == 2u);  // values and indices
 }
 
-BOOST_AUTO_TEST_CASE(sum_gradcheck_samples) { check_samples("sum", 3); }
-BOOST_AUTO_TEST_CASE(var_gradcheck_samples) { check_samples("var", 3); }
-BOOST_AUTO_TEST_CASE(logsumexp_gradcheck_samples) { check_samples("logsumexp", 3); }
-BOOST_AUTO_TEST_CASE(max_gradcheck_samples) { check_samples("max", 3); }
-BOOST_AUTO_TEST_CASE(min_gradcheck_samples) { check_samples("min", 3); }
-
 BOOST_AUTO_TEST_CASE(reduce_errors) {
   Tensor x = m23();
   BOOST_CHECK_THROW(sum(x, {2}), IndexError);

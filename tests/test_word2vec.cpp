@@ -6,6 +6,8 @@
 #include <fstream>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "autograd/autograd.h"
 #include "models/skip_gram.h"
 #include "models/word2vec.h"
@@ -274,7 +276,8 @@ BOOST_AUTO_TEST_CASE(save_load_round_trip_text_and_binary) {
   BOOST_CHECK_EQUAL(header, "5 3");
   check_line_error([&] { load_word2vec(write_file("bad.txt", "2 3\na 1 2 3\nb 1 x 3\n"), false); }, "bad.txt:3:");
   check_line_error([&] { load_word2vec(write_file("bad2.txt", "two 3\n"), false); }, "bad2.txt:1:");
-  check_line_error([&] { load_word2vec(write_file("short.txt", "3 3\na 1 2 3\n"), false); }, "short.txt:3:");
+  // Long enough for its header's counts, yet a line short.
+  check_line_error([&] { load_word2vec(write_file("short.txt", "3 1\na 1\nb 22222\n"), false); }, "short.txt:4:");
   BOOST_CHECK_THROW(load_word2vec(write_file("trunc.bin", "1 3\nab "), true), ValueError);
   BOOST_CHECK_THROW(load_word2vec("/nonexistent/vectors.txt", false), ValueError);
 }
@@ -330,4 +333,56 @@ BOOST_AUTO_TEST_CASE(analogies_on_hand_made_file) {
   check_line_error([&] { evaluate_analogies(kv, write_file("q_bad.txt", ": s\nman king woman\n")); }, "q_bad.txt:2:");
   check_line_error([&] { evaluate_analogies(kv, write_file("q_nosec.txt", "man king woman queen\n")); },
                    "q_nosec.txt:1:");
+}
+
+BOOST_AUTO_TEST_CASE(vector_file_headers_are_checked_against_the_file_size) {
+  // A vector takes at least 1 + 2*dim bytes of text or 2 + 4*dim of binary:
+  // headers claiming more than the file can hold are refused before anything
+  // is reserved (an 11-byte "75555557 1" once reserved 2.4 GB).
+  for (bool binary : {false, true})
+    for (const char* header : {"75555557 1\n", "100000000 100\na 1\n", "4611686018427387904 4\n",
+                               "1 4611686018427387904\n", "2 1\na 0\n"}) {
+      const std::string path = write_file(binary ? "lying.bin" : "lying.txt", header);
+      BOOST_CHECK_EXCEPTION(load_word2vec(path, binary), ValueError, says<ValueError>({path + ":1:", "can hold"}));
+    }
+  // Files exactly as small as their counts allow are read.
+  KeyedVectors t = load_word2vec(write_file("tight.txt", "2 2\na 1 2\nb 3 4"), false);
+  BOOST_CHECK(t.vectors == (std::vector<float>{1, 2, 3, 4}));
+  const float v[2] = {0.5f, -2.0f};
+  const std::string tight = write_file("tight.bin", "1 2\nw " + std::string(reinterpret_cast<const char*>(v), 8));
+  KeyedVectors b = load_word2vec(tight, true);
+  BOOST_CHECK(b.vectors == (std::vector<float>{0.5f, -2.0f}));
+  BOOST_CHECK_EXCEPTION(load_word2vec("/tmp", false), ValueError, says<ValueError>({"/tmp", "not a readable file"}));
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_vectors_and_scores_are_refused) {
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    const float v[4] = {1, 2, 3, bad};
+    const std::string path = write_file("nan.bin", "2 2\na " + std::string(reinterpret_cast<const char*>(v), 8) +
+                                                       "\nb " + std::string(reinterpret_cast<const char*>(v + 2), 8));
+    BOOST_CHECK_EXCEPTION(load_word2vec(path, true), ValueError, says<ValueError>({path, "vector 2 of 2", "\"b\""}));
+  }
+  for (const char* bad : {"nan", "inf", "1e39"})
+    check_line_error([&] { load_word2vec(write_file("nan.txt", fmt::format("2 2\na 1 2\nb 3 {}\n", bad)), false); },
+                     "nan.txt:3:");
+  // NaN, infinite and out-of-range scores, also on the first line (where a
+  // score that is not a number at all marks a header).
+  KeyedVectors kv = toy_vectors();
+  for (const char* bad : {"nan", "NaN", "inf", "-Infinity", "1e400"}) {
+    const std::string second = write_file("sim_inf.tsv", fmt::format("man\twoman\t8\nman\tking\t{}\n", bad));
+    const std::string first = write_file("sim_inf1.tsv", fmt::format("man\tking\t{}\nman\twoman\t8\n", bad));
+    BOOST_CHECK_EXCEPTION(evaluate_similarity(kv, second), ValueError,
+                          says<ValueError>({second + ":2:", "not a finite number"}));
+    BOOST_CHECK_EXCEPTION(evaluate_similarity(kv, first), ValueError,
+                          says<ValueError>({first + ":1:", "not a finite number"}));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(analogy_sections_without_questions_are_left_out) {
+  KeyedVectors kv = toy_vectors();
+  AnalogyResult r = evaluate_analogies(kv, write_file("q_empty.txt", ": a\n: b\nman king woman queen\n: c\n: b\n"));
+  BOOST_REQUIRE_EQUAL(r.sections.size(), 1u);
+  BOOST_CHECK_EQUAL(r.sections[0].name, "b");
+  BOOST_CHECK_EQUAL(r.sections[0].total, 1);
+  BOOST_CHECK_THROW(evaluate_analogies(kv, write_file("q_none.txt", ": a\n: b\n")), ValueError);
 }

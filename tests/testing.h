@@ -1,6 +1,6 @@
 // Helpers shared by the Boost.Test executables in tests/: fixture loading,
-// relative-error comparison against torch, typed-exception checks, op-sample
-// gradchecks and temporary directories. Include after <boost/test/unit_test.hpp>.
+// relative-error comparison against torch, typed-exception checks and
+// temporary directories. Include after <boost/test/unit_test.hpp>.
 #pragma once
 
 #include <unistd.h>
@@ -49,11 +49,7 @@ inline Tensor load(const nlohmann::json& j, DType dtype = DType::f64) {
 }
 inline Tensor load_ids(const nlohmann::json& j) { return from_vector(j["data"].get<std::vector<int64_t>>(), shape_of(j)); }
 
-// Index tensors from literals, e.g. ids({2, 2, 0, 0}, {2, 2}). The values go
-// through an initializer_list (a constant array) rather than a braced
-// std::vector temporary: g++ 12.2 at -O3 -march=native on an AVX-512 machine
-// miscompiled `from_vector(std::vector<int64_t>{2, 2, 0, 0}, {2, 2})` into
-// [2, 2, 2, 2], reusing the shape's broadcast constant for the vector's store.
+// Index tensors from literals, e.g. ids({2, 2, 0, 0}, {2, 2}).
 inline Tensor ids(std::initializer_list<int64_t> v, std::initializer_list<int64_t> shape) {
   return from_vector(std::vector<int64_t>(v), Shape(shape));
 }
@@ -110,19 +106,6 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   double d = 0;
   for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
   return d;
-}
-
-// Every OpDef sample of op passes a float64 gradcheck, and op has at least
-// min_cases samples; a failure prints the sample and the gradcheck report.
-inline void check_samples(const char* op, size_t min_cases) {
-  const OpDef* def = find_op(op);
-  BOOST_REQUIRE_MESSAGE(def != nullptr, op << " is not in the op table");
-  std::vector<OpSample> cases = def->samples();
-  BOOST_REQUIRE_MESSAGE(cases.size() >= min_cases, op << " has " << cases.size() << " samples, expected " << min_cases);
-  for (const OpSample& s : cases) {
-    GradcheckReport r = gradcheck(s.fn, s.inputs);
-    BOOST_TEST_CONTEXT(op << " " << s.desc << "\n" << r.str()) { BOOST_CHECK(r.passed); }
-  }
 }
 
 // ---- typed exceptions

@@ -11,6 +11,8 @@
 // Masked keys get probability exactly 0; a query that sees no key at all (a
 // fully padded row, or Tq > Tk under the causal mask) gets a zero row, so its
 // output and gradients are zero rather than NaN.
+#include "autograd/ops/attention.h"
+
 #include <cmath>
 #include <vector>
 
@@ -19,17 +21,24 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/nn_kernels.h"
-#include "autograd/ops/nn_ops.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/softmax.h"
+#include "autograd/ops/view.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
 namespace tg {
 namespace {
 
-using detail::dense;
+using detail::check_floating, detail::dense, detail::dispatch_float;
+
+struct AttentionAttrs {
+  bool causal;
+};
+struct AttentionSaved {
+  enum : size_t { kQ, kK, kV, kKeyPaddingMask };  // the mask may be undefined
+};
 
 // A (B,H,T,D) tensor as B*H row-major (T,D) matrices for GEMM: element
 // (b,h,t,d) sits at base + b*sb + h*sh + t*ld + d. Views with a unit last
@@ -180,12 +189,13 @@ void attention_backward_recorded(const AttentionDims& a, const Tensor& q, const 
 }  // namespace
 
 static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor &q = n.saved_tensor(0), &k = n.saved_tensor(1), &v = n.saved_tensor(2);
+  const Tensor q = n.saved_tensor(AttentionSaved::kQ), k = n.saved_tensor(AttentionSaved::kK);
+  const Tensor v = n.saved_tensor(AttentionSaved::kV);
   AttentionDims a;
   a.B = q.shape()[0], a.H = q.shape()[1], a.Tq = q.shape()[2], a.D = q.shape()[3];
   a.Tk = k.shape()[2], a.Dv = v.shape()[3];
-  a.causal = n.i[0] != 0;
-  const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(3));
+  a.causal = n.attrs<AttentionAttrs>().causal;
+  const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(AttentionSaved::kKeyPaddingMask));
   const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
   if (grad_enabled()) {
     attention_backward_recorded(a, q, k, v, pad, g, need_q, need_k, need_v, gin);
@@ -202,9 +212,8 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
     if (need_v) gin[2] = dv;
     return;
   }
-  detail::dispatch_float(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
-    using scalar_t = decltype(tag);
-    using T = scalar_t;
+  dispatch_float(q.dtype(), n.op->name, [&](auto tag) {
+    using T = decltype(tag);
     const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
     const int64_t TT = a.Tq * a.Tk;
@@ -238,7 +247,7 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
 static const OpDef attention_op(
     "scaled_dot_product_attention", 3,
     "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
-    "q, k, v, key_padding_mask, causal (backward recomputes the probabilities)", attention_backward, [] {
+    "q, k, v, key_padding_mask (backward recomputes the probabilities); attrs: causal", attention_backward, [] {
       using samples::uniform;
       auto attend = [](bool causal, Tensor mask = Tensor()) {
         return [=](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal, mask); };
@@ -267,11 +276,11 @@ static const OpDef attention_op(
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     const Tensor& key_padding_mask, Tensor* attn_weights) {
-  static constexpr const char* op = "scaled_dot_product_attention";
+  const std::string_view op = attention_op.name;
   ProfileScope prof(op);
-  detail::check_floating(op, q, "q");
-  detail::check_floating(op, k, "k");
-  detail::check_floating(op, v, "v");
+  check_floating(op, q, "q");
+  check_floating(op, k, "k");
+  check_floating(op, v, "v");
   const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
   if (q.dtype() != k.dtype() || q.dtype() != v.dtype())
     throw DTypeError(fmt::format("{}: q, k, v dtypes differ: q {} {}, k {} {}, v {} {}", op, qs,
@@ -294,9 +303,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor probs = keep_probs ? empty({a.B, a.H, a.Tq, a.Tk}, q.dtype()) : Tensor();
   Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
   if (a.B * a.H * a.Tq > 0) {
-    detail::dispatch_float(q.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-      using T = scalar_t;
+    dispatch_float(q.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
       const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v);
       const int64_t TT = a.Tq * a.Tk;
       auto body = [&](int64_t i0, int64_t i1) {
@@ -317,15 +325,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   if (attn_weights) *attn_weights = probs;
   if (Node* n = record(attention_op, out, q, k, v)) {
-    n->i[0] = causal;
-    n->save(q);
-    n->save(k);
-    n->save(v);
-    n->save(key_padding_mask);
+    n->attrs<AttentionAttrs>() = {.causal = causal};
+    n->save(q);                 // AttentionSaved::kQ
+    n->save(k);                 // kK
+    n->save(v);                 // kV
+    n->save(key_padding_mask);  // kKeyPaddingMask
   }
   return out;
 }
-
-void link_attention_ops() {}
 
 }  // namespace tg

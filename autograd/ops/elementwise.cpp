@@ -9,21 +9,16 @@
 #include <numbers>
 
 #include "autograd/op.h"
-#include "autograd/ops/loop.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
 #include "autograd/profiler.h"
 
 namespace tg {
-namespace {
+using detail::check_same_dtype, detail::dispatch_float;
 
-void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
-  if (a.dtype() != b.dtype())
-    throw DTypeError(fmt::format("{}: dtypes differ: {} {} and {} {} (convert one with .to())", op, a.shape(),
-                                 dtype_name(a.dtype()), b.shape(), dtype_name(b.dtype())));
-}
+namespace {
 
 // out = f(a, b) over the broadcast shape; f is generic in the element type.
 template <class F>
@@ -31,7 +26,10 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f, bool floati
   check_same_dtype(op, a, b);
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), a.dtype());
   if (floating_only) {
-    TG_DISPATCH_FLOAT(a.dtype(), op, [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
+    dispatch_float(a.dtype(), op, [&](auto tag) {
+      using scalar_t = decltype(tag);
+      detail::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f);
+    });
   } else {
     TG_DISPATCH_ALL(a.dtype(), op, [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
   }
@@ -39,10 +37,13 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f, bool floati
 }
 
 template <class F>
-Tensor unary(const char* op, const Tensor& x, F f) {
-  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
+Tensor unary(std::string_view op, const Tensor& x, F f) {
+  detail::check_defined(op, x, "tensor");
   Tensor out = empty(x.shape(), x.dtype());
-  TG_DISPATCH_FLOAT(x.dtype(), op, [&] { detail::map1<scalar_t, scalar_t>(out, x, f); });
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    detail::map1<scalar_t, scalar_t>(out, x, f);
+  });
   return out;
 }
 
@@ -55,7 +56,10 @@ Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
   const bool only_reference = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
                               g.shape() == s.shape();
   Tensor out = only_reference ? g : empty(g.shape(), g.dtype());
-  TG_DISPATCH_FLOAT(g.dtype(), "backward", [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, g, s, f); });
+  dispatch_float(g.dtype(), "backward", [&](auto tag) {
+    using scalar_t = decltype(tag);
+    detail::map2<scalar_t, scalar_t, scalar_t>(out, g, s, f);
+  });
   return out;
 }
 
@@ -112,7 +116,7 @@ static void add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 static const OpDef add_op("add", 2, "add(a, b) -> a + b, broadcasting", "nothing", add_backward,
                           [] { return binary_samples(add, -1, 1); });
 Tensor add(const Tensor& a, const Tensor& b) {
-  ProfileScope prof("add");
+  ProfileScope prof(add_op.name);
   Tensor out = binary("add", a, b, [](auto x, auto y) { return x + y; });
   record(add_op, out, a, b);
   return out;
@@ -125,62 +129,74 @@ static void sub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 static const OpDef sub_op("sub", 2, "sub(a, b) -> a - b, broadcasting", "nothing", sub_backward,
                           [] { return binary_samples(sub, -1, 1); });
 Tensor sub(const Tensor& a, const Tensor& b) {
-  ProfileScope prof("sub");
+  ProfileScope prof(sub_op.name);
   Tensor out = binary("sub", a, b, [](auto x, auto y) { return x - y; });
   record(sub_op, out, a, b);
   return out;
 }
 
 // ============================ mul / div ============================
+namespace {
+// mul, minimum, maximum: both operands.
+struct BinarySaved {
+  enum : size_t { kA, kB };
+};
+// div, pow: both operands and the output.
+struct BinaryOutputSaved {
+  enum : size_t { kA, kB, kOutput };
+};
+}  // namespace
+
 static void mul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  if (n.needs(0)) gin[0] = sum_to(mul(g, n.saved_tensor(1)), n.edges[0].shape);
-  if (n.needs(1)) gin[1] = sum_to(mul(g, n.saved_tensor(0)), n.edges[1].shape);
+  if (n.needs(0)) gin[0] = sum_to(mul(g, n.saved_tensor(BinarySaved::kB)), n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(mul(g, n.saved_tensor(BinarySaved::kA)), n.edges[1].shape);
 }
 static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting", "a, b", mul_backward,
                           [] { return binary_samples(mul, -1, 1); });
 Tensor mul(const Tensor& a, const Tensor& b) {
-  ProfileScope prof("mul");
+  ProfileScope prof(mul_op.name);
   Tensor out = binary("mul", a, b, [](auto x, auto y) { return x * y; });
   if (Node* n = record(mul_op, out, a, b)) {
-    n->save(a);
-    n->save(b);
+    n->save(a);  // BinarySaved::kA
+    n->save(b);  // kB
   }
   return out;
 }
 
 static void div_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor& b = n.saved_tensor(1);
+  const Tensor b = n.saved_tensor(BinaryOutputSaved::kB);
   if (n.needs(0)) gin[0] = sum_to(div(g, b), n.edges[0].shape);
-  if (n.needs(1)) gin[1] = sum_to(neg(div(mul(g, n.saved_tensor(2)), b)), n.edges[1].shape);  // -g * out / b
+  if (n.needs(1))  // -g * out / b
+    gin[1] = sum_to(neg(div(mul(g, n.saved_tensor(BinaryOutputSaved::kOutput)), b)), n.edges[1].shape);
 }
 static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting", "a, b, output", div_backward,
                           [] { return binary_samples(div, 0.5, 2); });
 Tensor div(const Tensor& a, const Tensor& b) {
-  ProfileScope prof("div");
+  ProfileScope prof(div_op.name);
   Tensor out = binary("div", a, b, [](auto x, auto y) { return x / y; });
   if (Node* n = record(div_op, out, a, b)) {
-    n->save(a);
-    n->save(b);
-    n->save(out);
+    n->save(a);    // BinaryOutputSaved::kA
+    n->save(b);    // kB
+    n->save(out);  // kOutput
   }
   return out;
 }
 
 // ============================ pow ============================
 static void pow_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor &a = n.saved_tensor(0), &b = n.saved_tensor(1);
+  const Tensor a = n.saved_tensor(BinaryOutputSaved::kA), b = n.saved_tensor(BinaryOutputSaved::kB);
   if (n.needs(0)) gin[0] = sum_to(mul(g, mul(b, pow(a, add(b, -1.0)))), n.edges[0].shape);
-  if (n.needs(1)) gin[1] = sum_to(mul(g, mul(n.saved_tensor(2), log(a))), n.edges[1].shape);
+  if (n.needs(1)) gin[1] = sum_to(mul(g, mul(n.saved_tensor(BinaryOutputSaved::kOutput), log(a))), n.edges[1].shape);
 }
 static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)", "a, b, output",
                           pow_backward, [] { return binary_samples(pow, 0.5, 2); });
 Tensor pow(const Tensor& a, const Tensor& b) {
-  ProfileScope prof("pow");
+  ProfileScope prof(pow_op.name);
   Tensor out = binary("pow", a, b, [](auto x, auto y) { return std::pow(x, y); }, true);
   if (Node* n = record(pow_op, out, a, b)) {
-    n->save(a);
-    n->save(b);
-    n->save(out);
+    n->save(a);    // BinaryOutputSaved::kA
+    n->save(b);    // kB
+    n->save(out);  // kOutput
   }
   return out;
 }
@@ -189,10 +205,11 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 // Where a == b the gradient is split in half, as PyTorch does.
 template <bool Max>
 static void minmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor &a = n.saved_tensor(0), &b = n.saved_tensor(1);
-  Shape s = broadcast_shapes(a.shape(), b.shape(), "maximum");
+  const Tensor a = n.saved_tensor(BinarySaved::kA), b = n.saved_tensor(BinarySaved::kB);
+  Shape s = broadcast_shapes(a.shape(), b.shape(), Max ? "maximum" : "minimum");
   Tensor wa = empty(s, a.dtype());
-  TG_DISPATCH_FLOAT(a.dtype(), "maximum", [&] {
+  dispatch_float(a.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     detail::map2<scalar_t, scalar_t, scalar_t>(wa, a, b, [](scalar_t x, scalar_t y) {
       return x == y ? scalar_t(0.5) : ((Max ? x > y : x < y) ? scalar_t(1) : scalar_t(0));
     });
@@ -205,15 +222,15 @@ static const OpDef minimum_op("minimum", 2, "minimum(a, b), broadcasting", "a, b
 static const OpDef maximum_op("maximum", 2, "maximum(a, b), broadcasting", "a, b", minmax_backward<true>,
                               [] { return binary_samples(maximum, -1, 1); });
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  ProfileScope prof("minimum");
+  ProfileScope prof(minimum_op.name);
   Tensor out = binary("minimum", a, b, [](auto x, auto y) { return y < x ? y : x; });
-  if (Node* n = record(minimum_op, out, a, b)) n->save(a), n->save(b);
+  if (Node* n = record(minimum_op, out, a, b)) n->save(a), n->save(b);  // BinarySaved
   return out;
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  ProfileScope prof("maximum");
+  ProfileScope prof(maximum_op.name);
   Tensor out = binary("maximum", a, b, [](auto x, auto y) { return y > x ? y : x; });
-  if (Node* n = record(maximum_op, out, a, b)) n->save(a), n->save(b);
+  if (Node* n = record(maximum_op, out, a, b)) n->save(a), n->save(b);  // BinarySaved
   return out;
 }
 
@@ -223,7 +240,7 @@ static const OpDef add_scalar_op("add_scalar", 1, "add(a, c) -> a + c", "nothing
   return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
 });
 Tensor add(const Tensor& a, double c) {
-  ProfileScope prof("add_scalar");
+  ProfileScope prof(add_scalar_op.name);
   Tensor out;
   TG_DISPATCH_ALL(a.dtype(), "add", [&] {
     out = empty(a.shape(), a.dtype());
@@ -234,31 +251,45 @@ Tensor add(const Tensor& a, double c) {
   return out;
 }
 
-static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = mul(g, n.f[0]); }
-static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", "c", mul_scalar_backward, [] {
+namespace {
+// mul_scalar, pow_scalar: the constant c.
+struct ScalarAttrs {
+  double c;
+};
+}  // namespace
+static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  gin[0] = mul(g, n.attrs<ScalarAttrs>().c);
+}
+static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", "nothing; attrs: c", mul_scalar_backward, [] {
   return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
 });
 Tensor mul(const Tensor& a, double c) {
-  ProfileScope prof("mul_scalar");
+  ProfileScope prof(mul_scalar_op.name);
   Tensor out;
   TG_DISPATCH_ALL(a.dtype(), "mul", [&] {
     out = empty(a.shape(), a.dtype());
     const scalar_t v = static_cast<scalar_t>(c);
     detail::map1<scalar_t, scalar_t>(out, a, [v](scalar_t x) { return x * v; });
   });
-  if (Node* n = record(mul_scalar_op, out, a)) n->f[0] = c;
+  if (Node* n = record(mul_scalar_op, out, a)) n->attrs<ScalarAttrs>() = {.c = c};
   return out;
 }
 
+namespace {
+// pow_scalar, gelu, clamp: the input x.
+struct UnaryInputSaved {
+  enum : size_t { kX };
+};
+}  // namespace
 static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const double c = n.f[0];
+  const double c = n.attrs<ScalarAttrs>().c;
   // x ** 0 is constant: no gradient, also at x = 0 where c x^(c-1) is 0 * inf
   // (reached by differentiating x ** 2 three times).
   if (c == 0.0) {
     gin[0] = mul(g, 0.0);
     return;
   }
-  const Tensor x = n.saved_tensor(0);
+  const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
   if (grad_enabled()) {
     gin[0] = g * (pow(x, c - 1) * c);
     return;
@@ -268,22 +299,22 @@ static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
     return gy * static_cast<T>(c) * std::pow(x, static_cast<T>(c - 1));
   });
 }
-static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c", "a, c", pow_scalar_backward, [] {
+static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c", "a; attrs: c", pow_scalar_backward, [] {
   return std::vector<OpSample>{
       {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
       {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }},
   };
 });
 Tensor pow(const Tensor& a, double c) {
-  ProfileScope prof("pow_scalar");
+  ProfileScope prof(pow_scalar_op.name);
   Tensor out;
   if (c == 2.0)
     out = unary("pow", a, [](auto x) { return x * x; });
   else
     out = unary("pow", a, [c](auto x) { return std::pow(x, static_cast<decltype(x)>(c)); });
   if (Node* n = record(pow_scalar_op, out, a)) {
-    n->f[0] = c;
-    n->save(a);
+    n->attrs<ScalarAttrs>() = {.c = c};
+    n->save(a);  // UnaryInputSaved::kX
   }
   return out;
 }
@@ -293,7 +324,7 @@ static const OpDef rsub_op("rsub", 1, "rsub(c, b) -> c - b", "nothing", rsub_bac
   return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
 });
 Tensor rsub(double c, const Tensor& b) {
-  ProfileScope prof("rsub");
+  ProfileScope prof(rsub_op.name);
   Tensor out;
   TG_DISPATCH_ALL(b.dtype(), "rsub", [&] {
     out = empty(b.shape(), b.dtype());
@@ -304,9 +335,14 @@ Tensor rsub(double c, const Tensor& b) {
   return out;
 }
 
+namespace {
+struct RdivSaved {
+  enum : size_t { kB, kOutput };
+};
+}  // namespace
 static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   // d(c/b)/db = -c/b^2 = -out/b
-  Tensor ratio = div(n.saved_tensor(1), n.saved_tensor(0));
+  Tensor ratio = div(n.saved_tensor(RdivSaved::kOutput), n.saved_tensor(RdivSaved::kB));
   if (grad_enabled()) {
     gin[0] = -(g * ratio);
     return;
@@ -317,25 +353,30 @@ static const OpDef rdiv_op("rdiv", 1, "rdiv(c, b) -> c / b", "b, output", rdiv_b
   return std::vector<OpSample>{{"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
 });
 Tensor rdiv(double c, const Tensor& b) {
-  ProfileScope prof("rdiv");
+  ProfileScope prof(rdiv_op.name);
   Tensor out = unary("rdiv", b, [c](auto x) { return static_cast<decltype(x)>(c) / x; });
-  if (Node* n = record(rdiv_op, out, b)) n->save(b), n->save(out);
+  if (Node* n = record(rdiv_op, out, b)) n->save(b), n->save(out);  // RdivSaved::kB, kOutput
   return out;
 }
 
 // ============================ unary ============================
 // Each unary op: forward kernel, fused backward kernel (grad_out, saved) ->
 // grad_in, the same backward in tensor ops (recorded under create_graph),
-// OpDef, samples.
+// OpDef, samples. It saves one tensor: x, or the output when SAVE_OUTPUT.
+namespace {
+struct UnarySaved {
+  enum : size_t { kXOrOutput };
+};
+}  // namespace
 #define TG_UNARY_OP(NAME, SIGNATURE, SAVES, SAMPLES, FORWARD, SAVE_OUTPUT, BACKWARD, RECORDED_BACKWARD) \
   static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
-    const Tensor s = n.saved_tensor(0);                                                                 \
+    const Tensor s = n.saved_tensor(UnarySaved::kXOrOutput);                                            \
     gin[0] = grad_enabled() ? (RECORDED_BACKWARD)(g, s) : fused_grad(g, s, BACKWARD);                   \
   }                                                                                                     \
   static const OpDef NAME##_op(#NAME, 1, SIGNATURE, SAVES, NAME##_backward, [] { return SAMPLES; });    \
   Tensor NAME(const Tensor& x) {                                                                        \
-    ProfileScope prof(#NAME);                                                                           \
-    Tensor out = unary(#NAME, x, FORWARD);                                                              \
+    ProfileScope prof(NAME##_op.name);                                                                  \
+    Tensor out = unary(NAME##_op.name, x, FORWARD);                                                     \
     if (Node* n = record(NAME##_op, out, x)) n->save(SAVE_OUTPUT ? out : x);                            \
     return out;                                                                                         \
   }
@@ -395,10 +436,16 @@ TG_UNARY_OP(erf, "erf(x)", "x", unary_samples(erf, -2, 2), [](auto x) { return s
 // ============================ gelu ============================
 // exact: x * Phi(x), Phi the standard normal CDF; tanh approximation:
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch's approximate='tanh'.
+namespace {
+struct GeluAttrs {
+  bool tanh_approximation;
+};
+}  // namespace
 static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(0);
+  const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
+  const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
   if (grad_enabled()) {
-    if (n.i[0] == 0) {
+    if (!tanh_approximation) {
       // Phi(x) + x phi(x), phi the standard normal density
       Tensor cdf = (erf(x * (std::numbers::sqrt2 / 2)) + 1.0) * 0.5;
       Tensor pdf = exp(x * x * -0.5) * (0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
@@ -411,7 +458,7 @@ static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
     }
     return;
   }
-  if (n.i[0] == 0) {
+  if (!tanh_approximation) {
     gin[0] = fused_grad(g, x, [](auto gy, auto x) {
       using T = decltype(x);
       T cdf = T(0.5) * (T(1) + detail::verf(x * T(std::numbers::sqrt2 / 2)));
@@ -429,8 +476,11 @@ static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
 }
 // The output again from the saved input, for ops that save it by reference
 // (a transformer MLP's proj then holds no copy of its (B,T,4C) input).
-static Tensor gelu_recompute(const Node& n) { return gelu(n.saved_tensor(0), n.i[0] != 0); }
-static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)", "x (the output is recomputed)",
+static Tensor gelu_recompute(const Node& n) {
+  return gelu(n.saved_tensor(UnaryInputSaved::kX), n.attrs<GeluAttrs>().tanh_approximation);
+}
+static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)",
+                           "x (the output is recomputed); attrs: tanh_approximation",
                            gelu_backward, [] {
   return std::vector<OpSample>{
       {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
@@ -443,31 +493,36 @@ static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)", "x (t
   };
 }, gelu_recompute);
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
-  ProfileScope prof("gelu");
+  ProfileScope prof(gelu_op.name);
   Tensor out;
   if (!tanh_approximation) {
-    out = unary("gelu", x, [](auto v) {
+    out = unary(gelu_op.name, x, [](auto v) {
       using T = decltype(v);
       return T(0.5) * v * (T(1) + detail::verf(v * T(std::numbers::sqrt2 / 2)));
     });
   } else {
-    out = unary("gelu", x, [](auto v) {
+    out = unary(gelu_op.name, x, [](auto v) {
       using T = decltype(v);
       const T k = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
       return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
     });
   }
   if (Node* n = record(gelu_op, out, x)) {
-    n->i[0] = tanh_approximation;
-    n->save(x);
+    n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
+    n->save(x);  // UnaryInputSaved::kX
   }
   return out;
 }
 
 // ============================ clamp ============================
+namespace {
+struct ClampAttrs {
+  double low, high;
+};
+}  // namespace
 static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const double lo = n.f[0], hi = n.f[1];
-  const Tensor x = n.saved_tensor(0);
+  const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
+  const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
   // torch passes the gradient at the bounds
   if (grad_enabled()) {
     gin[0] = g * slope_of(x, [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
@@ -475,21 +530,20 @@ static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   }
   gin[0] = fused_grad(g, x, [lo, hi](auto gy, auto x) { return (x >= lo && x <= hi) ? gy : decltype(gy)(0); });
 }
-static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", "x, low, high", clamp_backward, [] {
+static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", "x; attrs: low, high", clamp_backward, [] {
   return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
                                 [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
 });
 Tensor clamp(const Tensor& x, double low, double high) {
-  ProfileScope prof("clamp");
-  if (low > high) throw ValueError(fmt::format("clamp: low {} is above high {}", low, high));
-  Tensor out = unary("clamp", x, [low, high](auto v) {
+  ProfileScope prof(clamp_op.name);
+  if (low > high) throw ValueError(fmt::format("{}: low {} is above high {}", clamp_op.name, low, high));
+  Tensor out = unary(clamp_op.name, x, [low, high](auto v) {
     using T = decltype(v);
     return std::min(std::max(v, T(low)), T(high));
   });
   if (Node* n = record(clamp_op, out, x)) {
-    n->f[0] = low;
-    n->f[1] = high;
-    n->save(x);
+    n->attrs<ClampAttrs>() = {.low = low, .high = high};
+    n->save(x);  // UnaryInputSaved::kX
   }
   return out;
 }
@@ -501,7 +555,7 @@ static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)", "nothing",
                                 [](auto& x) { return cast(x[0], DType::f64); }}};
 });
 Tensor cast(const Tensor& x, DType dtype) {
-  ProfileScope prof("cast");
+  ProfileScope prof(cast_op.name);
   Tensor out = empty(x.shape(), dtype);
   TG_DISPATCH_ALL(dtype, "cast", [&] {
     using TO = scalar_t;
@@ -529,8 +583,14 @@ Tensor mask_where(const Tensor& mask, const Tensor& a, const Tensor& b, const ch
 }
 }  // namespace
 
+namespace {
+// where, masked_fill: the mask (any dtype, nonzero = true).
+struct MaskSaved {
+  enum : size_t { kMask };
+};
+}  // namespace
 static void where_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor mask = n.saved_tensor(0);
+  const Tensor mask = n.saved_tensor(MaskSaved::kMask);
   const Tensor zero = zeros({}, g.dtype());
   // Recorded, the selection is where itself: differentiable in g.
   auto select = [&](const Tensor& a, const Tensor& b) {
@@ -547,15 +607,15 @@ static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broa
   };
 });
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
-  ProfileScope prof("where");
+  ProfileScope prof(where_op.name);
   Tensor out = mask_where(mask, a, b, "where");
-  if (Node* n = record(where_op, out, mask, a, b)) n->save(mask);
+  if (Node* n = record(where_op, out, mask, a, b)) n->save(mask);  // MaskSaved::kMask
   return out;
 }
 
 static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   // g has x's shape (the mask broadcasts to it)
-  const Tensor mask = n.saved_tensor(0);
+  const Tensor mask = n.saved_tensor(MaskSaved::kMask);
   gin[0] = grad_enabled() ? masked_fill(g, mask, 0.0) : mask_where(mask, zeros({}, g.dtype()), g, "masked_fill");
 }
 static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)", "mask", masked_fill_backward, [] {
@@ -564,11 +624,11 @@ static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)
                                 }}};
 });
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  ProfileScope prof("masked_fill");
+  ProfileScope prof(masked_fill_op.name);
   if (!(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape()))
     throw ShapeError(fmt::format("masked_fill: mask of shape {} does not broadcast to {}", mask.shape(), x.shape()));
   Tensor out = mask_where(mask, full({}, value, x.dtype()), x, "masked_fill");
-  if (Node* n = record(masked_fill_op, out, x)) n->save(mask);
+  if (Node* n = record(masked_fill_op, out, x)) n->save(mask);  // MaskSaved::kMask
   return out;
 }
 
@@ -590,7 +650,5 @@ TG_COMPARE(le, x <= y)
 TG_COMPARE(gt, x > y)
 TG_COMPARE(ge, x >= y)
 #undef TG_COMPARE
-
-void link_elementwise_ops() {}
 
 }  // namespace tg

@@ -2,7 +2,7 @@
 // Elementwise ops with NumPy broadcasting. Binary ops need equal dtypes
 // (mixing float32 and float64 is a DTypeError); scalars adopt the tensor's dtype.
 // Backward reduces each gradient back to its input's shape (sum_to).
-#include "autograd/tensor.h"
+#include "../tensor.h"
 
 namespace tg {
 

@@ -10,25 +10,31 @@
 #include <cstring>
 
 #include "autograd/op.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
-#include "autograd/ops/loop.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
+using detail::AxisView, detail::check_floating, detail::dispatch_float;
+
 namespace {
 
-void check_index_dtype(const char* op, const Tensor& index) {
-  if (!index.defined()) throw ValueError(fmt::format("{}: index tensor is undefined", op));
+void check_index_dtype(std::string_view op, const Tensor& index) {
+  detail::check_defined(op, index, "index tensor");
   if (index.dtype() != DType::i64)
     throw DTypeError(fmt::format("{}: index {} must be int64, got {}", op, index.shape(), dtype_name(index.dtype())));
 }
 
-void check_source(const char* op, const Tensor& x) {
-  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
-  if (!is_floating(x.dtype()))
-    throw DTypeError(fmt::format("{}: expected a floating tensor, got {} {}", op, x.shape(), dtype_name(x.dtype())));
+// The checks every op that indexes x along axis starts with: a floating input
+// of rank >= 1 and an int64 index. Returns the normalised axis.
+int check_indexed(const char* op, const Tensor& x, int64_t axis, const Tensor& index) {
+  check_floating(op, x, "input");
+  check_index_dtype(op, index);
+  if (x.dim() == 0) throw ShapeError(fmt::format("{}: input must have at least 1 dimension, got ()", op));
+  return normalize_axis(axis, x.dim(), op);
 }
 
 // "(1,2)": the multi-index of the flat row-major position `flat` in shape.
@@ -44,7 +50,7 @@ std::string position(int64_t flat, const Shape& shape) {
 // Every index in [0, bound), else an IndexError naming the op, the value, its
 // position in the index tensor and the bound. Runs before any kernel, so
 // kernels (some of them multithreaded) never see a bad index.
-void check_bounds(const char* op, const Tensor& index, int64_t bound, const std::string& what) {
+void check_bounds(std::string_view op, const Tensor& index, int64_t bound, const std::string& what) {
   Tensor ic = index.contiguous();
   const int64_t* p = ic.data<int64_t>();
   for (int64_t k = 0, n = ic.numel(); k < n; ++k)
@@ -53,33 +59,22 @@ void check_bounds(const char* op, const Tensor& index, int64_t bound, const std:
                                    position(k, index.shape()), what, bound));
 }
 
-// x as (outer, n, inner) around `axis`.
-struct Around {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-Around around(const Shape& s, int axis) {
-  Around a;
-  for (int d = 0; d < s.size(); ++d) (d < axis ? a.outer : d == axis ? a.n : a.inner) *= s[d];
-  return a;
-}
-
 // out (outer, J, inner) = x (outer, n, inner) rows at idx[J]. x, out contiguous.
 template <class T>
-void select_rows(const T* x, const int64_t* idx, T* out, Around a, int64_t J) {
-  parallel_for(a.outer * J, std::max<int64_t>(1, detail::kElementwiseGrain / std::max<int64_t>(a.inner, 1)),
-               [&](int64_t r0, int64_t r1) {
-                 for (int64_t r = r0; r < r1; ++r) {
-                   const int64_t o = r / J, j = r % J;
-                   std::memcpy(out + r * a.inner, x + (o * a.n + idx[j]) * a.inner, sizeof(T) * a.inner);
-                 }
-               });
+void select_rows(const T* x, const int64_t* idx, T* out, AxisView a, int64_t J) {
+  parallel_for(a.outer * J, detail::row_grain(a.inner), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = r / J, j = r % J;
+      std::memcpy(out + r * a.inner, x + (o * a.n + idx[j]) * a.inner, sizeof(T) * a.inner);
+    }
+  });
 }
 
 // gx (outer, n, inner) += g (outer, J, inner) rows into idx[J], skipping rows
 // equal to `skip`. Repeated indices add up, so threads split the columns
 // (each owns a column range of every row), never the rows.
 template <class T>
-void add_rows(T* gx, const int64_t* idx, const T* g, Around a, int64_t J, int64_t skip) {
+void add_rows(T* gx, const int64_t* idx, const T* g, AxisView a, int64_t J, int64_t skip) {
   const int64_t grain = std::max<int64_t>(64, detail::kElementwiseGrain / std::max<int64_t>(a.outer * J, 1));
   parallel_for(a.inner, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t o = 0; o < a.outer; ++o)
@@ -116,7 +111,7 @@ void for_index(const Tensor& base_a, int axis, const Tensor& base_b, const Tenso
 
 // gather/scatter shape rules (torch's): index has x's rank, and fits inside x
 // on every dim but `axis`, and inside src (when given) on every dim.
-void check_gather_shapes(const char* op, const Tensor& x, int axis, const Tensor& index, const Tensor* src) {
+void check_gather_shapes(std::string_view op, const Tensor& x, int axis, const Tensor& index, const Tensor* src) {
   if (index.dim() != x.dim())
     throw ShapeError(fmt::format("{}: index {} must have the rank of the input {}", op, index.shape(), x.shape()));
   for (int d = 0; d < x.dim(); ++d) {
@@ -133,9 +128,10 @@ void check_gather_shapes(const char* op, const Tensor& x, int axis, const Tensor
 
 // out = x.clone(); out[index] = src (or += src).
 template <bool Add>
-Tensor scatter_impl(const char* op, const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+Tensor scatter_impl(std::string_view op, const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
   Tensor out = empty(x.shape(), x.dtype());
-  TG_DISPATCH_FLOAT(x.dtype(), op, [&] {
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
     detail::map1<scalar_t, scalar_t>(out, x, [](scalar_t v) { return v; });
     scalar_t* po = out.data<scalar_t>();
     const scalar_t* ps = src.data<scalar_t>();
@@ -153,7 +149,8 @@ Tensor scatter_impl(const char* op, const Tensor& x, int axis, const Tensor& ind
 // The gradient of src in scatter/scatter_add: g gathered at index, zero on
 // src's positions the index does not reach. Recorded (create_graph): gather,
 // then zero padding at the end of each axis up to src's shape.
-Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
+Tensor gather_into_src_shape(std::string_view op, const Tensor& g, int axis, const Tensor& index,
+                             const Shape& src_shape) {
   if (grad_enabled()) {
     const Tensor gs = gather(g, axis, index);
     if (index.shape() == src_shape) return gs;
@@ -165,7 +162,8 @@ Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, con
     return pad(gs, pads);
   }
   Tensor gs = zeros(src_shape, g.dtype());
-  TG_DISPATCH_FLOAT(g.dtype(), "scatter", [&] {
+  dispatch_float(g.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
     const scalar_t* pg = g.data<scalar_t>();
     scalar_t* ps = gs.data<scalar_t>();
     for_index(g, axis, gs, index, true, [&](int64_t a, int64_t b) { ps[b] = pg[a]; });
@@ -184,25 +182,41 @@ Shape selected_shape(const Shape& xs, int axis, const Shape& index_shape) {
 
 using samples::uniform;
 
+// index_select, index_add, gather, scatter, scatter_add: the axis indexed
+// (normalised); embedding: the row that gets no gradient (-1: none).
+struct IndexAttrs {
+  int64_t axis;
+};
+struct EmbeddingAttrs {
+  int64_t padding_idx;
+};
+// Every op here saves its index tensor (the ids, for embedding), and only that.
+struct IndexSaved {
+  enum : size_t { kIndex };
+};
+
 }  // namespace
 
 // ============================ index_select ============================
 static void index_select_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& xs = n.edges[0].shape;
-  const Tensor index = n.saved_tensor(0);
+  const Tensor index = n.saved_tensor(IndexSaved::kIndex);
+  const int64_t axis = n.attrs<IndexAttrs>().axis;
   if (grad_enabled()) {
-    gin[0] = index_add(zeros(xs, g.dtype()), n.i[0], index, g);
+    gin[0] = index_add(zeros(xs, g.dtype()), axis, index, g);
     return;
   }
-  const Around a = around(xs, static_cast<int>(n.i[0]));
+  const AxisView a = detail::axis_view(xs, static_cast<int>(axis));
   Tensor gx = zeros(xs, g.dtype());
   Tensor gc = g.contiguous();
-  TG_DISPATCH_FLOAT(g.dtype(), "index_select", [&] {
+  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     add_rows<scalar_t>(gx.data<scalar_t>(), index.data<int64_t>(), gc.data<scalar_t>(), a, index.numel(), -1);
   });
   gin[0] = gx;
 }
-static const OpDef index_select_op("index_select", 2, "index_select(x, axis, index) -> x's rows at index", "index",
+static const OpDef index_select_op("index_select", 2, "index_select(x, axis, index) -> x's rows at index",
+                                   "index; attrs: axis",
                                    index_select_backward, [] {
                                      return std::vector<OpSample>{
                                          {"axis 0 of (5,3), index (4) with repeats",
@@ -217,21 +231,20 @@ static const OpDef index_select_op("index_select", 2, "index_select(x, axis, ind
                                      };
                                    });
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
-  ProfileScope prof("index_select");
-  check_source("index_select", x);
-  check_index_dtype("index_select", index);
-  if (x.dim() == 0) throw ShapeError("index_select: input must have at least 1 dimension, got ()");
-  const int ax = normalize_axis(axis, x.dim(), "index_select");
-  check_bounds("index_select", index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+  const std::string_view op = index_select_op.name;
+  ProfileScope prof(op);
+  const int ax = check_indexed("index_select", x, axis, index);
+  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
   Tensor out = empty(selected_shape(x.shape(), ax, index.shape()), x.dtype());
   Tensor xc = x.contiguous(), ic = index.contiguous();
-  TG_DISPATCH_FLOAT(x.dtype(), "index_select", [&] {
-    select_rows<scalar_t>(xc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(), around(x.shape(), ax),
-                          ic.numel());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    select_rows<scalar_t>(xc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(),
+                          detail::axis_view(x.shape(), ax), ic.numel());
   });
   if (Node* n = record(index_select_op, out, x, index)) {
-    n->save(ic);
-    n->i[0] = ax;
+    n->attrs<IndexAttrs>() = {.axis = ax};
+    n->save(ic);  // IndexSaved::kIndex
   }
   return out;
 }
@@ -240,10 +253,10 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
 // index_select's adjoint: each is the other's backward.
 static void index_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g;
-  if (n.needs(2)) gin[2] = index_select(g, n.i[0], n.saved_tensor(0));
+  if (n.needs(2)) gin[2] = index_select(g, n.attrs<IndexAttrs>().axis, n.saved_tensor(IndexSaved::kIndex));
 }
 static const OpDef index_add_op(
-    "index_add", 3, "index_add(x, axis, index, src) -> x with src's rows added at index", "index",
+    "index_add", 3, "index_add(x, axis, index, src) -> x with src's rows added at index", "index; attrs: axis",
     index_add_backward, [] {
       return std::vector<OpSample>{
           {"axis 0 of (5,3), index (4) with repeats, src (4,3)",
@@ -258,20 +271,16 @@ static const OpDef index_add_op(
       };
     });
 Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
-  ProfileScope prof("index_add");
-  check_source("index_add", x);
-  check_source("index_add", src);
-  check_index_dtype("index_add", index);
-  if (x.dtype() != src.dtype())
-    throw DTypeError(
-        fmt::format("index_add: src is {}, input is {}", dtype_name(src.dtype()), dtype_name(x.dtype())));
-  if (x.dim() == 0) throw ShapeError("index_add: input must have at least 1 dimension, got ()");
-  const int ax = normalize_axis(axis, x.dim(), "index_add");
+  const std::string_view op = index_add_op.name;
+  ProfileScope prof(op);
+  const int ax = check_indexed("index_add", x, axis, index);
+  check_floating(op, src, "src");
+  detail::check_same_dtype(op, x, src);
   const Shape want = selected_shape(x.shape(), ax, index.shape());
   if (!(src.shape() == want))
-    throw ShapeError(fmt::format("index_add: src {} must be {} (input {} with axis {} replaced by index {})",
+    throw ShapeError(fmt::format("{}: src {} must be {} (input {} with axis {} replaced by index {})", op,
                                  src.shape(), want, x.shape(), ax, index.shape()));
-  check_bounds("index_add", index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
   Tensor out = empty(x.shape(), x.dtype()), sc, ic;
   {
     NoGradGuard ng;  // the op records itself
@@ -279,13 +288,14 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
     sc = src.contiguous();
     ic = index.contiguous();
   }
-  TG_DISPATCH_FLOAT(x.dtype(), "index_add", [&] {
-    add_rows<scalar_t>(out.data<scalar_t>(), ic.data<int64_t>(), sc.data<scalar_t>(), around(x.shape(), ax),
-                       ic.numel(), -1);
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    add_rows<scalar_t>(out.data<scalar_t>(), ic.data<int64_t>(), sc.data<scalar_t>(),
+                       detail::axis_view(x.shape(), ax), ic.numel(), -1);
   });
   if (Node* n = record(index_add_op, out, x, index, src)) {
-    n->save(ic);
-    n->i[0] = ax;
+    n->attrs<IndexAttrs>() = {.axis = ax};
+    n->save(ic);  // IndexSaved::kIndex
   }
   return out;
 }
@@ -295,12 +305,13 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
 // zeroed by a mask.
 static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& ws = n.edges[0].shape;
-  const Tensor ids = n.saved_tensor(0);
+  const Tensor ids = n.saved_tensor(IndexSaved::kIndex);
+  const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
   if (grad_enabled()) {
     Tensor gw = index_add(zeros(ws, g.dtype()), 0, ids, g);
-    if (n.i[0] >= 0) {
+    if (padding_idx >= 0) {
       Tensor keep = ones({ws[0], 1}, g.dtype());
-      keep.select(0, n.i[0]).fill_(0.0);
+      keep.select(0, padding_idx).fill_(0.0);
       gw = mul(gw, keep);
     }
     gin[0] = gw;
@@ -308,13 +319,15 @@ static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor>
   }
   Tensor gw = zeros(ws, g.dtype());
   Tensor gc = g.contiguous();
-  TG_DISPATCH_FLOAT(g.dtype(), "embedding", [&] {
-    add_rows<scalar_t>(gw.data<scalar_t>(), ids.data<int64_t>(), gc.data<scalar_t>(), Around{1, ws[0], ws[1]},
-                       ids.numel(), n.i[0]);
+  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    add_rows<scalar_t>(gw.data<scalar_t>(), ids.data<int64_t>(), gc.data<scalar_t>(), AxisView{1, ws[0], ws[1]},
+                       ids.numel(), padding_idx);
   });
   gin[0] = gw;
 }
-static const OpDef embedding_op("embedding", 2, "embedding(weight (V,C), ids, padding_idx) -> (..., C)", "ids",
+static const OpDef embedding_op("embedding", 2, "embedding(weight (V,C), ids, padding_idx) -> (..., C)",
+                                "ids; attrs: padding_idx",
                                 embedding_backward, [] {
                                   return std::vector<OpSample>{
                                       {"weight (6,3), ids (2,3)",
@@ -331,44 +344,50 @@ static const OpDef embedding_op("embedding", 2, "embedding(weight (V,C), ids, pa
                                   };
                                 });
 Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
-  ProfileScope prof("embedding");
-  check_source("embedding", weight);
-  check_index_dtype("embedding", ids);
-  if (weight.dim() != 2) throw ShapeError(fmt::format("embedding: weight must be (V,C), got {}", weight.shape()));
+  const std::string_view op = embedding_op.name;
+  ProfileScope prof(op);
+  check_floating(op, weight, "weight");
+  check_index_dtype(op, ids);
+  if (weight.dim() != 2) throw ShapeError(fmt::format("{}: weight must be (V,C), got {}", op, weight.shape()));
   const int64_t V = weight.shape()[0], C = weight.shape()[1];
   if (padding_idx < -1 || padding_idx >= V)
-    throw ValueError(fmt::format("embedding: padding_idx {} is outside [0, {}) (or -1 for none)", padding_idx, V));
-  check_bounds("embedding", ids, V, fmt::format("weight {}", weight.shape()));
+    throw ValueError(fmt::format("{}: padding_idx {} is outside [0, {}) (or -1 for none)", op, padding_idx, V));
+  check_bounds(op, ids, V, fmt::format("weight {}", weight.shape()));
   Shape out_shape = ids.shape();
   out_shape.push_back(C);
   Tensor out = empty(out_shape, weight.dtype());
   Tensor wc = weight.contiguous(), ic = ids.contiguous();
-  TG_DISPATCH_FLOAT(weight.dtype(), "embedding", [&] {
-    select_rows<scalar_t>(wc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(), Around{1, V, C}, ic.numel());
+  dispatch_float(weight.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    select_rows<scalar_t>(wc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(), AxisView{1, V, C},
+                          ic.numel());
   });
   if (Node* n = record(embedding_op, out, weight, ids)) {
-    n->save(ic);
-    n->i[0] = padding_idx;
+    n->attrs<EmbeddingAttrs>() = {.padding_idx = padding_idx};
+    n->save(ic);  // IndexSaved::kIndex
   }
   return out;
 }
 
 // ============================ gather ============================
 static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor index = n.saved_tensor(0);
+  const Tensor index = n.saved_tensor(IndexSaved::kIndex);
+  const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
   if (grad_enabled()) {
-    gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), n.i[0], index, g);
+    gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), ax, index, g);
     return;
   }
   Tensor gx = zeros(n.edges[0].shape, g.dtype());
-  TG_DISPATCH_FLOAT(g.dtype(), "gather", [&] {
+  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     scalar_t* px = gx.data<scalar_t>();
     const scalar_t* pg = g.data<scalar_t>();
-    for_index(gx, static_cast<int>(n.i[0]), g, index, false, [&](int64_t a, int64_t b) { px[a] += pg[b]; });
+    for_index(gx, ax, g, index, false, [&](int64_t a, int64_t b) { px[a] += pg[b]; });
   });
   gin[0] = gx;
 }
-static const OpDef gather_op("gather", 2, "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]", "index",
+static const OpDef gather_op("gather", 2, "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]",
+                             "index; attrs: axis",
                              gather_backward, [] {
                                return std::vector<OpSample>{
                                    {"axis 1 of (3,4), index (3,2)",
@@ -383,61 +402,59 @@ static const OpDef gather_op("gather", 2, "gather(x, axis, index) -> out[p] = x[
                                };
                              });
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
-  ProfileScope prof("gather");
-  check_source("gather", x);
-  check_index_dtype("gather", index);
-  if (x.dim() == 0) throw ShapeError("gather: input must have at least 1 dimension, got ()");
-  const int ax = normalize_axis(axis, x.dim(), "gather");
-  check_gather_shapes("gather", x, ax, index, nullptr);
-  check_bounds("gather", index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+  const std::string_view op = gather_op.name;
+  ProfileScope prof(op);
+  const int ax = check_indexed("gather", x, axis, index);
+  check_gather_shapes(op, x, ax, index, nullptr);
+  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
   Tensor out = empty(index.shape(), x.dtype());
-  TG_DISPATCH_FLOAT(x.dtype(), "gather", [&] {
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
     const scalar_t* px = x.data<scalar_t>();
     scalar_t* po = out.data<scalar_t>();
     for_index(x, ax, out, index, true, [&](int64_t a, int64_t b) { po[b] = px[a]; });
   });
   if (Node* n = record(gather_op, out, x, index)) {
-    n->save(index);
-    n->i[0] = ax;
+    n->attrs<IndexAttrs>() = {.axis = ax};
+    n->save(index);  // IndexSaved::kIndex
   }
   return out;
 }
 
 // ============================ scatter / scatter_add ============================
-static void check_scatter(const char* op, const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src,
-                          int& ax) {
-  check_source(op, x);
-  check_source(op, src);
-  check_index_dtype(op, index);
-  if (x.dtype() != src.dtype())
-    throw DTypeError(fmt::format("{}: src is {}, input is {}", op, dtype_name(src.dtype()), dtype_name(x.dtype())));
-  if (x.dim() == 0) throw ShapeError(fmt::format("{}: input must have at least 1 dimension, got ()", op));
-  ax = normalize_axis(axis, x.dim(), op);
+// Checks the arguments of scatter or scatter_add (op); returns the normalised axis.
+static int check_scatter(const char* op, const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  const int ax = check_indexed(op, x, axis, index);
+  check_floating(op, src, "src");
+  detail::check_same_dtype(op, x, src);
   check_gather_shapes(op, x, ax, index, &src);
   check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+  return ax;
 }
 
 // Overwritten positions take no gradient from x; src gets g gathered there.
 // Recorded (create_graph), x's gradient is g with zeros scattered over them.
 static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor index = n.saved_tensor(0);
-  const int ax = static_cast<int>(n.i[0]);
+  const Tensor index = n.saved_tensor(IndexSaved::kIndex);
+  const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
   if (n.needs(0)) {
     if (grad_enabled()) {
       gin[0] = scatter(g, ax, index, zeros(index.shape(), g.dtype()));
     } else {
       Tensor gx = g.clone();
-      TG_DISPATCH_FLOAT(g.dtype(), "scatter", [&] {
+      dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
+        using scalar_t = decltype(tag);
         scalar_t* px = gx.data<scalar_t>();
         for_index(gx, ax, gx, index, false, [&](int64_t a, int64_t) { px[a] = 0; });
       });
       gin[0] = gx;
     }
   }
-  if (n.needs(2)) gin[2] = gather_into_src_shape(g, ax, index, n.edges[2].shape);
+  if (n.needs(2)) gin[2] = gather_into_src_shape(n.op->name, g, ax, index, n.edges[2].shape);
 }
 static const OpDef scatter_op(
-    "scatter", 3, "scatter(x, axis, index, src) -> x with src written at index", "index", scatter_backward, [] {
+    "scatter", 3, "scatter(x, axis, index, src) -> x with src written at index", "index; attrs: axis",
+    scatter_backward, [] {
       // Indices distinct within each slice: with repeats, which src element
       // lands (and so gets the gradient) is arbitrary, as in PyTorch.
       return std::vector<OpSample>{
@@ -449,25 +466,15 @@ static const OpDef scatter_op(
            [](auto& x) { return scatter(x[0], 0, x[1], x[2]); }},
       };
     });
-Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
-  ProfileScope prof("scatter");
-  int ax = 0;
-  check_scatter("scatter", x, axis, index, src, ax);
-  Tensor out = scatter_impl<false>("scatter", x, ax, index, src);
-  if (Node* n = record(scatter_op, out, x, index, src)) {
-    n->save(index);
-    n->i[0] = ax;
-  }
-  return out;
-}
-
 static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g.clone();
-  if (n.needs(2)) gin[2] = gather_into_src_shape(g, static_cast<int>(n.i[0]), n.saved_tensor(0), n.edges[2].shape);
+  if (n.needs(2))
+    gin[2] = gather_into_src_shape(n.op->name, g, static_cast<int>(n.attrs<IndexAttrs>().axis),
+                                   n.saved_tensor(IndexSaved::kIndex), n.edges[2].shape);
 }
 static const OpDef scatter_add_op(
-    "scatter_add", 3, "scatter_add(x, axis, index, src) -> x with src added at index", "index", scatter_add_backward,
-    [] {
+    "scatter_add", 3, "scatter_add(x, axis, index, src) -> x with src added at index", "index; attrs: axis",
+    scatter_add_backward, [] {
       return std::vector<OpSample>{
           {"axis 1 of (3,4), repeated index (3,2)",
            {uniform({3, 4}, 441), from_vector(std::vector<int64_t>{0, 0, 3, 1, 2, 2}, {3, 2}), uniform({3, 2}, 442)},
@@ -477,16 +484,25 @@ static const OpDef scatter_add_op(
            [](auto& x) { return scatter_add(x[0], 0, x[1], x[2]); }},
       };
     });
-Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
-  ProfileScope prof("scatter_add");
-  int ax = 0;
-  check_scatter("scatter_add", x, axis, index, src, ax);
-  Tensor out = scatter_impl<true>("scatter_add", x, ax, index, src);
-  if (Node* n = record(scatter_add_op, out, x, index, src)) {
-    n->save(index);
-    n->i[0] = ax;
+// scatter (Add = false) and scatter_add: the checks, the copy with src
+// written or added at index, the node.
+template <bool Add>
+static Tensor scatter_forward(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  const OpDef& op = Add ? scatter_add_op : scatter_op;
+  ProfileScope prof(op.name);
+  const int ax = check_scatter(Add ? "scatter_add" : "scatter", x, axis, index, src);
+  Tensor out = scatter_impl<Add>(op.name, x, ax, index, src);
+  if (Node* n = record(op, out, x, index, src)) {
+    n->attrs<IndexAttrs>() = {.axis = ax};
+    n->save(index);  // IndexSaved::kIndex
   }
   return out;
+}
+Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  return scatter_forward<false>(x, axis, index, src);
+}
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  return scatter_forward<true>(x, axis, index, src);
 }
 
 // ============================ one_hot ============================
@@ -506,7 +522,5 @@ Tensor one_hot(const Tensor& ids, int64_t num_classes, DType dtype) {
   });
   return out;
 }
-
-void link_index_ops() {}
 
 }  // namespace tg

@@ -1,7 +1,7 @@
 #pragma once
 // Indexing with int64 index tensors (never differentiable). Out-of-range
 // indices throw IndexError naming the index, its position and the bound.
-#include "autograd/tensor.h"
+#include "../tensor.h"
 
 namespace tg {
 

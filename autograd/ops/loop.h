@@ -8,8 +8,8 @@
 #include <array>
 #include <cstdint>
 
-#include "autograd/parallel.h"
-#include "autograd/tensor.h"
+#include "../parallel.h"
+#include "../tensor.h"
 
 namespace tg::detail {
 

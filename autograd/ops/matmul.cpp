@@ -16,12 +16,14 @@
 
 #include "autograd/blas.h"
 #include "autograd/op.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
+using detail::dispatch_float;
 namespace {
 
 // A stack of (rows, cols) matrices laid over the product's batch shape: the
@@ -213,20 +215,25 @@ void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool tra
   MatBatch C = describe_mat(out.t, batch, out.has_rows, out.has_cols);
   if (transpose_a) A = transposed(A);
   if (transpose_b) B = transposed(B);
-  TG_DISPATCH_FLOAT(out.t.dtype(), "matmul", [&] {
+  dispatch_float(out.t.dtype(), "matmul", [&](auto tag) {
+    using scalar_t = decltype(tag);
     batched_gemm<scalar_t>(batch, A, B, C, ta.data<scalar_t>(), tb.data<scalar_t>(), out.t.data<scalar_t>(),
                            accumulate);
   });
 }
 
-void check_operands(const char* op, const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
-  if (a.dtype() != b.dtype())
-    throw DTypeError(fmt::format("{}: dtypes differ: {} {} and {} {}", op, a.shape(), dtype_name(a.dtype()), b.shape(),
-                                 dtype_name(b.dtype())));
-  if (!is_floating(a.dtype()))
-    throw DTypeError(fmt::format("{}: expected floating tensors, got {} {}", op, a.shape(), dtype_name(a.dtype())));
+// matmul, linear: a and b (x and weight) both floating, of one dtype.
+void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
+  detail::check_same_dtype(op, a, b);
+  detail::check_floating(op, a, "input");
 }
+
+struct MatmulSaved {
+  enum : size_t { kA, kB };
+};
+struct LinearSaved {
+  enum : size_t { kX, kWeight };
+};
 
 // The batch dims of a matmul: broadcast of a's and b's leading dims.
 Shape matmul_batch(const Tensor& a, const Tensor& b) {
@@ -266,7 +273,7 @@ static void matmul_backward_recorded(const Node& n, const Tensor& g, const Tenso
 }
 
 static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor a = n.saved_tensor(0), b = n.saved_tensor(1);
+  const Tensor a = n.saved_tensor(MatmulSaved::kA), b = n.saved_tensor(MatmulSaved::kB);
   if (grad_enabled()) {
     matmul_backward_recorded(n, g, a, b, gin);
     return;
@@ -304,13 +311,14 @@ static const OpDef matmul_op(
     });
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  ProfileScope prof("matmul");
-  check_operands("matmul", a, b);
+  const std::string_view op = matmul_op.name;
+  ProfileScope prof(op);
+  check_operands(op, a, b);
   if (a.dim() == 0 || b.dim() == 0)
     throw ShapeError(
-        fmt::format("matmul: both arguments need at least 1 dimension, got {} and {}", a.shape(), b.shape()));
+        fmt::format("{}: both arguments need at least 1 dimension, got {} and {}", op, a.shape(), b.shape()));
   const int64_t ka = a.shape()[a.dim() - 1], kb = b.shape()[b.dim() >= 2 ? b.dim() - 2 : 0];
-  if (ka != kb) throw ShapeError(fmt::format("matmul: cannot multiply {} by {}", a.shape(), b.shape()));
+  if (ka != kb) throw ShapeError(fmt::format("{}: cannot multiply {} by {}", op, a.shape(), b.shape()));
   const Shape batch = matmul_batch(a, b);
   const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
   Shape out_shape = batch;
@@ -319,8 +327,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = empty(out_shape, a.dtype());
   run_product(batch, {a, a_rows, true}, {b, true, b_cols}, {out, a_rows, b_cols}, false, false, false);
   if (Node* n = record(matmul_op, out, a, b)) {
-    n->save(a);
-    n->save(b);
+    n->save(a);  // MatmulSaved::kA
+    n->save(b);  // kB
   }
   return out;
 }
@@ -342,7 +350,7 @@ static void linear_backward_recorded(const Node& n, const Tensor& g, const Tenso
 }
 
 static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(0), w = n.saved_tensor(1);
+  const Tensor x = n.saved_tensor(LinearSaved::kX), w = n.saved_tensor(LinearSaved::kWeight);
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();  // ops: recorded under create_graph too
   if (grad_enabled()) {
     linear_backward_recorded(n, g, x, w, gin);
@@ -382,19 +390,20 @@ static const OpDef linear_op("linear", 3, "linear(x, weight, bias) -> x @ weight
                              });
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  ProfileScope prof("linear");
-  check_operands("linear", x, weight);
-  if (weight.dim() != 2) throw ShapeError(fmt::format("linear: weight must be (out, in), got {}", weight.shape()));
-  if (x.dim() == 0) throw ShapeError("linear: input must have at least 1 dimension, got ()");
+  const std::string_view op = linear_op.name;
+  ProfileScope prof(op);
+  check_operands(op, x, weight);
+  if (weight.dim() != 2) throw ShapeError(fmt::format("{}: weight must be (out, in), got {}", op, weight.shape()));
+  if (x.dim() == 0) throw ShapeError(fmt::format("{}: input must have at least 1 dimension, got ()", op));
   const int64_t in = weight.shape()[1], out_features = weight.shape()[0];
   if (x.shape()[x.dim() - 1] != in)
-    throw ShapeError(fmt::format("linear: input {} has {} features, weight {} expects {}", x.shape(),
+    throw ShapeError(fmt::format("{}: input {} has {} features, weight {} expects {}", op, x.shape(),
                                  x.shape()[x.dim() - 1], weight.shape(), in));
   if (bias.defined()) {
     if (bias.dtype() != x.dtype())
-      throw DTypeError(fmt::format("linear: bias is {}, input is {}", dtype_name(bias.dtype()), dtype_name(x.dtype())));
+      throw DTypeError(fmt::format("{}: bias is {}, input is {}", op, dtype_name(bias.dtype()), dtype_name(x.dtype())));
     if (!(bias.shape() == Shape{out_features}))
-      throw ShapeError(fmt::format("linear: bias {} does not match weight {}: expected ({})", bias.shape(),
+      throw ShapeError(fmt::format("{}: bias {} does not match weight {}: expected ({})", op, bias.shape(),
                                    weight.shape(), out_features));
   }
   Shape batch;
@@ -405,7 +414,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool x_rows = x.dim() >= 2;
   if (bias.defined() && out.numel() > 0) {
     Tensor bc = bias.contiguous();
-    TG_DISPATCH_FLOAT(x.dtype(), "linear", [&] {
+    dispatch_float(x.dtype(), op, [&](auto tag) {
+      using scalar_t = decltype(tag);
       const scalar_t* pb = bc.data<scalar_t>();
       scalar_t* po = out.data<scalar_t>();
       for (int64_t r = 0, rows = out.numel() / out_features; r < rows; ++r)
@@ -414,12 +424,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   run_product(batch, {x, x_rows, true}, {weight, true, true}, {out, x_rows, true}, false, true, bias.defined());
   if (Node* n = record(linear_op, out, x, weight, bias)) {
-    n->save(x);
-    n->save(weight);
+    n->save(x);       // LinearSaved::kX
+    n->save(weight);  // kWeight
   }
   return out;
 }
-
-void link_matmul_ops() {}
 
 }  // namespace tg

@@ -2,7 +2,7 @@
 // Matrix products, always through GEMM (blas.h). Transposed views are passed
 // to GEMM as flags, not copied. Backward is two GEMMs (matmul ops under
 // create_graph, so differentiable twice).
-#include "autograd/tensor.h"
+#include "../tensor.h"
 
 namespace tg {
 

@@ -1,16 +1,15 @@
 #pragma once
-// Row kernels shared by the fused NN ops (nn_ops.cpp) and attention
-// (attention.cpp). Sums use `omp simd` reductions, so float rows vectorise
-// without -ffast-math; exp in float is a polynomial that vectorises.
+// Row kernels shared by the fused ops (softmax.cpp, norm.cpp, attention.cpp,
+// rnn_ops.cpp) and exp/erf for elementwise.cpp. Sums use `omp simd`
+// reductions, so float rows vectorise without -ffast-math; exp in float is a
+// polynomial that vectorises.
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "autograd/ops/loop.h"
-#include "autograd/tape.h"
-#include "autograd/tensor.h"
+#include "common.h"
 
 namespace tg::detail {
 
@@ -123,33 +122,5 @@ template <class T> inline T row_logsumexp(const T* x, int64_t n) {
   }
   return m + std::log(s);
 }
-
-// Calls f(T{}) with T = float or double. A function, unlike TG_DISPATCH_FLOAT,
-// so the kernels inside the lambda may use #pragma omp simd.
-template <class F>
-void dispatch_float(DType dtype, std::string_view op, F&& f) {
-  if (dtype == DType::f32)
-    f(float{});
-  else if (dtype == DType::f64)
-    f(double{});
-  else
-    throw DTypeError(fmt::format("{}: expected a floating tensor, got {}", op, dtype_name(dtype)));
-}
-
-// A contiguous, untracked handle on x's data for the kernels to read.
-inline Tensor dense(const Tensor& x) {
-  NoGradGuard ng;
-  return x.contiguous();
-}
-
-inline void check_floating(const char* op, const Tensor& x, const char* what) {
-  if (!x.defined()) throw ValueError(fmt::format("{}: {} is undefined", op, what));
-  if (!is_floating(x.dtype()))
-    throw DTypeError(fmt::format("{}: {} must be float32 or float64, got {} {}", op, what, x.shape(),
-                                 dtype_name(x.dtype())));
-}
-
-// Rows per parallel chunk so that each chunk holds about kElementwiseGrain elements.
-inline int64_t row_grain(int64_t row_len) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(row_len, 1)); }
 
 }  // namespace tg::detail

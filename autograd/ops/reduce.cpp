@@ -9,14 +9,15 @@
 #include <limits>
 
 #include "autograd/op.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
-#include "autograd/ops/loop.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
+using detail::check_floating, detail::dispatch_float;
 namespace detail {
 
 // Normalised, sorted, unique axes; empty input means every axis.
@@ -46,11 +47,11 @@ Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim)
   return out;
 }
 
-// x viewed as a contiguous (outer, reduced, inner) block: the reduced axes are
+// x viewed as a contiguous (outer, n, inner) block with n the reduced axes,
 // moved together (a copy only when they are not already adjacent).
 struct Blocked {
   Tensor x;  // contiguous
-  int64_t outer = 1, reduced = 1, inner = 1;
+  AxisView v;
 };
 Blocked block(const Tensor& x, const std::vector<int>& axes) {
   Blocked b;
@@ -72,15 +73,7 @@ Blocked block(const Tensor& x, const std::vector<int>& axes) {
     NoGradGuard ng;
     b.x = src.contiguous();
   }
-  const Shape& s = b.x.shape();
-  for (int d = 0; d < r; ++d) {
-    if (d < first)
-      b.outer *= s[d];
-    else if (d <= last)
-      b.reduced *= s[d];
-    else
-      b.inner *= s[d];
-  }
+  b.v = axis_view(b.x.shape(), first, last);
   return b;
 }
 
@@ -88,25 +81,24 @@ Blocked block(const Tensor& x, const std::vector<int>& axes) {
 template <class T>
 void sum_blocked(const Blocked& b, T* out) {
   const T* x = b.x.data<T>();
-  const int64_t R = b.reduced, I = b.inner;
+  const int64_t R = b.v.n, I = b.v.inner;
   if (I == 1) {
-    parallel_for(b.outer, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(R, 1)),
-                 [&](int64_t o0, int64_t o1) {
-                   for (int64_t o = o0; o < o1; ++o) {
-                     const T* row = x + o * R;
-                     T acc[8] = {};
-                     int64_t r = 0;
-                     for (; r + 8 <= R; r += 8)
-                       for (int k = 0; k < 8; ++k) acc[k] += row[r + k];
-                     T s = 0;
-                     for (; r < R; ++r) s += row[r];
-                     for (int k = 0; k < 8; ++k) s += acc[k];
-                     out[o] = s;
-                   }
-                 });
+    parallel_for(b.v.outer, row_grain(R), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const T* row = x + o * R;
+        T acc[8] = {};
+        int64_t r = 0;
+        for (; r + 8 <= R; r += 8)
+          for (int k = 0; k < 8; ++k) acc[k] += row[r + k];
+        T s = 0;
+        for (; r < R; ++r) s += row[r];
+        for (int k = 0; k < 8; ++k) s += acc[k];
+        out[o] = s;
+      }
+    });
     return;
   }
-  parallel_for(b.outer * I, kElementwiseGrain / std::max<int64_t>(R, 1) + 1, [&](int64_t c0, int64_t c1) {
+  parallel_for(b.v.outer * I, kElementwiseGrain / std::max<int64_t>(R, 1) + 1, [&](int64_t c0, int64_t c1) {
     // Chunks of output columns; each accumulates the R rows it covers.
     for (int64_t c = c0; c < c1;) {
       const int64_t o = c / I, i0 = c % I, i1 = std::min(I, i0 + (c1 - c));
@@ -124,15 +116,25 @@ void sum_blocked(const Blocked& b, T* out) {
 }  // namespace detail
 
 // ============================ sum ============================
-static void sum_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  // Put the reduced axes back as size-1 dims, then broadcast.
-  const Shape& in = n.edges[0].shape;
+namespace {
+// sum, var, logsumexp: the reduced axes, normalised and sorted.
+struct ReduceAttrs {
+  Shape axes;
+};
+// The shape of the result with keepdim, so it broadcasts against x in backward.
+Shape kept_shape(const Shape& in, const Shape& axes) {
   Shape kept = in;
-  for (int d = 0; d < in.size(); ++d)
-    if (std::find(n.shape_attr.begin(), n.shape_attr.end(), d) != n.shape_attr.end()) kept[d] = 1;
-  gin[0] = expand(reshape(g, kept), in).contiguous();
+  for (int64_t d : axes) kept[static_cast<int>(d)] = 1;
+  return kept;
 }
-static const OpDef sum_op("sum", 1, "sum(x, axes, keepdim)", "the axes", sum_backward, [] {
+}  // namespace
+
+// Puts the reduced axes back as size-1 dims, then broadcasts.
+static void sum_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Shape& in = n.edges[0].shape;
+  gin[0] = expand(reshape(g, kept_shape(in, n.attrs<ReduceAttrs>().axes)), in).contiguous();
+}
+static const OpDef sum_op("sum", 1, "sum(x, axes, keepdim)", "nothing; attrs: axes", sum_backward, [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"all of (3,4)", {uniform({3, 4}, 201)}, [](auto& x) { return sum(x[0]); }},
@@ -146,22 +148,21 @@ static const OpDef sum_op("sum", 1, "sum(x, axes, keepdim)", "the axes", sum_bac
   };
 });
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdim) {
-  ProfileScope prof("sum");
-  if (!x.defined()) throw ValueError("sum: tensor is undefined");
+  ProfileScope prof(sum_op.name);
+  detail::check_defined(sum_op.name, x, "tensor");
   std::vector<int> ax = detail::reduce_axes(x, axes, "sum");
   Tensor out = empty(detail::reduced_shape(x.shape(), ax, keepdim), x.dtype());
   detail::Blocked b = detail::block(x, ax);
-  TG_DISPATCH_ALL(x.dtype(), "sum", [&] { detail::sum_blocked<scalar_t>(b, out.data<scalar_t>()); });
-  if (Node* n = record(sum_op, out, x)) n->shape_attr.assign(ax.begin(), ax.end());
+  TG_DISPATCH_ALL(x.dtype(), sum_op.name, [&] { detail::sum_blocked<scalar_t>(b, out.data<scalar_t>()); });
+  if (Node* n = record(sum_op, out, x)) n->attrs<ReduceAttrs>().axes.assign(ax.begin(), ax.end());
   return out;
 }
 
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
-  if (!x.defined()) throw ValueError("mean: tensor is undefined");
+  detail::check_floating("mean", x, "tensor");
   std::vector<int> ax = detail::reduce_axes(x, axes, "mean");
   int64_t count = 1;
   for (int a : ax) count *= x.shape()[a];
-  if (!is_floating(x.dtype())) throw DTypeError("mean: expected a floating tensor, got int64");
   return mul(sum(x, axes, keepdim), 1.0 / static_cast<double>(std::max<int64_t>(count, 1)));
 }
 
@@ -192,11 +193,15 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 // the last axis (softmax- and layer_norm-like) take no copy at all.
 namespace {
 
+// x permuted to (rows, R): the kept axes, then the reduced ones (R elements
+// per row), as the (outer, n, inner = 1) view of the permuted shape.
 struct Rows {
-  Tensor x;  // contiguous (rows, R) data
-  int64_t rows = 1, R = 1;
+  Tensor x;          // contiguous, of perm_shape
   Shape perm_shape;  // x's shape with the reduced axes moved last
   Shape order;       // the permutation that produced it
+  detail::AxisView v;
+  int64_t rows() const { return v.outer; }
+  int64_t R() const { return v.n; }
 };
 Rows to_rows(const Tensor& x, const std::vector<int>& axes) {
   Rows r;
@@ -206,24 +211,15 @@ Rows to_rows(const Tensor& x, const std::vector<int>& axes) {
   for (int d : r.order) r.perm_shape.push_back(x.shape()[d]);
   NoGradGuard ng;
   r.x = permute(x, r.order).contiguous();
-  for (int k = 0; k < r.order.size(); ++k)
-    (k < r.order.size() - static_cast<int>(axes.size()) ? r.rows : r.R) *= r.perm_shape[k];
+  r.v = detail::axis_view(r.perm_shape, r.perm_shape.size() - static_cast<int>(axes.size()), r.perm_shape.size() - 1);
   return r;
-}
-
-// The shape of the result with keepdim, so it broadcasts against x in backward.
-Shape kept_shape(const Shape& in, const Shape& axes) {
-  Shape kept = in;
-  for (int64_t d : axes) kept[static_cast<int>(d)] = 1;
-  return kept;
 }
 
 template <class F>
 void for_rows(const Rows& r, F f) {
-  parallel_for(r.rows, std::max<int64_t>(1, detail::kElementwiseGrain / std::max<int64_t>(r.R, 1)),
-               [&](int64_t a, int64_t b) {
-                 for (int64_t o = a; o < b; ++o) f(o);
-               });
+  parallel_for(r.rows(), detail::row_grain(r.R()), [&](int64_t a, int64_t b) {
+    for (int64_t o = a; o < b; ++o) f(o);
+  });
 }
 
 }  // namespace
@@ -233,18 +229,29 @@ void for_rows(const Rows& r, F f) {
 // grad x = g * 2 (x - mean) / (N - correction). Recorded (create_graph), the
 // mean is recomputed from x with mean(): it depends on x too, and the second
 // derivative goes through it.
+namespace {
+struct VarAttrs {
+  Shape axes;    // reduced, normalised and sorted
+  double denom;  // N - correction
+};
+struct VarSaved {
+  enum : size_t { kX, kMean };  // the mean with keepdim
+};
+}  // namespace
 static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(0);
-  const double scale = 2.0 / n.f[0];
+  const VarAttrs& attrs = n.attrs<VarAttrs>();
+  const Tensor x = n.saved_tensor(VarSaved::kX);
+  const double scale = 2.0 / attrs.denom;
   if (grad_enabled()) {
-    const Tensor mu = mean(x, n.shape_attr.vec(), true);
+    const Tensor mu = mean(x, attrs.axes.vec(), true);
     gin[0] = mul(mul(reshape(g, mu.shape()), scale), sub(x, mu));
     return;
   }
-  const Tensor mu = n.saved_tensor(1);
+  const Tensor mu = n.saved_tensor(VarSaved::kMean);
   const Tensor gk = reshape(g, mu.shape());
   Tensor gx = empty(x.shape(), x.dtype());
-  TG_DISPATCH_FLOAT(x.dtype(), "var", [&] {
+  dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     const auto s = static_cast<scalar_t>(scale);
     detail::map3<scalar_t, scalar_t, scalar_t, scalar_t>(
         gx, x, mu, gk, [s](scalar_t xv, scalar_t m, scalar_t gv) { return gv * s * (xv - m); });
@@ -252,7 +259,8 @@ static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   gin[0] = gx;
 }
 static const OpDef var_op(
-    "var", 1, "var(x, axes, correction, keepdim)", "x, mean (keepdim), N - correction, the axes", var_backward, [] {
+    "var", 1, "var(x, axes, correction, keepdim)", "x, mean (keepdim); attrs: axes, N - correction", var_backward,
+    [] {
       using samples::uniform;
       return std::vector<OpSample>{
           {"all of (3,4)", {uniform({3, 4}, 211)}, [](auto& x) { return var(x[0]); }},
@@ -267,36 +275,35 @@ static const OpDef var_op(
       };
     });
 Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) {
-  ProfileScope prof("var");
-  if (!x.defined()) throw ValueError("var: tensor is undefined");
-  if (!is_floating(x.dtype()))
-    throw DTypeError(fmt::format("var: expected a floating tensor, got {} int64", x.shape()));
-  if (correction < 0) throw ValueError(fmt::format("var: correction must be >= 0, got {}", correction));
+  const std::string_view op = var_op.name;
+  ProfileScope prof(op);
+  check_floating(op, x, "tensor");
+  if (correction < 0) throw ValueError(fmt::format("{}: correction must be >= 0, got {}", op, correction));
   std::vector<int> ax = detail::reduce_axes(x, axes, "var");
   Rows r = to_rows(x, ax);
   Shape ax_shape(std::vector<int64_t>(ax.begin(), ax.end()));
-  const double denom = static_cast<double>(r.R - correction);
+  const double denom = static_cast<double>(r.R() - correction);
   Tensor mu = empty(kept_shape(x.shape(), ax_shape), x.dtype());
   Tensor out = empty(detail::reduced_shape(x.shape(), ax, keepdim), x.dtype());
-  TG_DISPATCH_FLOAT(x.dtype(), "var", [&] {
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
     const scalar_t* px = r.x.data<scalar_t>();
     scalar_t *pm = mu.data<scalar_t>(), *po = out.data<scalar_t>();
     for_rows(r, [&](int64_t o) {
-      const scalar_t* row = px + o * r.R;
+      const scalar_t* row = px + o * r.R();
       scalar_t s = 0;
-      for (int64_t k = 0; k < r.R; ++k) s += row[k];
-      const scalar_t m = s / static_cast<scalar_t>(r.R);
+      for (int64_t k = 0; k < r.R(); ++k) s += row[k];
+      const scalar_t m = s / static_cast<scalar_t>(r.R());
       scalar_t ss = 0;
-      for (int64_t k = 0; k < r.R; ++k) ss += (row[k] - m) * (row[k] - m);
+      for (int64_t k = 0; k < r.R(); ++k) ss += (row[k] - m) * (row[k] - m);
       pm[o] = m;
       po[o] = ss / static_cast<scalar_t>(denom);
     });
   });
   if (Node* n = record(var_op, out, x)) {
-    n->save(x);
-    n->save(mu);
-    n->f[0] = denom;
-    n->shape_attr = ax_shape;
+    n->attrs<VarAttrs>() = {.axes = ax_shape, .denom = denom};
+    n->save(x);   // VarSaved::kX
+    n->save(mu);  // kMean
   }
   return out;
 }
@@ -311,23 +318,29 @@ Tensor std(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
 // not overflow. grad x = g * exp(x - out), with out and g viewed with keepdim;
 // recorded (create_graph) through the saved output, so the second derivative
 // reaches x through out as well.
+namespace {
+struct LogsumexpSaved {
+  enum : size_t { kX, kOutput };
+};
+}  // namespace
 static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(0);
-  const Shape kept = kept_shape(n.edges[0].shape, n.shape_attr);
-  const Tensor lse = reshape(n.saved_tensor(1), kept), gk = reshape(g, kept);
+  const Tensor x = n.saved_tensor(LogsumexpSaved::kX);
+  const Shape kept = kept_shape(n.edges[0].shape, n.attrs<ReduceAttrs>().axes);
+  const Tensor lse = reshape(n.saved_tensor(LogsumexpSaved::kOutput), kept), gk = reshape(g, kept);
   if (grad_enabled()) {
     gin[0] = mul(gk, exp(sub(x, lse)));
     return;
   }
   Tensor gx = empty(x.shape(), x.dtype());
-  TG_DISPATCH_FLOAT(x.dtype(), "logsumexp", [&] {
+  dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     detail::map3<scalar_t, scalar_t, scalar_t, scalar_t>(
         gx, x, lse, gk, [](scalar_t xv, scalar_t l, scalar_t gv) { return gv * std::exp(xv - l); });
   });
   gin[0] = gx;
 }
 static const OpDef logsumexp_op(
-    "logsumexp", 1, "logsumexp(x, axes, keepdim)", "x, output, the axes", logsumexp_backward, [] {
+    "logsumexp", 1, "logsumexp(x, axes, keepdim)", "x, output; attrs: axes", logsumexp_backward, [] {
       using samples::uniform;
       return std::vector<OpSample>{
           {"axis -1 of (3,4)", {uniform({3, 4}, 221, -3, 3)}, [](auto& x) { return logsumexp(x[0], {-1}); }},
@@ -342,32 +355,32 @@ static const OpDef logsumexp_op(
       };
     });
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
-  ProfileScope prof("logsumexp");
-  if (!x.defined()) throw ValueError("logsumexp: tensor is undefined");
-  if (!is_floating(x.dtype()))
-    throw DTypeError(fmt::format("logsumexp: expected a floating tensor, got {} int64", x.shape()));
+  const std::string_view op = logsumexp_op.name;
+  ProfileScope prof(op);
+  check_floating(op, x, "tensor");
   std::vector<int> ax = detail::reduce_axes(x, axes, "logsumexp");
   Rows r = to_rows(x, ax);
   Shape ax_shape(std::vector<int64_t>(ax.begin(), ax.end()));
   Tensor lse = empty(kept_shape(x.shape(), ax_shape), x.dtype());
-  TG_DISPATCH_FLOAT(x.dtype(), "logsumexp", [&] {
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
     const scalar_t* px = r.x.data<scalar_t>();
     scalar_t* pl = lse.data<scalar_t>();
     for_rows(r, [&](int64_t o) {
-      const scalar_t* row = px + o * r.R;
+      const scalar_t* row = px + o * r.R();
       scalar_t m = -std::numeric_limits<scalar_t>::infinity();
-      for (int64_t k = 0; k < r.R; ++k) m = row[k] > m ? row[k] : m;
+      for (int64_t k = 0; k < r.R(); ++k) m = row[k] > m ? row[k] : m;
       if (!std::isfinite(m)) m = 0;  // all -inf: exp(x - 0) sums to 0, log gives -inf
       scalar_t s = 0;
-      for (int64_t k = 0; k < r.R; ++k) s += std::exp(row[k] - m);
+      for (int64_t k = 0; k < r.R(); ++k) s += std::exp(row[k] - m);
       pl[o] = m + std::log(s);
     });
   });
   Tensor out = keepdim ? lse : reshape(lse, detail::reduced_shape(x.shape(), ax, false));
   if (Node* n = record(logsumexp_op, out, x)) {
-    n->save(x);
-    n->save(out);
-    n->shape_attr = ax_shape;
+    n->attrs<ReduceAttrs>() = {.axes = ax_shape};
+    n->save(x);    // LogsumexpSaved::kX
+    n->save(out);  // kOutput
   }
   return out;
 }
@@ -382,12 +395,12 @@ struct Extreme {
   Rows rows;
 };
 template <bool Max>
-Extreme extreme(const Tensor& x, const std::vector<int>& ax, bool keepdim, const char* op) {
-  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
+Extreme extreme(const Tensor& x, const std::vector<int>& ax, bool keepdim, std::string_view op) {
+  detail::check_defined(op, x, "tensor");
   Extreme e;
   e.rows = to_rows(x, ax);
   const Rows& r = e.rows;
-  if (r.R == 0 && r.rows > 0) throw ValueError(fmt::format("{}: cannot reduce an empty axis of {}", op, x.shape()));
+  if (r.R() == 0 && r.rows() > 0) throw ValueError(fmt::format("{}: cannot reduce an empty axis of {}", op, x.shape()));
   Shape out_shape = detail::reduced_shape(x.shape(), ax, keepdim);
   e.values = empty(out_shape, x.dtype());
   e.indices = empty(out_shape, DType::i64);
@@ -396,10 +409,10 @@ Extreme extreme(const Tensor& x, const std::vector<int>& ax, bool keepdim, const
     const scalar_t* px = r.x.data<scalar_t>();
     scalar_t* pv = e.values.data<scalar_t>();
     for_rows(r, [&](int64_t o) {
-      const scalar_t* row = px + o * r.R;
+      const scalar_t* row = px + o * r.R();
       scalar_t best = row[0];
       int64_t at = 0;
-      for (int64_t k = 1; k < r.R; ++k) {
+      for (int64_t k = 1; k < r.R(); ++k) {
         const scalar_t v = row[k];
         if (best != best) break;  // NaN: already the answer
         if ((Max ? v > best : v < best) || v != v) {
@@ -418,10 +431,17 @@ Extreme extreme(const Tensor& x, const std::vector<int>& ax, bool keepdim, const
 // built in the rows layout (rows, R) and permuted back to x's. Recorded
 // (create_graph), the same (rows, R) block is a scatter of g into zeros, whose
 // backward (a gather at the saved indices) is differentiable again.
+struct ExtremeAttrs {
+  Shape order;  // the permutation of x that moved the reduced axes last (Rows::order)
+};
+struct ExtremeSaved {
+  enum : size_t { kIndices };  // int64 positions within each row, reduced_shape(keepdim)
+};
 void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor idx = n.saved_tensor(0);
+  const Tensor idx = n.saved_tensor(ExtremeSaved::kIndices);
   const Shape& in = n.edges[0].shape;
-  Shape order = n.shape_attr, perm_shape, inverse(order);
+  const Shape& order = n.attrs<ExtremeAttrs>().order;
+  Shape perm_shape, inverse(order);
   for (int k = 0; k < order.size(); ++k) {
     perm_shape.push_back(in[static_cast<int>(order[k])]);
     inverse[static_cast<int>(order[k])] = k;
@@ -434,7 +454,8 @@ void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   }
   Tensor gr = zeros(perm_shape, g.dtype());
   Tensor gc = g.contiguous();
-  TG_DISPATCH_FLOAT(g.dtype(), "max", [&] {
+  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     const scalar_t* pg = gc.data<scalar_t>();
     const int64_t* pi = idx.data<int64_t>();
     scalar_t* po = gr.data<scalar_t>();
@@ -458,19 +479,19 @@ std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, 
 
 }  // namespace
 
-static const OpDef max_op("max", 1, "max(x, axis, keepdim) / max(x)", "argmax (int64), the axis order",
+static const OpDef max_op("max", 1, "max(x, axis, keepdim) / max(x)", "argmax (int64); attrs: the axis order",
                           extreme_backward, [] { return extreme_samples(max, max); });
-static const OpDef min_op("min", 1, "min(x, axis, keepdim) / min(x)", "argmin (int64), the axis order",
+static const OpDef min_op("min", 1, "min(x, axis, keepdim) / min(x)", "argmin (int64); attrs: the axis order",
                           extreme_backward, [] { return extreme_samples(min, min); });
 
 template <bool Max>
 static Tensor extreme_op(const Tensor& x, const std::vector<int>& ax, bool keepdim) {
-  const char* name = Max ? "max" : "min";
-  ProfileScope prof(name);
-  Extreme e = extreme<Max>(x, ax, keepdim, name);
-  if (Node* n = record(Max ? max_op : min_op, e.values, x)) {
-    n->save(e.indices);
-    n->shape_attr = e.rows.order;
+  const OpDef& op = Max ? max_op : min_op;
+  ProfileScope prof(op.name);
+  Extreme e = extreme<Max>(x, ax, keepdim, op.name);
+  if (Node* n = record(op, e.values, x)) {
+    n->attrs<ExtremeAttrs>() = {.order = e.rows.order};
+    n->save(e.indices);  // ExtremeSaved::kIndices
   }
   return e.values;
 }
@@ -501,7 +522,5 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
   ProfileScope prof("argmin");
   return extreme<false>(x, one_axis(x, axis, "argmin"), keepdim, "argmin").indices;
 }
-
-void link_reduce_ops() {}
 
 }  // namespace tg

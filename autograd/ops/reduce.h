@@ -3,7 +3,7 @@
 // empty axis list means all axes), with keepdim as in PyTorch.
 #include <vector>
 
-#include "autograd/tensor.h"
+#include "../tensor.h"
 
 namespace tg {
 

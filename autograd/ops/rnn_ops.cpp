@@ -14,10 +14,13 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
 namespace tg {
+using detail::dispatch_float, detail::row_grain;
+
 namespace {
 
 // Gate nonlinearities. float32 builds them on nn_kernels.h's polynomial exp,
@@ -35,19 +38,20 @@ inline float tanh_gate(float x) {
 }
 inline double tanh_gate(double x) { return std::tanh(x); }
 
-// Pointwise passes split over the batch rows once a step has enough work.
-int64_t row_grain(int64_t G) { return std::max<int64_t>(1, 8192 / G); }
+// Elements per parallel chunk of a step's pointwise pass: fewer than
+// kElementwiseGrain, since each gate value costs an exp or two. The passes
+// split over the batch rows (row_grain(G, kGateGrain) rows of G gates).
+constexpr int64_t kGateGrain = 8192;
 
 struct Dims {
   int64_t T, B, H;
 };
 
 // Checks the arguments of `op` (gates = G / H) and returns (T, B, H).
-Dims check_recurrence(const char* op, int64_t gates, const Tensor& xp, const Tensor& w_hh, const Tensor& b_hh,
+Dims check_recurrence(std::string_view op, int64_t gates, const Tensor& xp, const Tensor& w_hh, const Tensor& b_hh,
                       const Tensor& h0, const Tensor& c0) {
-  if (!xp.defined() || !w_hh.defined()) throw ValueError(fmt::format("{}: xp and w_hh must be defined", op));
-  if (!is_floating(xp.dtype()))
-    throw DTypeError(fmt::format("{}: expected a floating xp, got {}", op, dtype_name(xp.dtype())));
+  detail::check_floating(op, xp, "xp");
+  detail::check_defined(op, w_hh, "w_hh");
   if (w_hh.dim() != 2 || w_hh.size(0) != gates * w_hh.size(1))
     throw ShapeError(fmt::format("{}: w_hh {} must be ({}H,H)", op, w_hh.shape(), gates));
   const int64_t H = w_hh.size(1);
@@ -147,6 +151,11 @@ std::vector<OpSample> recurrence_samples(int gates, bool bias_input, bool cell_s
 
 // ============================ rnn_tanh_recurrence ============================
 // Saves w_hh, h0 and the output (tanh' = 1 - h^2); the recorded backward needs nothing more.
+namespace {
+struct RnnTanhSaved {
+  enum : size_t { kWeight, kH0, kOutput };  // w_hh and h0 as given (h0 may be undefined)
+};
+}  // namespace
 template <class S>
 static void rnn_tanh_forward(const Dims& d, const S* xp, const S* w, const S* h0, S* hs) {
   const int64_t T = d.T, B = d.B, H = d.H;
@@ -155,7 +164,7 @@ static void rnn_tanh_forward(const Dims& d, const S* xp, const S* w, const S* h0
     const S* hprev = t == 0 ? h0 : h - B * H;
     std::copy_n(xp + t * B * H, B * H, h);
     if (hprev) gemm(false, true, B, H, H, S(1), hprev, H, w, H, S(1), h, H);
-    parallel_for(B * H, 8192, [&](int64_t i0, int64_t i1) {
+    parallel_for(B * H, kGateGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) h[i] = tanh_gate(h[i]);
     });
@@ -172,7 +181,7 @@ static void rnn_tanh_backward_kernel(const Dims& d, const S* gout, const S* w, c
     const S* h = hs + t * B * H;
     const S* g = gout + t * B * H;
     S* da = dA + t * B * H;
-    parallel_for(B * H, 8192, [&](int64_t i0, int64_t i1) {
+    parallel_for(B * H, kGateGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) da[i] = (g[i] + dh[i]) * (S(1) - h[i] * h[i]);
     });
@@ -184,7 +193,8 @@ static void rnn_tanh_backward_kernel(const Dims& d, const S* gout, const S* w, c
 //   da_t = (g_t + dh_t) (1 - h_t^2),  dh_{t-1} = da_t W,  dW = sum_t da_t^T h_{t-1},
 // dh_t being the gradient reaching h_t from step t+1.
 static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = n.saved_tensor(0), h0 = n.saved_tensor(1), out = n.saved_tensor(2);
+  const Tensor w = n.saved_tensor(RnnTanhSaved::kWeight), h0 = n.saved_tensor(RnnTanhSaved::kH0);
+  const Tensor out = n.saved_tensor(RnnTanhSaved::kOutput);
   const int64_t T = out.size(0);
   std::vector<Tensor> da(T), hprev(T);
   Tensor dh;
@@ -202,12 +212,14 @@ static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::s
 
 static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return rnn_tanh_backward_recorded(n, grad, gin);
-  const Tensor w = contig(n.saved_tensor(0)), h0 = contig(n.saved_tensor(1)), out = n.saved_tensor(2);
+  const Tensor w = contig(n.saved_tensor(RnnTanhSaved::kWeight)), h0 = contig(n.saved_tensor(RnnTanhSaved::kH0));
+  const Tensor out = n.saved_tensor(RnnTanhSaved::kOutput);
   const Dims d{out.size(0), out.size(1), out.size(2)};
   Tensor g = grad.contiguous();
   Tensor dA = empty(out.shape(), out.dtype());
   Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
-  TG_DISPATCH_FLOAT(out.dtype(), "rnn_tanh_recurrence", [&] {
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     rnn_tanh_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0),
                                        out.data<scalar_t>(), dA.data<scalar_t>(), ptr<scalar_t>(dh0));
     if (n.needs(1))
@@ -222,21 +234,22 @@ static const OpDef rnn_tanh_recurrence_op("rnn_tanh_recurrence", 3,
                                           [] { return recurrence_samples(1, false, false); });
 
 Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
-  ProfileScope prof("rnn_tanh_recurrence");
-  const Dims d = check_recurrence("rnn_tanh_recurrence", 1, xp_in, w_in, Tensor(), h0_in, Tensor());
+  ProfileScope prof(rnn_tanh_recurrence_op.name);
+  const Dims d = check_recurrence(rnn_tanh_recurrence_op.name, 1, xp_in, w_in, Tensor(), h0_in, Tensor());
   Tensor xp, w, h0;
   {
     NoGradGuard ng;
     xp = contig(xp_in), w = contig(w_in), h0 = contig(h0_in);
   }
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
-  TG_DISPATCH_FLOAT(xp.dtype(), "rnn_tanh_recurrence", [&] {
+  dispatch_float(xp.dtype(), rnn_tanh_recurrence_op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     rnn_tanh_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), out.data<scalar_t>());
   });
   if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in)) {
-    n->save(w_in);
-    n->save(h0_in);
-    n->save(out);
+    n->save(w_in);   // RnnTanhSaved::kWeight
+    n->save(h0_in);  // kH0
+    n->save(out);    // kOutput
   }
   return out;
 }
@@ -245,6 +258,12 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
 // act (T,B,4H) keeps the gate activations sig(i), sig(f), tanh(g), sig(o);
 // out (2,T,B,H) holds h_t then c_t, so backward finds c_{t-1} there. xp is
 // saved for the recorded backward, which recomputes the gates from it.
+namespace {
+struct LstmSaved {
+  enum : size_t { kWeight, kH0, kC0, kGates, kOutput, kXp };  // w_hh, h0, c0, xp as given
+};
+}  // namespace
+
 template <class S>
 static void lstm_forward(const Dims& d, const S* xp, const S* w, const S* h0, const S* c0, S* act, S* hs, S* cs) {
   const int64_t T = d.T, B = d.B, H = d.H;
@@ -258,7 +277,7 @@ static void lstm_forward(const Dims& d, const S* xp, const S* w, const S* h0, co
     const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero.data<S>();
     std::copy_n(xp + t * B * G, B * G, a);
     if (hprev) gemm(false, true, B, G, H, S(1), hprev, H, w, H, S(1), a, G);
-    parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
+    parallel_for(B, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         S *ai = a + b * G, *af = ai + H, *ag = af + H, *ao = ag + H;
         const S* cp = cprev + b * H;
@@ -294,7 +313,7 @@ static void lstm_backward_kernel(const Dims& d, const S* gout, const S* w, const
     const S* c = cs + t * B * H;
     const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
     S* dg = dG + t * B * G;
-    parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
+    parallel_for(B, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const S *ai = a + b * G, *af = ai + H, *ag = af + H, *ao = ag + H;
         S *di = dg + b * G, *df = di + H, *dgg = df + H, *dout = dgg + H;
@@ -325,8 +344,9 @@ static void lstm_backward_kernel(const Dims& d, const S* gout, const S* w, const
 //   da_i = dc g i(1-i), da_f = dc c_{t-1} f(1-f), da_g = dc i (1-g^2), da_o = dh tanh(c_t) o(1-o)
 //   dc_{t-1} = dc f,  dh_{t-1} = da_t W,  dW = sum_t da_t^T h_{t-1}.
 static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = n.saved_tensor(0), h0 = n.saved_tensor(1), c0 = n.saved_tensor(2);
-  const Tensor out = n.saved_tensor(4), xp = n.saved_tensor(5);
+  const Tensor w = n.saved_tensor(LstmSaved::kWeight), h0 = n.saved_tensor(LstmSaved::kH0);
+  const Tensor c0 = n.saved_tensor(LstmSaved::kC0), out = n.saved_tensor(LstmSaved::kOutput);
+  const Tensor xp = n.saved_tensor(LstmSaved::kXp);
   const int64_t T = out.size(1);
   const Tensor hs = select(out, 0, 0), cs = select(out, 0, 1), gh = select(grad, 0, 0), gc = select(grad, 0, 1);
   const Tensor wt = transpose(w, 0, 1);
@@ -355,15 +375,17 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
 
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return lstm_backward_recorded(n, grad, gin);
-  const Tensor w = contig(n.saved_tensor(0)), h0 = contig(n.saved_tensor(1)), c0 = contig(n.saved_tensor(2));
-  const Tensor act = n.saved_tensor(3), out = n.saved_tensor(4);
+  const Tensor w = contig(n.saved_tensor(LstmSaved::kWeight)), h0 = contig(n.saved_tensor(LstmSaved::kH0));
+  const Tensor c0 = contig(n.saved_tensor(LstmSaved::kC0));
+  const Tensor act = n.saved_tensor(LstmSaved::kGates), out = n.saved_tensor(LstmSaved::kOutput);
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t BH = d.B * d.H;
   Tensor g = grad.contiguous();
   Tensor dG = empty(act.shape(), act.dtype());
   Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
   Tensor dc0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
-  TG_DISPATCH_FLOAT(out.dtype(), "lstm_recurrence", [&] {
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     const scalar_t* hs = out.data<scalar_t>();
     lstm_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(c0), act.data<scalar_t>(),
                                    hs + d.T * BH, dG.data<scalar_t>(), ptr<scalar_t>(dh0), ptr<scalar_t>(dc0));
@@ -379,8 +401,8 @@ static const OpDef lstm_recurrence_op(
     [] { return recurrence_samples(4, false, true); });
 
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
-  ProfileScope prof("lstm_recurrence");
-  const Dims d = check_recurrence("lstm_recurrence", 4, xp_in, w_in, Tensor(), h0_in, c0_in);
+  ProfileScope prof(lstm_recurrence_op.name);
+  const Dims d = check_recurrence(lstm_recurrence_op.name, 4, xp_in, w_in, Tensor(), h0_in, c0_in);
   Tensor xp, w, h0, c0;
   {
     NoGradGuard ng;
@@ -388,18 +410,19 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
   }
   Tensor out = empty({2, d.T, d.B, d.H}, xp.dtype());
   Tensor act = empty(xp.shape(), xp.dtype());
-  TG_DISPATCH_FLOAT(xp.dtype(), "lstm_recurrence", [&] {
+  dispatch_float(xp.dtype(), lstm_recurrence_op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     scalar_t* hs = out.data<scalar_t>();
     lstm_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), ptr<scalar_t>(c0),
                            act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
   });
   if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in)) {
-    n->save(w_in);
-    n->save(h0_in);
-    n->save(c0_in);
-    n->save(act);
-    n->save(out);
-    n->save(xp_in);
+    n->save(w_in);   // LstmSaved::kWeight
+    n->save(h0_in);  // kH0
+    n->save(c0_in);  // kC0
+    n->save(act);    // kGates
+    n->save(out);    // kOutput
+    n->save(xp_in);  // kXp
   }
   return out;
 }
@@ -407,6 +430,12 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
 // ============================ gru_recurrence ============================
 // act (T,B,4H) keeps r, z, n and hn = h W_hn^T + b_hn (needed for dr). b_hh
 // and xp are saved for the recorded backward, which recomputes the gates.
+namespace {
+struct GruSaved {
+  enum : size_t { kWeight, kH0, kGates, kOutput, kBias, kXp };  // w_hh, h0, b_hh, xp as given
+};
+}  // namespace
+
 template <class S>
 static void gru_forward(const Dims& d, const S* xp, const S* w, const S* bias, const S* h0, S* act, S* hs) {
   const int64_t T = d.T, B = d.B, H = d.H;
@@ -422,7 +451,7 @@ static void gru_forward(const Dims& d, const S* xp, const S* w, const S* bias, c
     S* h = hs + t * B * H;
     const S* hprev = t > 0 ? h - B * H : h0 ? h0 : zero;
     if (t > 0 || h0) gemm(false, true, B, G, H, S(1), hprev, H, w, H, S(0), hp, G);
-    parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
+    parallel_for(B, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const S *xr = x + b * G, *xz = xr + H, *xn = xz + H;
         const S *pr = hp + b * G, *pz = pr + H, *pn = pz + H;
@@ -458,7 +487,7 @@ static void gru_backward_kernel(const Dims& d, const S* gout, const S* w, const 
     const S* hprev = t > 0 ? hs + (t - 1) * B * H : h0 ? h0 : zero;
     S* dx = dX + t * B * G;
     S* dp = dP + t * B * G;
-    parallel_for(B, row_grain(G), [&](int64_t b0, int64_t b1) {
+    parallel_for(B, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
         S *dxr = dx + b * G, *dxz = dxr + H, *dxn = dxz + H;
@@ -495,8 +524,9 @@ static void gru_backward_kernel(const Dims& d, const S* gout, const S* w, const 
 //   dxp_t = [da_r da_z da_n], dp_t = [da_r da_z r da_n], dh_{t-1} = dh z + dp_t W,
 //   dW = sum_t dp_t^T h_{t-1}, db_hh = sum_t dp_t.
 static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = n.saved_tensor(0), h0 = n.saved_tensor(1), out = n.saved_tensor(3);
-  const Tensor bias = n.saved_tensor(4), xp = n.saved_tensor(5);
+  const Tensor w = n.saved_tensor(GruSaved::kWeight), h0 = n.saved_tensor(GruSaved::kH0);
+  const Tensor out = n.saved_tensor(GruSaved::kOutput), bias = n.saved_tensor(GruSaved::kBias);
+  const Tensor xp = n.saved_tensor(GruSaved::kXp);
   const int64_t T = out.size(0), G = w.size(0);
   const Tensor wt = transpose(w, 0, 1);
   std::vector<Tensor> dx(T), dp(T), hprev(T);
@@ -525,15 +555,16 @@ static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<T
 
 static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return gru_backward_recorded(n, grad, gin);
-  const Tensor w = contig(n.saved_tensor(0)), h0 = contig(n.saved_tensor(1));
-  const Tensor act = n.saved_tensor(2), out = n.saved_tensor(3);
+  const Tensor w = contig(n.saved_tensor(GruSaved::kWeight)), h0 = contig(n.saved_tensor(GruSaved::kH0));
+  const Tensor act = n.saved_tensor(GruSaved::kGates), out = n.saved_tensor(GruSaved::kOutput);
   const Dims d{out.size(0), out.size(1), out.size(2)};
   const int64_t G = 3 * d.H;
   Tensor g = grad.contiguous();
   Tensor dX = empty({d.T, d.B, G}, out.dtype());
   Tensor dP = empty({d.T, d.B, G}, out.dtype());
   Tensor dh0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
-  TG_DISPATCH_FLOAT(out.dtype(), "gru_recurrence", [&] {
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     const scalar_t* hs = out.data<scalar_t>();
     gru_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), act.data<scalar_t>(),
                                   hs, dX.data<scalar_t>(), dP.data<scalar_t>(), ptr<scalar_t>(dh0));
@@ -549,8 +580,8 @@ static const OpDef gru_recurrence_op("gru_recurrence", 4,
                                      gru_recurrence_backward, [] { return recurrence_samples(3, true, false); });
 
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
-  ProfileScope prof("gru_recurrence");
-  const Dims d = check_recurrence("gru_recurrence", 3, xp_in, w_in, b_in, h0_in, Tensor());
+  ProfileScope prof(gru_recurrence_op.name);
+  const Dims d = check_recurrence(gru_recurrence_op.name, 3, xp_in, w_in, b_in, h0_in, Tensor());
   Tensor xp, w, b, h0;
   {
     NoGradGuard ng;
@@ -558,21 +589,20 @@ Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_i
   }
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
   Tensor act = empty({d.T, d.B, 4 * d.H}, xp.dtype());
-  TG_DISPATCH_FLOAT(xp.dtype(), "gru_recurrence", [&] {
+  dispatch_float(xp.dtype(), gru_recurrence_op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     gru_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(b), ptr<scalar_t>(h0),
                           act.data<scalar_t>(), out.data<scalar_t>());
   });
   if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
-    n->save(w_in);
-    n->save(h0_in);
-    n->save(act);
-    n->save(out);
-    n->save(b_in);
-    n->save(xp_in);
+    n->save(w_in);   // GruSaved::kWeight
+    n->save(h0_in);  // kH0
+    n->save(act);    // kGates
+    n->save(out);    // kOutput
+    n->save(b_in);   // kBias
+    n->save(xp_in);  // kXp
   }
   return out;
 }
-
-void link_rnn_ops() {}
 
 }  // namespace tg

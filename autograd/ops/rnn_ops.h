@@ -15,7 +15,7 @@
 //
 // Everything is time-major (T,B,...); gate order as torch.nn. A missing
 // (undefined) initial state means zeros.
-#include "autograd/tensor.h"
+#include "../tensor.h"
 
 namespace tg {
 

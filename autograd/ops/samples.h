@@ -1,7 +1,7 @@
 #pragma once
 // Sample inputs for the op table's gradchecks: float64 leaves that require
 // grad, contiguous or deliberately not. Values are deterministic per seed.
-#include "autograd/tensor.h"
+#include "../tensor.h"
 
 namespace tg::samples {
 

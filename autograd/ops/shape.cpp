@@ -2,12 +2,14 @@
 // return views through narrow (view.cpp), so their backward is slice's.
 // Forward copies go through Tensor::copy_ (the strided loop of loop.h, which
 // vectorises and threads); each backward is the matching copy the other way.
+#include "autograd/ops/shape.h"
+
 #include <algorithm>
 
 #include "autograd/op.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/loop.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
@@ -22,7 +24,7 @@ void copy_into(const Tensor& out, const Tensor& src) {
 
 // Shared checks of concat and stack: a non-empty list of defined tensors of
 // one dtype. Returns the list's shapes for error messages.
-std::string check_list(const std::vector<Tensor>& xs, const char* op) {
+std::string check_list(const std::vector<Tensor>& xs, std::string_view op) {
   if (xs.empty()) throw ValueError(fmt::format("{}: needs at least one tensor, got an empty list", op));
   for (size_t k = 0; k < xs.size(); ++k)
     if (!xs[k].defined()) throw ValueError(fmt::format("{}: tensor {} of the list is undefined", op, k));
@@ -39,11 +41,16 @@ std::vector<const Tensor*> pointers(const std::vector<Tensor>& xs) {
   return p;
 }
 
+// concat and stack: the axis they join along (normalised).
+struct JoinAttrs {
+  int64_t axis;
+};
+
 }  // namespace
 
 // ============================ concat ============================
 static void concat_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const int axis = static_cast<int>(n.i[0]);
+  const int axis = static_cast<int>(n.attrs<JoinAttrs>().axis);
   int64_t start = 0;
   for (size_t k = 0; k < n.edges.size(); ++k) {
     const int64_t len = n.edges[k].shape[axis];
@@ -51,7 +58,7 @@ static void concat_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
     start += len;
   }
 }
-static const OpDef concat_op("concat", -1, "concat(xs, axis): join along an existing axis", "the axis",
+static const OpDef concat_op("concat", -1, "concat(xs, axis): join along an existing axis", "nothing; attrs: axis",
                              concat_backward, [] {
   using samples::uniform;
   return std::vector<OpSample>{
@@ -65,10 +72,11 @@ static const OpDef concat_op("concat", -1, "concat(xs, axis): join along an exis
 });
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
-  ProfileScope prof("concat");
-  const std::string all = check_list(xs, "concat");
+  const std::string_view op = concat_op.name;
+  ProfileScope prof(op);
+  const std::string all = check_list(xs, op);
   const Shape& first = xs[0].shape();
-  if (first.size() == 0) throw ShapeError(fmt::format("concat: cannot concatenate 0-d tensors: {}", all));
+  if (first.size() == 0) throw ShapeError(fmt::format("{}: cannot concatenate 0-d tensors: {}", op, all));
   const int a = normalize_axis(axis, first.size(), "concat");
   Shape shape = first;
   shape[a] = 0;
@@ -76,7 +84,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
     bool same = x.dim() == first.size();
     for (int d = 0; same && d < first.size(); ++d) same = d == a || x.shape()[d] == first[d];
     if (!same)
-      throw ShapeError(fmt::format("concat: along axis {} every other dimension must match, got {}", a, all));
+      throw ShapeError(fmt::format("{}: along axis {} every other dimension must match, got {}", op, a, all));
     shape[a] += x.shape()[a];
   }
   Tensor out = empty(shape, xs[0].dtype());
@@ -87,16 +95,17 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
     start += len;
   }
   const std::vector<const Tensor*> inputs = pointers(xs);
-  if (Node* n = record(concat_op, inputs, out)) n->i[0] = a;
+  if (Node* n = record(concat_op, inputs, out)) n->attrs<JoinAttrs>() = {.axis = a};
   return out;
 }
 
 // ============================ stack ============================
 static void stack_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   for (size_t k = 0; k < n.edges.size(); ++k)
-    if (n.needs(k)) gin[k] = select(g, n.i[0], static_cast<int64_t>(k)).contiguous();
+    if (n.needs(k)) gin[k] = select(g, n.attrs<JoinAttrs>().axis, static_cast<int64_t>(k)).contiguous();
 }
-static const OpDef stack_op("stack", -1, "stack(xs, axis): join along a new axis", "the axis", stack_backward, [] {
+static const OpDef stack_op("stack", -1, "stack(xs, axis): join along a new axis", "nothing; attrs: axis",
+                            stack_backward, [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"two (2,3) axis 0", {uniform({2, 3}, 411), uniform({2, 3}, 412)},
@@ -108,21 +117,23 @@ static const OpDef stack_op("stack", -1, "stack(xs, axis): join along a new axis
 });
 
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
-  ProfileScope prof("stack");
-  const std::string all = check_list(xs, "stack");
+  const std::string_view op = stack_op.name;
+  ProfileScope prof(op);
+  const std::string all = check_list(xs, op);
   const Shape& first = xs[0].shape();
   for (const Tensor& x : xs)
-    if (!(x.shape() == first)) throw ShapeError(fmt::format("stack: every tensor must have the same shape, got {}", all));
+    if (!(x.shape() == first))
+      throw ShapeError(fmt::format("{}: every tensor must have the same shape, got {}", op, all));
   const int r = first.size();
   if (axis < -(r + 1) || axis > r)
-    throw IndexError(fmt::format("stack: axis {} is out of range for tensors of rank {} ({})", axis, r, all));
+    throw IndexError(fmt::format("{}: axis {} is out of range for tensors of rank {} ({})", op, axis, r, all));
   const int a = static_cast<int>(axis < 0 ? axis + r + 1 : axis);
   Shape shape = first;
   shape.insert(a, static_cast<int64_t>(xs.size()));
   Tensor out = empty(shape, xs[0].dtype());
   for (size_t k = 0; k < xs.size(); ++k) copy_into(out.select(a, static_cast<int64_t>(k)), xs[k]);
   const std::vector<const Tensor*> inputs = pointers(xs);
-  if (Node* n = record(stack_op, inputs, out)) n->i[0] = a;
+  if (Node* n = record(stack_op, inputs, out)) n->attrs<JoinAttrs>() = {.axis = a};
   return out;
 }
 
@@ -163,9 +174,12 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis) {
 }
 
 // ============================ pad ============================
-// Node::shape_attr holds the padding before each axis (negative crops); the
-// padding after follows from the input and output shapes.
+// The node keeps the padding before each axis (negative crops); the padding
+// after follows from the input and output shapes.
 namespace {
+struct PadAttrs {
+  Shape before;  // per axis of the input, outermost first
+};
 struct PadRegion {  // where x's kept part lands in the padded output
   Shape src_start, dst_start, len;
 };
@@ -193,14 +207,14 @@ static void pad_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   const Shape& in = n.edges[0].shape;
   std::vector<int64_t> pads;  // innermost axis first
   for (int d = in.size() - 1; d >= 0; --d) {
-    const int64_t before = n.shape_attr[d], after = n.out_shape[d] - in[d] - before;
+    const int64_t before = n.attrs<PadAttrs>().before[d], after = n.out_shape[d] - in[d] - before;
     pads.push_back(-before);
     pads.push_back(-after);
   }
   gin[0] = pad(g, pads);
 }
 static const OpDef pad_op("pad", 1, "pad(x, pads, value): constant padding of the last axes, innermost pair first",
-                          "padding before each axis", pad_backward, [] {
+                          "nothing; attrs: padding before each axis", pad_backward, [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"(2,3) pads (1,2)", {uniform({2, 3}, 421)}, [](auto& x) { return pad(x[0], {1, 2}); }},
@@ -211,13 +225,15 @@ static const OpDef pad_op("pad", 1, "pad(x, pads, value): constant padding of th
 });
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
-  ProfileScope prof("pad");
-  if (!x.defined()) throw ValueError("pad: tensor is undefined");
+  const std::string_view op = pad_op.name;
+  ProfileScope prof(op);
+  detail::check_defined(op, x, "tensor");
   const int r = x.dim();
   if (pads.size() % 2 != 0)
-    throw ValueError(fmt::format("pad: pads ({}) must be (before, after) pairs, got an odd count", fmt::join(pads, ",")));
+    throw ValueError(
+        fmt::format("{}: pads ({}) must be (before, after) pairs, got an odd count", op, fmt::join(pads, ",")));
   if (static_cast<int>(pads.size() / 2) > r)
-    throw ShapeError(fmt::format("pad: pads ({}) cover {} axes but the input {} has {}", fmt::join(pads, ","),
+    throw ShapeError(fmt::format("{}: pads ({}) cover {} axes but the input {} has {}", op, fmt::join(pads, ","),
                                  pads.size() / 2, x.shape(), r));
   Shape before, shape = x.shape();
   for (int d = 0; d < r; ++d) before.push_back(0);
@@ -226,13 +242,13 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
     before[d] = pads[2 * k];
     shape[d] += pads[2 * k] + pads[2 * k + 1];
     if (shape[d] < 0)
-      throw ShapeError(fmt::format("pad: pads ({}) make axis {} of {} negative ({})", fmt::join(pads, ","), d,
+      throw ShapeError(fmt::format("{}: pads ({}) make axis {} of {} negative ({})", op, fmt::join(pads, ","), d,
                                    x.shape(), shape[d]));
   }
   Tensor out = full(shape, value, x.dtype());
   const PadRegion reg = pad_region(x.shape(), before, shape);
   if (reg.len.numel() > 0) copy_into(region(out, reg.dst_start, reg.len), region(x, reg.src_start, reg.len));
-  if (Node* n = record(pad_op, out, x)) n->shape_attr = before;
+  if (Node* n = record(pad_op, out, x)) n->attrs<PadAttrs>() = {.before = before};
   return out;
 }
 
@@ -248,10 +264,16 @@ static Tensor flipped_view(const Tensor& x, const Shape& axes) {
   }
   return make_view(x, x.shape(), strides, offset);
 }
+namespace {
+struct FlipAttrs {
+  Shape axes;  // normalised
+};
+}  // namespace
 static void flip_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  gin[0] = flip(g, n.shape_attr.vec());
+  gin[0] = flip(g, n.attrs<FlipAttrs>().axes.vec());
 }
-static const OpDef flip_op("flip", 1, "flip(x, axes): reverse the order along each axis", "the axes", flip_backward, [] {
+static const OpDef flip_op("flip", 1, "flip(x, axes): reverse the order along each axis", "nothing; attrs: axes",
+                           flip_backward, [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"(3,4) axis 0", {uniform({3, 4}, 431)}, [](auto& x) { return flip(x[0], {0}); }},
@@ -261,29 +283,34 @@ static const OpDef flip_op("flip", 1, "flip(x, axes): reverse the order along ea
 });
 
 Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
-  ProfileScope prof("flip");
-  if (!x.defined()) throw ValueError("flip: tensor is undefined");
+  const std::string_view op = flip_op.name;
+  ProfileScope prof(op);
+  detail::check_defined(op, x, "tensor");
   Shape norm;
   for (int64_t a : axes) {
     const int d = normalize_axis(a, x.dim(), "flip");
     if (std::find(norm.begin(), norm.end(), d) != norm.end())
-      throw ShapeError(fmt::format("flip: axis {} repeated in ({}) for {}", d, fmt::join(axes, ","), x.shape()));
+      throw ShapeError(fmt::format("{}: axis {} repeated in ({}) for {}", op, d, fmt::join(axes, ","), x.shape()));
     norm.push_back(d);
   }
   if (x.dim() == 0) norm = Shape();
   Tensor out = empty(x.shape(), x.dtype());
   copy_into(out, flipped_view(x, norm));
-  if (Node* n = record(flip_op, out, x)) n->shape_attr = norm;
+  if (Node* n = record(flip_op, out, x)) n->attrs<FlipAttrs>() = {.axes = norm};
   return out;
 }
 
 // ============================ triu / tril ============================
 // Keeps x[..., i, j] where j - i >= diagonal (triu) or j - i <= diagonal
 // (tril), zero elsewhere; backward applies the same mask to the gradient.
+namespace {
+struct TriangleAttrs {
+  int64_t diagonal;
+};
+}  // namespace
 template <bool Upper>
-static Tensor triangle(const Tensor& x, int64_t diagonal) {
-  const char* op = Upper ? "triu" : "tril";
-  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
+static Tensor triangle(const Tensor& x, int64_t diagonal, std::string_view op) {
+  detail::check_defined(op, x, "tensor");
   if (x.dim() < 2) throw ShapeError(fmt::format("{}: needs at least 2 dimensions, got {}", op, x.shape()));
   Tensor xc;
   {
@@ -296,7 +323,7 @@ static Tensor triangle(const Tensor& x, int64_t diagonal) {
   TG_DISPATCH_ALL(x.dtype(), op, [&] {
     const scalar_t* src = xc.data<scalar_t>();
     scalar_t* dst = out.data<scalar_t>();
-    parallel_for(mats * R, std::max<int64_t>(1, detail::kElementwiseGrain / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
+    parallel_for(mats * R, detail::row_grain(C), [&](int64_t r0, int64_t r1) {
       for (int64_t row = r0; row < r1; ++row) {
         const int64_t i = row % R;
         // Columns [0, split) and [split, C): one side kept, the other zeroed.
@@ -309,8 +336,12 @@ static Tensor triangle(const Tensor& x, int64_t diagonal) {
   });
   return out;
 }
-static void triu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = triu(g, n.i[0]); }
-static void tril_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = tril(g, n.i[0]); }
+static void triu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  gin[0] = triu(g, n.attrs<TriangleAttrs>().diagonal);
+}
+static void tril_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  gin[0] = tril(g, n.attrs<TriangleAttrs>().diagonal);
+}
 template <bool Upper>
 static std::vector<OpSample> triangle_samples() {
   using samples::uniform;
@@ -323,24 +354,24 @@ static std::vector<OpSample> triangle_samples() {
       {"non-contiguous (3,3) diagonal 0", {samples::strided({3, 3}, 444)}, on(0)},
   };
 }
-static const OpDef triu_op("triu", 1, "triu(x, diagonal): upper triangle of the last two axes", "diagonal",
+static const OpDef triu_op("triu", 1, "triu(x, diagonal): upper triangle of the last two axes",
+                           "nothing; attrs: diagonal",
                            triu_backward, triangle_samples<true>);
-static const OpDef tril_op("tril", 1, "tril(x, diagonal): lower triangle of the last two axes", "diagonal",
+static const OpDef tril_op("tril", 1, "tril(x, diagonal): lower triangle of the last two axes",
+                           "nothing; attrs: diagonal",
                            tril_backward, triangle_samples<false>);
 
 Tensor triu(const Tensor& x, int64_t diagonal) {
-  ProfileScope prof("triu");
-  Tensor out = triangle<true>(x, diagonal);
-  if (Node* n = record(triu_op, out, x)) n->i[0] = diagonal;
+  ProfileScope prof(triu_op.name);
+  Tensor out = triangle<true>(x, diagonal, triu_op.name);
+  if (Node* n = record(triu_op, out, x)) n->attrs<TriangleAttrs>() = {.diagonal = diagonal};
   return out;
 }
 Tensor tril(const Tensor& x, int64_t diagonal) {
-  ProfileScope prof("tril");
-  Tensor out = triangle<false>(x, diagonal);
-  if (Node* n = record(tril_op, out, x)) n->i[0] = diagonal;
+  ProfileScope prof(tril_op.name);
+  Tensor out = triangle<false>(x, diagonal, tril_op.name);
+  if (Node* n = record(tril_op, out, x)) n->attrs<TriangleAttrs>() = {.diagonal = diagonal};
   return out;
 }
-
-void link_shape_ops() {}
 
 }  // namespace tg

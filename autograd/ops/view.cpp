@@ -1,9 +1,10 @@
 // View ops: the output shares the input's storage (no copy); only shape,
 // strides and offset change. Each backward maps the gradient back to the
 // input's geometry. Copying shape ops (concat, pad, flip, ...) are in shape.cpp.
-#include <numeric>
+#include "autograd/ops/view.h"
 
 #include "autograd/op.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/shape.h"
@@ -12,8 +13,9 @@
 namespace tg {
 namespace {
 
-const Tensor& defined(const Tensor& x, const char* op) {
-  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
+// x, after checking that it is defined.
+const Tensor& defined(const Tensor& x, std::string_view op) {
+  detail::check_defined(op, x, "tensor");
   return x;
 }
 
@@ -98,7 +100,7 @@ static const OpDef reshape_op("reshape", 1, "reshape(x, shape) / view(x, shape)"
 });
 
 Tensor view(const Tensor& x, const Shape& shape) {
-  ProfileScope prof("reshape");
+  ProfileScope prof(reshape_op.name);
   Shape to = infer_shape(defined(x, "view"), shape, "view");
   Shape strides;
   if (!view_strides(x, to, strides))
@@ -135,34 +137,41 @@ Tensor flatten(const Tensor& x, int64_t start, int64_t end) {
 }
 
 // ============================ transpose / permute ============================
+namespace {
+struct PermuteAttrs {
+  Shape order;  // normalised: output axis d is input axis order[d]
+};
+}  // namespace
 static void permute_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  Shape inverse = n.shape_attr;
-  for (int d = 0; d < n.shape_attr.size(); ++d) inverse[static_cast<int>(n.shape_attr[d])] = d;
+  const Shape& order = n.attrs<PermuteAttrs>().order;
+  Shape inverse = order;
+  for (int d = 0; d < order.size(); ++d) inverse[static_cast<int>(order[d])] = d;
   gin[0] = permute(g, inverse);
 }
-static const OpDef permute_op("permute", 1, "permute(x, order) / transpose(x, a, b)", "the order", permute_backward, [] {
+static const OpDef permute_op("permute", 1, "permute(x, order) / transpose(x, a, b)", "nothing; attrs: order",
+                              permute_backward, [] {
   return std::vector<OpSample>{
       {"(2,3,4) -> (2,0,1)", {samples::uniform({2, 3, 4}, 104)}, [](auto& x) { return permute(x[0], {2, 0, 1}); }},
       {"transpose (3,4) 0 1", {samples::uniform({3, 4}, 105)}, [](auto& x) { return transpose(x[0], 0, 1); }},
   };
 });
 Tensor permute(const Tensor& x, const Shape& order) {
-  ProfileScope prof("permute");
-  const int r = defined(x, "permute").dim();
+  ProfileScope prof(permute_op.name);
+  const int r = defined(x, permute_op.name).dim();
   if (order.size() != r)
-    throw ShapeError(fmt::format("permute: order {} for a tensor of shape {}", order, x.shape()));
+    throw ShapeError(fmt::format("{}: order {} for a tensor of shape {}", permute_op.name, order, x.shape()));
   Shape shape, strides, norm;
   bool seen[kMaxDims] = {};
   for (int d = 0; d < r; ++d) {
     int a = normalize_axis(order[d], r, "permute");
-    if (seen[a]) throw ShapeError(fmt::format("permute: axis {} repeated in {}", a, order));
+    if (seen[a]) throw ShapeError(fmt::format("{}: axis {} repeated in {}", permute_op.name, a, order));
     seen[a] = true;
     norm.push_back(a);
     shape.push_back(x.shape()[a]);
     strides.push_back(x.strides()[a]);
   }
   Tensor out = view_like(x, shape, strides, x.offset());
-  if (Node* n = record(permute_op, out, x)) n->shape_attr = norm;
+  if (Node* n = record(permute_op, out, x)) n->attrs<PermuteAttrs>() = {.order = norm};
   return out;
 }
 
@@ -183,11 +192,17 @@ Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
 // by step - 1 zeros ((.., L, ..) -> (.., L, step, ..) -> (.., L * step, ..)),
 // then the axis is padded to the input's extent before and after (after may
 // be negative: it crops trailing zeros past the input's end).
+namespace {
+struct SliceAttrs {
+  int64_t axis, start, stop, step;  // normalised: 0 <= start <= stop <= the axis' size
+};
+}  // namespace
 static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const SliceAttrs& s = n.attrs<SliceAttrs>();
   if (grad_enabled()) {
     const Shape& in = n.edges[0].shape;
-    const int a = static_cast<int>(n.i[0]), r = in.size();
-    const int64_t start = n.i[1], step = n.i[3];
+    const int a = static_cast<int>(s.axis), r = in.size();
+    const int64_t start = s.start, step = s.step;
     Tensor spread = g;
     if (step > 1) {
       std::vector<int64_t> pads(2 * (r - a), 0);  // axes r .. a+1 of the unsqueezed gradient
@@ -203,11 +218,11 @@ static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
     return;
   }
   Tensor gx = zeros(n.edges[0].shape, g.dtype());
-  slice(gx, n.i[0], n.i[1], n.i[2], n.i[3]).copy_(g);
+  slice(gx, s.axis, s.start, s.stop, s.step).copy_(g);
   gin[0] = gx;
 }
-static const OpDef slice_op("slice", 1, "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis", "the bounds",
-                            slice_backward, [] {
+static const OpDef slice_op("slice", 1, "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis",
+                            "nothing; attrs: axis, start, stop, step", slice_backward, [] {
   return std::vector<OpSample>{
       {"(5,4) axis 0 [1:5:2]", {samples::uniform({5, 4}, 106)}, [](auto& x) { return slice(x[0], 0, 1, 5, 2); }},
       {"(3,6) axis -1 [-4:]", {samples::uniform({3, 6}, 107)}, [](auto& x) { return slice(x[0], -1, -4, 100); }},
@@ -215,10 +230,10 @@ static const OpDef slice_op("slice", 1, "slice(x, axis, start, stop, step) -> x[
   };
 });
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step) {
-  ProfileScope prof("slice");
-  const int a = normalize_axis(axis, defined(x, "slice").dim(), "slice");
-  if (x.dim() == 0) throw ShapeError("slice: cannot slice a 0-d tensor");
-  if (step <= 0) throw ValueError(fmt::format("slice: step must be positive, got {}", step));
+  ProfileScope prof(slice_op.name);
+  const int a = normalize_axis(axis, defined(x, slice_op.name).dim(), "slice");
+  if (x.dim() == 0) throw ShapeError(fmt::format("{}: cannot slice a 0-d tensor", slice_op.name));
+  if (step <= 0) throw ValueError(fmt::format("{}: step must be positive, got {}", slice_op.name, step));
   const int64_t n = x.shape()[a];
   auto clampi = [n](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n); };
   int64_t s = clampi(start), e = std::max(clampi(stop), s);
@@ -226,12 +241,8 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t
   shape[a] = (e - s + step - 1) / step;
   strides[a] *= step;
   Tensor out = view_like(x, shape, strides, x.offset() + s * x.strides()[a]);
-  if (Node* node = record(slice_op, out, x)) {
-    node->i[0] = a;
-    node->i[1] = s;
-    node->i[2] = e;
-    node->i[3] = step;
-  }
+  if (Node* node = record(slice_op, out, x))
+    node->attrs<SliceAttrs>() = {.axis = a, .start = s, .stop = e, .step = step};
   return out;
 }
 
@@ -265,15 +276,16 @@ static const OpDef expand_op("expand", 1, "expand(x, shape)", "nothing", expand_
   };
 });
 Tensor expand(const Tensor& x, const Shape& shape) {
-  ProfileScope prof("expand");
-  const int r = defined(x, "expand").dim(), n = shape.size();
-  if (n < r) throw ShapeError(fmt::format("expand: cannot expand {} to fewer dimensions {}", x.shape(), shape));
+  const std::string_view op = expand_op.name;
+  ProfileScope prof(op);
+  const int r = defined(x, op).dim(), n = shape.size();
+  if (n < r) throw ShapeError(fmt::format("{}: cannot expand {} to fewer dimensions {}", op, x.shape(), shape));
   Shape out_shape, strides;
   for (int d = 0; d < n; ++d) {
     int xd = d - (n - r);
     int64_t want = shape[d];
     if (xd < 0) {
-      if (want < 0) throw ShapeError(fmt::format("expand: -1 for a new leading dimension in {}", shape));
+      if (want < 0) throw ShapeError(fmt::format("{}: -1 for a new leading dimension in {}", op, shape));
       out_shape.push_back(want);
       strides.push_back(0);
       continue;
@@ -281,7 +293,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     int64_t have = x.shape()[xd];
     if (want == -1) want = have;
     if (have != want && have != 1)
-      throw ShapeError(fmt::format("expand: cannot expand {} to {} (dimension {} is {}, not 1)", x.shape(), shape,
+      throw ShapeError(fmt::format("{}: cannot expand {} to {} (dimension {} is {}, not 1)", op, x.shape(), shape,
                                    xd, have));
     out_shape.push_back(want);
     strides.push_back(have == want ? x.strides()[xd] : 0);
@@ -320,8 +332,8 @@ static const OpDef clone_op("clone", 1, "clone(x) / x.contiguous() -> a contiguo
   };
 });
 Tensor clone(const Tensor& x) {
-  ProfileScope prof("clone");
-  Tensor out = empty(defined(x, "clone").shape(), x.dtype());
+  ProfileScope prof(clone_op.name);
+  Tensor out = empty(defined(x, clone_op.name).shape(), x.dtype());
   {
     NoGradGuard ng;  // copy_ refuses tensors requiring grad while recording
     out.copy_(x);
@@ -330,8 +342,4 @@ Tensor clone(const Tensor& x) {
   return out;
 }
 
-}  // namespace tg
-
-namespace tg {
-void link_view_ops() {}
 }  // namespace tg

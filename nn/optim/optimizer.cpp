@@ -131,113 +131,145 @@ bool whole_scalar(const Tensor& t, int64_t& out) {
   return true;
 }
 
-}  // namespace
-
-void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
-  const size_t G = groups_.size(), B = buffer_names_.size();
+// A state dict read against an optimizer's groups and buffer names, entry by
+// entry, collecting every problem instead of stopping at the first, so that
+// load_state_dict can reject it whole (or apply it whole).
+struct StateReader {
+  const std::vector<ParamGroup>& groups;
+  const std::vector<std::string>& buffer_names;
+  std::string_view optimizer;  // its name, for messages
   std::vector<std::string> errors;
   std::set<std::string> seen;
   int64_t steps = -1;
-  std::vector<double> lrs(G, -1);
-  // Per (group, param): its step (-1: none) and buffers by index.
-  std::vector<std::vector<int64_t>> steps_of(G);
-  std::vector<std::vector<std::vector<Tensor>>> bufs(G);
-  for (size_t g = 0; g < G; ++g) {
-    steps_of[g].assign(groups_[g].params.size(), -1);
-    bufs[g].assign(groups_[g].params.size(), std::vector<Tensor>(B));
+  std::vector<double> lrs;                             // per group; -1: none read
+  std::vector<std::vector<int64_t>> steps_of;          // per (group, param); -1: none read
+  std::vector<std::vector<std::vector<Tensor>>> bufs;  // per (group, param), by buffer index
+
+  StateReader(const std::vector<ParamGroup>& g, const std::vector<std::string>& b, std::string_view name)
+      : groups(g), buffer_names(b), optimizer(name), lrs(g.size(), -1), steps_of(g.size()), bufs(g.size()) {
+    for (size_t k = 0; k < g.size(); ++k) {
+      steps_of[k].assign(g[k].params.size(), -1);
+      bufs[k].assign(g[k].params.size(), std::vector<Tensor>(b.size()));
+    }
   }
-  for (const auto& [key, t] : state) {
+
+  // One entry: "steps", "groups", "<g>.lr", "<g>.<i>.step" or "<g>.<i>.<buffer>".
+  void read(const std::string& key, const Tensor& t) {
     if (!seen.insert(key).second) {
       errors.push_back(fmt::format("duplicate key '{}'", key));
-      continue;
+      return;
     }
     if (!t.defined()) {
       errors.push_back(fmt::format("'{}' is undefined", key));
-      continue;
+      return;
     }
     if (key == "steps") {
-      if (!whole_scalar(t, steps)) errors.push_back(fmt::format("'steps' must be a non-negative whole scalar, got {}", t.shape()));
-      continue;
+      if (!whole_scalar(t, steps))
+        errors.push_back(fmt::format("'steps' must be a non-negative whole scalar, got {}", t.shape()));
+      return;
     }
     if (key == "groups") {
-      std::vector<int64_t> want;
-      for (auto& group : groups_) want.push_back(static_cast<int64_t>(group.params.size()));
-      std::vector<int64_t> got;
-      if (t.dim() == 1)
-        for (int64_t k = 0; k < t.numel(); ++k) got.push_back(static_cast<int64_t>(t.at({k})));
-      if (got != want)
-        errors.push_back(fmt::format("'groups': the state has {} parameter groups of sizes ({}), the optimizer ({})",
-                                     got.size(), fmt::join(got, ","), fmt::join(want, ",")));
-      continue;
+      read_group_sizes(t);
+      return;
     }
-    // "<g>.lr", "<g>.<i>.step" or "<g>.<i>.<buffer>"
     size_t dot1 = key.find('.'), dot2 = key.find('.', dot1 == std::string::npos ? dot1 : dot1 + 1);
     size_t g = 0, i = 0;
     std::string_view k(key);
-    bool group_ok = dot1 != std::string::npos && parse_index(k.substr(0, dot1), g) && g < G;
+    bool group_ok = dot1 != std::string::npos && parse_index(k.substr(0, dot1), g) && g < groups.size();
     if (group_ok && dot2 == std::string::npos && k.substr(dot1 + 1) == "lr") {
       if (t.numel() != 1 || !is_floating(t.dtype()) || !(t.item() >= 0))
         errors.push_back(fmt::format("'{}' must be a non-negative floating scalar", key));
       else
         lrs[g] = t.item();
-      continue;
+      return;
     }
     bool param_ok = group_ok && dot2 != std::string::npos && parse_index(k.substr(dot1 + 1, dot2 - dot1 - 1), i) &&
-                    i < groups_[g].params.size();
+                    i < groups[g].params.size();
     if (!param_ok) {
       errors.push_back(fmt::format("unexpected key '{}'", key));
-      continue;
+      return;
     }
-    std::string_view field = k.substr(dot2 + 1);
-    const Tensor& p = groups_[g].params[i];
+    read_param_entry(key, g, i, k.substr(dot2 + 1), t);
+  }
+
+  // "groups": the parameter count of every group, which must be the optimizer's.
+  void read_group_sizes(const Tensor& t) {
+    std::vector<int64_t> want;
+    for (auto& group : groups) want.push_back(static_cast<int64_t>(group.params.size()));
+    std::vector<int64_t> got;
+    if (t.dim() == 1)
+      for (int64_t k = 0; k < t.numel(); ++k) got.push_back(static_cast<int64_t>(t.at({k})));
+    if (got != want)
+      errors.push_back(fmt::format("'groups': the state has {} parameter groups of sizes ({}), the optimizer ({})",
+                                   got.size(), fmt::join(got, ","), fmt::join(want, ",")));
+  }
+
+  // "<g>.<i>.step" or "<g>.<i>.<buffer>" of parameter i of group g.
+  void read_param_entry(const std::string& key, size_t g, size_t i, std::string_view field, const Tensor& t) {
+    const Tensor& p = groups[g].params[i];
     if (field == "step") {
       if (!whole_scalar(t, steps_of[g][i]) || steps_of[g][i] == 0) {
         steps_of[g][i] = -1;
         errors.push_back(fmt::format("'{}' must be a positive whole scalar", key));
       }
-      continue;
+      return;
     }
+    const size_t B = buffer_names.size();
     size_t b = 0;
-    while (b < B && buffer_names_[b] != field) ++b;
+    while (b < B && buffer_names[b] != field) ++b;
     if (b == B)
-      errors.push_back(fmt::format("unexpected key '{}' ({} keeps {})", key, name_,
-                                   B ? fmt::format("{}", fmt::join(buffer_names_, ", ")) : "no buffers"));
+      errors.push_back(fmt::format("unexpected key '{}' ({} keeps {})", key, optimizer,
+                                   B ? fmt::format("{}", fmt::join(buffer_names, ", ")) : "no buffers"));
     else if (!(t.shape() == p.shape()) || !is_floating(t.dtype()))
       errors.push_back(fmt::format("'{}' is {} {}, the parameter is {} {}", key, t.shape(), dtype_name(t.dtype()),
                                    p.shape(), dtype_name(p.dtype())));
     else
       bufs[g][i][b] = t;
   }
-  if (steps < 0 && !seen.count("steps")) errors.push_back("missing key 'steps'");
-  if (!seen.count("groups")) errors.push_back("missing key 'groups'");
-  for (size_t g = 0; g < G; ++g) {
-    if (lrs[g] < 0 && !seen.count(fmt::format("{}.lr", g))) errors.push_back(fmt::format("missing key '{}.lr'", g));
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      bool has_step = seen.count(fmt::format("{}.{}.step", g, i)) > 0;
-      for (size_t b = 0; b < B; ++b) {
-        bool has_buf = seen.count(fmt::format("{}.{}.{}", g, i, buffer_names_[b])) > 0;
-        if (has_step && !has_buf) errors.push_back(fmt::format("missing key '{}.{}.{}'", g, i, buffer_names_[b]));
-        if (!has_step && has_buf) errors.push_back(fmt::format("missing key '{}.{}.step'", g, i));
+
+  // After every entry: the keys that must be there, and a parameter's step
+  // and buffers present together or not at all.
+  void check_complete() {
+    if (steps < 0 && !seen.count("steps")) errors.push_back("missing key 'steps'");
+    if (!seen.count("groups")) errors.push_back("missing key 'groups'");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (lrs[g] < 0 && !seen.count(fmt::format("{}.lr", g))) errors.push_back(fmt::format("missing key '{}.lr'", g));
+      for (size_t i = 0; i < groups[g].params.size(); ++i) {
+        bool has_step = seen.count(fmt::format("{}.{}.step", g, i)) > 0;
+        for (const std::string& buffer : buffer_names) {
+          bool has_buf = seen.count(fmt::format("{}.{}.{}", g, i, buffer)) > 0;
+          if (has_step && !has_buf) errors.push_back(fmt::format("missing key '{}.{}.{}'", g, i, buffer));
+          if (!has_step && has_buf) errors.push_back(fmt::format("missing key '{}.{}.step'", g, i));
+        }
       }
     }
   }
-  if (!errors.empty())
-    throw ValueError(fmt::format("{}.load_state_dict: {} problem(s): {}", name_, errors.size(), fmt::join(errors, "; ")));
+};
+
+}  // namespace
+
+void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+  StateReader in(groups_, buffer_names_, name_);
+  for (const auto& [key, t] : state) in.read(key, t);
+  in.check_complete();
+  if (!in.errors.empty())
+    throw ValueError(
+        fmt::format("{}.load_state_dict: {} problem(s): {}", name_, in.errors.size(), fmt::join(in.errors, "; ")));
 
   NoGradGuard no_grad;
-  steps_ = steps;
-  state_.assign(G, {});
-  for (size_t g = 0; g < G; ++g) {
-    groups_[g].lr = lrs[g];
+  steps_ = in.steps;
+  state_.assign(groups_.size(), {});
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].lr = in.lrs[g];
     state_[g].resize(groups_[g].params.size());
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      if (steps_of[g][i] <= 0) continue;
+      if (in.steps_of[g][i] <= 0) continue;
       ParamState& st = state_[g][i];
-      st.step = steps_of[g][i];
+      st.step = in.steps_of[g][i];
       const Tensor& p = groups_[g].params[i];
-      for (size_t b = 0; b < B; ++b) {
+      for (const Tensor& buffer : in.bufs[g][i]) {
         Tensor copy = empty(p.shape(), p.dtype());  // a copy: never share buffers with the caller
-        copy.copy_(bufs[g][i][b]);
+        copy.copy_(buffer);
         st.buffers.push_back(copy);
       }
     }

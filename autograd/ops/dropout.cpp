@@ -1,0 +1,81 @@
+// dropout: one node on the tape; the mask it saves makes backward one multiply.
+#include "autograd/ops/dropout.h"
+
+#include "autograd/op.h"
+#include "autograd/ops/common.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/samples.h"
+#include "autograd/parallel.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::check_floating, detail::dispatch_float;
+
+// Element i is dropped when the generator's counter-based uniform for it is
+// below p, so the mask depends only on the generator state, not on threads.
+// The saved mask holds 0 or 1/(1-p): backward is one multiply.
+namespace {
+struct DropoutSaved {
+  enum : size_t { kMask };  // 0 or 1/(1-p), of x's shape and dtype
+};
+}  // namespace
+
+static void dropout_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor mask = n.saved_tensor(DropoutSaved::kMask);
+  if (grad_enabled()) {  // recorded: linear in g, the mask a constant
+    gin[0] = mul(g, mask);
+    return;
+  }
+  gin[0] = empty(n.edges[0].shape, g.dtype());
+  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    detail::map2<scalar_t, scalar_t, scalar_t>(gin[0], g, mask, [](scalar_t a, scalar_t m) { return a * m; });
+  });
+}
+
+static const OpDef dropout_op("dropout", 1, "dropout(x, p, training, generator) -> x * mask / (1 - p)",
+                              "mask (0 or 1/(1-p))", dropout_backward, [] {
+  // A fresh generator per call: every gradcheck evaluation sees the same mask.
+  auto drop = [](double p, uint64_t seed) {
+    return [p, seed](const std::vector<Tensor>& x) {
+      Generator gen(seed);
+      return dropout(x[0], p, true, &gen);
+    };
+  };
+  return std::vector<OpSample>{
+      {"(4,5) p 0.3 training", {samples::uniform({4, 5}, 341)}, drop(0.3, 7)},
+      {"(2,3,4) p 0.5 training", {samples::uniform({2, 3, 4}, 342)}, drop(0.5, 8)},
+      {"non-contiguous (3,4) p 0.2", {samples::strided({3, 4}, 343)}, drop(0.2, 9)},
+  };
+});
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  const std::string_view op = dropout_op.name;
+  ProfileScope prof(op);
+  check_floating(op, x, "input");
+  if (!(p >= 0.0 && p < 1.0))
+    throw ValueError(fmt::format("{}: probability p must be in [0, 1), got {} (input {})", op, p, x.shape()));
+  if (!training || p == 0.0) return x;
+  Generator& g = gen ? *gen : default_generator();
+  const uint64_t first = g.reserve(static_cast<uint64_t>(x.numel()));
+  // Dropped iff the 53-bit uniform draw u satisfies u < p * 2^53.
+  const uint64_t threshold = static_cast<uint64_t>(p * 0x1.0p53);
+  Tensor mask = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T keep = static_cast<T>(1.0 / (1.0 - p));
+    T* m = mask.data<T>();
+    parallel_for(x.numel(), detail::kElementwiseGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) m[i] = (g.bits(first + i) >> 11) < threshold ? T(0) : keep;
+    });
+  });
+  Tensor out = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    detail::map2<scalar_t, scalar_t, scalar_t>(out, x, mask, [](scalar_t a, scalar_t m) { return a * m; });
+  });
+  if (Node* n = record(dropout_op, out, x)) n->save(mask);  // DropoutSaved::kMask
+  return out;
+}
+
+}  // namespace tg

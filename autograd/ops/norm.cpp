@@ -1,0 +1,223 @@
+// layer_norm: one node on the tape whose backward reuses the mean and rstd
+// forward saved; under create_graph it takes the same formulas in tensor ops
+// instead, so the gradient is recorded and differentiable again. Kernels work
+// on contiguous rows, split over threads by rows.
+#include "autograd/ops/norm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "autograd/op.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/nn_kernels.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/samples.h"
+#include "autograd/parallel.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::check_floating, detail::dense, detail::dispatch_float, detail::row_grain, detail::row_sum;
+
+// y = (x - mean) * rstd * w + b over the last axis (C), rstd = 1/sqrt(var + eps)
+// with the biased variance. Backward (llm.c / PyTorch), per row with
+// n = (x - mean) * rstd and dn = g * w:
+//   dx = rstd * (dn - mean(dn) - n * mean(dn * n)),  dw = sum_rows g * n,  db = sum_rows g.
+// dw and db are summed per block of kLayerNormBlock rows, then over blocks in
+// order, so the result does not depend on the thread count.
+constexpr int64_t kLayerNormBlock = 32;
+
+namespace {
+struct LayerNormAttrs {
+  double eps;
+};
+struct LayerNormSaved {
+  // x and weight made contiguous (weight or bias may be undefined), mean and
+  // rstd (R), and the bias, which only layer_norm_recompute reads.
+  enum : size_t { kX, kWeight, kMean, kRstd, kBias };
+};
+}  // namespace
+
+// Recorded (create_graph): the same formulas in ops. mean and rstd are
+// recomputed from x with ops (the saved ones are not in the graph), so the
+// gradients are differentiable again, in x, weight and g.
+static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
+                                         std::span<Tensor> gin) {
+  const double inv_c = 1.0 / static_cast<double>(x.shape().back());
+  auto row_mean = [inv_c](const Tensor& t) { return mul(sum(t, {-1}, true), inv_c); };  // (..., 1)
+  const Tensor xm = sub(x, row_mean(x));
+  const Tensor rstd = rsqrt(add(row_mean(mul(xm, xm)), n.attrs<LayerNormAttrs>().eps));
+  const Tensor xhat = mul(xm, rstd);
+  if (n.needs(0)) {
+    const Tensor dn = w.defined() ? mul(g, w) : g;
+    gin[0] = mul(rstd, sub(sub(dn, row_mean(dn)), mul(xhat, row_mean(mul(dn, xhat)))));
+  }
+  if (n.needs(1)) gin[1] = sum_to(mul(g, xhat), n.edges[1].shape);
+  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape);
+}
+
+static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor x = n.saved_tensor(LayerNormSaved::kX), w = n.saved_tensor(LayerNormSaved::kWeight);
+  if (grad_enabled()) {
+    layer_norm_backward_recorded(n, g, x, w, gin);
+    return;
+  }
+  const Tensor mean = n.saved_tensor(LayerNormSaved::kMean), rstd = n.saved_tensor(LayerNormSaved::kRstd);
+  const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
+  Tensor gc = dense(g);
+  const bool need_dx = n.needs(0), need_dw = n.needs(1), need_db = n.needs(2);
+  const int64_t blocks = (R + kLayerNormBlock - 1) / kLayerNormBlock;
+  Tensor gx = need_dx ? empty(x.shape(), x.dtype()) : Tensor();
+  Tensor pw = need_dw ? zeros({blocks, C}, x.dtype()) : Tensor();
+  Tensor pb = need_db ? zeros({blocks, C}, x.dtype()) : Tensor();
+  dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
+    using T = decltype(tag);
+    const T *xp = x.data<T>(), *gp = gc.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>();
+    const T* wp = w.defined() ? w.data<T>() : nullptr;
+    T* gxp = need_dx ? gx.data<T>() : nullptr;
+    parallel_for(blocks, std::max<int64_t>(1, row_grain(C) / kLayerNormBlock), [&](int64_t b0, int64_t b1) {
+      std::vector<T> dn(C);
+      for (int64_t b = b0; b < b1; ++b) {
+        T* dw = need_dw ? pw.data<T>() + b * C : nullptr;
+        T* db = need_db ? pb.data<T>() + b * C : nullptr;
+        for (int64_t r = b * kLayerNormBlock; r < std::min(R, (b + 1) * kLayerNormBlock); ++r) {
+          const T *xr = xp + r * C, *gr = gp + r * C;
+          const T mu = mp[r], rs = rp[r];
+          if (dw && db) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) {
+              dw[c] += gr[c] * (xr[c] - mu) * rs;
+              db[c] += gr[c];
+            }
+          } else if (dw) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) dw[c] += gr[c] * (xr[c] - mu) * rs;
+          } else if (db) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) db[c] += gr[c];
+          }
+          if (!need_dx) continue;
+          const T* d = gr;  // dn = g * w, or g itself without a weight
+          if (wp) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) dn[c] = gr[c] * wp[c];
+            d = dn.data();
+          }
+          T sum_dn = 0, sum_dn_n = 0;
+#pragma omp simd reduction(+ : sum_dn, sum_dn_n)
+          for (int64_t c = 0; c < C; ++c) {
+            sum_dn += d[c];
+            sum_dn_n += d[c] * (xr[c] - mu);
+          }
+          const T a = sum_dn / static_cast<T>(C), bb = sum_dn_n * rs / static_cast<T>(C);
+          T* o = gxp + r * C;
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) o[c] = rs * (d[c] - a - (xr[c] - mu) * rs * bb);
+        }
+      }
+    });
+  });
+  if (need_dx) gin[0] = gx;
+  if (need_dw) gin[1] = sum(pw, {0});
+  if (need_db) gin[2] = sum(pb, {0});
+}
+
+// The same forward on the saved input: the output bit for bit.
+static Tensor layer_norm_recompute(const Node& n) {
+  return layer_norm(n.saved_tensor(LayerNormSaved::kX), n.saved_tensor(LayerNormSaved::kWeight),
+                    n.saved_tensor(LayerNormSaved::kBias), n.attrs<LayerNormAttrs>().eps);
+}
+static const OpDef layer_norm_op(
+    "layer_norm", 3, "layer_norm(x (...,C), weight (C) or none, bias (C) or none, eps) over the last axis",
+    "x, weight, mean, rstd, bias (the output is recomputed for ops that save it); attrs: eps", layer_norm_backward,
+    [] {
+      using samples::uniform;
+      auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };
+      return std::vector<OpSample>{
+          {"(3,5) affine", {uniform({3, 5}, 321, -2, 2), uniform({5}, 322, 0.5, 1.5), uniform({5}, 323)}, ln},
+          {"(2,3,4) affine", {uniform({2, 3, 4}, 324, -2, 2), uniform({4}, 325, 0.5, 1.5), uniform({4}, 326)}, ln},
+          {"(4,6) no affine", {uniform({4, 6}, 327, -2, 2)},
+           [](const std::vector<Tensor>& x) { return layer_norm(x[0], Tensor(), Tensor()); }},
+          {"(3,4) weight only", {uniform({3, 4}, 328, -2, 2), uniform({4}, 329, 0.5, 1.5)},
+           [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], Tensor()); }},
+          {"non-contiguous (3,4) affine", {samples::strided({3, 4}, 330, -2, 2), uniform({4}, 331), uniform({4}, 332)},
+           ln},
+          {"(70,3) affine, more rows than a block",
+           {uniform({70, 3}, 333, -2, 2), uniform({3}, 334, 0.5, 1.5), uniform({3}, 335)}, ln},
+          {"(3,5) affine, squared: mul saves the output by reference",
+           {uniform({3, 5}, 336, -2, 2), uniform({5}, 337, 0.5, 1.5), uniform({5}, 338)},
+           [](const std::vector<Tensor>& x) {
+             Tensor y = layer_norm(x[0], x[1], x[2]);
+             return mul(y, y);
+           }},
+      };
+    }, layer_norm_recompute);
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const std::string_view op = layer_norm_op.name;
+  ProfileScope prof(op);
+  check_floating(op, x, "input");
+  if (x.dim() == 0) throw ShapeError(fmt::format("{}: input () has no feature axis to normalise", op));
+  if (!(eps > 0)) throw ValueError(fmt::format("{}: eps must be positive, got {}", op, eps));
+  const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    const char* what = p == &weight ? "weight" : "bias";
+    if (!(p->shape() == Shape{C}))
+      throw ShapeError(fmt::format("{}: {} {} does not match input {} ({} features)", op, what, p->shape(),
+                                   x.shape(), C));
+    if (p->dtype() != x.dtype())
+      throw DTypeError(fmt::format("{}: {} is {}, input {} is {}", op, what, dtype_name(p->dtype()), x.shape(),
+                                   dtype_name(x.dtype())));
+  }
+  // x and weight are saved: a copy of a strided one is recorded (a clone
+  // node off the backward path), so that a recorded backward differentiates
+  // through it back to the original.
+  Tensor xc = x.contiguous(), wc = weight.defined() ? weight.contiguous() : Tensor();
+  Tensor bc = bias.defined() ? dense(bias) : Tensor();
+  Tensor out = empty(x.shape(), x.dtype());
+  Tensor mean = empty({R}, x.dtype()), rstd = empty({R}, x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = xc.data<T>();
+    const T* wp = wc.defined() ? wc.data<T>() : nullptr;
+    const T* bp = bc.defined() ? bc.data<T>() : nullptr;
+    T *yp = out.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>();
+    parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = xp + r * C;
+        T* yr = yp + r * C;
+        const T mu = row_sum(xr, C) / static_cast<T>(C);
+        T ss = 0;  // two passes: no cancellation for rows with a large mean
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < C; ++c) ss += (xr[c] - mu) * (xr[c] - mu);
+        const T rs = T(1) / std::sqrt(ss / static_cast<T>(C) + static_cast<T>(eps));
+        mp[r] = mu;
+        rp[r] = rs;
+        if (wp && bp) {
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * wp[c] + bp[c];
+        } else {  // separate passes: a select on a null pointer would not vectorise
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs;
+          if (wp)
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) yr[c] *= wp[c];
+          if (bp)
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) yr[c] += bp[c];
+        }
+      }
+    });
+  });
+  if (Node* n = record(layer_norm_op, out, x, weight, bias)) {
+    n->attrs<LayerNormAttrs>() = {.eps = eps};
+    n->save(xc);    // LayerNormSaved::kX
+    n->save(wc);    // kWeight
+    n->save(mean);  // kMean
+    n->save(rstd);  // kRstd
+    n->save(bc);    // kBias, for layer_norm_recompute only
+  }
+  return out;
+}
+
+}  // namespace tg

@@ -1,0 +1,454 @@
+// Softmax, log_softmax and cross_entropy, each one node on the tape whose
+// backward reuses the probabilities forward saved instead of recomputing
+// through primitive ops. Under create_graph a backward takes the same
+// formulas in tensor ops instead, so the gradient is recorded and
+// differentiable again.
+//
+// Kernels work on contiguous rows (the row kernels of nn_kernels.h
+// vectorise); softmax over a non-last axis views the input as
+// (outer, n, inner) and reduces along n with inner-long vector lanes. Large
+// inputs are split over threads by rows.
+#include "autograd/ops/softmax.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autograd/op.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/nn_kernels.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/samples.h"
+#include "autograd/ops/view.h"
+#include "autograd/parallel.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::AxisView, detail::axis_view, detail::check_floating, detail::dense, detail::dispatch_float,
+    detail::exp_shifted, detail::row_dot, detail::row_grain, detail::row_logsumexp, detail::row_max, detail::row_sum,
+    detail::vexp;
+
+// ============================ softmax / log_softmax ============================
+// Forward over (outer, n, inner). With inner == 1 each row is contiguous (the
+// fast path); otherwise lanes of `inner` consecutive columns are reduced
+// together, which still vectorises along the contiguous inner axis.
+template <class T, bool Log>
+static void softmax_forward(const T* x, T* y, const AxisView& v) {
+  const int64_t n = v.n, I = v.inner;
+  if (I == 1) {
+    parallel_for(v.outer, row_grain(n), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * n;
+        T* yr = y + r * n;
+        const T m = row_max(xr, n);
+        if constexpr (Log) {
+          const T lse = m + std::log(exp_shifted(xr, m, yr, n));
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
+        } else {
+          const T inv = T(1) / exp_shifted(xr, m, yr, n);
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
+        }
+      }
+    });
+    return;
+  }
+  parallel_for(v.outer, row_grain(n * I), [&](int64_t o0, int64_t o1) {
+    std::vector<T> m(I), s(I);
+    for (int64_t o = o0; o < o1; ++o) {
+      const T* xo = x + o * n * I;
+      T* yo = y + o * n * I;
+      std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
+      std::fill(s.begin(), s.end(), T(0));
+      for (int64_t r = 0; r < n; ++r)
+#pragma omp simd
+        for (int64_t i = 0; i < I; ++i) m[i] = std::max(m[i], xo[r * I + i]);
+      for (int64_t r = 0; r < n; ++r)
+#pragma omp simd
+        for (int64_t i = 0; i < I; ++i) {
+          const T e = vexp(xo[r * I + i] - m[i]);
+          yo[r * I + i] = e;
+          s[i] += e;
+        }
+      if constexpr (Log) {
+        for (int64_t i = 0; i < I; ++i) s[i] = m[i] + std::log(s[i]);
+        for (int64_t r = 0; r < n; ++r)
+#pragma omp simd
+          for (int64_t i = 0; i < I; ++i) yo[r * I + i] = xo[r * I + i] - s[i];
+      } else {
+        for (int64_t i = 0; i < I; ++i) s[i] = T(1) / s[i];
+        for (int64_t r = 0; r < n; ++r)
+#pragma omp simd
+          for (int64_t i = 0; i < I; ++i) yo[r * I + i] *= s[i];
+      }
+    }
+  });
+}
+
+// softmax:     gx = y * (g - sum(g * y))
+// log_softmax: gx = g - exp(y) * sum(g)
+template <class T, bool Log>
+static void softmax_backward_kernel(const T* g, const T* y, T* gx, const AxisView& v) {
+  const int64_t n = v.n, I = v.inner;
+  if (I == 1) {
+    parallel_for(v.outer, row_grain(n), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T *gr = g + r * n, *yr = y + r * n;
+        T* out = gx + r * n;
+        if constexpr (Log) {
+          const T s = row_sum(gr, n);
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) out[i] = gr[i] - vexp(yr[i]) * s;
+        } else {
+          const T s = row_dot(gr, yr, n);
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) out[i] = yr[i] * (gr[i] - s);
+        }
+      }
+    });
+    return;
+  }
+  parallel_for(v.outer, row_grain(n * I), [&](int64_t o0, int64_t o1) {
+    std::vector<T> s(I);
+    for (int64_t o = o0; o < o1; ++o) {
+      const size_t base = o * n * I;
+      std::fill(s.begin(), s.end(), T(0));
+      for (int64_t r = 0; r < n; ++r)
+#pragma omp simd
+        for (int64_t i = 0; i < I; ++i) s[i] += Log ? g[base + r * I + i] : g[base + r * I + i] * y[base + r * I + i];
+      for (int64_t r = 0; r < n; ++r)
+#pragma omp simd
+        for (int64_t i = 0; i < I; ++i) {
+          const size_t k = base + r * I + i;
+          gx[k] = Log ? g[k] - vexp(y[k]) * s[i] : y[k] * (g[k] - s[i]);
+        }
+    }
+  });
+}
+
+namespace {
+struct SoftmaxAttrs {
+  int64_t axis;  // normalised; 0 for a 0-d input
+};
+struct SoftmaxSaved {
+  enum : size_t { kOutput };  // the probabilities (softmax) or their log (log_softmax)
+};
+}  // namespace
+
+// The softmax axis as a reduction's axis list (a 0-d input has no axis: the
+// empty list reduces over all of it, i.e. the one element).
+static Axes softmax_axes(const Tensor& y, int64_t axis) { return y.dim() == 0 ? Axes{} : Axes{axis}; }
+
+template <bool Log>
+static void softmax_family_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor y = n.saved_tensor(SoftmaxSaved::kOutput);
+  const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
+  if (grad_enabled()) {  // recorded: the same formulas in ops, differentiable again
+    const Axes axes = softmax_axes(y, axis);
+    gin[0] = Log ? sub(g, mul(exp(y), sum(g, axes, true))) : mul(y, sub(g, sum(mul(g, y), axes, true)));
+    return;
+  }
+  Tensor gc = dense(g);
+  Tensor gx = empty(y.shape(), y.dtype());
+  const AxisView v = axis_view(y.shape(), static_cast<int>(axis));
+  dispatch_float(y.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    softmax_backward_kernel<scalar_t, Log>(gc.data<scalar_t>(), y.data<scalar_t>(), gx.data<scalar_t>(), v);
+  });
+  gin[0] = gx;
+}
+
+template <bool Log>
+static std::vector<OpSample> softmax_samples() {
+  auto op = Log ? log_softmax : softmax;
+  auto on = [op](int64_t axis) { return [op, axis](const std::vector<Tensor>& x) { return op(x[0], axis); }; };
+  return {
+      {"(3,5) axis -1", {samples::uniform({3, 5}, 301, -2, 2)}, on(-1)},
+      {"(2,3,4) axis 1", {samples::uniform({2, 3, 4}, 302, -2, 2)}, on(1)},
+      {"(4,3) axis 0", {samples::uniform({4, 3}, 303, -2, 2)}, on(0)},
+      {"non-contiguous (3,4) axis -1", {samples::strided({3, 4}, 304, -2, 2)}, on(-1)},
+      {"(5) large logits", {samples::uniform({5}, 305, -8, 8)}, on(0)},
+  };
+}
+
+static const OpDef softmax_op("softmax", 1, "softmax(x, axis) -> exp(x) / sum(exp(x)) along axis, max subtracted",
+                              "output; attrs: axis", softmax_family_backward<false>, softmax_samples<false>);
+static const OpDef log_softmax_op("log_softmax", 1, "log_softmax(x, axis) -> x - logsumexp(x) along axis",
+                                  "output; attrs: axis", softmax_family_backward<true>, softmax_samples<true>);
+
+// Records out = (log_)softmax(x) along axis a; the node keeps the output.
+static void record_softmax(const OpDef& op, const Tensor& x, Tensor& out, int a) {
+  if (Node* n = record(op, out, x)) {
+    n->attrs<SoftmaxAttrs>() = {.axis = a};
+    n->save(out);  // SoftmaxSaved::kOutput
+  }
+}
+
+template <bool Log>
+static Tensor softmax_family(const Tensor& x, int64_t axis, const OpDef& op) {
+  ProfileScope prof(op.name);
+  check_floating(op.name, x, "input");
+  const int a = x.dim() == 0 ? 0 : normalize_axis(axis, x.dim(), Log ? "log_softmax" : "softmax");
+  Tensor xc = dense(x);
+  Tensor out = empty(x.shape(), x.dtype());
+  const AxisView v = axis_view(x.shape(), a);
+  dispatch_float(x.dtype(), op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    softmax_forward<scalar_t, Log>(xc.data<scalar_t>(), out.data<scalar_t>(), v);
+  });
+  record_softmax(op, x, out, a);
+  return out;
+}
+Tensor softmax(const Tensor& x, int64_t axis) { return softmax_family<false>(x, axis, softmax_op); }
+Tensor log_softmax(const Tensor& x, int64_t axis) { return softmax_family<true>(x, axis, log_softmax_op); }
+
+// ============================ cross_entropy ============================
+// Per position with target t over C classes and smoothing e (torch's formula):
+//   loss = (1 - e) * (lse - x_t) + (e / C) * sum_c (lse - x_c)
+//        = lse - (1 - e) x_t - (e / C) sum_c x_c
+//   dloss/dx_c = p_c - (1 - e) [c == t] - e / C
+// Ignored positions contribute 0 and are left out of the mean's count (all
+// ignored: the mean is 0/0 = NaN, as in torch).
+// (N,C,d...) logits are moved to rows (N*d..., C) first so one row kernel
+// serves both layouts.
+namespace {
+struct CrossEntropyAttrs {
+  int64_t ignore_index;
+  double label_smoothing;
+  Reduction reduction;
+  int64_t count;  // targets not ignored: the mean's denominator
+};
+struct CrossEntropySaved {
+  enum : size_t { kProbs, kTargets };  // (R,C) softmax of the rows, (R) int64 targets
+};
+}  // namespace
+
+struct CrossEntropyRows {
+  Tensor rows;     // (R,C) contiguous logits
+  Tensor targets;  // (R) contiguous int64
+  int64_t R = 0, C = 0;
+};
+
+static CrossEntropyRows cross_entropy_rows(std::string_view op, const Tensor& logits, const Tensor& targets) {
+  check_floating(op, logits, "logits");
+  detail::check_defined(op, targets, "targets tensor");
+  if (targets.dtype() != DType::i64)
+    throw DTypeError(fmt::format("{}: targets must be int64 class indices, got {} {}", op, targets.shape(),
+                                 dtype_name(targets.dtype())));
+  const Shape& ls = logits.shape();
+  if (ls.size() == 0) throw ShapeError(fmt::format("{}: logits () need a class axis: (C), (N,C) or (N,C,d...)", op));
+  const int class_axis = ls.size() == 1 ? 0 : 1;
+  Shape want = ls;
+  want.erase(class_axis);
+  if (!(targets.shape() == want))
+    throw ShapeError(fmt::format("{}: logits {} need targets of shape {}, got {}", op, ls, want, targets.shape()));
+  CrossEntropyRows r;
+  r.C = ls[class_axis];
+  if (r.C == 0) throw ShapeError(fmt::format("{}: logits {} have no classes", op, ls));
+  r.R = want.numel();
+  // With the logits recorded, these views (and the copy) are recorded too;
+  // they save nothing. cross_entropy records the probabilities as the
+  // softmax of the rows, which so reach back to the logits.
+  if (ls.size() > 2) {  // (N,C,d...) -> (N,d...,C)
+    Shape order;
+    order.push_back(0);
+    for (int d = 2; d < ls.size(); ++d) order.push_back(d);
+    order.push_back(1);
+    r.rows = reshape(permute(logits, order).contiguous(), {r.R, r.C});
+  } else {
+    r.rows = reshape(logits.contiguous(), {r.R, r.C});
+  }
+  r.targets = reshape(targets.contiguous(), {r.R});
+  return r;
+}
+
+// Plain: the formula above per row, in one pass.
+static Tensor cross_entropy_grad_rows(const Node& n, const Tensor& g, const Tensor& p, const Tensor& targets) {
+  const CrossEntropyAttrs& a = n.attrs<CrossEntropyAttrs>();
+  const int64_t R = p.shape()[0], C = p.shape()[1], ignore = a.ignore_index;
+  const Reduction reduction = a.reduction;
+  Tensor gc = dense(g);
+  Tensor gx = empty(p.shape(), p.dtype());
+  dispatch_float(p.dtype(), n.op->name, [&](auto tag) {
+    using T = decltype(tag);
+    const T *pp = p.data<T>(), *gp = gc.data<T>();
+    const int64_t* t = targets.data<int64_t>();
+    T* out = gx.data<T>();
+    const T scale = reduction == Reduction::mean ? T(1) / static_cast<T>(a.count) : T(1);
+    const T smooth = static_cast<T>(a.label_smoothing / static_cast<double>(C));
+    const T hit = static_cast<T>(1.0 - a.label_smoothing);
+    parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        T* o = out + r * C;
+        if (t[r] == ignore) {
+          std::fill(o, o + C, T(0));
+          continue;
+        }
+        const T w = (reduction == Reduction::none ? gp[r] : gp[0]) * scale;
+        const T* pr = pp + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) o[c] = w * (pr[c] - smooth);
+        o[t[r]] -= w * hit;
+      }
+    });
+  });
+  return gx;
+}
+
+// Recorded (create_graph): gx = w * (p * keep - q) in ops, with the smoothed
+// one-hot targets q = (1 - e) [c == t] + e / C and keep (R,1) = [t != ignore]
+// as constants (q is 0 on ignored rows). p carries the graph to the logits
+// (forward records it as their softmax), so gx is differentiable again.
+static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const Tensor& p, const Tensor& targets) {
+  const CrossEntropyAttrs& a = n.attrs<CrossEntropyAttrs>();
+  const int64_t R = p.shape()[0], C = p.shape()[1];
+  const double eps = a.label_smoothing;
+  Tensor q = zeros({R, C}, p.dtype()), keep = zeros({R, 1}, p.dtype());
+  dispatch_float(p.dtype(), n.op->name, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t* t = targets.data<int64_t>();
+    T *qp = q.data<T>(), *kp = keep.data<T>();
+    for (int64_t r = 0; r < R; ++r) {
+      if (t[r] == a.ignore_index) continue;
+      kp[r] = T(1);
+      std::fill(qp + r * C, qp + (r + 1) * C, static_cast<T>(eps / static_cast<double>(C)));
+      qp[r * C + t[r]] += static_cast<T>(1.0 - eps);
+    }
+  });
+  // w: g per row (none), or the scalar g, over the count for the mean (all
+  // ignored: every row is 0 anyway).
+  Tensor w = a.reduction == Reduction::none ? reshape(g, {R, 1}) : g;
+  if (a.reduction == Reduction::mean && a.count > 0) w = mul(w, 1.0 / static_cast<double>(a.count));
+  return mul(w, sub(mul(p, keep), q));
+}
+
+static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (!n.needs(0)) return;
+  const Tensor p = n.saved_tensor(CrossEntropySaved::kProbs);
+  const Tensor targets = n.saved_tensor(CrossEntropySaved::kTargets);
+  const Tensor gx =
+      grad_enabled() ? cross_entropy_grad_recorded(n, g, p, targets) : cross_entropy_grad_rows(n, g, p, targets);
+  // Back to the logits' layout: (N,d...,C) -> (N,C,d...).
+  const Shape& ls = n.edges[0].shape;
+  if (ls.size() > 2) {
+    Shape moved, order;
+    moved.push_back(ls[0]);
+    for (int d = 2; d < ls.size(); ++d) moved.push_back(ls[d]);
+    moved.push_back(ls[1]);
+    order.push_back(0);
+    order.push_back(ls.size() - 1);
+    for (int d = 1; d < ls.size() - 1; ++d) order.push_back(d);
+    gin[0] = permute(reshape(gx, moved), order).contiguous();
+  } else {
+    gin[0] = reshape(gx, ls);
+  }
+}
+
+static const OpDef cross_entropy_op(
+    "cross_entropy", 2,
+    "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, reduction)",
+    "probs (R,C) (recorded as the softmax of the logits' rows), targets (R); attrs: ignore_index, "
+    "label_smoothing, reduction, count of non-ignored targets",
+    cross_entropy_backward, [] {
+      using samples::uniform;
+      auto ce = [](int64_t ignore, double smoothing, Reduction red) {
+        return [=](const std::vector<Tensor>& x) { return cross_entropy(x[0], x[1], ignore, smoothing, red); };
+      };
+      auto ids = [](std::vector<int64_t> v, const Shape& s) { return from_vector(v, s); };
+      return std::vector<OpSample>{
+          {"(4,5) mean", {uniform({4, 5}, 311, -2, 2), ids({0, 3, 4, 1}, {4})}, ce(-100, 0.0, Reduction::mean)},
+          {"(4,5) sum", {uniform({4, 5}, 312, -2, 2), ids({2, 2, 0, 4}, {4})}, ce(-100, 0.0, Reduction::sum)},
+          {"(3,4) none", {uniform({3, 4}, 313, -2, 2), ids({1, 0, 3}, {3})}, ce(-100, 0.0, Reduction::none)},
+          {"(5,4) mean, ignore_index 1", {uniform({5, 4}, 314, -2, 2), ids({1, 0, 1, 3, 2}, {5})},
+           ce(1, 0.0, Reduction::mean)},
+          {"(4,6) mean, label_smoothing 0.1", {uniform({4, 6}, 315, -2, 2), ids({5, 0, 2, 2}, {4})},
+           ce(-100, 0.1, Reduction::mean)},
+          {"(4,3) none, smoothing 0.2, ignore -1", {uniform({4, 3}, 316, -2, 2), ids({2, -1, 0, 1}, {4})},
+           ce(-1, 0.2, Reduction::none)},
+          {"(2,3,4) (N,C,d) mean, smoothing 0.3, ignore 0",
+           {uniform({2, 3, 4}, 317, -2, 2), ids({1, 0, 2, 2, 0, 1, 1, 2}, {2, 4})}, ce(0, 0.3, Reduction::mean)},
+          {"(5) unbatched sum", {uniform({5}, 318, -2, 2), ids({3}, {})}, ce(-100, 0.0, Reduction::sum)},
+          {"non-contiguous (3,4) mean", {samples::strided({3, 4}, 319, -2, 2), ids({0, 3, 1}, {3})},
+           ce(-100, 0.0, Reduction::mean)},
+      };
+    });
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, double label_smoothing,
+                     Reduction reduction) {
+  const std::string_view op = cross_entropy_op.name;
+  ProfileScope prof(op);
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
+    throw ValueError(fmt::format("{}: label_smoothing must be in [0, 1], got {}", op, label_smoothing));
+  CrossEntropyRows in = cross_entropy_rows(op, logits, targets);
+  const int64_t R = in.R, C = in.C;
+  const int64_t* t = in.targets.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    if (t[r] == ignore_index) continue;
+    if (t[r] < 0 || t[r] >= C)
+      throw IndexError(fmt::format("{}: target {} at position {} is out of range for {} classes "
+                                   "(logits {}, targets {}, ignore_index {})",
+                                   op, t[r], r, C, logits.shape(), targets.shape(), ignore_index));
+    ++count;
+  }
+  const bool recording = grad_enabled() && logits.requires_grad();
+  Tensor probs = recording ? empty({R, C}, logits.dtype()) : Tensor();
+  Tensor losses = empty(targets.shape(), logits.dtype());
+  dispatch_float(logits.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = in.rows.data<T>();
+    T* loss = losses.data<T>();
+    T* p = recording ? probs.data<T>() : nullptr;
+    const T smooth = static_cast<T>(label_smoothing / static_cast<double>(C)), hit = static_cast<T>(1.0 - label_smoothing);
+    parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * C;
+        T lse;
+        if (p) {  // keep the probabilities for backward
+          T* pr = p + r * C;
+          const T m = row_max(xr, C);
+          const T s = exp_shifted(xr, m, pr, C);
+          const T inv = T(1) / s;
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) pr[c] *= inv;
+          lse = m + std::log(s);
+        } else {
+          lse = row_logsumexp(xr, C);
+        }
+        if (t[r] == ignore_index) {
+          loss[r] = 0;
+          continue;
+        }
+        T l = lse - hit * xr[t[r]];
+        if (smooth != 0) l -= smooth * row_sum(xr, C);
+        loss[r] = l;
+      }
+    });
+  });
+  // The probabilities are the softmax of the rows: recorded as such, they
+  // carry the graph to the logits for a recorded backward, without keeping
+  // the logits alive.
+  if (recording) record_softmax(softmax_op, in.rows, probs, 1);
+  Tensor out;
+  if (reduction == Reduction::none) {
+    out = losses;
+  } else {
+    double total = 0;  // summed serially in double: the same value at any thread count
+    dispatch_float(logits.dtype(), op, [&](auto tag) {
+      const auto* l = losses.data<decltype(tag)>();
+      for (int64_t r = 0; r < R; ++r) total += l[r];
+    });
+    if (reduction == Reduction::mean) total /= static_cast<double>(count);
+    out = full({}, total, logits.dtype());
+  }
+  if (Node* n = record(cross_entropy_op, out, logits, targets)) {
+    n->attrs<CrossEntropyAttrs>() = {
+        .ignore_index = ignore_index, .label_smoothing = label_smoothing, .reduction = reduction, .count = count};
+    n->save(probs);       // CrossEntropySaved::kProbs
+    n->save(in.targets);  // CrossEntropySaved::kTargets
+  }
+  return out;
+}
+
+}  // namespace tg

@@ -1,0 +1,156 @@
+// study — the main job: the claims made for transformers against recurrent
+// networks (long-range dependencies, no vanishing gradients, fewer training
+// steps, parallel computation, O(n^2 d) against O(n d^2) cost), each measured
+// for an RNN, an LSTM and a GPT at matched parameter counts, on the Brown
+// corpus and on a synthetic recall task; verdicts in one table at the end.
+//
+//   build/examples/study                  # every part, ~10 minutes on 2 idle cores
+//   build/examples/study --quick          # the same at small budgets, ~2 minutes
+//   build/examples/study --part cost      # one part (recall and gradients use part 1's models)
+//
+// Writes into --out (default out/study): results.md (verdicts, then every
+// part's tables and plots), CSV files, PNG plots, samples.txt, checkpoints.
+// See examples/study/study.h for what each part writes.
+#include <chrono>
+#include <filesystem>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "autograd/autograd.h"
+#include "examples/common/progress.h"
+#include "examples/common/report.h"
+#include "examples/study/study.h"
+
+using namespace tg;
+
+namespace {
+
+const std::map<std::string, std::pair<std::string, study::PartOutput (*)(study::Study&)>> kParts = {
+    {"tuning", {"1. Same budget, fair tuning", study::run_tuning}},
+    {"cost", {"2. Cost against context length", study::run_cost}},
+    {"recall", {"3. Long-range dependencies", study::run_recall}},
+    {"gradients", {"4. Vanishing gradients", study::run_gradients}},
+    {"parallel", {"5. Parallelism", study::run_parallel}},
+    {"verdicts", {"6. Verdicts", study::run_verdicts}}};
+
+// times.csv keeps the latest time of every part run into this directory.
+void record_time(const study::Study& s, const std::string& part, double seconds, const std::string& load_start,
+                 const std::string& load_end) {
+  std::map<std::string, std::string> rows;
+  if (study::Csv::exists(s.path("times.csv"))) {
+    study::Csv t(s.path("times.csv"));
+    for (size_t r = 0; r < t.size(); ++r)
+      rows[t.str(r, "part")] = fmt::format("{},{},{},{}", t.str(r, "part"), t.str(r, "seconds"), t.str(r, "load_start"),
+                                           t.str(r, "load_end"));
+  }
+  rows[part] = fmt::format("{},{:.1f},{},{}", part, seconds, load_start, load_end);
+  std::string csv = "part,seconds,load_start,load_end\n";
+  for (const std::string& p : study::part_names())
+    if (rows.count(p)) csv += rows[p] + "\n";
+  examples::write_file(s.path("times.csv"), csv);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  study::Config c;
+  std::vector<std::string> parts;
+  bool quick = false;
+  CLI::App app{"study: transformers against recurrent networks, claim by claim (the main tapegrad job)"};
+  app.add_option("--part", parts, "Run only these parts, in order: " + fmt::format("{}", fmt::join(study::part_names(), ", ")))
+      ->delimiter(',')->check(CLI::IsMember(study::part_names()));
+  app.add_flag("--quick", quick, "Small budgets everywhere (about 2 minutes); options given explicitly still win");
+  app.add_option("--data", c.data, "A UTF-8 text file instead of the Brown corpus (documents split at blank lines)");
+  app.add_option("--brown-dir", c.brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus (default: its cache)");
+  app.add_option("--out", c.out, "Output directory");
+  app.add_option("--models", c.models, "Models, in order: rnn lstm gru gpt")->delimiter(',')
+      ->check(CLI::IsMember({"rnn", "lstm", "gru", "gpt"}));
+  app.add_option("--seed", c.seed, "Seed of everything: initialisation, batches, tasks, sampling");
+  app.add_option("--threads", c.threads, "Threads (default: TAPEGRAD_NUM_THREADS or all cores); part 5 uses 1 and 2");
+  app.add_option("--gpt-layers", c.gpt_layers, "GPT blocks")->check(CLI::PositiveNumber);
+  app.add_option("--gpt-heads", c.gpt_heads, "GPT attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--gpt-dim", c.gpt_dim, "GPT width C (the recurrent models are matched to GPT's parameter count)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--embed", c.embed, "Recurrent models' embedding size")->check(CLI::PositiveNumber);
+  app.add_option("--block", c.block, "Part 1, 3, 4: context length T of the language models")->check(CLI::PositiveNumber);
+  app.add_option("--batch", c.batch, "Part 1: sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--steps", c.steps, "Part 1: training steps of the full run")->check(CLI::PositiveNumber);
+  app.add_option("--sweep-steps", c.sweep_steps, "Part 1: steps per learning rate of the sweep")->check(CLI::PositiveNumber);
+  app.add_option("--lrs", c.lrs, "Part 1: learning rates swept")->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", c.eval_every, "Part 1: steps between validation losses")->check(CLI::PositiveNumber);
+  app.add_option("--eval-batches", c.eval_batches, "Part 1: fixed validation batches per evaluation")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", c.warmup, "Part 1: warm-up steps of the full run (the sweep's scaled down)");
+  app.add_option("--cost-lengths", c.cost_lengths, "Part 2, 5: context lengths timed")->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--cost-batch", c.cost_batch, "Part 2: sequences per timed batch")->check(CLI::PositiveNumber);
+  app.add_option("--cost-reps", c.cost_reps, "Part 2: timed repetitions (median)")->check(CLI::PositiveNumber);
+  app.add_option("--recall-length", c.recall_length, "Part 3: recall sequence length (distances 1 .. length-1)")
+      ->check(CLI::Range(3, 100000));
+  app.add_option("--recall-steps", c.recall_steps, "Part 3: training steps on the recall task")->check(CLI::PositiveNumber);
+  app.add_option("--recall-batch", c.recall_batch, "Part 3: recall sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--recall-tests", c.recall_tests, "Part 3: test sequences per distance")->check(CLI::PositiveNumber);
+  app.add_option("--context-batches", c.context_batches, "Part 3: validation batches scored by position")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--grad-batch", c.grad_batch, "Part 4: validation windows averaged")->check(CLI::PositiveNumber);
+  app.add_option("--parallel-steps", c.parallel_steps, "Part 5: timed training steps per thread count")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  if (quick) {  // about 2 minutes on 2 cores; what was given explicitly stays
+    auto set = [&](const char* option, auto& field, auto value) {
+      if (app.count(option) == 0) field = value;
+    };
+    set("--steps", c.steps, int64_t{300});
+    set("--sweep-steps", c.sweep_steps, int64_t{40});
+    set("--eval-every", c.eval_every, int64_t{50});
+    set("--eval-batches", c.eval_batches, int64_t{8});
+    set("--warmup", c.warmup, int64_t{30});
+    set("--block", c.block, int64_t{64});
+    set("--batch", c.batch, int64_t{16});
+    set("--cost-lengths", c.cost_lengths, std::vector<int64_t>{32, 64, 128, 256});
+    set("--cost-batch", c.cost_batch, int64_t{4});
+    set("--cost-reps", c.cost_reps, int64_t{1});
+    set("--recall-length", c.recall_length, int64_t{32});
+    set("--recall-steps", c.recall_steps, int64_t{150});
+    set("--recall-tests", c.recall_tests, int64_t{100});
+    set("--context-batches", c.context_batches, int64_t{10});
+    set("--grad-batch", c.grad_batch, int64_t{8});
+    set("--parallel-steps", c.parallel_steps, int64_t{3});
+  }
+  if (parts.empty()) parts = study::part_names();
+
+  try {
+    if (c.threads > 0) set_num_threads(c.threads);
+    std::filesystem::create_directories(c.out);
+    study::Study s(c);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::string> summaries;
+    for (const std::string& part : study::part_names()) {
+      if (std::find(parts.begin(), parts.end(), part) == parts.end()) continue;
+      const auto& [title, run] = kParts.at(part);
+      fmt::print("\n=== {} ({}) ===\n", title, part);
+      const std::string load_start = study::load_average();
+      const auto t0 = std::chrono::steady_clock::now();
+      study::PartOutput out = run(s);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string load_end = study::load_average();
+      if (part != "verdicts") {
+        examples::write_file(s.path(part + ".md"),
+                             fmt::format("## {}\n\n_Took {}; load average {} at the start, {} at the end._\n\n{}",
+                                         title, examples::format_duration(seconds), load_start, load_end, out.markdown));
+        record_time(s, part, seconds, load_start, load_end);
+      }
+      summaries.push_back(fmt::format("{:<9} {:>6}  {}", part, examples::format_duration(seconds), out.summary));
+      fmt::print("\n{}: done in {} — {}\n", part, examples::format_duration(seconds), out.summary);
+    }
+    fmt::print("\n=== summary ({} in all, {} threads) ===\n{}\n", examples::format_duration(std::chrono::duration<double>(
+                                                                     std::chrono::steady_clock::now() - start).count()),
+               num_threads(), fmt::join(summaries, "\n"));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "study: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

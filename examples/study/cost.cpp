@@ -1,0 +1,175 @@
+// Part 2, cost against context length: time per token and peak tensor memory
+// of a forward and a backward at T from 32 to 1024, measured, and the time
+// predicted from the FLOP counts; where attention's n^2 d term overtakes the
+// n d^2 terms, and where GPT's cost overtakes the recurrences'.
+//
+// FLOP counts per token (a multiply-add is 2 FLOPs; GEMMs only):
+//   recurrent (G gates: 1 RNN, 3 GRU, 4 LSTM; E embedding, H hidden, V vocabulary)
+//     forward  2 G H (E + H) + 2 H V     input projection, recurrence, head
+//     backward twice the forward          (input and weight gradients of each GEMM)
+//   GPT (L blocks of width C)
+//     forward  L (24 C^2 + 4 T C) + 2 C V  qkv 6C^2, proj 2C^2, MLP 16C^2; q k^T and P v 2TC each
+//     backward L (48 C^2 + 10 T C) + 4 C V the attention backward recomputes q k^T, then four GEMMs
+// So per layer and sequence the d^2 terms are n d^2 and attention's is n^2 d,
+// as the claim says; attention's term is the larger from T = 72 C / 14 on.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "autograd/autograd.h"
+#include "examples/common/progress.h"
+#include "examples/common/report.h"
+#include "examples/study/plot.h"
+#include "examples/study/study.h"
+#include "models/rnn_lm.h"
+
+namespace tg::study {
+namespace {
+
+struct Flops {
+  double fwd = 0, bwd = 0;  // per token
+};
+
+Flops flops_per_token(const models::LanguageModel& m, int64_t T) {
+  if (auto* g = dynamic_cast<const models::GPT*>(&m)) {
+    const double C = static_cast<double>(g->options.dim), L = static_cast<double>(g->options.layers);
+    const double V = static_cast<double>(g->options.vocab), n = static_cast<double>(T);
+    return {L * (24 * C * C + 4 * n * C) + 2 * C * V, L * (48 * C * C + 10 * n * C) + 4 * C * V};
+  }
+  const auto& o = dynamic_cast<const models::RNNLM&>(m).options;
+  const double G = o.cell == models::CellKind::lstm ? 4 : o.cell == models::CellKind::gru ? 3 : 1;
+  const double H = static_cast<double>(o.hidden), E = static_cast<double>(o.embed), V = static_cast<double>(o.vocab);
+  const double fwd = 2 * G * H * (E + H) + 2 * H * V;
+  return {fwd, 2 * fwd};
+}
+
+struct Measurement {
+  int64_t T = 0;
+  double fwd_us = 0, bwd_us = 0, fwd_mib = 0, step_mib = 0;  // per token; tensor memory above what was in use before
+  Flops flops;
+};
+
+Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<int64_t> ids(B * T), targets(B * T);
+  for (auto& i : ids) i = gen.randint(0, kCharVocab);
+  for (auto& i : targets) i = gen.randint(0, kCharVocab);
+  const Tensor x = from_vector(ids, {B, T}), y = from_vector(targets, {B, T});
+  Measurement r{.T = T, .flops = flops_per_token(m, T)};
+  std::vector<double> fwd, bwd;
+  for (int64_t rep = 0; rep <= reps; ++rep) {  // rep 0 warms the allocator's cache up and is not counted
+    m.zero_grad();
+    const double base = static_cast<double>(allocator_stats().bytes_in_use);
+    reset_peak_memory_stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor loss = m.loss(x, y);
+    const auto t1 = std::chrono::steady_clock::now();
+    r.fwd_mib = (allocator_stats().peak_bytes_in_use - base) / 1048576.0;
+    loss.backward();
+    const auto t2 = std::chrono::steady_clock::now();
+    r.step_mib = (allocator_stats().peak_bytes_in_use - base) / 1048576.0;
+    if (rep == 0) continue;
+    fwd.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / static_cast<double>(B * T));
+    bwd.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count() / static_cast<double>(B * T));
+  }
+  m.zero_grad();
+  // The fastest repetition: the one least slowed by other processes on the machine.
+  r.fwd_us = *std::min_element(fwd.begin(), fwd.end());
+  r.bwd_us = *std::min_element(bwd.begin(), bwd.end());
+  return r;
+}
+
+}  // namespace
+
+PartOutput run_cost(Study& s) {
+  const Config& c = s.c;
+  std::vector<int64_t> lengths = c.cost_lengths;
+  std::sort(lengths.begin(), lengths.end());
+  const int64_t max_T = lengths.back();
+  std::vector<double> xs(lengths.begin(), lengths.end());
+  fmt::print("cost: forward + backward of a batch of {} sequences, T = {}; GPT with fixed (sinusoidal) positions so "
+             "its parameter count does not depend on T; fastest of {} timed repetitions; {} threads\n",
+             c.cost_batch, fmt::join(lengths, ", "), c.cost_reps, num_threads());
+
+  std::string csv = "model,T,batch,fwd_us_per_token,bwd_us_per_token,pred_fwd_us_per_token,pred_bwd_us_per_token,"
+                    "fwd_flops_per_token,bwd_flops_per_token,fwd_mib,step_mib\n";
+  examples::Table table{{"model", "T", "fwd us/tok", "bwd us/tok", "predicted fwd", "predicted bwd", "GFLOP/s",
+                         "fwd MiB", "fwd+bwd MiB"}, {}};
+  Panel time_panel{"time per token (forward + backward)", "context length T", "microseconds per token", true, true};
+  Panel mem_panel{"peak tensor memory of a step", "context length T",
+                  fmt::format("MiB (batch of {})", c.cost_batch), true, true};
+  time_panel.key = mem_panel.key = "top left";
+  std::map<std::string, std::vector<double>> total_us, pred_total;
+  double attention_crossover = 0;
+  examples::Progress bar("cost", static_cast<int64_t>(c.models.size() * lengths.size()), "runs");
+  int64_t done = 0;
+  for (const std::string& kind : c.models) {
+    auto m = make_model(c, kind, kCharVocab, max_T, c.seed, models::PositionKind::sinusoidal);
+    if (auto* g = dynamic_cast<models::GPT*>(m.get())) attention_crossover = 72.0 * g->options.dim / 14.0;
+    std::vector<Measurement> ms;
+    for (int64_t T : lengths) {
+      ms.push_back(measure(*m, c.cost_batch, T, c.cost_reps, c.seed + 3));
+      bar.update(++done, static_cast<double>(done), fmt::format("{} T={}", kind, T));
+    }
+    // Predicted: the measured time at the shortest T, scaled by the FLOP counts.
+    const Measurement& first = ms.front();
+    Series measured{kind + " measured", {}, {}, kind, Series::points}, predicted{kind + " predicted from FLOPs", {}, {}, kind, Series::dashed};
+    Series memory{kind, {}, {}, kind};
+    for (const Measurement& r : ms) {
+      const double pf = first.fwd_us * r.flops.fwd / first.flops.fwd, pb = first.bwd_us * r.flops.bwd / first.flops.bwd;
+      csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.3f},{:.3f}\n", kind, r.T, c.cost_batch,
+                         r.fwd_us, r.bwd_us, pf, pb, r.flops.fwd, r.flops.bwd, r.fwd_mib, r.step_mib);
+      table.rows.push_back({kind, std::to_string(r.T), fmt::format("{:.2f}", r.fwd_us), fmt::format("{:.2f}", r.bwd_us),
+                            fmt::format("{:.2f}", pf), fmt::format("{:.2f}", pb),
+                            fmt::format("{:.1f}", (r.flops.fwd + r.flops.bwd) / (r.fwd_us + r.bwd_us) / 1e3),
+                            fmt::format("{:.1f}", r.fwd_mib), fmt::format("{:.1f}", r.step_mib)});
+      measured.x.push_back(static_cast<double>(r.T)), measured.y.push_back(r.fwd_us + r.bwd_us);
+      predicted.x.push_back(static_cast<double>(r.T)), predicted.y.push_back(pf + pb);
+      memory.x.push_back(static_cast<double>(r.T)), memory.y.push_back(r.step_mib);
+      total_us[kind].push_back(r.fwd_us + r.bwd_us);
+      pred_total[kind].push_back(pf + pb);
+    }
+    time_panel.series.push_back(measured);
+    time_panel.series.push_back(predicted);
+    mem_panel.series.push_back(memory);
+  }
+  bar.finish("");
+  std::string crossings;
+  if (attention_crossover > 0) {
+    time_panel.markers.push_back({attention_crossover, fmt::format("GPT: n^2 d = n d^2 terms (T={:.0f})", attention_crossover)});
+    crossings += fmt::format("In GPT's FLOP count attention's n²·d term equals the n·d² terms at T = 72·C/14 = {:.0f}.",
+                             attention_crossover);
+    for (const std::string& kind : c.models) {
+      if (kind == "gpt" || !total_us.count("gpt")) continue;
+      auto measured = crossing(xs, total_us["gpt"], total_us[kind]);
+      auto predicted = crossing(xs, pred_total["gpt"], pred_total[kind]);
+      auto says = [&](const std::optional<double>& x, const std::vector<double>& g, const std::vector<double>& r) {
+        if (x) return fmt::format("from T ≈ {:.0f}", *x);
+        return g.front() > r.front() ? std::string("at every T measured") : fmt::format("at no T up to {}", max_T);
+      };
+      crossings += fmt::format(" GPT costs more per token than the {}: measured {}, predicted {}.", kind,
+                               says(measured, total_us["gpt"], total_us[kind]),
+                               says(predicted, pred_total["gpt"], pred_total[kind]));
+    }
+  }
+  examples::write_file(s.path("cost.csv"), csv);
+  std::string why = plot(s.path("cost.png"), {time_panel, mem_panel}, 1300, 500);
+  if (!why.empty()) fmt::print("cost: no plot: {}\n", why);
+  fmt::print("\n{}\n{}\n", table.text(), crossings);
+
+  std::string md = fmt::format(
+      "Forward and backward of a batch of {} random sequences at each T (no optimizer step), {} threads, fastest of {} "
+      "repetitions; microseconds per token. *predicted* scales the time measured at T = {} by the model's FLOP count "
+      "(see examples/study/cost.cpp). Memory is the peak of tensor memory above what was in use before the forward "
+      "(activations kept for backward, gradients, temporaries).\n\n{}\n{}\n\n![cost](cost.png)\n",
+      c.cost_batch, num_threads(), c.cost_reps, lengths.front(), table.markdown(), crossings);
+  std::string summary;
+  for (const std::string& kind : c.models)
+    summary += fmt::format("{}{} x{:.1f} per token from T={} to {}", summary.empty() ? "" : "; ", kind,
+                           total_us[kind].back() / total_us[kind].front(), lengths.front(), max_T);
+  return {summary, md};
+}
+
+}  // namespace tg::study

@@ -1,0 +1,118 @@
+// What the parts share besides models and training: the text, CSV files read
+// back by the verdicts, small formatting helpers.
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "examples/common/corpus.h"
+#include "examples/study/study.h"
+
+namespace tg::study {
+
+const std::vector<std::string>& part_names() {
+  static const std::vector<std::string> names = {"tuning", "cost", "recall", "gradients", "parallel", "verdicts"};
+  return names;
+}
+
+const Text& Study::text() {
+  if (!text_) {
+    examples::Corpus corpus = examples::load_corpus(c.data, c.brown_dir, 0.1, c.seed);
+    text_ = Text{corpus.source, examples::join_text(corpus.train), examples::join_text(corpus.val)};
+  }
+  return *text_;
+}
+
+Csv::Csv(const std::string& path) : path_(path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(fmt::format("cannot read {}", path));
+  std::string line;
+  auto split = [](const std::string& l) {
+    std::vector<std::string> cells;
+    std::stringstream ss(l);
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    return cells;
+  };
+  if (!std::getline(f, line)) throw std::runtime_error(fmt::format("{} is empty", path));
+  header_ = split(line);
+  for (size_t n = 2; std::getline(f, line); ++n) {
+    if (line.empty()) continue;
+    rows_.push_back(split(line));
+    if (rows_.back().size() != header_.size())
+      throw std::runtime_error(fmt::format("{} line {}: {} cells, the header has {}", path, n, rows_.back().size(),
+                                           header_.size()));
+  }
+}
+
+bool Csv::exists(const std::string& path) { return std::ifstream(path).good(); }
+
+size_t Csv::col(const std::string& column) const {
+  for (size_t i = 0; i < header_.size(); ++i)
+    if (header_[i] == column) return i;
+  throw std::runtime_error(fmt::format("{} has no column '{}'", path_, column));
+}
+
+const std::string& Csv::str(size_t row, const std::string& column) const { return rows_.at(row)[col(column)]; }
+
+double Csv::num(size_t row, const std::string& column) const {
+  const std::string& s = str(row, column);
+  try {
+    size_t used = 0;
+    double v = std::stod(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw std::runtime_error(fmt::format("{} row {} column '{}': '{}' is not a number", path_, row + 1, column, s));
+}
+
+std::vector<size_t> Csv::where(const std::string& column, const std::string& value) const {
+  std::vector<size_t> out;
+  const size_t c = col(column);
+  for (size_t r = 0; r < rows_.size(); ++r)
+    if (rows_[r][c] == value) out.push_back(r);
+  return out;
+}
+
+std::string from_tuning(const Study& s, const std::string& name) {
+  const std::string p = s.path(name);
+  if (!Csv::exists(p))
+    throw std::runtime_error(fmt::format("{} is missing: it comes from part 1 (run --part tuning first, with the same "
+                                         "--out, --data and model options)", p));
+  return p;
+}
+
+double tuned_lr(const Study& s, const std::string& kind) {
+  const Csv sweep(from_tuning(s, "sweep.csv"));
+  for (size_t r : sweep.where("model", kind))
+    if (sweep.str(r, "chosen") == "1") return sweep.num(r, "lr");
+  throw std::runtime_error(fmt::format("{}/sweep.csv has no chosen learning rate for {} (run --part tuning with "
+                                       "--models including it)", s.c.out, kind));
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  double one = NAN;
+  if (!(f >> one)) return "?";
+  return fmt::format("{:.2f}", one);
+}
+
+std::string format_lr(double lr) {
+  const int e = static_cast<int>(std::floor(std::log10(lr) + 1e-9));
+  const double m = lr / std::pow(10.0, e);
+  return std::fabs(m - std::round(m)) < 1e-6 ? fmt::format("{}e{}", std::lround(m), e) : fmt::format("{:.2g}", lr);
+}
+
+std::optional<double> crossing(const std::vector<double>& xs, const std::vector<double>& a, const std::vector<double>& b) {
+  for (size_t i = 1; i < xs.size(); ++i) {
+    const double d0 = a[i - 1] - b[i - 1], d1 = a[i] - b[i];
+    if (d0 <= 0 && d1 > 0) {
+      const double f = d0 == d1 ? 0 : d0 / (d0 - d1);  // where the difference is zero, in log x
+      return std::exp(std::log(xs[i - 1]) + f * (std::log(xs[i]) - std::log(xs[i - 1])));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace tg::study

@@ -1,0 +1,108 @@
+// Part 4, vanishing gradients: how strongly the loss at the last position t
+// of a window depends on the input k positions earlier, |dL_t / dx_{t-k}|
+// (x: the token embeddings), for every k, at initialisation and after part 1's
+// training. tg::grad differentiates with respect to x, a non-leaf tensor.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "autograd/autograd.h"
+#include "data/tokenizer.h"
+#include "examples/common/progress.h"
+#include "examples/common/report.h"
+#include "examples/study/plot.h"
+#include "examples/study/study.h"
+
+namespace tg::study {
+namespace {
+
+// Mean over the windows of |dL_{T-1} / dx_{T-1-k}| for k = 0..T-1. L_t is
+// each window's own loss (summed, not averaged, over the batch, so every
+// window's gradient is its own).
+std::vector<double> gradient_by_distance(models::LanguageModel& m, const data::LMBatch& b) {
+  m.eval();  // no dropout: the same function at every call
+  const int64_t T = b.inputs.size(1);
+  {
+    // The split forward must be the model's forward, or the gradients would be of something else.
+    NoGradGuard no_grad;
+    const double gap = max(abs(m.forward(b.inputs) - logits_from_embedded(m, embed_tokens(m, b.inputs)))).item();
+    if (!(gap < 1e-4))
+      throw std::logic_error(fmt::format("study: {}'s forward split at the embedding differs from its forward by {}",
+                                         m.type_name(), gap));
+  }
+  Tensor x = embed_tokens(m, b.inputs);  // (B,T,E)
+  Tensor logits = logits_from_embedded(m, x);
+  Tensor loss = cross_entropy(logits.select(1, T - 1), b.targets.select(1, T - 1), -100, 0.0, Reduction::sum);
+  Tensor g = grad({loss}, {x})[0];                                    // (B,T,E)
+  std::vector<double> norm = mean(sqrt(sum(g * g, {2})), {0}).to(DType::f64).to_vector<double>();  // (T)
+  std::vector<double> by_k(T);
+  for (int64_t k = 0; k < T; ++k) by_k[k] = norm[T - 1 - k];
+  return by_k;
+}
+
+// Mean of v over [begin, end).
+double band(const std::vector<double>& v, int64_t begin, int64_t end) {
+  double sum = 0;
+  for (int64_t k = begin; k < end; ++k) sum += v[k];
+  return sum / static_cast<double>(end - begin);
+}
+
+}  // namespace
+
+PartOutput run_gradients(Study& s) {
+  const Config& c = s.c;
+  const auto tok = data::load_tokenizer(from_tuning(s, "tokenizer.json"));
+  const data::LMBatches val_set(tok->encode(s.text().val), c.block);
+  const data::LMBatch batch = val_set.fixed(0, 1, c.grad_batch);
+  const int64_t T = c.block;
+  fmt::print("gradients: |dL_t/dx_(t-k)| at t = {} (the last position), mean over {} validation windows, at "
+             "initialisation and after part 1's training\n", T - 1, c.grad_batch);
+
+  std::string csv = "model,state,k,grad_norm\n";
+  Panel panel{fmt::format("gradient of the loss at the last position with respect to the input k positions back "
+                          "(mean over {} windows)", c.grad_batch),
+              "distance k", "|dL_t / dx_(t-k)|", false, true};
+  examples::Table table{{"model", "state", "k=0", "k=1..4", fmt::format("k={}..{}", T - T / 4, T - 1),
+                         "far / near (decades)", "max / near"}, {}};
+  std::string summary;
+  examples::Progress bar("grads", static_cast<int64_t>(2 * c.models.size()), "models");
+  int64_t done = 0;
+  for (const std::string& kind : c.models) {
+    for (const std::string state : {"init", "trained"}) {
+      auto m = state == "init" ? make_model(c, kind, tok->vocab_size(), c.block, c.seed)
+                               : load_model(from_tuning(s, kind + ".safetensors"));
+      const std::vector<double> g = gradient_by_distance(*m, batch);
+      Series series{fmt::format("{} {}", kind, state == "init" ? "at init" : "trained"), {}, {}, kind,
+                    state == "init" ? Series::dashed : Series::line};
+      for (int64_t k = 0; k < T; ++k) {
+        csv += fmt::format("{},{},{},{:.6e}\n", kind, state, k, g[k]);
+        series.x.push_back(static_cast<double>(k)), series.y.push_back(g[k]);
+      }
+      const double near = band(g, 1, std::min<int64_t>(5, T)), far = band(g, T - T / 4, T);
+      double peak = 0;
+      for (int64_t k = 1; k < T; ++k) peak = std::max(peak, g[k]);
+      table.rows.push_back({kind, state, fmt::format("{:.2e}", g[0]), fmt::format("{:.2e}", near),
+                            fmt::format("{:.2e}", far), fmt::format("{:.1f}", std::log10(far / near)),
+                            fmt::format("{:.2f}", peak / near)});
+      if (state == "trained")
+        summary += fmt::format("{}{} {:.1f}", summary.empty() ? "" : ", ", kind, std::log10(far / near));
+      panel.series.push_back(series);
+      bar.update(++done, static_cast<double>(done), kind + " " + state);
+    }
+  }
+  bar.finish("");
+  examples::write_file(s.path("gradients.csv"), csv);
+  if (std::string why = plot(s.path("gradients.png"), {panel}, 1000, 560); !why.empty())
+    fmt::print("gradients: no plot: {}\n", why);
+  fmt::print("\n{}", table.text());
+  std::string md = fmt::format(
+      "Gradient of the loss at the last position t = {} of a validation window with respect to the token embedding "
+      "k positions earlier, |dL_t / dx_(t-k)| (L2 norm over the embedding), mean over {} windows. *far / near* is "
+      "log10 of the mean over the last quarter of distances over the mean over k = 1..4: 0 means no decay, -3 means "
+      "a thousandfold; *max / near* above 1 would mean gradients grow with distance.\n\n{}\n"
+      "![gradients](gradients.png)\n",
+      T - 1, c.grad_batch, table.markdown());
+  return {"decades of decay from near to far inputs, trained: " + summary, md};
+}
+
+}  // namespace tg::study

@@ -1,0 +1,38 @@
+#pragma once
+// Plots for the study, drawn by gnuplot into PNG files: one or more panels
+// side by side, each with its own axes (log scales optional), lines or points
+// per series, a colour per model that stays the same in every plot, and
+// labelled vertical markers (a crossover, a chance level's distance).
+#include <string>
+#include <vector>
+
+namespace tg::study {
+
+struct Series {
+  std::string title;  // legend entry; empty: no entry
+  std::vector<double> x, y;
+  std::string model;  // picks the colour ("rnn", "lstm", "gru", "gpt"; other: grey)
+  enum Style { line, points, linepoints, dashed } style = linepoints;
+};
+
+struct Marker {
+  double x = 0;       // a vertical line at x
+  std::string label;
+};
+
+struct Panel {
+  std::string title, xlabel, ylabel;
+  bool logx = false, logy = false;
+  std::vector<Series> series;
+  std::vector<Marker> markers;
+  double hline = 0;   // a horizontal dotted line at this y (e.g. chance); 0: none
+  std::string hline_label;
+  std::string key = "top right";
+};
+
+// Writes png (and beside it, for re-plotting by hand: png minus .png plus .dat
+// and .gp). Returns "" on success, or why no image was made (gnuplot missing
+// or failing); the CSV files hold the same numbers either way.
+std::string plot(const std::string& png, const std::vector<Panel>& panels, int width = 900, int height = 560);
+
+}  // namespace tg::study

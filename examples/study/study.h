@@ -1,0 +1,184 @@
+#pragma once
+// The main job as a study: which of the claims made for transformers against
+// recurrent networks hold for this library's RNN, LSTM (and GRU) and GPT at
+// matched parameter counts. Each part measures what one claim is about and
+// leaves CSV files, plots and a Markdown section in the output directory; the
+// verdicts part reads those files, so every verdict can be traced to a number
+// on disk.
+//
+//   part       what it measures                                   files
+//   tuning     LR sweep per model, then the full run on Brown      sweep.csv, tuning.csv, loss_*.png, <model>.safetensors
+//   cost       time and memory per token against context T         cost.csv, cost.png
+//   recall     recall accuracy against distance k; val loss by     recall.csv, context.csv, recall.png, context.png
+//              position in the context (part 1's models)
+//   gradients  |dL_t / dx_{t-k}| against k, at init and trained    gradients.csv, gradients.png
+//   parallel   sequential steps against T; tokens/s at 1, 2 threads  steps.csv, parallel.csv, parallel.png
+//   verdicts   the table of claims and verdicts                    results.md
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/generator.h"
+#include "data/lm_batches.h"
+#include "models/gpt.h"
+#include "models/language_model.h"
+
+namespace tg::study {
+
+struct Config {
+  std::string data, brown_dir, out = "out/study";
+  std::vector<std::string> models = {"rnn", "lstm", "gpt"};
+  uint64_t seed = 1337;
+  int threads = 0;
+  // The models: GPT's size is the reference; each recurrent model gets the
+  // hidden size that brings its parameter count closest to GPT's.
+  int64_t gpt_layers = 2, gpt_heads = 4, gpt_dim = 128, embed = 64;
+  // Part 1: language models on the text, each at its best learning rate of `lrs`
+  // after sweep_steps, then trained for steps.
+  int64_t block = 128, batch = 16, steps = 1500, sweep_steps = 200, eval_every = 100, eval_batches = 20, warmup = 100;
+  std::vector<double> lrs = {1e-3, 3e-3, 1e-2};
+  // Part 2: cost against context length at batch cost_batch.
+  std::vector<int64_t> cost_lengths = {32, 64, 128, 256, 512, 1024};
+  int64_t cost_batch = 8, cost_reps = 3;
+  // Part 3: the recall task (length, training steps, batch, test sequences per
+  // distance) and the validation windows scored by position.
+  int64_t recall_length = 64, recall_steps = 400, recall_batch = 32, recall_tests = 200, context_batches = 40;
+  // Part 4: validation windows whose gradients are averaged.
+  int64_t grad_batch = 32;
+  // Part 5: timed training steps per model and thread count.
+  int64_t parallel_steps = 10;
+};
+
+// The size of Brown's character vocabulary: parts 2 and 5 time models on
+// random ids over it, so their heads cost what part 1's do.
+constexpr int64_t kCharVocab = 85;
+
+// The parts in the order they run; --part takes these names.
+const std::vector<std::string>& part_names();
+
+// The training and validation text, loaded once.
+struct Text {
+  std::string source, train, val;
+};
+
+class Study {
+ public:
+  explicit Study(Config config) : c(std::move(config)) {}
+  const Text& text();
+  // <out>/<name>
+  std::string path(const std::string& name) const { return c.out + "/" + name; }
+  Config c;
+
+ private:
+  std::optional<Text> text_;
+};
+
+// Each part runs with progress bars, writes its files and returns its
+// one-line summary and its section of results.md (main adds the part's time
+// and writes the section to <out>/<part>.md).
+struct PartOutput {
+  std::string summary, markdown;
+};
+PartOutput run_tuning(Study& s);
+PartOutput run_cost(Study& s);
+PartOutput run_recall(Study& s);
+PartOutput run_gradients(Study& s);
+PartOutput run_parallel(Study& s);
+PartOutput run_verdicts(Study& s);
+
+// --- the models (models.cpp)
+
+// A model of the line-up for vocabulary V and context `block` (GPT's longest
+// context; learned positions unless positions says otherwise). Recurrent
+// models are matched to that GPT's parameter count. Seeds the default
+// generator with seed first, so a model's initial weights depend on nothing else.
+std::shared_ptr<models::LanguageModel> make_model(const Config& c, const std::string& kind, int64_t V, int64_t block,
+                                                  uint64_t seed,
+                                                  models::PositionKind positions = models::PositionKind::learned);
+// "2 layers x 4 heads, C 128" / "E 64, H 570"
+std::string shape_of(const models::LanguageModel& m);
+// A checkpoint written by save_model, rebuilt (its config is in the metadata).
+void save_model(const models::LanguageModel& m, const std::string& path, const std::map<std::string, std::string>& extra);
+std::shared_ptr<models::LanguageModel> load_model(const std::string& path);
+// The model's forward split at its token lookup, so that gradients with
+// respect to the embedded inputs can be taken (tg::grad):
+//   embed_tokens: ids (B,T) -> x (B,T,E), the token embeddings
+//   logits_from_embedded: x (B,T,E) -> logits (B,T,V), the rest of forward()
+Tensor embed_tokens(models::LanguageModel& m, const Tensor& ids);
+Tensor logits_from_embedded(models::LanguageModel& m, const Tensor& x);
+
+// --- training (train.cpp)
+
+struct CurvePoint {
+  int64_t step = 0;
+  double tokens = 0, seconds = 0, train_loss = 0, val_loss = 0;
+};
+
+struct TrainSpec {
+  std::string label;           // progress bar
+  double lr = 1e-3;
+  int64_t steps = 0, warmup = 0, eval_every = 0;
+  int64_t tokens_per_step = 0; // for the curve's token axis and the rate
+  uint64_t seed = 0;           // batches
+};
+
+struct TrainResult {
+  std::vector<CurvePoint> curve;  // one point per evaluation (and after the last step)
+  double seconds = 0;             // training steps only
+  size_t peak_bytes = 0;          // tensor memory
+};
+
+// The study's one recipe for every model, only the learning rate differing:
+// AdamW (weight decay 0.01 on matrices), linear warm-up then cosine decay to
+// lr/10, gradient norm clipped at 1. next draws a batch; loss scores it;
+// validate returns the validation loss (called every eval_every steps and
+// after the last; not counted in seconds).
+TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
+                  const std::function<data::LMBatch(Generator&)>& next,
+                  const std::function<Tensor(models::LanguageModel&, const data::LMBatch&)>& loss,
+                  const std::function<double()>& validate);
+
+// Mean next-token loss over count fixed validation batches of B windows, in eval mode.
+double validation_loss(models::LanguageModel& m, const data::LMBatches& val, int64_t count, int64_t batch);
+
+// --- files (files.cpp)
+
+// A CSV file read back by column name; a missing file, column or bad number
+// is a std::runtime_error naming the file and the column.
+class Csv {
+ public:
+  explicit Csv(const std::string& path);
+  static bool exists(const std::string& path);
+  size_t size() const { return rows_.size(); }
+  const std::string& str(size_t row, const std::string& column) const;
+  double num(size_t row, const std::string& column) const;
+  // Row indices whose column equals value.
+  std::vector<size_t> where(const std::string& column, const std::string& value) const;
+
+ private:
+  size_t col(const std::string& column) const;
+  std::string path_;
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// <out>/<name>, which part 1 (tuning) writes and later parts build on; a
+// std::runtime_error saying to run part 1 first when it is missing.
+std::string from_tuning(const Study& s, const std::string& name);
+// The learning rate part 1 chose for a model (sweep.csv).
+double tuned_lr(const Study& s, const std::string& kind);
+
+// The one-minute load average now: every part states it with its time, since
+// timings on a shared machine mean little without it.
+std::string load_average();
+// "3e-3" for 0.003, "1e-2" for 0.01
+std::string format_lr(double lr);
+// Where x crosses from a below b to above: log-linear interpolation between
+// grid points xs (ascending). nullopt if a stays below (or starts above) b.
+std::optional<double> crossing(const std::vector<double>& xs, const std::vector<double>& a, const std::vector<double>& b);
+
+}  // namespace tg::study

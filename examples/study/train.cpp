@@ -1,0 +1,64 @@
+// The one training recipe every model of the study gets.
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "autograd/autograd.h"
+#include "examples/common/progress.h"
+#include "examples/study/study.h"
+#include "nn/nn.h"
+
+namespace tg::study {
+
+TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
+                  const std::function<data::LMBatch(Generator&)>& next,
+                  const std::function<Tensor(models::LanguageModel&, const data::LMBatch&)>& loss,
+                  const std::function<double()>& validate) {
+  nn::AdamW opt(nn::weight_decay_groups(m, 0.01), nn::AdamWOptions{.lr = spec.lr, .weight_decay = 0.01});
+  nn::CosineWarmupLR schedule(spec.lr, std::min(spec.warmup, spec.steps), spec.steps, spec.lr * 0.1);
+  Generator batches(spec.seed);
+  TrainResult r;
+  examples::Progress bar(spec.label, spec.steps, "tok");
+  reset_peak_memory_stats();
+  m.train();
+  double interval_loss = 0;
+  int64_t interval_n = 0;
+  for (int64_t step = 0; step < spec.steps;) {
+    const auto t0 = std::chrono::steady_clock::now();  // training only: evaluation is not counted
+    schedule.step(opt, step);
+    Tensor l = loss(m, next(batches));
+    l.backward();
+    nn::clip_grad_norm_(m.parameters(), 1.0);
+    opt.step();
+    opt.zero_grad();
+    ++step;
+    interval_loss += l.item();
+    ++interval_n;
+    r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step % spec.eval_every == 0 || step == spec.steps) {
+      const double v = validate();
+      m.train();
+      r.curve.push_back({step, static_cast<double>(step * spec.tokens_per_step), r.seconds, interval_loss / interval_n, v});
+      interval_loss = 0, interval_n = 0;
+    }
+    bar.update(step, static_cast<double>(step * spec.tokens_per_step),
+               r.curve.empty() ? "" : fmt::format("val {:.3f}", r.curve.back().val_loss));
+  }
+  r.peak_bytes = allocator_stats().peak_bytes_in_use;
+  bar.finish(r.curve.empty() ? "" : fmt::format("lr {}  val {:.3f}", format_lr(spec.lr), r.curve.back().val_loss));
+  return r;
+}
+
+double validation_loss(models::LanguageModel& m, const data::LMBatches& val, int64_t count, int64_t batch) {
+  NoGradGuard no_grad;
+  m.eval();
+  double total = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    data::LMBatch b = val.fixed(i, count, batch);
+    total += m.loss(b.inputs, b.targets).item();
+  }
+  return total / static_cast<double>(count);
+}
+
+}  // namespace tg::study

@@ -1,0 +1,112 @@
+// Part 1, fair tuning: every model gets the same recipe and token budget, and
+// its own learning rate, the best of a short sweep. Then the full run, with
+// validation loss recorded against tokens and against training seconds.
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "autograd/autograd.h"
+#include "data/tokenizer.h"
+#include "examples/common/progress.h"
+#include "examples/common/report.h"
+#include "examples/study/plot.h"
+#include "examples/study/study.h"
+#include "models/generate.h"
+
+namespace tg::study {
+
+PartOutput run_tuning(Study& s) {
+  const Config& c = s.c;
+  const Text& text = s.text();
+  const data::CharTokenizer tok = data::CharTokenizer::build(text.train + text.val);
+  tok.save(s.path("tokenizer.json"));
+  const int64_t V = tok.vocab_size();
+  const data::LMBatches train_set(tok.encode(text.train), c.block), val_set(tok.encode(text.val), c.block);
+  const int64_t tokens_per_step = c.batch * c.block;
+  fmt::print("tuning: {} — {} / {} training / validation characters, vocabulary {}; {} steps x {} x {} = {:.2f}M "
+             "characters per model, learning rates {} tried for {} steps each\n",
+             text.source, train_set.num_tokens(), val_set.num_tokens(), V, c.steps, c.batch, c.block,
+             c.steps * tokens_per_step / 1e6, fmt::join(c.lrs, ", "), c.sweep_steps);
+
+  // The same batches for every model and learning rate (the generator is seeded per run).
+  auto next = [&](Generator& g) { return train_set.sample(c.batch, g); };
+  auto lm_loss = [](models::LanguageModel& m, const data::LMBatch& b) { return m.loss(b.inputs, b.targets); };
+  auto run = [&](const std::string& kind, double lr, int64_t steps, const std::string& label) {
+    auto m = make_model(c, kind, V, c.block, c.seed);
+    TrainSpec spec{.label = label, .lr = lr, .steps = steps, .warmup = std::max<int64_t>(1, c.warmup * steps / c.steps),
+                   .eval_every = std::min(c.eval_every, steps), .tokens_per_step = tokens_per_step, .seed = c.seed + 1};
+    TrainResult r = train(*m, spec, next, lm_loss, [&] { return validation_loss(*m, val_set, c.eval_batches, c.batch); });
+    return std::make_pair(m, r);
+  };
+
+  std::string sweep_csv = "model,lr,steps,val_loss,chosen\n";
+  std::string curve_csv = "model,lr,step,tokens,seconds,train_loss,val_loss\n";
+  std::string samples, chosen_text, final_text;
+  examples::Table table{{"model", "shape", "params", fmt::format("val loss after {} steps, by lr", c.sweep_steps), "lr",
+                         "val loss", "bits/char", "tokens/s", "peak MiB", "train time"}, {}};
+  Panel sweep{"learning-rate sweep", "learning rate", fmt::format("val loss after {} steps", c.sweep_steps), true};
+  Panel by_tokens{"validation loss against tokens", "training tokens (characters)", "val loss (nats/char)"};
+  Panel by_seconds{"validation loss against training time", "training seconds", "val loss (nats/char)"};
+  by_tokens.logy = by_seconds.logy = true;
+  const std::string prompt = text.val.substr(0, std::min<size_t>(text.val.size(), 24));
+  for (const std::string& kind : c.models) {
+    std::vector<double> sweep_loss;
+    for (double lr : c.lrs) {
+      const double v = run(kind, lr, c.sweep_steps, fmt::format("{} lr {}", kind, format_lr(lr))).second.curve.back().val_loss;
+      sweep_loss.push_back(std::isfinite(v) ? v : std::numeric_limits<double>::infinity());  // diverged: worst
+    }
+    size_t best = 0;
+    for (size_t i = 1; i < sweep_loss.size(); ++i)
+      if (sweep_loss[i] < sweep_loss[best]) best = i;
+    const double lr = c.lrs[best];
+    std::string sweep_cell;
+    for (size_t i = 0; i < c.lrs.size(); ++i) {
+      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, c.lrs[i], c.sweep_steps, sweep_loss[i], i == best ? 1 : 0);
+      sweep_cell += fmt::format("{}{} {:.3f}{}", i ? ", " : "", format_lr(c.lrs[i]), sweep_loss[i], i == best ? "*" : "");
+    }
+    sweep.series.push_back({kind, c.lrs, sweep_loss, kind});
+
+    auto [m, r] = run(kind, lr, c.steps, kind);
+    Series st{kind + " (lr " + format_lr(lr) + ")", {}, {}, kind, Series::line}, ss = st;
+    for (const CurvePoint& p : r.curve) {
+      curve_csv += fmt::format("{},{},{},{},{:.6f},{:.6f},{:.6f}\n", kind, lr, p.step, p.tokens, p.seconds, p.train_loss,
+                               p.val_loss);
+      st.x.push_back(p.tokens), st.y.push_back(p.val_loss);
+      ss.x.push_back(p.seconds), ss.y.push_back(p.val_loss);
+    }
+    by_tokens.series.push_back(st);
+    by_seconds.series.push_back(ss);
+    save_model(*m, s.path(kind + ".safetensors"), {{"lr", fmt::format("{}", lr)}, {"steps", std::to_string(c.steps)}});
+    Generator sample_gen(c.seed + 2);
+    const auto ids = models::generate(*m, tok.encode(prompt), {.max_new_tokens = 300, .temperature = 0.8}, sample_gen);
+    samples += fmt::format("=== {} (lr {}) ===\n{}{}\n\n", kind, format_lr(lr), prompt, tok.decode(ids));
+    const double vl = r.curve.back().val_loss;
+    table.rows.push_back({kind, shape_of(*m), std::to_string(m->num_parameters()), sweep_cell, format_lr(lr),
+                          fmt::format("{:.3f}", vl), fmt::format("{:.3f}", vl / std::log(2.0)),
+                          examples::format_count(c.steps * tokens_per_step / r.seconds),
+                          fmt::format("{:.1f}", r.peak_bytes / 1048576.0), examples::format_duration(r.seconds)});
+    chosen_text += fmt::format("{}{} {}", chosen_text.empty() ? "" : ", ", kind, format_lr(lr));
+    final_text += fmt::format("{}{} {:.3f}", final_text.empty() ? "" : ", ", kind, vl);
+    if (best == 0 || best + 1 == c.lrs.size())
+      fmt::print("tuning: {}'s best learning rate {} is at the edge of the grid {}\n", kind, format_lr(lr),
+                 fmt::join(c.lrs, ", "));
+  }
+  examples::write_file(s.path("sweep.csv"), sweep_csv);
+  examples::write_file(s.path("tuning.csv"), curve_csv);
+  examples::write_file(s.path("samples.txt"), samples);
+  std::string why = plot(s.path("loss.png"), {sweep, by_tokens, by_seconds}, 1500, 480);
+  if (!why.empty()) fmt::print("tuning: no plot: {}\n", why);
+  fmt::print("\n{}\n{}", table.text(), samples);
+
+  std::string md = fmt::format(
+      "{} characters of {} per model ({} steps of {} x {}), the same batches for every model; validation loss on {} "
+      "fixed batches (nats per character; {:.2f} is a uniform guess). Each model trained with AdamW, warm-up + cosine "
+      "schedule, clip 1, at each learning rate of the sweep for {} steps; the best (*) was used for the full run.\n\n{}\n"
+      "![validation loss](loss.png)\n",
+      examples::format_count(static_cast<double>(c.steps * tokens_per_step)), text.source, c.steps, c.batch, c.block,
+      c.eval_batches, std::log(static_cast<double>(V)), c.sweep_steps, table.markdown());
+  return {fmt::format("chosen lr {}; final val loss {}", chosen_text, final_text), md};
+}
+
+}  // namespace tg::study

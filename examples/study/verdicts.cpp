@@ -1,0 +1,299 @@
+// Part 6, verdicts: each claim against what the other parts wrote (read back
+// from their CSV files, so a verdict can be re-derived by hand), one table,
+// printed and written to results.md with every part's section.
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "examples/common/progress.h"
+#include "examples/common/report.h"
+#include "examples/study/study.h"
+
+namespace tg::study {
+namespace {
+
+struct Verdict {
+  std::string measured, verdict;
+};
+
+// model -> (x, y) of the rows of csv whose `filter` column equals value (all rows if filter is empty).
+std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_model(
+    const Csv& csv, const std::string& x, const std::string& y, const std::string& filter = "",
+    const std::string& value = "") {
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> out;
+  for (size_t r = 0; r < csv.size(); ++r) {
+    if (!filter.empty() && csv.str(r, filter) != value) continue;
+    auto& [xs, ys] = out[csv.str(r, "model")];
+    xs.push_back(csv.num(r, x));
+    ys.push_back(csv.num(r, y));
+  }
+  return out;
+}
+
+// The recurrent models among those measured, in the configured order.
+std::vector<std::string> recurrent(const Config& c) {
+  std::vector<std::string> out;
+  for (const auto& m : c.models)
+    if (m != "gpt") out.push_back(m);
+  return out;
+}
+
+// Joins how GPT compares with each recurrent model into one verdict: every
+// comparison `better` -> "holds", none -> `otherwise`, a mix names who.
+std::string combine(const std::vector<std::string>& rec, const std::vector<bool>& better, const std::string& otherwise) {
+  std::vector<std::string> yes, no;
+  for (size_t i = 0; i < rec.size(); ++i) (better[i] ? yes : no).push_back(rec[i]);
+  if (no.empty()) return "holds";
+  if (yes.empty()) return otherwise;
+  return fmt::format("holds against the {}, not the {}", fmt::join(yes, " and "), fmt::join(no, " and "));
+}
+
+double mean_between(const std::vector<double>& v, size_t begin, size_t end) {
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += v[i];
+  return s / static_cast<double>(end - begin);
+}
+
+Verdict long_range(const Study& s) {
+  Verdict v;
+  const Csv recall(s.path("recall.csv")), context(s.path("context.csv"));
+  auto acc = by_model(recall, "k", "accuracy");
+  auto pos = by_model(context, "position", "val_loss");
+  const auto rec = recurrent(s.c);
+  // Recall: accuracy at the farthest distance tested.
+  auto far_acc = [&](const std::string& m) { return acc.at(m).second.back(); };
+  const double k_far = acc.at("gpt").first.back();
+  // Text: what context beyond T/16 characters is worth, loss at [T/16, T/8) minus loss at [T/2, T).
+  auto gain = [&](const std::string& m) {
+    const auto& l = pos.at(m).second;
+    const size_t T = l.size();
+    return mean_between(l, T / 16, std::max(T / 8, T / 16 + 1)) - mean_between(l, T / 2, T);
+  };
+  std::vector<bool> recalls_better, gains_more;
+  v.measured = fmt::format("recall accuracy at k = {:.0f}: gpt {:.2f}", k_far, far_acc("gpt"));
+  for (const auto& m : rec) {
+    v.measured += fmt::format(", {} {:.2f}", m, far_acc(m));
+    recalls_better.push_back(far_acc("gpt") > far_acc(m) + 0.1);
+  }
+  const size_t T = pos.at("gpt").second.size();
+  v.measured += fmt::format("; on text, loss gained from positions {}-{} to {}-{}: gpt {:.3f}", T / 16,
+                            std::max(T / 8, T / 16 + 1) - 1, T / 2, T - 1, gain("gpt"));
+  for (const auto& m : rec) {
+    v.measured += fmt::format(", {} {:.3f}", m, gain(m));
+    gains_more.push_back(gain("gpt") > gain(m) + 0.01);
+  }
+  v.measured += " nats/char";
+  const std::string a = combine(rec, recalls_better, "does not hold at this scale");
+  const std::string b = combine(rec, gains_more, "does not hold at this scale");
+  v.verdict = a == b ? a + " (recall and text agree)" : fmt::format("recall: {}; text: {}", a, b);
+  return v;
+}
+
+Verdict gradients(const Study& s) {
+  Verdict v;
+  const Csv csv(s.path("gradients.csv"));
+  const auto rec = recurrent(s.c);
+  // log10 of the mean over the last quarter of distances over the mean over k = 1..4 (as part 4's table).
+  auto decades = [&](const std::string& m, const std::string& state) {
+    auto g = by_model(csv, "k", "grad_norm", "state", state).at(m).second;
+    const size_t T = g.size();
+    return std::log10(mean_between(g, T - T / 4, T) / mean_between(g, 1, std::min<size_t>(5, T)));
+  };
+  auto explodes = [&](const std::string& m, const std::string& state) {
+    auto g = by_model(csv, "k", "grad_norm", "state", state).at(m).second;
+    const double near = mean_between(g, 1, std::min<size_t>(5, g.size()));
+    for (size_t k = 1; k < g.size(); ++k)
+      if (g[k] > 10 * near) return true;
+    return false;
+  };
+  std::vector<bool> keeps_better;
+  for (const std::string state : {"init", "trained"}) {
+    v.measured += fmt::format("{}decades lost from near to far inputs, {}: gpt {:.1f}", state == "init" ? "" : "; ",
+                              state == "init" ? "at init" : "trained", decades("gpt", state));
+    for (const auto& m : rec) v.measured += fmt::format(", {} {:.1f}", m, decades(m, state));
+  }
+  for (const auto& m : rec) keeps_better.push_back(decades("gpt", "trained") > decades(m, "trained") + 1);
+  std::vector<std::string> exploding;
+  for (const auto& m : s.c.models)
+    for (const std::string state : {"init", "trained"})
+      if (explodes(m, state)) exploding.push_back(m + " " + state);
+  v.verdict = combine(rec, keeps_better, "does not hold at this scale") + " for vanishing";
+  v.verdict += exploding.empty() ? "; no model's gradients grow with distance"
+                                 : fmt::format("; gradients grow with distance for {}", fmt::join(exploding, ", "));
+  if (decades("gpt", "trained") < -1) v.verdict += "; GPT's own gradients fall by more than 10x too";
+  return v;
+}
+
+Verdict training_steps(const Study& s) {
+  Verdict v;
+  const Csv csv(s.path("tuning.csv"));
+  auto curves = by_model(csv, "tokens", "val_loss");
+  auto seconds = by_model(csv, "seconds", "val_loss");
+  const auto rec = recurrent(s.c);
+  // The loss every model reached: the worst final loss.
+  double target = -INFINITY;
+  for (const auto& m : s.c.models) target = std::max(target, curves.at(m).second.back());
+  // Tokens (or seconds) at which the curve first reaches target, linear between evaluations.
+  auto reach = [&](const std::pair<std::vector<double>, std::vector<double>>& xy) {
+    const auto& [x, y] = xy;
+    for (size_t i = 0; i < y.size(); ++i)
+      if (y[i] <= target) {
+        if (i == 0) return x[0];
+        return x[i - 1] + (x[i] - x[i - 1]) * (y[i - 1] - target) / (y[i - 1] - y[i]);
+      }
+    return x.back();
+  };
+  v.measured = fmt::format("tokens to val loss {:.3f} (the worst final): gpt {}", target,
+                           examples::format_count(reach(curves.at("gpt"))));
+  std::vector<bool> fewer;
+  for (const auto& m : rec) {
+    v.measured += fmt::format(", {} {}", m, examples::format_count(reach(curves.at(m))));
+    fewer.push_back(reach(curves.at("gpt")) < 0.9 * reach(curves.at(m)));
+  }
+  v.measured += fmt::format("; seconds: gpt {:.0f}", reach(seconds.at("gpt")));
+  for (const auto& m : rec) v.measured += fmt::format(", {} {:.0f}", m, reach(seconds.at(m)));
+  v.measured += fmt::format("; final val loss: gpt {:.3f}", curves.at("gpt").second.back());
+  for (const auto& m : rec) v.measured += fmt::format(", {} {:.3f}", m, curves.at(m).second.back());
+  v.verdict = combine(rec, fewer, "does not hold at this scale");
+  return v;
+}
+
+Verdict parallelism(const Study& s) {
+  Verdict v;
+  const Csv steps(s.path("steps.csv")), tput(s.path("parallel.csv"));
+  auto depth = by_model(steps, "T", "sequential_steps");
+  const auto rec = recurrent(s.c);
+  const auto& g = depth.at("gpt");
+  const bool gpt_flat = g.second.front() == g.second.back();
+  v.measured = fmt::format("sequential steps at T = {:.0f} / {:.0f}: gpt {:.0f} / {:.0f}", g.first.front(),
+                           g.first.back(), g.second.front(), g.second.back());
+  std::vector<bool> grows;
+  for (const auto& m : rec) {
+    const auto& d = depth.at(m).second;
+    v.measured += fmt::format(", {} {:.0f} / {:.0f}", m, d.front(), d.back());
+    grows.push_back(d.back() > 2 * d.front());
+  }
+  // Speedup from 1 to 2 threads per model and regime.
+  std::map<std::string, std::map<std::string, std::map<std::string, double>>> rate;  // regime -> model -> threads
+  std::vector<std::string> regimes;
+  for (size_t r = 0; r < tput.size(); ++r) {
+    const std::string& regime = tput.str(r, "regime");
+    if (std::find(regimes.begin(), regimes.end(), regime) == regimes.end()) regimes.push_back(regime);
+    rate[regime][tput.str(r, "model")][tput.str(r, "threads")] = tput.num(r, "tokens_per_s");
+  }
+  std::vector<bool> scales_better;
+  for (const auto& regime : regimes) {
+    auto speedup = [&](const std::string& m) { return rate[regime][m]["2"] / rate[regime][m]["1"]; };
+    v.measured += fmt::format("; 2-thread speedup, {}: gpt x{:.2f}", regime, speedup("gpt"));
+    for (const auto& m : rec) {
+      v.measured += fmt::format(", {} x{:.2f}", m, speedup(m));
+      scales_better.push_back(speedup("gpt") > speedup(m) + 0.05);
+    }
+  }
+  const std::string structure = gpt_flat ? combine(rec, grows, "does not hold") : "does not hold (GPT's chain grows with T)";
+  std::vector<std::string> both_rec;
+  for (size_t i = 0; i < regimes.size(); ++i)
+    for (const auto& m : rec) both_rec.push_back(fmt::format("{} ({})", m, regimes[i]));
+  const std::string threads = combine(both_rec, scales_better, "does not show on 2 threads");
+  v.verdict = fmt::format("step count: {}; speedup at 2 threads: {}", structure, threads);
+  return v;
+}
+
+Verdict cost(const Study& s) {
+  Verdict v;
+  const Csv csv(s.path("cost.csv"));
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> measured, predicted;
+  for (size_t r = 0; r < csv.size(); ++r) {
+    const std::string m = csv.str(r, "model");
+    const double T = csv.num(r, "T");
+    measured[m].first.push_back(T), predicted[m].first.push_back(T);
+    measured[m].second.push_back(csv.num(r, "fwd_us_per_token") + csv.num(r, "bwd_us_per_token"));
+    predicted[m].second.push_back(csv.num(r, "pred_fwd_us_per_token") + csv.num(r, "pred_bwd_us_per_token"));
+  }
+  const auto rec = recurrent(s.c);
+  const auto& gx = measured.at("gpt").first;
+  const auto& gm = measured.at("gpt").second;
+  const auto& gp = predicted.at("gpt").second;
+  v.measured = fmt::format("us per token (fwd+bwd) at T = {:.0f} / {:.0f}: gpt {:.1f} / {:.1f} (FLOPs predict {:.1f})",
+                           gx.front(), gx.back(), gm.front(), gm.back(), gp.back());
+  std::vector<bool> cheaper_short;
+  std::string where;
+  for (const auto& m : rec) {
+    const auto& rm = measured.at(m).second;
+    v.measured += fmt::format(", {} {:.1f} / {:.1f}", m, rm.front(), rm.back());
+    cheaper_short.push_back(gm.front() < rm.front());
+    auto x = crossing(gx, gm, rm);
+    auto xp = crossing(gx, gp, predicted.at(m).second);
+    where += fmt::format("; GPT dearer than the {} {} (FLOPs: {})", m,
+                         x ? fmt::format("from T ≈ {:.0f}", *x) : gm.front() > rm.front() ? "at every T" : "at no T",
+                         xp ? fmt::format("from T ≈ {:.0f}", *xp)
+                            : gp.front() > predicted.at(m).second.front() ? "at every T" : "at no T");
+  }
+  v.measured += where;
+  v.verdict = combine(rec, cheaper_short, "does not hold at this scale: at matched parameters GPT costs more per token "
+                                          "even at the shortest T");
+  return v;
+}
+
+struct Claim {
+  std::string part;  // whose files it reads
+  Verdict (*judge)(const Study&);
+  std::string claim;
+};
+
+}  // namespace
+
+PartOutput run_verdicts(Study& s) {
+  const std::vector<Claim> claims = {
+      {"recall", long_range, "Attention uses dependencies far back in the context (long-range dependencies)"},
+      {"gradients", gradients, "Gradients neither vanish nor explode with distance"},
+      {"tuning", training_steps, "A transformer needs fewer training steps"},
+      {"parallel", parallelism, "Its work parallelises: the steps that must run in order do not grow with sequence length"},
+      {"cost", cost, "Self-attention costs O(n^2 d) per layer against a recurrence's O(n d^2): cheaper while n << d"}};
+  const bool has_gpt = std::find(s.c.models.begin(), s.c.models.end(), "gpt") != s.c.models.end();
+  examples::Table table{{"claim", "measured", "verdict"}, {}};
+  for (const Claim& cl : claims) {
+    Verdict v;
+    if (!has_gpt || recurrent(s.c).empty()) {
+      v.measured = "not measured";
+      v.verdict = "needs gpt and a recurrent model in --models";
+    } else {
+      try {
+        v = cl.judge(s);
+      } catch (const std::exception& e) {  // a part not run (or run with other models): say which
+        v.measured = fmt::format("not measured: {}", e.what());
+        v.verdict = fmt::format("run --part {}", cl.part);
+      }
+    }
+    table.rows.push_back({cl.claim, v.measured, v.verdict});
+  }
+
+  std::string times = "| part | time | load average (start → end) |\n|------|-----:|------|\n";
+  if (Csv::exists(s.path("times.csv"))) {
+    const Csv t(s.path("times.csv"));
+    for (size_t r = 0; r < t.size(); ++r)
+      times += fmt::format("| {} | {} | {} → {} |\n", t.str(r, "part"), examples::format_duration(t.num(r, "seconds")),
+                           t.str(r, "load_start"), t.str(r, "load_end"));
+  }
+  std::string md = "# Transformers against recurrent networks: what holds at this scale\n\n" + table.markdown() +
+                   "\n## Time per part\n\n" + times;
+  for (const std::string& part : part_names()) {
+    std::ifstream f(s.path(part + ".md"));
+    if (!f || part == "verdicts") continue;
+    std::stringstream body;
+    body << f.rdbuf();
+    md += "\n" + body.str();
+  }
+  examples::write_file(s.path("results.md"), md);
+  // On the terminal: one block per claim (the cells are too long for aligned columns).
+  for (const auto& row : table.rows) fmt::print("\n* {}\n  measured: {}\n  verdict:  {}\n", row[0], row[1], row[2]);
+  int holds = 0;
+  for (const auto& row : table.rows) holds += row[2] == "holds" || row[2].starts_with("holds (");
+  return {fmt::format("{} of {} claims hold outright; the table is in {}", holds, table.rows.size(), s.path("results.md")),
+          table.markdown()};
+}
+
+}  // namespace tg::study

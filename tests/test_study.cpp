@@ -1,0 +1,176 @@
+// The main job's study end to end at a tiny size (seconds): every part runs
+// and writes what it promises — CSV files with their columns and one row per
+// model and setting, numbers that obey what each part measures (FLOPs grow
+// with T for GPT only, a recurrence's sequential steps grow by exactly the
+// added length), the verdict table with a row per claim, and the plots. The
+// executable's path comes from meson (env STUDY).
+#define BOOST_TEST_MODULE study
+#include <boost/test/unit_test.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string exe() {
+  const char* p = std::getenv("STUDY");
+  BOOST_REQUIRE_MESSAGE(p && *p, "STUDY is not set (run the tests through meson)");
+  return p;
+}
+
+std::pair<int, std::string> run(const std::string& cmd) {
+  fs::path log = fs::temp_directory_path() / fmt::format("tg_study_{}_{}.log", ::getpid(), std::hash<std::string>{}(cmd));
+  int rc = std::system(fmt::format("{} >'{}' 2>&1", cmd, log.string()).c_str());
+  std::ifstream f(log);
+  std::stringstream s;
+  s << f.rdbuf();
+  fs::remove(log);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, s.str()};
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A CSV file as rows of column -> cell; the header must be exactly `columns`.
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p, const std::vector<std::string>& columns) {
+  std::istringstream in(read(p));
+  std::string line;
+  BOOST_REQUIRE_MESSAGE(std::getline(in, line), p << " is missing or empty");
+  std::vector<std::string> header;
+  std::stringstream hs(line);
+  for (std::string h; std::getline(hs, h, ',');) header.push_back(h);
+  BOOST_REQUIRE_MESSAGE(header == columns, p << ": header " << line);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    std::map<std::string, std::string> row;
+    std::stringstream ls(line);
+    size_t i = 0;
+    for (std::string cell; std::getline(ls, cell, ','); ++i) {
+      BOOST_REQUIRE_MESSAGE(i < columns.size(), p << ": too many cells in " << line);
+      row[columns[i]] = cell;
+    }
+    BOOST_REQUIRE_MESSAGE(i == columns.size(), p << ": too few cells in " << line);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+double num(const std::map<std::string, std::string>& row, const std::string& col) { return std::stod(row.at(col)); }
+
+const std::vector<std::string> kModels = {"rnn", "lstm", "gpt"};
+// Every part at a tiny size: 1-block GPT of width 16 on a 3 KB text.
+const std::string kTiny =
+    " --data tests/fixtures/tiny.txt --threads 1 --gpt-dim 16 --gpt-layers 1 --gpt-heads 2 --embed 8 --block 16"
+    " --batch 4 --steps 20 --sweep-steps 5 --lrs 3e-3,1e-2 --eval-every 10 --eval-batches 2 --warmup 2"
+    " --cost-lengths 8,16,32 --cost-batch 2 --cost-reps 1 --recall-length 12 --recall-steps 10 --recall-batch 8"
+    " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 1";
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
+  fs::path out = fs::temp_directory_path() / fmt::format("tg_test_study_{}", ::getpid());
+  fs::remove_all(out);
+  auto [rc, log] = run(exe() + kTiny + " --out " + out.string());
+  BOOST_REQUIRE_MESSAGE(rc == 0, log);
+  for (const char* part : {"tuning", "cost", "recall", "gradients", "parallel", "verdicts"})
+    BOOST_TEST(log.find(fmt::format("{}: done in", part)) != std::string::npos, part);
+
+  // Part 1: one sweep row per model and rate, one chosen per model; curves every 10 steps.
+  auto sweep = read_csv(out / "sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"});
+  BOOST_TEST(sweep.size() == 6u);
+  std::map<std::string, int> chosen;
+  for (auto& r : sweep) chosen[r["model"]] += std::stoi(r["chosen"]);
+  for (auto& m : kModels) BOOST_TEST(chosen[m] == 1, m);
+  auto curve = read_csv(out / "tuning.csv", {"model", "lr", "step", "tokens", "seconds", "train_loss", "val_loss"});
+  BOOST_TEST(curve.size() == 6u);
+  for (auto& r : curve) {
+    BOOST_TEST(num(r, "tokens") == num(r, "step") * 4 * 16);
+    BOOST_TEST(num(r, "seconds") > 0);
+    BOOST_TEST(std::isfinite(num(r, "val_loss")));
+  }
+  for (auto& m : kModels) BOOST_TEST(fs::file_size(out / (m + ".safetensors")) > 1000u, m);
+  BOOST_TEST(read(out / "samples.txt").find("=== gpt") != std::string::npos);
+
+  // Part 2: per model and T; GPT's FLOPs per token grow with T, a recurrence's do not;
+  // the prediction is anchored at the shortest T.
+  auto cost = read_csv(out / "cost.csv", {"model", "T", "batch", "fwd_us_per_token", "bwd_us_per_token",
+                                          "pred_fwd_us_per_token", "pred_bwd_us_per_token", "fwd_flops_per_token",
+                                          "bwd_flops_per_token", "fwd_mib", "step_mib"});
+  BOOST_REQUIRE(cost.size() == 9u);
+  for (size_t i = 0; i < cost.size(); i += 3) {
+    const std::string m = cost[i]["model"];
+    BOOST_TEST(cost[i]["T"] == "8");
+    BOOST_TEST(num(cost[i], "pred_fwd_us_per_token") == num(cost[i], "fwd_us_per_token"),
+               boost::test_tools::tolerance(1e-3));
+    for (size_t j = i; j < i + 3; ++j) BOOST_TEST(num(cost[j], "fwd_us_per_token") > 0);
+    if (m == "gpt") BOOST_TEST(num(cost[i + 2], "fwd_flops_per_token") > num(cost[i], "fwd_flops_per_token"));
+    else BOOST_TEST(num(cost[i + 2], "fwd_flops_per_token") == num(cost[i], "fwd_flops_per_token"));
+    BOOST_TEST(num(cost[i + 2], "step_mib") > num(cost[i], "step_mib"), m);  // 4x the tokens
+  }
+
+  // Part 3: distances 1, 2, 4, 8, 9 (3L/4), 11 (L-1) per model; loss at each of the 16 positions.
+  auto recall = read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests"});
+  BOOST_TEST(recall.size() == 18u);
+  std::set<std::string> ks;
+  for (auto& r : recall) {
+    ks.insert(r["k"]);
+    BOOST_TEST((num(r, "accuracy") >= 0 && num(r, "accuracy") <= 1));
+  }
+  BOOST_TEST((ks == std::set<std::string>{"1", "2", "4", "8", "9", "11"}));
+  auto context = read_csv(out / "context.csv", {"model", "position", "val_loss"});
+  BOOST_TEST(context.size() == 48u);
+
+  // Part 4: every distance 0..15, at init and trained; norms finite and positive.
+  auto grads = read_csv(out / "gradients.csv", {"model", "state", "k", "grad_norm"});
+  BOOST_TEST(grads.size() == 96u);
+  for (auto& r : grads) BOOST_TEST((num(r, "grad_norm") > 0 && std::isfinite(num(r, "grad_norm"))));
+
+  // Part 5: GPT's chain is the same at every T; a recurrence's grows by the added steps.
+  auto steps = read_csv(out / "steps.csv", {"model", "T", "sequential_steps", "graph_nodes"});
+  BOOST_REQUIRE(steps.size() == 9u);
+  for (size_t i = 0; i < steps.size(); i += 3) {
+    const double grow = num(steps[i + 2], "sequential_steps") - num(steps[i], "sequential_steps");
+    BOOST_TEST(grow == (steps[i]["model"] == "gpt" ? 0.0 : 24.0), steps[i]["model"]);
+  }
+  auto tput = read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s"});
+  BOOST_TEST(tput.size() == 12u);
+  for (auto& r : tput) BOOST_TEST(num(r, "tokens_per_s") > 0);
+
+  // Part 6: a verdict per claim, none missing its measurements.
+  const std::string results = read(out / "results.md");
+  BOOST_TEST(results.find("| claim") != std::string::npos);
+  for (const char* claim : {"long-range dependencies", "neither vanish nor explode", "fewer training steps",
+                            "do not grow with sequence length", "O(n^2 d)"})
+    BOOST_TEST(results.find(claim) != std::string::npos, claim);
+  BOOST_TEST(results.find("not measured") == std::string::npos, results);
+  BOOST_TEST(results.find("## 5. Parallelism") != std::string::npos);
+  BOOST_TEST(read_csv(out / "times.csv", {"part", "seconds", "load_start", "load_end"}).size() == 5u);
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0)
+    for (const char* png : {"loss.png", "cost.png", "recall.png", "context.png", "gradients.png", "parallel.png"})
+      BOOST_TEST(fs::file_size(out / png) > 1000u, png);
+
+  // A part that builds on part 1 says so when part 1's files are missing.
+  fs::path empty = out / "empty";
+  auto [rc2, log2] = run(exe() + kTiny + " --part gradients --out " + empty.string());
+  BOOST_TEST(rc2 == 1);
+  BOOST_TEST(log2.find("run --part tuning first") != std::string::npos, log2);
+  fs::remove_all(out);
+}

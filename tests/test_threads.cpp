@@ -1,0 +1,119 @@
+// Work on several threads at once against the same work on one: attention
+// split over the pool, and two models trained in two threads of one process,
+// bit for bit. scripts/test.sh --tsan runs these under ThreadSanitizer.
+#define BOOST_TEST_MODULE threads
+#include <boost/test/unit_test.hpp>
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "models/gpt.h"
+#include "models/rnn_lm.h"
+#include "nn/nn.h"
+
+using namespace tg;
+using namespace tg::models;
+
+namespace {
+
+struct Threads {
+  int saved = num_threads();
+  ~Threads() { set_num_threads(saved); }
+};
+
+// Every parameter's values, in registration order.
+std::vector<std::vector<float>> values(const nn::Module& m) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+// Builds a model from seed (the generator is the calling thread's) and takes
+// `steps` AdamW steps on a repeating sequence, inputs and targets (B,T) = (8,16).
+std::vector<std::vector<float>> train(const std::function<std::unique_ptr<LanguageModel>()>& make, uint64_t seed,
+                                      int steps) {
+  std::vector<int64_t> seq;
+  for (int i = 0; i < 8 * 16 + 1; ++i) seq.push_back(i * 7 % 11);
+  Tensor x = from_vector(std::vector<int64_t>(seq.begin(), seq.end() - 1), {8, 16});
+  Tensor y = from_vector(std::vector<int64_t>(seq.begin() + 1, seq.end()), {8, 16});
+  manual_seed(seed);
+  std::unique_ptr<LanguageModel> m = make();
+  nn::AdamW opt(m->parameters(), {.lr = 1e-2});
+  for (int s = 0; s < steps; ++s) {
+    m->loss(x, y).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  return values(*m);
+}
+
+}  // namespace
+
+// A GPT (attention, layer norm, embeddings) and an LSTM language model, each
+// trained in its own thread while the other trains, end with the weights of
+// training them one after the other. Both threads call the kernels' pool:
+// whichever finds it busy runs its chunks inline, which must not change a bit.
+BOOST_AUTO_TEST_CASE(two_models_trained_in_two_threads_match_training_one_after_the_other) {
+  Threads restore;
+  set_num_threads(2);
+  auto gpt = [] {
+    return std::make_unique<GPT>(GPTOptions{.vocab = 11, .block = 16, .layers = 1, .heads = 4, .dim = 32});
+  };
+  auto lstm = [] {
+    return std::make_unique<RNNLM>(RNNLMOptions{.vocab = 11, .embed = 16, .hidden = 64, .cell = CellKind::lstm});
+  };
+  const int steps = 8;
+  const auto gpt_alone = train(gpt, 1, steps), lstm_alone = train(lstm, 2, steps);
+
+  std::vector<std::vector<float>> gpt_beside, lstm_beside;
+  std::exception_ptr errors[2];
+  std::thread a([&] {
+    try {
+      gpt_beside = train(gpt, 1, steps);
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  });
+  std::thread b([&] {
+    try {
+      lstm_beside = train(lstm, 2, steps);
+    } catch (...) {
+      errors[1] = std::current_exception();
+    }
+  });
+  a.join();
+  b.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  BOOST_TEST(gpt_beside.size() == gpt_alone.size());
+  BOOST_TEST((gpt_beside == gpt_alone), "GPT trained beside the LSTM differs from GPT trained alone");
+  BOOST_TEST((lstm_beside == lstm_alone), "LSTM trained beside GPT differs from the LSTM trained alone");
+  // Training moved the weights: the comparison is not between two initialisations.
+  manual_seed(1);
+  BOOST_TEST((values(*gpt()) != gpt_alone));
+}
+
+// Attention's heads (B*H = 8 of (T,D) = (32,16), above the grain of 2) split
+// over 1, 2 and 3 threads: the same output and gradients, bit for bit.
+BOOST_AUTO_TEST_CASE(attention_split_over_the_pool_matches_one_thread) {
+  Threads restore;
+  Generator gen(5);
+  Tensor q = randn({2, 4, 32, 16}, DType::f32, &gen).requires_grad_();
+  Tensor k = randn({2, 4, 32, 16}, DType::f32, &gen).requires_grad_();
+  Tensor v = randn({2, 4, 32, 16}, DType::f32, &gen).requires_grad_();
+  Tensor w = randn({2, 4, 32, 16}, DType::f32, &gen);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    for (const Tensor* t : {&q, &k, &v}) t->zero_grad();
+    Tensor out = scaled_dot_product_attention(q, k, v, /*causal=*/true);
+    sum(mul(out, w)).backward();
+    return std::vector<std::vector<float>>{out.to_vector<float>(), q.grad().to_vector<float>(),
+                                           k.grad().to_vector<float>(), v.grad().to_vector<float>()};
+  };
+  const auto one = run(1);
+  for (int threads : {2, 3}) BOOST_TEST((run(threads) == one), "attention at " << threads << " threads");
+}
