@@ -47,6 +47,27 @@ std::string describe_char(char32_t cp) {
   return fmt::format("'{}' (U+{:04X})", utf8(cp), static_cast<uint32_t>(cp));
 }
 
+// The deepest nesting of arrays and objects in JSON text (brackets inside
+// strings do not count); for text that is not JSON, an estimate.
+int json_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 void check_utf8(std::string_view text, const char* who) {
   if (int64_t bad = find_invalid_utf8(text); bad >= 0)
     throw DataError(fmt::format("{}: invalid UTF-8 at byte offset {} (byte 0x{:02X})", who, bad,
@@ -57,17 +78,15 @@ void check_utf8(std::string_view text, const char* who) {
 
 nlohmann::json read_json_file(const std::string& path, std::string_view who) {
   const std::string bytes = read_file_bytes(path, who);
-  // The tokenizer files nest 3 levels deep at most; deeper nesting is refused
-  // while parsing, before it costs memory.
+  // The tokenizer files nest 3 levels deep at most. Deeper nesting is refused
+  // before parsing: it would cost memory, and printing a deep value in an
+  // error message recurses once per level.
   constexpr int kMaxDepth = 3;
-  nlohmann::json::parser_callback_t limit_depth = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-    if (depth > kMaxDepth)
-      throw DataError(fmt::format("{}: {}: JSON nested deeper than the {} levels of a tokenizer file", who, path,
-                                  kMaxDepth));
-    return true;
-  };
+  if (json_depth(bytes) > kMaxDepth)
+    throw DataError(fmt::format("{}: {}: JSON nested deeper than the {} levels of a tokenizer file", who, path,
+                                kMaxDepth));
   try {
-    return nlohmann::json::parse(bytes, limit_depth);
+    return nlohmann::json::parse(bytes);
   } catch (const nlohmann::json::parse_error& e) {
     throw DataError(fmt::format("{}: {}: not valid JSON at byte offset {}", who, path, e.byte));
   } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond the double range (1e400)

@@ -14,8 +14,8 @@ Environment::Environment(int&, char**&) {
   // Under mpirun each process would train alone and all would write the same files.
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
     if (std::getenv(var))
-      throw DistError("dist::Environment: started by mpirun, but this build has no MPI "
-                      "(install libopenmpi-dev and rebuild; meson option mpi)");
+      abort("dist::Environment: started by mpirun, but this build has no MPI "
+            "(install libopenmpi-dev and rebuild; meson option mpi)");
 }
 Environment::~Environment() = default;
 

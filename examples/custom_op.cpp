@@ -19,8 +19,9 @@ namespace {
 // What forward saves, in the order it saves it: backward reads the slots by name.
 enum SwishSaved : size_t { kX };
 
-// 1. d/dx [x s(x)] = s + x s (1 - s), with s = sigmoid(x). Backward runs in
-// no-grad mode, so library ops can be used freely here.
+// 1. d/dx [x s(x)] = s + x s (1 - s), with s = sigmoid(x). Written with
+// library ops, the backward is itself differentiable: under create_graph
+// (second derivatives, Hessian-vector products) these ops are recorded.
 void swish_backward(const tg::Node& node, const tg::Tensor& grad_out, std::span<tg::Tensor> grad_in) {
   if (!node.needs(0)) return;
   const tg::Tensor x = node.saved_tensor(kX);  // throws if x was modified in place since
@@ -51,14 +52,19 @@ int main() {
   tg::Tensor x = tg::randn({4, 5}, tg::DType::f64, &gen);
   x.requires_grad_();
 
-  tg::GradcheckReport report = tg::gradcheck([](const std::vector<tg::Tensor>& in) { return swish(in[0]); }, {x});
+  auto fn = [](const std::vector<tg::Tensor>& in) { return swish(in[0]); };
+  tg::GradcheckReport report = tg::gradcheck(fn, {x});
   fmt::print("gradcheck of swish on {}:\n{}", x.shape(), report.str());
+  // Second derivatives come free with a backward written in ops.
+  tg::GradcheckReport twice = tg::gradgradcheck(fn, {x});
+  fmt::print("gradgradcheck of swish:\n{}", twice.str());
 
   // The op works like any other: compose it, call backward, read .grad.
   tg::Tensor loss = tg::sum(swish(x * 2.0));
   loss.backward();
   fmt::print("loss = {:.6f}, |grad| sum = {:.6f}\n", loss.item<double>(), tg::sum(tg::abs(x.grad())).item<double>());
 
-  fmt::print("{}\n", report.passed ? "swish: gradcheck passed" : "swish: gradcheck FAILED");
-  return report.passed ? 0 : 1;
+  const bool ok = report.passed && twice.passed;
+  fmt::print("{}\n", ok ? "swish: gradcheck and gradgradcheck passed" : "swish: gradcheck FAILED");
+  return ok ? 0 : 1;
 }

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", c.warmup, "Part 1: warm-up steps of the full run (the sweep's scaled down)");
   app.add_option("--cost-lengths", c.cost_lengths, "Part 2, 5: context lengths timed")->delimiter(',')
       ->check(CLI::PositiveNumber);
-  app.add_option("--cost-batch", c.cost_batch, "Part 2: sequences per timed batch")->check(CLI::PositiveNumber);
+  app.add_option("--cost-tokens", c.cost_tokens, "Part 2: tokens per timed batch (sequences: this / T)")->check(CLI::PositiveNumber);
   app.add_option("--cost-reps", c.cost_reps, "Part 2: timed repetitions (median)")->check(CLI::PositiveNumber);
   app.add_option("--recall-length", c.recall_length, "Part 3: recall sequence length (distances 1 .. length-1)")
       ->check(CLI::Range(3, 100000));
@@ -110,10 +110,10 @@ int main(int argc, char** argv) {
     set("--block", c.block, int64_t{64});
     set("--batch", c.batch, int64_t{16});
     set("--cost-lengths", c.cost_lengths, std::vector<int64_t>{32, 64, 128, 256});
-    set("--cost-batch", c.cost_batch, int64_t{4});
+    set("--cost-tokens", c.cost_tokens, int64_t{2048});
     set("--cost-reps", c.cost_reps, int64_t{1});
     set("--recall-length", c.recall_length, int64_t{32});
-    set("--recall-steps", c.recall_steps, int64_t{150});
+    set("--recall-steps", c.recall_steps, int64_t{100});
     set("--recall-tests", c.recall_tests, int64_t{100});
     set("--context-batches", c.context_batches, int64_t{10});
     set("--grad-batch", c.grad_batch, int64_t{8});

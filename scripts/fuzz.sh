@@ -5,10 +5,11 @@
 #   scripts/fuzz.sh --jobs 2             two targets at a time (one core each)
 #   scripts/fuzz.sh tokenizer text       only these targets
 #   scripts/fuzz.sh -- -runs=10000000    more libFuzzer flags, for every target
+#   --rss-mb 2048 --malloc-mb 64 --timeout 10   the limits (defaults shown)
 # Builds build-fuzz/ first (scripts/setup.sh --fuzz: clang, libFuzzer). Each
 # target starts from its seeds (fuzz/corpus/<target>/), the reproducers of
-# earlier findings (fuzz/findings/<target>/, replayed first: regression tests)
-# and what earlier runs here added (build-fuzz/corpus/<target>/). Prints per
+# earlier findings (fuzz/findings/<target>/, all run at the start: regression
+# tests) and what earlier runs here added (build-fuzz/corpus/<target>/). Prints per
 # target: executions, coverage (libFuzzer's cov and ft at the end), corpus size
 # and findings. A finding -- crash, sanitizer report, typed-error rule broken,
 # single allocation above --malloc-mb, RSS above --rss-mb, an input slower than

@@ -10,7 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(g++ meson ninja-build pkg-config libopenblas-dev libfmt-dev libboost-test-dev
-          libbenchmark-dev nlohmann-json3-dev libcli11-dev gnuplot-nox libopenmpi-dev openmpi-bin)
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev gnuplot-nox libopenmpi-dev openmpi-bin
+          cmake doxygen)
+# cmake and doxygen: the tests build examples/standalone with CMake too, and
+# check the API reference (`ninja -C build docs`).
 # libFuzzer and clang's sanitizer runtimes come with libclang-rt-14-dev (only
 # recommended by clang, so named here).
 [[ "${1:-}" == "--fuzz" ]] && PACKAGES+=(clang libclang-rt-14-dev)

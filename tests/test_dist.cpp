@@ -72,9 +72,9 @@ std::shared_ptr<models::LanguageModel> train(const Run& r, int64_t steps, const 
   model->to(r.dtype);
   std::unique_ptr<nn::Optimizer> opt;
   if (r.kind == "gpt")
-    opt = std::make_unique<nn::AdamW>(nn::weight_decay_groups(*model, 0.01), nn::AdamWOptions{.lr = 1e-2});
+    opt = std::make_unique<nn::AdamW>(nn::weight_decay_groups(*model, 0.01), nn::AdamWOptions{.lr = 3e-3});
   else
-    opt = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions{.lr = 1e-2});
+    opt = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions{.lr = 3e-3});
   // Small buckets: several per model, so ordering and overlap are exercised.
   dist::DistributedDataParallel ddp(*model, {.bucket_bytes = 4096, .overlap = r.overlap});
   for (int64_t s = 0; s < steps; ++s) {
@@ -162,12 +162,20 @@ void worker(const std::string& mode, const std::string& dir) {
 std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 
 // mpirun for 2 ranks on this machine (however many cores it has), as root
-// too (CI), without pinning (the ranks share the cores with everything else),
+// too (CI), without pinning (the ranks share the cores with everything else)
 // and with shared-memory copies that need no ptrace permission (containers).
+// In the sanitized build the ranks check addresses and undefined behaviour
+// but not leaks: OpenMPI 4.1 keeps what MPI_Init allocates past
+// MPI_Finalize, in components it has unloaded by then, so LeakSanitizer can
+// neither tell those leaks apart nor be told to ignore them.
 std::string mpirun(int ranks = 2) {
   const char* path = std::getenv("MPIRUN");  // meson's find_program
-  return fmt::format("{} -np {} --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none{}",
-                     path && *path ? path : "mpirun", ranks, ::geteuid() == 0 ? " --allow-run-as-root" : "");
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  return fmt::format(
+      "ASAN_OPTIONS={}detect_leaks=0 {} -np {} --oversubscribe --bind-to none "
+      "--mca btl_vader_single_copy_mechanism none{}",
+      asan && *asan ? std::string(asan) + ":" : "", path && *path ? path : "mpirun", ranks,
+      ::geteuid() == 0 ? " --allow-run-as-root" : "");
 }
 
 struct Outcome {
@@ -219,19 +227,14 @@ BOOST_AUTO_TEST_CASE(two_ranks_with_half_batches_take_the_steps_of_one_with_the_
   BOOST_REQUIRE_MESSAGE(o.status == 0, o.output);
   for (const Run& r : kRuns) {
     auto want = weights_and_grads(*train(r, kSteps));  // this process is a world of one: the whole batch
-    // Summation order differs (two half-batch sums, then their mean), nothing
-    // else. The last gradients, small differences of large sums, get 100x
-    // the weights' tolerance: a sum taken for the mean would be off by 1.
-    const double tol = r.dtype == DType::f64 ? 1e-12 : 1e-5;
-    testing::Parity weights{tol}, grads{100 * tol};
+    // Summation order differs (two half-batch sums, then their mean), nothing else.
+    testing::Parity parity{r.dtype == DType::f64 ? 1e-12 : 1e-5};
     for (int rank = 0; rank < 2; ++rank) {
       nn::TensorFile got = nn::load_tensors(fmt::format("{}/{}.rank{}.safetensors", dir.path.string(), r.file(), rank));
       BOOST_REQUIRE_EQUAL(got.tensors.size(), want.size());
-      for (auto& [name, t] : want)
-        (name.ends_with(".grad") ? grads : weights).check(fmt::format("{} rank {} {}", r.file(), rank, name), got.at(name), t);
+      for (auto& [name, t] : want) parity.check(fmt::format("{} rank {} {}", r.file(), rank, name), got.at(name), t);
     }
-    BOOST_TEST_MESSAGE(r.file() << ": worst relative difference " << weights.worst << " (weights), " << grads.worst
-                                << " (last gradients)");
+    BOOST_TEST_MESSAGE(r.file() << ": worst relative difference " << parity.worst);
     // The runs really moved the weights (a comparison of untrained models would prove nothing).
     manual_seed(100);  // rank 0's start, which train() began from
     auto start = make_model(r.kind);

@@ -1,49 +1,49 @@
 #!/usr/bin/env bash
 # Builds and runs examples/standalone, a project outside tapegrad's tree, the
-# ways a user would (the commands are those of the README's "Use tapegrad in
-# your project"):
-#   tests/test_standalone.sh installed BUILDDIR   install BUILDDIR into a
-#       temporary DESTDIR, check the installed tree, then build the project
+# ways a user's project would; the commands are those of the README's "Use
+# tapegrad in your project", run in a temporary directory.
+#   tests/test_standalone.sh installed BUILDDIR   installs BUILDDIR into a
+#       temporary DESTDIR, checks the installed tree, then builds the project
 #       with meson + pkg-config (shared and static) and with CMake
-#   tests/test_standalone.sh subproject           build the project with this
+#   tests/test_standalone.sh subproject           builds the project with this
 #       source tree as its meson subproject
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
-mode=$1
+mode=${1:-}
+build=$( [[ -n ${2:-} ]] && cd "$2" && pwd || true)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "test_standalone: $*" >&2; exit 1; }
-
-# Echoes and runs a command; its output is shown when it fails. (The program
-# itself runs with `show`: it trains, gradchecks, and exits 0 only if both
-# went as they should.)
+# Echoes and runs a command, showing its output only when it fails.
 run() {
   echo "+ $*"
   "$@" > "$work/log" 2>&1 || { cat "$work/log" >&2; fail "failed: $*"; }
 }
+# The program itself: it trains, gradchecks, and exits 0 only if both went
+# as they should.
 show() { echo "+ $*"; "$@"; }
 
+cd "$work"
+ln -s "$src/examples" examples
+
 if [[ $mode == subproject ]]; then
-  cp -r "$src/examples/standalone" "$work/app"
-  mkdir "$work/app/subprojects"
-  ln -s "$src" "$work/app/subprojects/tapegrad"
-  cd "$work"
-  # -O1 keeps the library's compile short; the project builds it from scratch.
-  run meson setup build-app app --force-fallback-for=tapegrad -Doptimization=1
+  TAPEGRAD=$src
+  run cp -r examples/standalone app
+  run mkdir app/subprojects
+  run ln -s "$TAPEGRAD" app/subprojects/tapegrad
+  run meson setup build-app app --force-fallback-for=tapegrad -Doptimization=0
   run ninja -C build-app
   show build-app/standalone
   exit 0
 fi
 
-[[ $mode == installed ]] || fail "mode must be 'installed' or 'subproject', not '$mode'"
-build=$(cd "$2" && pwd)
+[[ $mode == installed && -n $build ]] || fail "usage: test_standalone.sh installed BUILDDIR | subproject"
 read -r prefix libdir < <(meson introspect "$build" --buildoptions | python3 -c '
 import json, sys
 o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
 print(o["prefix"], o["libdir"])')
 
 DEST=$work/stage
-cd "$work"
 run meson install -C "$build" --no-rebuild --quiet --destdir "$DEST"
 PREFIX=$DEST$prefix
 echo "installed tree:"
@@ -56,26 +56,26 @@ if grep -rlE '#include <(nlohmann|CLI|cblas)' "$PREFIX/include"; then fail "an i
 [[ $(head -c 8 "$PREFIX/$libdir/libtapegrad.a") == '!<arch>' ]] || fail "libtapegrad.a is not a real archive"
 soname=$(objdump -p "$PREFIX/$libdir/libtapegrad.so" | awk '$1 == "SONAME" {print $2}')
 [[ $soname == libtapegrad.so.* && -e $PREFIX/$libdir/$soname ]] || fail "no soname, or no file named by it: '$soname'"
-# Every installed header is reached from the umbrella header, and compiles.
+# Every installed header is reached from the umbrella header, which compiles.
 echo '#include <tapegrad/tapegrad.h>' > umbrella.cpp
 g++ -std=c++20 -fsyntax-only -MM -MF umbrella.d -I"$PREFIX/include" umbrella.cpp
 reached=$(tr ' \\' '\n\n' < umbrella.d | grep "^$PREFIX/include/" | xargs -n1 realpath -m | sort -u)
 installed=$(find "$PREFIX/include" -name '*.h' | xargs -n1 realpath -m | sort -u)
-[[ $reached == "$installed" ]] || fail "installed headers not reached from <tapegrad/tapegrad.h>: $(comm -13 <(echo "$reached") <(echo "$installed"))"
+[[ $reached == "$installed" ]] ||
+  fail "installed headers not reached from <tapegrad/tapegrad.h>: $(comm -13 <(echo "$reached") <(echo "$installed"))"
 
-# meson + pkg-config, against the shared library, then the static one.
+# meson + pkg-config, against the shared library, then the static one
 export PKG_CONFIG_PATH=$PREFIX/$libdir/pkgconfig
-run meson setup build-app "$src/examples/standalone" --wrap-mode=nofallback
+run meson setup build-app examples/standalone --wrap-mode=nofallback
 run ninja -C build-app
 ldd build-app/standalone | grep -q "libtapegrad.so.*$PREFIX" || fail "build-app/standalone does not load the installed libtapegrad.so"
 show build-app/standalone
-run meson setup build-app-static "$src/examples/standalone" --wrap-mode=nofallback -Dprefer_static=true
+run meson setup build-app-static examples/standalone --wrap-mode=nofallback -Dprefer_static=true
 run ninja -C build-app-static
 if ldd build-app-static/standalone | grep -q libtapegrad; then fail "build-app-static/standalone loads libtapegrad.so"; fi
 show build-app-static/standalone
-
-# CMake: find_package(tapegrad CONFIG REQUIRED), target tapegrad::tapegrad.
+# CMake
 unset PKG_CONFIG_PATH
-run cmake -S "$src/examples/standalone" -B build-app-cmake -DCMAKE_PREFIX_PATH="$PREFIX"
+run cmake -S examples/standalone -B build-app-cmake -DCMAKE_PREFIX_PATH="$PREFIX"
 run cmake --build build-app-cmake
 show build-app-cmake/standalone

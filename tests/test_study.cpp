@@ -80,7 +80,7 @@ const std::vector<std::string> kModels = {"rnn", "lstm", "gpt"};
 const std::string kTiny =
     " --data tests/fixtures/tiny.txt --threads 1 --gpt-dim 16 --gpt-layers 1 --gpt-heads 2 --embed 8 --block 16"
     " --batch 4 --steps 20 --sweep-steps 5 --lrs 3e-3,1e-2 --eval-every 10 --eval-batches 2 --warmup 2"
-    " --cost-lengths 8,16,32 --cost-batch 2 --cost-reps 1 --recall-length 12 --recall-steps 10 --recall-batch 8"
+    " --cost-lengths 8,16,32 --cost-tokens 64 --cost-reps 1 --recall-length 12 --recall-steps 10 --recall-batch 8"
     " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 1";
 
 }  // namespace
@@ -109,24 +109,33 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   for (auto& m : kModels) BOOST_TEST(fs::file_size(out / (m + ".safetensors")) > 1000u, m);
   BOOST_TEST(read(out / "samples.txt").find("=== gpt") != std::string::npos);
 
-  // Part 2: per model and T; GPT's FLOPs per token grow with T, a recurrence's do not;
-  // the prediction is anchored at the shortest T.
+  // Part 2: per model and T, batches of 64 tokens; GPT's FLOPs per token grow with T, a
+  // recurrence's do not; the prediction is anchored at the shortest T.
   auto cost = read_csv(out / "cost.csv", {"model", "T", "batch", "fwd_us_per_token", "bwd_us_per_token",
                                           "pred_fwd_us_per_token", "pred_bwd_us_per_token", "fwd_flops_per_token",
-                                          "bwd_flops_per_token", "fwd_mib", "step_mib"});
+                                          "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib", "step_mib"});
   BOOST_REQUIRE(cost.size() == 9u);
   for (size_t i = 0; i < cost.size(); i += 3) {
     const std::string m = cost[i]["model"];
     BOOST_TEST(cost[i]["T"] == "8");
     BOOST_TEST(num(cost[i], "pred_fwd_us_per_token") == num(cost[i], "fwd_us_per_token"),
                boost::test_tools::tolerance(1e-3));
-    for (size_t j = i; j < i + 3; ++j) BOOST_TEST(num(cost[j], "fwd_us_per_token") > 0);
-    if (m == "gpt") BOOST_TEST(num(cost[i + 2], "fwd_flops_per_token") > num(cost[i], "fwd_flops_per_token"));
-    else BOOST_TEST(num(cost[i + 2], "fwd_flops_per_token") == num(cost[i], "fwd_flops_per_token"));
-    BOOST_TEST(num(cost[i + 2], "step_mib") > num(cost[i], "step_mib"), m);  // 4x the tokens
+    for (size_t j = i; j < i + 3; ++j) {
+      BOOST_TEST(num(cost[j], "fwd_us_per_token") > 0);
+      BOOST_TEST(num(cost[j], "batch") * num(cost[j], "T") == 64.0);  // a fixed token budget per batch
+      BOOST_TEST(num(cost[j], "step_mib") > 0);
+    }
+    if (m == "gpt") {
+      BOOST_TEST(num(cost[i + 2], "fwd_flops_per_token") > num(cost[i], "fwd_flops_per_token"));
+      BOOST_TEST(num(cost[i + 2], "attention_flops_per_token") == 4 * num(cost[i], "attention_flops_per_token"));
+    } else {
+      BOOST_TEST(num(cost[i + 2], "fwd_flops_per_token") == num(cost[i], "fwd_flops_per_token"));
+      BOOST_TEST(num(cost[i], "attention_flops_per_token") == 0.0);
+    }
   }
 
-  // Part 3: distances 1, 2, 4, 8, 9 (3L/4), 11 (L-1) per model; loss at each of the 16 positions.
+  // Part 3: distances 1, 2, 4, 8, 9 (3L/4), 11 (L-1) per model; its own learning-rate sweep;
+  // loss at each of the 16 positions.
   auto recall = read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests"});
   BOOST_TEST(recall.size() == 18u);
   std::set<std::string> ks;
@@ -135,6 +144,11 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST((num(r, "accuracy") >= 0 && num(r, "accuracy") <= 1));
   }
   BOOST_TEST((ks == std::set<std::string>{"1", "2", "4", "8", "9", "11"}));
+  auto recall_sweep = read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"});
+  BOOST_TEST(recall_sweep.size() == 6u);
+  std::map<std::string, int> recall_chosen;
+  for (auto& r : recall_sweep) recall_chosen[r["model"]] += std::stoi(r["chosen"]);
+  for (auto& m : kModels) BOOST_TEST(recall_chosen[m] == 1, m);
   auto context = read_csv(out / "context.csv", {"model", "position", "val_loss"});
   BOOST_TEST(context.size() == 48u);
 

@@ -30,23 +30,24 @@ namespace {
 
 struct Flops {
   double fwd = 0, bwd = 0;  // per token
+  double attention = 0;     // of fwd + bwd, attention's n^2 d terms (q k^T, P v and their backward)
 };
 
 Flops flops_per_token(const models::LanguageModel& m, int64_t T) {
   if (auto* g = dynamic_cast<const models::GPT*>(&m)) {
     const double C = static_cast<double>(g->options.dim), L = static_cast<double>(g->options.layers);
     const double V = static_cast<double>(g->options.vocab), n = static_cast<double>(T);
-    return {L * (24 * C * C + 4 * n * C) + 2 * C * V, L * (48 * C * C + 10 * n * C) + 4 * C * V};
+    return {L * (24 * C * C + 4 * n * C) + 2 * C * V, L * (48 * C * C + 10 * n * C) + 4 * C * V, L * 14 * n * C};
   }
   const auto& o = dynamic_cast<const models::RNNLM&>(m).options;
   const double G = o.cell == models::CellKind::lstm ? 4 : o.cell == models::CellKind::gru ? 3 : 1;
   const double H = static_cast<double>(o.hidden), E = static_cast<double>(o.embed), V = static_cast<double>(o.vocab);
   const double fwd = 2 * G * H * (E + H) + 2 * H * V;
-  return {fwd, 2 * fwd};
+  return {fwd, 2 * fwd, 0};
 }
 
 struct Measurement {
-  int64_t T = 0;
+  int64_t B = 0, T = 0;
   double fwd_us = 0, bwd_us = 0, fwd_mib = 0, step_mib = 0;  // per token; tensor memory above what was in use before
   Flops flops;
 };
@@ -57,7 +58,7 @@ Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps
   for (auto& i : ids) i = gen.randint(0, kCharVocab);
   for (auto& i : targets) i = gen.randint(0, kCharVocab);
   const Tensor x = from_vector(ids, {B, T}), y = from_vector(targets, {B, T});
-  Measurement r{.T = T, .flops = flops_per_token(m, T)};
+  Measurement r{.B = B, .T = T, .flops = flops_per_token(m, T)};
   std::vector<double> fwd, bwd;
   for (int64_t rep = 0; rep <= reps; ++rep) {  // rep 0 warms the allocator's cache up and is not counted
     m.zero_grad();
@@ -89,19 +90,23 @@ PartOutput run_cost(Study& s) {
   std::sort(lengths.begin(), lengths.end());
   const int64_t max_T = lengths.back();
   std::vector<double> xs(lengths.begin(), lengths.end());
-  fmt::print("cost: forward + backward of a batch of {} sequences, T = {}; GPT with fixed (sinusoidal) positions so "
+  fmt::print("cost: forward + backward of a batch of {} tokens (that / T sequences), T = {}; GPT with fixed (sinusoidal) positions so "
              "its parameter count does not depend on T; fastest of {} timed repetitions; {} threads\n",
-             c.cost_batch, fmt::join(lengths, ", "), c.cost_reps, num_threads());
+             c.cost_tokens, fmt::join(lengths, ", "), c.cost_reps, num_threads());
 
   std::string csv = "model,T,batch,fwd_us_per_token,bwd_us_per_token,pred_fwd_us_per_token,pred_bwd_us_per_token,"
-                    "fwd_flops_per_token,bwd_flops_per_token,fwd_mib,step_mib\n";
-  examples::Table table{{"model", "T", "fwd us/tok", "bwd us/tok", "predicted fwd", "predicted bwd", "GFLOP/s",
+                    "fwd_flops_per_token,bwd_flops_per_token,attention_flops_per_token,fwd_mib,step_mib\n";
+  examples::Table table{{"model", "T", "B", "fwd us/tok", "bwd us/tok", "predicted fwd", "predicted bwd", "GFLOP/s",
                          "fwd MiB", "fwd+bwd MiB"}, {}};
-  Panel time_panel{"time per token (forward + backward)", "context length T", "microseconds per token", true, true};
+  Panel time_panel{"time per token, forward + backward (points: measured; dashed: predicted from FLOPs)",
+                   "context length T", "microseconds per token", true, true};
   Panel mem_panel{"peak tensor memory of a step", "context length T",
-                  fmt::format("MiB (batch of {})", c.cost_batch), true, true};
-  time_panel.key = mem_panel.key = "top left";
-  std::map<std::string, std::vector<double>> total_us, pred_total;
+                  fmt::format("MiB (batch of {} tokens)", c.cost_tokens), true, true};
+  time_panel.key = "top left";
+  mem_panel.key = "outside right top";
+  time_panel.xbase = mem_panel.xbase = 2;
+  mem_panel.logy = false;
+  std::map<std::string, std::vector<double>> total_us, total_flops;
   double attention_crossover = 0;
   examples::Progress bar("cost", static_cast<int64_t>(c.models.size() * lengths.size()), "runs");
   int64_t done = 0;
@@ -110,18 +115,18 @@ PartOutput run_cost(Study& s) {
     if (auto* g = dynamic_cast<models::GPT*>(m.get())) attention_crossover = 72.0 * g->options.dim / 14.0;
     std::vector<Measurement> ms;
     for (int64_t T : lengths) {
-      ms.push_back(measure(*m, c.cost_batch, T, c.cost_reps, c.seed + 3));
+      ms.push_back(measure(*m, std::max<int64_t>(1, c.cost_tokens / T), T, c.cost_reps, c.seed + 3));
       bar.update(++done, static_cast<double>(done), fmt::format("{} T={}", kind, T));
     }
     // Predicted: the measured time at the shortest T, scaled by the FLOP counts.
     const Measurement& first = ms.front();
-    Series measured{kind + " measured", {}, {}, kind, Series::points}, predicted{kind + " predicted from FLOPs", {}, {}, kind, Series::dashed};
+    Series measured{kind, {}, {}, kind, Series::points}, predicted{"", {}, {}, kind, Series::dashed};
     Series memory{kind, {}, {}, kind};
     for (const Measurement& r : ms) {
       const double pf = first.fwd_us * r.flops.fwd / first.flops.fwd, pb = first.bwd_us * r.flops.bwd / first.flops.bwd;
-      csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.3f},{:.3f}\n", kind, r.T, c.cost_batch,
-                         r.fwd_us, r.bwd_us, pf, pb, r.flops.fwd, r.flops.bwd, r.fwd_mib, r.step_mib);
-      table.rows.push_back({kind, std::to_string(r.T), fmt::format("{:.2f}", r.fwd_us), fmt::format("{:.2f}", r.bwd_us),
+      csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.0f},{:.3f},{:.3f}\n", kind, r.T, r.B,
+                         r.fwd_us, r.bwd_us, pf, pb, r.flops.fwd, r.flops.bwd, r.flops.attention, r.fwd_mib, r.step_mib);
+      table.rows.push_back({kind, std::to_string(r.T), std::to_string(r.B), fmt::format("{:.2f}", r.fwd_us), fmt::format("{:.2f}", r.bwd_us),
                             fmt::format("{:.2f}", pf), fmt::format("{:.2f}", pb),
                             fmt::format("{:.1f}", (r.flops.fwd + r.flops.bwd) / (r.fwd_us + r.bwd_us) / 1e3),
                             fmt::format("{:.1f}", r.fwd_mib), fmt::format("{:.1f}", r.step_mib)});
@@ -129,7 +134,7 @@ PartOutput run_cost(Study& s) {
       predicted.x.push_back(static_cast<double>(r.T)), predicted.y.push_back(pf + pb);
       memory.x.push_back(static_cast<double>(r.T)), memory.y.push_back(r.step_mib);
       total_us[kind].push_back(r.fwd_us + r.bwd_us);
-      pred_total[kind].push_back(pf + pb);
+      total_flops[kind].push_back(r.flops.fwd + r.flops.bwd);
     }
     time_panel.series.push_back(measured);
     time_panel.series.push_back(predicted);
@@ -139,19 +144,22 @@ PartOutput run_cost(Study& s) {
   std::string crossings;
   if (attention_crossover > 0) {
     time_panel.markers.push_back({attention_crossover, fmt::format("GPT: n^2 d = n d^2 terms (T={:.0f})", attention_crossover)});
+    if (attention_crossover > max_T)
+      time_panel.xlabel += fmt::format(" (GPT's n^2 d term passes its n d^2 terms at T={:.0f})", attention_crossover);
     crossings += fmt::format("In GPT's FLOP count attention's n²·d term equals the n·d² terms at T = 72·C/14 = {:.0f}.",
                              attention_crossover);
     for (const std::string& kind : c.models) {
       if (kind == "gpt" || !total_us.count("gpt")) continue;
       auto measured = crossing(xs, total_us["gpt"], total_us[kind]);
-      auto predicted = crossing(xs, pred_total["gpt"], pred_total[kind]);
+      auto by_flops = crossing(xs, total_flops["gpt"], total_flops[kind]);
+      if (measured) time_panel.markers.push_back({*measured, fmt::format("GPT dearer than {} (T={:.0f})", kind, *measured)});
       auto says = [&](const std::optional<double>& x, const std::vector<double>& g, const std::vector<double>& r) {
         if (x) return fmt::format("from T ≈ {:.0f}", *x);
         return g.front() > r.front() ? std::string("at every T measured") : fmt::format("at no T up to {}", max_T);
       };
-      crossings += fmt::format(" GPT costs more per token than the {}: measured {}, predicted {}.", kind,
+      crossings += fmt::format(" GPT costs more per token than the {}: in time {}, in FLOPs {}.", kind,
                                says(measured, total_us["gpt"], total_us[kind]),
-                               says(predicted, pred_total["gpt"], pred_total[kind]));
+                               says(by_flops, total_flops["gpt"], total_flops[kind]));
     }
   }
   examples::write_file(s.path("cost.csv"), csv);
@@ -160,11 +168,12 @@ PartOutput run_cost(Study& s) {
   fmt::print("\n{}\n{}\n", table.text(), crossings);
 
   std::string md = fmt::format(
-      "Forward and backward of a batch of {} random sequences at each T (no optimizer step), {} threads, fastest of {} "
+      "Forward and backward of a batch of {} random tokens at each T ({} / T sequences: a fixed token budget per step, "
+      "as in training; no optimizer step), {} threads, fastest of {} "
       "repetitions; microseconds per token. *predicted* scales the time measured at T = {} by the model's FLOP count "
       "(see examples/study/cost.cpp). Memory is the peak of tensor memory above what was in use before the forward "
       "(activations kept for backward, gradients, temporaries).\n\n{}\n{}\n\n![cost](cost.png)\n",
-      c.cost_batch, num_threads(), c.cost_reps, lengths.front(), table.markdown(), crossings);
+      c.cost_tokens, c.cost_tokens, num_threads(), c.cost_reps, lengths.front(), table.markdown(), crossings);
   std::string summary;
   for (const std::string& kind : c.models)
     summary += fmt::format("{}{} x{:.1f} per token from T={} to {}", summary.empty() ? "" : "; ", kind,

@@ -67,28 +67,12 @@ double Csv::num(size_t row, const std::string& column) const {
   throw std::runtime_error(fmt::format("{} row {} column '{}': '{}' is not a number", path_, row + 1, column, s));
 }
 
-std::vector<size_t> Csv::where(const std::string& column, const std::string& value) const {
-  std::vector<size_t> out;
-  const size_t c = col(column);
-  for (size_t r = 0; r < rows_.size(); ++r)
-    if (rows_[r][c] == value) out.push_back(r);
-  return out;
-}
-
 std::string from_tuning(const Study& s, const std::string& name) {
   const std::string p = s.path(name);
   if (!Csv::exists(p))
     throw std::runtime_error(fmt::format("{} is missing: it comes from part 1 (run --part tuning first, with the same "
                                          "--out, --data and model options)", p));
   return p;
-}
-
-double tuned_lr(const Study& s, const std::string& kind) {
-  const Csv sweep(from_tuning(s, "sweep.csv"));
-  for (size_t r : sweep.where("model", kind))
-    if (sweep.str(r, "chosen") == "1") return sweep.num(r, "lr");
-  throw std::runtime_error(fmt::format("{}/sweep.csv has no chosen learning rate for {} (run --part tuning with "
-                                       "--models including it)", s.c.out, kind));
 }
 
 std::string load_average() {

@@ -99,7 +99,8 @@ PartOutput run_gradients(Study& s) {
       "Gradient of the loss at the last position t = {} of a validation window with respect to the token embedding "
       "k positions earlier, |dL_t / dx_(t-k)| (L2 norm over the embedding), mean over {} windows. *far / near* is "
       "log10 of the mean over the last quarter of distances over the mean over k = 1..4: 0 means no decay, -3 means "
-      "a thousandfold; *max / near* above 1 would mean gradients grow with distance.\n\n{}\n"
+      "a thousandfold, -inf that the far gradients are exactly 0 in float32; *max / near* above 1 would mean gradients "
+      "grow with distance.\n\n{}\n"
       "![gradients](gradients.png)\n",
       T - 1, c.grad_batch, table.markdown());
   return {"decades of decay from near to far inputs, trained: " + summary, md};

@@ -75,6 +75,7 @@ PartOutput run_parallel(Study& s) {
                     "sequential steps", true, true};
   Panel tput_panel{"training throughput", "threads", "tokens per second"};
   steps_panel.key = "top left";
+  steps_panel.xbase = 2;
   tput_panel.key = "top left";
   examples::Table steps_table{{"model"}, {}}, tput_table{{"model", "regime", "tok/s 1 thread", "tok/s 2 threads", "speedup"}, {}};
   for (int64_t T : lengths) steps_table.header.push_back(fmt::format("T={}", T));

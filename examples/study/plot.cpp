@@ -1,8 +1,10 @@
 #include "examples/study/plot.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -11,12 +13,20 @@
 namespace tg::study {
 namespace {
 
-std::string colour(const std::string& model) {
-  if (model == "rnn") return "#1f77b4";
-  if (model == "lstm") return "#ff7f0e";
-  if (model == "gru") return "#9467bd";
-  if (model == "gpt") return "#2ca02c";
-  return "#555555";
+// Per model: a colour that is the same in every plot, and a line width and
+// point type that keep a model visible when another's line lies on top of it
+// (the LSTM's thick line under GPT's thin one when both recall perfectly).
+struct Look {
+  const char* colour;
+  double width;
+  int point;
+};
+Look look(const std::string& model) {
+  if (model == "rnn") return {"#1f77b4", 2, 7};
+  if (model == "lstm") return {"#ff7f0e", 5, 5};
+  if (model == "gru") return {"#9467bd", 3.5, 9};
+  if (model == "gpt") return {"#2ca02c", 2, 7};
+  return {"#555555", 2, 7};
 }
 
 // gnuplot titles are single-quoted: a quote inside is doubled.
@@ -27,14 +37,15 @@ std::string quoted(const std::string& s) {
 }
 
 std::string style_of(const Series& s) {
-  const std::string lc = fmt::format("lc rgb '{}'", colour(s.model));
+  const Look l = look(s.model);
+  const std::string lc = fmt::format("lc rgb '{}'", l.colour);
   switch (s.style) {
-    case Series::line: return "with lines lw 2 " + lc;
-    case Series::points: return "with points pt 7 ps 1.0 " + lc;
-    case Series::dashed: return "with lines lw 2 dt 2 " + lc;
+    case Series::line: return fmt::format("with lines lw {} {}", l.width, lc);
+    case Series::points: return fmt::format("with points pt {} ps 1.0 {}", l.point, lc);
+    case Series::dashed: return fmt::format("with lines lw {} dt 2 {}", l.width, lc);
     case Series::linepoints: break;
   }
-  return "with linespoints pt 7 ps 0.5 lw 2 " + lc;
+  return fmt::format("with linespoints pt {} ps 0.6 lw {} {}", l.point, l.width, lc);
 }
 
 // For the shell: 'a'\''b' is a'b.
@@ -42,6 +53,26 @@ std::string shell_quoted(const std::string& s) {
   std::string out = "'";
   for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
   return out + "'";
+}
+
+// Explicit ticks for a log axis ('x' or 'y') at 1, 2, 5 (or every digit, when
+// the data span less than a factor of 5) times powers of ten: gnuplot's own
+// log ticks are at powers of the base only, so a narrow range would show one
+// label or none.
+std::string log_ticks(const Panel& p, char axis) {
+  double lo = INFINITY, hi = 0;
+  for (const Series& s : p.series)
+    for (double v : axis == 'x' ? s.x : s.y)
+      if (std::isfinite(v) && v > 0) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!(hi > lo) || hi / lo > 1e6) return {};
+  const bool narrow = hi / lo < 5;
+  std::vector<std::string> ticks;
+  for (int e = static_cast<int>(std::floor(std::log10(lo))); e <= static_cast<int>(std::ceil(std::log10(hi))); ++e)
+    for (int m = 1; m <= 9; ++m) {
+      const double v = m * std::pow(10.0, e);
+      if ((narrow || m == 1 || m == 2 || m == 5) && v >= lo / 1.3 && v <= hi * 1.3) ticks.push_back(fmt::format("{:g}", v));
+    }
+  return ticks.size() < 2 ? std::string() : fmt::format("set {}tics ({})\n", axis, fmt::join(ticks, ", "));
 }
 
 }  // namespace
@@ -58,10 +89,22 @@ std::string plot(const std::string& png, const std::vector<Panel>& panels, int w
     gp += "reset\nset grid\n";
     gp += fmt::format("set title {}\nset xlabel {}\nset ylabel {}\nset key {}\n", quoted(p.title), quoted(p.xlabel),
                       quoted(p.ylabel), p.key);
-    gp += p.logx ? "set logscale x 2\n" : "unset logscale x\n";
-    gp += p.logy ? "set logscale y\nset format y '%g'\n" : "unset logscale y\n";
+    if (p.logx)  // base 10: ticks at 1, 2, 5; base 2 (context lengths): gnuplot's powers of two
+      gp += fmt::format("set logscale x {}\nset format x '%g'\n", p.xbase) + (p.xbase == 10 ? log_ticks(p, 'x') : "");
+    else
+      gp += "unset logscale x\n";
+    if (!p.xformat.empty()) gp += fmt::format("set format x {}\n", quoted(p.xformat));
+    // The data's own range plus a margin (not gnuplot's widening to whole tick intervals, which
+    // on a log axis can add decades of empty space).
+    gp += "set autoscale xfix\nset autoscale yfix\nset offsets graph 0.03, graph 0.03, graph 0.08, graph 0.08\n";
+    gp += p.logy ? "set logscale y\nset format y '%g'\n" + log_ticks(p, 'y') : "unset logscale y\n";
+    // Markers outside the data's x range would land in the next panel (labels are not clipped).
+    double lo = INFINITY, hi = -INFINITY;
+    for (const Series& s : p.series)
+      for (double x : s.x) lo = std::min(lo, x), hi = std::max(hi, x);
     for (size_t m = 0; m < p.markers.size(); ++m)
-      gp += fmt::format(
+      if (p.markers[m].x >= lo && p.markers[m].x <= hi)
+        gp += fmt::format(
           "set arrow {0} from {1},graph 0 to {1},graph 1 nohead dt 3 lw 1.5 lc rgb '#444444'\n"
           "set label {0} {2} at {1},graph {3} left offset 0.5,0 textcolor rgb '#444444'\n",
           m + 1, p.markers[m].x, quoted(p.markers[m].label), 0.96 - 0.06 * static_cast<double>(m));

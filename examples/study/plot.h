@@ -16,13 +16,15 @@ struct Series {
 };
 
 struct Marker {
-  double x = 0;       // a vertical line at x
+  double x = 0;       // a vertical line at x (drawn only inside the data's x range)
   std::string label;
 };
 
 struct Panel {
   std::string title, xlabel, ylabel;
   bool logx = false, logy = false;
+  int xbase = 10;           // of the log x axis: 2 for context lengths
+  std::string xformat;      // gnuplot format of the x tick labels; "%.1s%c" gives 50.0k, 2.5M
   std::vector<Series> series;
   std::vector<Marker> markers;
   double hline = 0;   // a horizontal dotted line at this y (e.g. chance); 0: none

@@ -70,9 +70,9 @@ PartOutput run_recall(Study& s) {
   const int64_t L = c.recall_length;
   const std::vector<int64_t> ks = test_distances(L);
   fmt::print("recall: sequences of {} tokens, a key (1 of {}) among distractors (1 of {}), to be named at every later "
-             "position; {} steps x {} sequences per model at part 1's learning rates; then part 1's models scored by "
-             "position on the validation text\n",
-             L, kKeys, kDistractors, c.recall_steps, c.recall_batch);
+             "position; {} steps x {} sequences per model at each learning rate of {}, the best kept; then part 1's "
+             "models scored by position on the validation text\n",
+             L, kKeys, kDistractors, c.recall_steps, c.recall_batch, fmt::join(c.lrs, ", "));
 
   // --- the synthetic task
   std::string recall_csv = "model,k,accuracy,tests\n";
@@ -82,23 +82,35 @@ PartOutput run_recall(Study& s) {
                      "accuracy k positions after the key", true};
   recall_panel.hline = 1.0 / kKeys;
   recall_panel.hline_label = "chance";
-  recall_panel.key = "bottom left";
+  recall_panel.key = "center right";
+  recall_panel.xbase = 2;
   std::string recall_summary;
+  std::string sweep_csv = "model,lr,steps,val_loss,chosen\n";
+  Generator val_gen(c.seed + 4);
+  const data::LMBatch val = recall_batch(256, L, 0, val_gen);  // every distance, as in training
+  auto loss = [](models::LanguageModel& m, const data::LMBatch& b) { return m.loss(b.inputs, b.targets); };
   for (const std::string& kind : c.models) {
-    const double lr = tuned_lr(s, kind);
-    auto m = make_model(c, kind, kRecallVocab, L, c.seed);
-    Generator val_gen(c.seed + 4);
-    const data::LMBatch val = recall_batch(256, L, 0, val_gen);
-    auto loss = [](models::LanguageModel& mm, const data::LMBatch& b) { return mm.loss(b.inputs, b.targets); };
-    auto validate = [&] {
-      NoGradGuard no_grad;
-      m->eval();
-      return loss(*m, val).item();
-    };
-    TrainSpec spec{.label = kind + " recall", .lr = lr, .steps = c.recall_steps,
-                   .warmup = std::max<int64_t>(1, c.recall_steps / 10), .eval_every = std::max<int64_t>(1, c.recall_steps / 4),
-                   .tokens_per_step = c.recall_batch * L, .seed = c.seed + 5};
-    train(*m, spec, [&](Generator& g) { return recall_batch(c.recall_batch, L, 0, g); }, loss, validate);
+    // Learning on this task comes suddenly after a plateau, so a short sweep
+    // cannot tell the rates apart: every rate gets the full run, the best is kept.
+    std::vector<std::shared_ptr<models::LanguageModel>> trained;
+    const Sweep sw = sweep_lr(c.lrs, [&](double lr) {
+      auto candidate = make_model(c, kind, kRecallVocab, L, c.seed);
+      TrainSpec spec{.label = fmt::format("{} recall lr {}", kind, format_lr(lr)), .lr = lr, .steps = c.recall_steps,
+                     .warmup = std::max<int64_t>(1, c.recall_steps / 10), .eval_every = std::max<int64_t>(1, c.recall_steps / 4),
+                     .tokens_per_step = c.recall_batch * L, .seed = c.seed + 5};
+      auto next = [&](Generator& g) { return recall_batch(c.recall_batch, L, 0, g); };
+      const double v = train(*candidate, spec, next, loss, [&] {
+        NoGradGuard no_grad;
+        candidate->eval();
+        return loss(*candidate, val).item();
+      }).curve.back().val_loss;
+      trained.push_back(candidate);
+      return v;
+    });
+    const double lr = c.lrs[sw.best];
+    models::LanguageModel* m = trained[sw.best].get();
+    for (size_t i = 0; i < c.lrs.size(); ++i)
+      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, c.lrs[i], c.recall_steps, sw.losses[i], i == sw.best ? 1 : 0);
     Series acc{kind, {}, {}, kind};
     std::vector<std::string> row = {kind, format_lr(lr)};
     for (int64_t k : ks) {
@@ -113,6 +125,7 @@ PartOutput run_recall(Study& s) {
     recall_panel.series.push_back(acc);
   }
   examples::write_file(s.path("recall.csv"), recall_csv);
+  examples::write_file(s.path("recall_sweep.csv"), sweep_csv);
 
   // --- real text: loss by position, part 1's models
   const auto tok = data::load_tokenizer(from_tuning(s, "tokenizer.json"));
@@ -120,7 +133,8 @@ PartOutput run_recall(Study& s) {
   const data::LMBatches val_set(tok->encode(text.val), c.block);
   std::string context_csv = "model,position,val_loss\n";
   Panel context_panel{fmt::format("validation loss by position in the context ({})", text.source),
-                      "position in the context (characters seen before, +1)", "val loss (nats/char)", true, true};
+                      "position in the context (characters seen before, +1)", "val loss (nats/char)", true};
+  context_panel.xbase = 2;
   examples::Table context_table{{"model"}, {}};
   std::vector<std::pair<int64_t, int64_t>> bands;  // [begin, end) positions: 0, 1-3, 4-15, 16-63, ...
   for (int64_t b = 0, e = 1; b < c.block; b = e, e = std::min(c.block, e * 4)) bands.push_back({b, e});
@@ -167,7 +181,8 @@ PartOutput run_recall(Study& s) {
   std::string md = fmt::format(
       "**Recall.** Sequences of {} tokens: distractors (8 symbols) and one key (8 other symbols) at a random position; "
       "from there on the model must name the key at every position. Trained for {} steps of {} sequences (every "
-      "distance up to {} at once), at the learning rate part 1 chose; accuracy at the last position of {} fresh "
+      "distance up to {} at once) at each learning rate of part 1's grid; the run with the lowest validation loss "
+      "is the one shown (all in recall_sweep.csv). Accuracy at the last position of {} fresh "
       "sequences whose key is k positions back (chance {:.3f}).\n\n{}\n"
       "![recall](recall.png)\n\n**Loss by position on real text.** Part 1's models on {} validation windows of {} "
       "characters, each window read from an empty state: the loss at position t is what the model does with t "

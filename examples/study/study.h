@@ -6,14 +6,18 @@
 // verdicts part reads those files, so every verdict can be traced to a number
 // on disk.
 //
-//   part       what it measures                                   files
-//   tuning     LR sweep per model, then the full run on Brown      sweep.csv, tuning.csv, loss_*.png, <model>.safetensors
-//   cost       time and memory per token against context T         cost.csv, cost.png
-//   recall     recall accuracy against distance k; val loss by     recall.csv, context.csv, recall.png, context.png
-//              position in the context (part 1's models)
-//   gradients  |dL_t / dx_{t-k}| against k, at init and trained    gradients.csv, gradients.png
-//   parallel   sequential steps against T; tokens/s at 1, 2 threads  steps.csv, parallel.csv, parallel.png
-//   verdicts   the table of claims and verdicts                    results.md
+//   part       what it measures                                 files
+//   tuning     LR sweep per model, then the full run on the text  sweep.csv, tuning.csv, loss.png, samples.txt,
+//                                                                 tokenizer.json, <model>.safetensors
+//   cost       time and memory per token against context T        cost.csv, cost.png
+//   recall     recall accuracy against distance k; val loss by    recall_sweep.csv, recall.csv, context.csv,
+//              position in the context (part 1's models)          recall.png, context.png
+//   gradients  |dL_t / dx_(t-k)| against k, init and trained      gradients.csv, gradients.png
+//   parallel   sequential steps against T; tokens/s, 1 and 2      steps.csv, parallel.csv, parallel.png
+//              threads
+//   verdicts   the table of claims and verdicts                   results.md
+// Every part also writes <part>.md (its section of results.md); times.csv
+// keeps how long each part took.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -41,12 +45,14 @@ struct Config {
   // after sweep_steps, then trained for steps.
   int64_t block = 128, batch = 16, steps = 1500, sweep_steps = 200, eval_every = 100, eval_batches = 20, warmup = 100;
   std::vector<double> lrs = {1e-3, 3e-3, 1e-2};
-  // Part 2: cost against context length at batch cost_batch.
+  // Part 2: cost against context length, batches of cost_tokens tokens
+  // (cost_tokens / T sequences), as training at a fixed token budget per step.
   std::vector<int64_t> cost_lengths = {32, 64, 128, 256, 512, 1024};
-  int64_t cost_batch = 8, cost_reps = 3;
+  int64_t cost_tokens = 8192, cost_reps = 3;
   // Part 3: the recall task (length, training steps, batch, test sequences per
-  // distance) and the validation windows scored by position.
-  int64_t recall_length = 64, recall_steps = 400, recall_batch = 32, recall_tests = 200, context_batches = 40;
+  // distance; each model is trained at every rate of `lrs`, the best kept)
+  // and the validation windows scored by position.
+  int64_t recall_length = 64, recall_steps = 300, recall_batch = 32, recall_tests = 200, context_batches = 40;
   // Part 4: validation windows whose gradients are averaged.
   int64_t grad_batch = 32;
   // Part 5: timed training steps per model and thread count.
@@ -142,6 +148,15 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
                   const std::function<Tensor(models::LanguageModel&, const data::LMBatch&)>& loss,
                   const std::function<double()>& validate);
 
+// A learning-rate sweep: run(lr) trains a fresh model at lr and returns its
+// validation loss; the best is the lowest (a diverged run, NaN,
+// counts as the worst).
+struct Sweep {
+  std::vector<double> losses;  // per lr; +inf where the run diverged
+  size_t best = 0;
+};
+Sweep sweep_lr(const std::vector<double>& lrs, const std::function<double(double)>& run);
+
 // Mean next-token loss over count fixed validation batches of B windows, in eval mode.
 double validation_loss(models::LanguageModel& m, const data::LMBatches& val, int64_t count, int64_t batch);
 
@@ -156,8 +171,6 @@ class Csv {
   size_t size() const { return rows_.size(); }
   const std::string& str(size_t row, const std::string& column) const;
   double num(size_t row, const std::string& column) const;
-  // Row indices whose column equals value.
-  std::vector<size_t> where(const std::string& column, const std::string& value) const;
 
  private:
   size_t col(const std::string& column) const;
@@ -169,16 +182,14 @@ class Csv {
 // <out>/<name>, which part 1 (tuning) writes and later parts build on; a
 // std::runtime_error saying to run part 1 first when it is missing.
 std::string from_tuning(const Study& s, const std::string& name);
-// The learning rate part 1 chose for a model (sweep.csv).
-double tuned_lr(const Study& s, const std::string& kind);
 
 // The one-minute load average now: every part states it with its time, since
 // timings on a shared machine mean little without it.
 std::string load_average();
 // "3e-3" for 0.003, "1e-2" for 0.01
 std::string format_lr(double lr);
-// Where x crosses from a below b to above: log-linear interpolation between
-// grid points xs (ascending). nullopt if a stays below (or starts above) b.
+// The first x at which a rises above b (from at or below it), interpolated
+// linearly in log x between the grid points xs (ascending); nullopt if it never does.
 std::optional<double> crossing(const std::vector<double>& xs, const std::vector<double>& a, const std::vector<double>& b);
 
 }  // namespace tg::study

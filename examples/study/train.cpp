@@ -1,6 +1,7 @@
 // The one training recipe every model of the study gets.
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -48,6 +49,16 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
   r.peak_bytes = allocator_stats().peak_bytes_in_use;
   bar.finish(r.curve.empty() ? "" : fmt::format("lr {}  val {:.3f}", format_lr(spec.lr), r.curve.back().val_loss));
   return r;
+}
+
+Sweep sweep_lr(const std::vector<double>& lrs, const std::function<double(double)>& run) {
+  Sweep s;
+  for (double lr : lrs) {
+    const double v = run(lr);
+    s.losses.push_back(std::isfinite(v) ? v : std::numeric_limits<double>::infinity());
+    if (s.losses.back() < s.losses[s.best]) s.best = s.losses.size() - 1;
+  }
+  return s;
 }
 
 double validation_loss(models::LanguageModel& m, const data::LMBatches& val, int64_t count, int64_t batch) {

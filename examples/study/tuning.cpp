@@ -2,7 +2,6 @@
 // its own learning rate, the best of a short sweep. Then the full run, with
 // validation loss recorded against tokens and against training seconds.
 #include <cmath>
-#include <limits>
 
 #include <fmt/format.h>
 
@@ -48,24 +47,19 @@ PartOutput run_tuning(Study& s) {
   Panel sweep{"learning-rate sweep", "learning rate", fmt::format("val loss after {} steps", c.sweep_steps), true};
   Panel by_tokens{"validation loss against tokens", "training tokens (characters)", "val loss (nats/char)"};
   Panel by_seconds{"validation loss against training time", "training seconds", "val loss (nats/char)"};
-  by_tokens.logy = by_seconds.logy = true;
+  by_tokens.xformat = "%.1s%c";
   const std::string prompt = text.val.substr(0, std::min<size_t>(text.val.size(), 24));
   for (const std::string& kind : c.models) {
-    std::vector<double> sweep_loss;
-    for (double lr : c.lrs) {
-      const double v = run(kind, lr, c.sweep_steps, fmt::format("{} lr {}", kind, format_lr(lr))).second.curve.back().val_loss;
-      sweep_loss.push_back(std::isfinite(v) ? v : std::numeric_limits<double>::infinity());  // diverged: worst
-    }
-    size_t best = 0;
-    for (size_t i = 1; i < sweep_loss.size(); ++i)
-      if (sweep_loss[i] < sweep_loss[best]) best = i;
-    const double lr = c.lrs[best];
+    const Sweep sw = sweep_lr(c.lrs, [&](double lr) {
+      return run(kind, lr, c.sweep_steps, fmt::format("{} lr {}", kind, format_lr(lr))).second.curve.back().val_loss;
+    });
+    const double lr = c.lrs[sw.best];
     std::string sweep_cell;
     for (size_t i = 0; i < c.lrs.size(); ++i) {
-      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, c.lrs[i], c.sweep_steps, sweep_loss[i], i == best ? 1 : 0);
-      sweep_cell += fmt::format("{}{} {:.3f}{}", i ? ", " : "", format_lr(c.lrs[i]), sweep_loss[i], i == best ? "*" : "");
+      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, c.lrs[i], c.sweep_steps, sw.losses[i], i == sw.best ? 1 : 0);
+      sweep_cell += fmt::format("{}{} {:.3f}{}", i ? ", " : "", format_lr(c.lrs[i]), sw.losses[i], i == sw.best ? "*" : "");
     }
-    sweep.series.push_back({kind, c.lrs, sweep_loss, kind});
+    sweep.series.push_back({kind, c.lrs, sw.losses, kind});
 
     auto [m, r] = run(kind, lr, c.steps, kind);
     Series st{kind + " (lr " + format_lr(lr) + ")", {}, {}, kind, Series::line}, ss = st;
@@ -88,7 +82,7 @@ PartOutput run_tuning(Study& s) {
                           fmt::format("{:.1f}", r.peak_bytes / 1048576.0), examples::format_duration(r.seconds)});
     chosen_text += fmt::format("{}{} {}", chosen_text.empty() ? "" : ", ", kind, format_lr(lr));
     final_text += fmt::format("{}{} {:.3f}", final_text.empty() ? "" : ", ", kind, vl);
-    if (best == 0 || best + 1 == c.lrs.size())
+    if (sw.best == 0 || sw.best + 1 == c.lrs.size())
       fmt::print("tuning: {}'s best learning rate {} is at the edge of the grid {}\n", kind, format_lr(lr),
                  fmt::join(c.lrs, ", "));
   }
