@@ -1,7 +1,9 @@
 // The MPI side of dist/dist.h (built when meson finds MPI; dist/local.cpp otherwise).
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -100,39 +102,40 @@ double all_reduce_sum(double value) {
   return value;
 }
 
+namespace {
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = std::min(text.find('\n', pos), text.size());
+    out.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+}  // namespace
+
 void check_same(const std::string& what, const std::string& value) {
   require_environment("dist::check_same");
   if (g_size == 1) return;
   // Every rank gathers every rank's text, so all of them reach the same verdict.
+  const size_t N = static_cast<size_t>(g_size);
   int len = mpi_count(static_cast<int64_t>(value.size()), "check_same");
-  std::vector<int> lens(static_cast<size_t>(g_size)), offsets(static_cast<size_t>(g_size));
+  std::vector<int> lens(N), offsets(N);
   check_mpi(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
   int64_t total = 0;
-  for (int r = 0; r < g_size; ++r) offsets[static_cast<size_t>(r)] = mpi_count(total, "check_same"), total += lens[static_cast<size_t>(r)];
+  for (size_t r = 0; r < N; ++r) offsets[r] = mpi_count(total, "check_same"), total += lens[r];
   std::string all(static_cast<size_t>(total), '\0');
   check_mpi(MPI_Allgatherv(value.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
             "MPI_Allgatherv");
-  auto text_of = [&](int r) { return all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]), static_cast<size_t>(lens[static_cast<size_t>(r)])); };
-  const std::string first = text_of(0);
-  for (int r = 1; r < g_size; ++r) {
-    const std::string other = text_of(r);
-    if (other == first) continue;
-    // The first differing line, 1-based, and each side's text of it.
-    size_t a = 0, b = 0, line = 1;
-    auto next_line = [](const std::string& s, size_t& pos) {
-      if (pos >= s.size()) return std::string("(nothing)");
-      size_t end = s.find('\n', pos);
-      if (end == std::string::npos) end = s.size();
-      std::string l = s.substr(pos, end - pos);
-      pos = end + 1;
-      return l;
-    };
-    while (true) {
-      std::string la = next_line(first, a), lb = next_line(other, b);
-      if (la != lb)
+  auto text_of = [&](size_t r) { return all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(lens[r])); };
+  const std::vector<std::string> first = lines_of(text_of(0));
+  for (size_t r = 1; r < N; ++r) {
+    const std::vector<std::string> other = lines_of(text_of(r));
+    for (size_t k = 0; k < std::max(first.size(), other.size()); ++k) {
+      const std::string a = k < first.size() ? first[k] : "(nothing)", b = k < other.size() ? other[k] : "(nothing)";
+      if (a != b)
         throw DistError(fmt::format("{} differ between ranks: rank {} has '{}' where rank 0 has '{}' (line {})", what, r,
-                                    lb, la, line));
-      ++line;
+                                    b, a, k + 1));
     }
   }
 }

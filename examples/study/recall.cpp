@@ -69,6 +69,9 @@ PartOutput run_recall(Study& s) {
   const Config& c = s.c;
   const int64_t L = c.recall_length;
   const std::vector<int64_t> ks = test_distances(L);
+  // Part 1's files, before minutes of training: the second half needs them.
+  const std::string tokenizer_path = from_tuning(s, "tokenizer.json");
+  for (const std::string& kind : c.models) from_tuning(s, kind + ".safetensors");
   fmt::print("recall: sequences of {} tokens, a key (1 of {}) among distractors (1 of {}), to be named at every later "
              "position; {} steps x {} sequences per model at each learning rate of {}, the best kept; then part 1's "
              "models scored by position on the validation text\n",
@@ -128,12 +131,12 @@ PartOutput run_recall(Study& s) {
   examples::write_file(s.path("recall_sweep.csv"), sweep_csv);
 
   // --- real text: loss by position, part 1's models
-  const auto tok = data::load_tokenizer(from_tuning(s, "tokenizer.json"));
+  const auto tok = data::load_tokenizer(tokenizer_path);
   const Text& text = s.text();
   const data::LMBatches val_set(tok->encode(text.val), c.block);
   std::string context_csv = "model,position,val_loss\n";
   Panel context_panel{fmt::format("validation loss by position in the context ({})", text.source),
-                      "position in the context (characters seen before, +1)", "val loss (nats/char)", true};
+                      "position in the context (characters seen, half-octave bins)", "val loss (nats/char)", true};
   context_panel.xbase = 2;
   examples::Table context_table{{"model"}, {}};
   std::vector<std::pair<int64_t, int64_t>> bands;  // [begin, end) positions: 0, 1-3, 4-15, 16-63, ...
@@ -156,10 +159,17 @@ PartOutput run_recall(Study& s) {
       std::vector<double> pos = mean(l.reshape({b.inputs.size(0), c.block}), {0}).to(DType::f64).to_vector<double>();
       for (int64_t t = 0; t < c.block; ++t) by_pos[t] += pos[t] / static_cast<double>(c.context_batches);
     }
-    Series series{kind, {}, {}, kind, Series::line};
-    for (int64_t t = 0; t < c.block; ++t) {
-      context_csv += fmt::format("{},{},{:.6f}\n", kind, t, by_pos[t]);
-      series.x.push_back(static_cast<double>(t + 1)), series.y.push_back(by_pos[t]);
+    for (int64_t t = 0; t < c.block; ++t) context_csv += fmt::format("{},{},{:.6f}\n", kind, t, by_pos[t]);
+    // Plotted as means over half-octave bins of positions: one position's
+    // mean is noisy (it depends on which characters fall there).
+    Series series{kind, {}, {}, kind};
+    for (int64_t b = 0, i = 1; b < c.block; ++i) {
+      const int64_t e = std::min(c.block, std::max<int64_t>(b + 1, std::llround(std::pow(2.0, i / 2.0))));
+      double sum = 0;
+      for (int64_t t = b; t < e; ++t) sum += by_pos[t];
+      series.x.push_back(std::sqrt(static_cast<double>(b + 1) * static_cast<double>(e)));
+      series.y.push_back(sum / static_cast<double>(e - b));
+      b = e;
     }
     std::vector<std::string> row = {kind};
     for (auto [b, e] : bands) {
