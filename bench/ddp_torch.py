@@ -86,7 +86,11 @@ def worker(rank, a, port):
                               steps=a.steps, tokens_per_s=a.steps * B * T / secs,
                               last_loss=mean_loss.item() / a.procs, peak_rss_mb=peak_rss_mib(),
                               bucket_mb=a.bucket_mb)), flush=True)
-    dist.destroy_process_group()
+    # Leave without tearing down: in PyTorch 1.13 the process group's
+    # destructor sometimes waits forever for its peer's threads (seen here
+    # after the result was printed), and nothing is left to clean up.
+    dist.barrier()
+    os._exit(0)
 
 
 def main():

@@ -26,11 +26,17 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
 
 
-def run(cmd, env_threads):
+def run(cmd, env_threads, timeout=1200):
+    """The JSON lines cmd printed, or None (reported) if it failed or hung."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(env_threads), OMP_NUM_THREADS=str(env_threads))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"dist_compare: {' '.join(cmd)} ran past {timeout} s", file=sys.stderr)
+        return None
     if p.returncode != 0:
-        sys.exit(f"dist_compare: {' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+        print(f"dist_compare: {' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}", file=sys.stderr)
+        return None
     return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 
@@ -50,7 +56,13 @@ def configs(w, text, steps, torch, build):
 
 
 def med(xs):
+    if not xs:
+        return "failed"
     return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})" if len(xs) > 1 else f"{xs[0]:.0f}"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a and b else ""
 
 
 # Links of many machines: per-message latency alpha (s) and achievable
@@ -134,9 +146,10 @@ def main():
         results[w] = {name: [] for name in cs}
         for r in range(a.repeats):
             for name, (cmd, t) in cs.items():
-                res = run(cmd, t)[-1]
-                results[w][name].append(res)
-                print(f"{w} #{r + 1} {name}: {res['tokens_per_s']:.0f} tok/s", file=sys.stderr, flush=True)
+                res = run(cmd, t)
+                if res:  # a failed run is left out of the medians (and was reported)
+                    results[w][name].append(res[-1])
+                    print(f"{w} #{r + 1} {name}: {res[-1]['tokens_per_s']:.0f} tok/s", file=sys.stderr, flush=True)
 
     lines = ["## Throughput (tokens/s, median (min-max) of %d alternating runs, %d timed steps each)" % (a.repeats, a.steps), "",
              "| workload | 1 rank x 1T | 1 rank x 2T | 2 ranks x 1T | 2R / 1R1T | 2R / 1R2T | PyTorch 1x1T | PyTorch DDP 2x1T | DDP / PyTorch 1T | 2R tapegrad / DDP |",
@@ -145,10 +158,10 @@ def main():
     m = lambda w, c: statistics.median(tps(w, c)) if tps(w, c) else None
     for w in results:
         row = [w, med(tps(w, "tg 1x1")), med(tps(w, "tg 1x2")), med(tps(w, "tg 2x1")),
-               f"{m(w, 'tg 2x1') / m(w, 'tg 1x1'):.2f}", f"{m(w, 'tg 2x1') / m(w, 'tg 1x2'):.2f}"]
-        if tps(w, "torch ddp 2x1"):
+               ratio(m(w, "tg 2x1"), m(w, "tg 1x1")), ratio(m(w, "tg 2x1"), m(w, "tg 1x2"))]
+        if "torch 1x1" in results[w]:
             row += [med(tps(w, "torch 1x1")), med(tps(w, "torch ddp 2x1")),
-                    f"{m(w, 'torch ddp 2x1') / m(w, 'torch 1x1'):.2f}", f"{m(w, 'tg 2x1') / m(w, 'torch ddp 2x1'):.2f}"]
+                    ratio(m(w, "torch ddp 2x1"), m(w, "torch 1x1")), ratio(m(w, "tg 2x1"), m(w, "torch ddp 2x1"))]
         else:
             row += ["", "", "", ""]
         lines.append("| " + " | ".join(row) + " |")
@@ -166,6 +179,8 @@ def main():
                      f"{sm(no, 'wait_share'):.1%} | {hidden:.0%} |")
 
     bw = run(MPIRUN + [os.path.join(a.build, "bench", "allreduce_bw")], 1)
+    if not bw:
+        sys.exit("dist_compare: allreduce_bw failed")
     lines += ["", "## Allreduce of float32 between 2 ranks on this machine (time per call: median, fastest; "
               "bandwidth of the fastest)", "",
               "| bytes | MPI_Iallreduce+Wait median us | fastest us | algbw GB/s | MPI_Allreduce median us | fastest us | algbw GB/s |",
