@@ -63,6 +63,9 @@ int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis(axis, d
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = checked(*this, "is_contiguous");
+  // No elements: no stride can place one out of order (PyTorch agrees), and
+  // contiguous_strides gives the axes after a 0 a stride of 1, not 0.
+  if (t.shape.numel() == 0) return true;
   int64_t expected = 1;
   for (int d = t.shape.size() - 1; d >= 0; --d) {
     if (t.shape[d] == 1) continue;

@@ -121,6 +121,13 @@ BOOST_AUTO_TEST_CASE(round_trip_every_dtype_and_metadata) {
   }
   check_same(f.at("i64"), tensors[2].second);
   BOOST_CHECK_THROW(f.at("nope"), nn::CheckpointError);
+  // Tensors without elements come back as they went, contiguous (a fuzz finding:
+  // a (0,0) tensor once loaded as non-contiguous).
+  nn::save_tensors({{"a", zeros({0, 0})}, {"b", zeros({2, 0, 3}, DType::f64)}}, path);
+  nn::TensorFile none = nn::load_tensors(path);
+  BOOST_TEST(none.at("a").shape() == (Shape{0, 0}));
+  BOOST_TEST(none.at("b").shape() == (Shape{2, 0, 3}));
+  BOOST_TEST((none.at("a").is_contiguous() && none.at("b").is_contiguous()));
   // No metadata: no __metadata__ entry at all.
   nn::save_tensors({{"x", ones({2})}}, path);
   BOOST_TEST(nn::load_tensors(path).metadata.empty());

@@ -49,6 +49,12 @@ BOOST_AUTO_TEST_CASE(factories) {
   BOOST_TEST(zeros_like(v).shape() == v.shape());
   BOOST_TEST(values(ones_like(v)) == std::vector<double>(6, 1.0), tt::per_element());
   BOOST_TEST(empty({0, 3}).numel() == 0);
+  // No elements: contiguous whatever the strides, as in PyTorch (the strides
+  // of the axes after a 0 are 1, not 0, and once made (0,0) say otherwise).
+  for (const Shape& s : {Shape{0}, Shape{0, 0}, Shape{2, 0, 3}, Shape{3, 0}})
+    BOOST_TEST(empty(s).is_contiguous(), s.str());
+  Tensor none = empty({2, 0, 3});
+  BOOST_TEST(same_storage(none.contiguous(), none));  // no copy
   float buf[4] = {1, 2, 3, 4};
   Tensor blob = from_blob(buf, {2, 2}, DType::f32);
   buf[3] = 9;
