@@ -43,10 +43,15 @@ done
 scripts/setup.sh --fuzz
 
 out=build-fuzz/runs
-rm -rf "$out" build-fuzz/tmp
-mkdir -p "$out" build-fuzz/tmp
-# The targets write their inputs under TMPDIR; it goes when the run ends.
-export TMPDIR=$PWD/build-fuzz/tmp
+rm -rf "$out"
+mkdir -p "$out"
+# The targets write every input to a file under TMPDIR before loading it:
+# in memory (tmpfs) where there is one, as on disk they run 15-50x slower
+# (e.g. 15000 against 300-1000 inputs/s for `text`). It goes when the run ends.
+scratch_root=build-fuzz
+[[ -d /dev/shm && -w /dev/shm ]] && scratch_root=/dev/shm
+export TMPDIR=$(mktemp -d "$scratch_root/tapegrad-fuzz.XXXXXX")
+trap 'rm -rf "$TMPDIR"' EXIT
 # UBSan is compiled to abort on its first report; leaks are findings too.
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -96,5 +101,4 @@ for t in "${targets[@]}"; do
     "$findings"
 done
 echo "fuzz: ${#targets[@]} targets, ${seconds} s each, ${jobs} at a time, $((SECONDS - start)) s in all; logs in $out/"
-rm -rf build-fuzz/tmp
 exit $failed

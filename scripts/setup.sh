@@ -56,7 +56,8 @@ elif [[ "${1:-}" == "--fuzz" ]]; then
   targets=(fuzz)
 fi
 if [[ ! -f "$builddir/build.ninja" ]]; then
-  meson setup "$builddir" "${args[@]}" >/dev/null
+  # Quiet unless it fails (meson prints its errors on stdout).
+  log=$(meson setup "$builddir" "${args[@]}" 2>&1) || { echo "$log" >&2; exit 1; }
 fi
 if [[ "${1:-}" == "--tsan" ]]; then
   echo "setup: configured $builddir/"
