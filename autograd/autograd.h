@@ -1,6 +1,7 @@
 #pragma once
-// Everything in autograd/: tensors, the tape, the ops (one header per op
-// family), gradcheck.
+/// \file
+/// Everything in autograd/: tensors, the tape, the ops (one header per op
+/// family), gradcheck.
 #include "gradcheck.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"

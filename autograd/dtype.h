@@ -1,15 +1,23 @@
 #pragma once
-// Element types. f32 is the default; f64 is for gradient checking and users
-// who need it; i64 holds token ids, targets and indices (never differentiable).
+/// \file
+/// Element types. f32 is the default; f64 is for gradient checking and users
+/// who need it; i64 holds token ids, targets and indices (never differentiable).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include <fmt/format.h>
+
+#include "error.h"
+
 namespace tg {
 
+/// The element type of a tensor: float32, float64 or int64.
 enum class DType : uint8_t { f32, f64, i64 };
 
+/// Bytes per element: 4 or 8.
 constexpr size_t itemsize(DType d) { return d == DType::f32 ? 4 : 8; }
+/// "float32", "float64" or "int64", as in error messages.
 constexpr std::string_view dtype_name(DType d) {
   switch (d) {
     case DType::f32: return "float32";
@@ -18,25 +26,37 @@ constexpr std::string_view dtype_name(DType d) {
   }
   return "?";
 }
+/// f32 or f64: the dtypes that can require grad.
 constexpr bool is_floating(DType d) { return d != DType::i64; }
 
+/// The DType of a C++ element type T (float, double, int64_t): dtype_of<T>::value.
 template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+/// float is f32.
+template <> struct dtype_of<float> { static constexpr DType value = DType::f32; /**< DType::f32 */ };
+/// double is f64.
+template <> struct dtype_of<double> { static constexpr DType value = DType::f64; /**< DType::f64 */ };
+/// int64_t is i64.
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; /**< DType::i64 */ };
+/// dtype_of<T>::value.
 template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
 
-// Calls f.template operator()<T>() with T the C++ type of a floating dtype.
-// `op` names the caller for the error message.
-#define TG_DISPATCH_FLOAT(dtype, op, ...)                                          \
-  [&] {                                                                          \
-    switch (dtype) {                                                             \
-      case ::tg::DType::f32: { using scalar_t = float; return __VA_ARGS__(); }     \
-      case ::tg::DType::f64: { using scalar_t = double; return __VA_ARGS__(); }    \
-      default: throw ::tg::DTypeError(::fmt::format("{}: expected a floating tensor, got {}", op, ::tg::dtype_name(dtype))); \
-    }                                                                            \
-  }()
+/// Calls f(T{}) with T = float or double for a floating dtype, else a
+/// DTypeError naming op. The one float dispatcher of autograd/ and nn/; a
+/// function rather than a macro, so the kernels inside the lambda may use
+/// `#pragma omp simd` (a directive cannot sit in a macro argument). Typical use:
+///     dispatch_float(x.dtype(), "relu", [&](auto tag) { using T = decltype(tag); ... });
+template <class F>
+void dispatch_float(DType dtype, std::string_view op, F&& f) {
+  if (dtype == DType::f32)
+    f(float{});
+  else if (dtype == DType::f64)
+    f(double{});
+  else
+    throw DTypeError(fmt::format("{}: expected a floating tensor, got {}", op, dtype_name(dtype)));
+}
 
+/// Binds scalar_t to the C++ type of any dtype (integers included) and
+/// evaluates to the body's value.
 #define TG_DISPATCH_ALL(dtype, op, ...)                                            \
   [&] {                                                                          \
     switch (dtype) {                                                             \

@@ -233,6 +233,37 @@ void check_noncontiguous(const TensorFn& fn, const std::vector<Tensor>& leaves, 
   }
 }
 
+// The positions of the inputs that require grad.
+std::vector<size_t> requiring_grad(const std::vector<Tensor>& inputs) {
+  std::vector<size_t> wrt;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) wrt.push_back(i);
+  return wrt;
+}
+
+// fn's backward as a function of (x_0 .. x_{n-1}, u): the gradients of
+// fn(x) . u with respect to the inputs at `wrt`, recorded (create_graph) and
+// flattened into one vector. Its derivatives with respect to the inputs are
+// fn's second derivatives; with respect to u, the first ones again.
+TensorFn backward_as_function(const TensorFn& fn, std::vector<size_t> wrt, size_t n) {
+  return [&fn, wrt = std::move(wrt), n](const std::vector<Tensor>& x) {
+    std::vector<Tensor> xs(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n)), wrt_x;
+    for (size_t i : wrt) wrt_x.push_back(x[i]);
+    EnableGradGuard eg;  // gradcheck evaluates it under no_grad too: the inner grad() needs a graph
+    Tensor out = fn(xs);
+    std::vector<Tensor> parts;
+    std::vector<Tensor> g =
+        out.requires_grad() ? grad({out}, wrt_x, {x[n]}, {.create_graph = true, .allow_unused = true})
+                            : std::vector<Tensor>(wrt_x.size());
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      // An input the output does not reach has a zero gradient, constant in everything.
+      Tensor gk = g[k].defined() ? g[k] : zeros(wrt_x[k].shape(), DType::f64);
+      parts.push_back(reshape(gk, {gk.numel()}));
+    }
+    return concat(parts, 0);
+  };
+}
+
 }  // namespace
 
 GradcheckError::GradcheckError(GradcheckReport r) : std::runtime_error("gradcheck failed:\n" + r.str()), report(std::move(r)) {}
@@ -272,9 +303,7 @@ GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
 }
 
 GradcheckReport gradgradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& o) {
-  std::vector<size_t> wrt;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined() && inputs[i].requires_grad()) wrt.push_back(i);
+  std::vector<size_t> wrt = requiring_grad(inputs);
   if (wrt.empty())
     throw AutogradError(fmt::format(
         "gradgradcheck: none of the {} inputs requires grad, so there is nothing to check", inputs.size()));
@@ -283,35 +312,15 @@ GradcheckReport gradgradcheck(const TensorFn& fn, const std::vector<Tensor>& inp
     NoGradGuard ng;
     out_shape = fn(inputs).shape();
   }
-  // The backward as a function of (inputs, u): the gradients of fn . u,
-  // recorded (create_graph) and flattened into one vector, gradchecked as a
-  // whole. Its derivatives with respect to the inputs are the second
-  // derivatives; with respect to u, the first ones again.
+  // The backward, gradchecked as a whole at a random output gradient u.
   Generator gen(o.seed ^ 0x6a09e667f3bcc909ULL);
   Tensor u = randn(out_shape, DType::f64, &gen);
   u.requires_grad_();
   std::vector<Tensor> all = inputs;
   all.push_back(u);
-  const size_t n = inputs.size();
-  TensorFn backward_fn = [&](const std::vector<Tensor>& x) {
-    std::vector<Tensor> xs(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n)), wrt_x;
-    for (size_t i : wrt) wrt_x.push_back(x[i]);
-    EnableGradGuard eg;  // gradcheck evaluates it under no_grad too: the inner grad() needs a graph
-    Tensor out = fn(xs);
-    std::vector<Tensor> parts;
-    std::vector<Tensor> g =
-        out.requires_grad() ? grad({out}, wrt_x, {x[n]}, {.create_graph = true, .allow_unused = true})
-                            : std::vector<Tensor>(wrt_x.size());
-    for (size_t k = 0; k < wrt.size(); ++k) {
-      // An input the output does not reach has a zero gradient, constant in everything.
-      Tensor gk = g[k].defined() ? g[k] : zeros(wrt_x[k].shape(), DType::f64);
-      parts.push_back(reshape(gk, {gk.numel()}));
-    }
-    return concat(parts, 0);
-  };
   GradcheckOptions inner = o;
   inner.raise = false;
-  GradcheckReport report = gradcheck(backward_fn, all, inner);
+  GradcheckReport report = gradcheck(backward_as_function(fn, std::move(wrt), inputs.size()), all, inner);
   report.inputs.back().name = "grad_output";
   if (!report.passed && o.raise) throw GradcheckError(report);
   return report;

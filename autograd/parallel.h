@@ -1,8 +1,9 @@
 #pragma once
-// Threads for the library's own kernels and OpenBLAS, set in one place.
-// set_num_threads(n) sets both; TAPEGRAD_NUM_THREADS sets the start value
-// (default: the number of cores). Kernels split work only above a grain size,
-// so small ops never pay for waking threads.
+/// \file
+/// Threads for the library's own kernels and OpenBLAS, set in one place.
+/// set_num_threads(n) sets both; TAPEGRAD_NUM_THREADS sets the start value
+/// (default: the number of cores). Kernels split work only above a grain size,
+/// so small ops never pay for waking threads.
 //
 // The kernels run on a small pool of our own rather than OpenMP's: libgomp's
 // idle threads spin for a long time after each parallel region, and on a
@@ -15,13 +16,15 @@
 
 namespace tg {
 
+/// Sets the threads of the library's kernels and of OpenBLAS (n >= 1).
 void set_num_threads(int n);
+/// The threads the kernels use now.
 int num_threads();
 
-// Calls f(begin, end) on disjoint chunks covering [0, n), in parallel. Runs
-// inline when n is below 2 * `grain` (items worth less than ~a few
-// microseconds each), with 1 thread, inside another parallel_for, or while
-// another thread of the program is using the pool.
+/// Calls f(begin, end) on disjoint chunks covering [0, n), in parallel. Runs
+/// inline when n is below 2 * `grain` (items worth less than ~a few
+/// microseconds each), with 1 thread, inside another parallel_for, or while
+/// another thread of the program is using the pool.
 template <class F>
 void parallel_for(int64_t n, int64_t grain, F&& f);
 

@@ -1,7 +1,8 @@
 #pragma once
-// Per-op profiler: off by default (one branch per op when off). Turn it on with
-// profiler_enable(true) or the environment variable TAPEGRAD_PROFILE=1, then
-// print profiler_report(): op, calls, total time, share, achieved GFLOP/s.
+/// \file
+/// Per-op profiler: off by default (one branch per op when off). Turn it on with
+/// profiler_enable(true) or the environment variable TAPEGRAD_PROFILE=1, then
+/// print profiler_report(): op, calls, total time, share, achieved GFLOP/s.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -9,35 +10,43 @@
 
 namespace tg {
 
+/// Turns timing on or off (for every thread).
 void profiler_enable(bool on);
+/// Whether ops are being timed.
 bool profiler_enabled();
+/// Forgets what was timed so far.
 void profiler_reset();
-// Table of the ops timed since the last reset. If gemm_peak_gflops > 0 the
-// report adds the model FLOP utilisation (matmul FLOP/s over that peak).
+/// Table of the ops timed since the last reset. If gemm_peak_gflops > 0 the
+/// report adds the model FLOP utilisation (matmul FLOP/s over that peak).
 std::string profiler_report(double gemm_peak_gflops = 0.0);
-// Sums over the ops timed since the last reset: all ops' time, and the time
-// and floating-point work of the ops that report work (the matmuls).
+/// Sums over the ops timed since the last reset: all ops' time, and the time
+/// and floating-point work of the ops that report work (the matmuls).
 struct ProfileTotals {
-  double seconds = 0;
-  double flop_seconds = 0;
-  double flops = 0;
+  double seconds = 0;       ///< all ops
+  double flop_seconds = 0;  ///< the ops that report work
+  double flops = 0;         ///< their floating-point operations
 };
+/// The totals since the last reset.
 ProfileTotals profiler_totals();
-// Adds floating-point work to the op currently being timed (matmul reports 2*M*N*K).
+/// Adds floating-point work to the op currently being timed (matmul reports 2*M*N*K).
 void profiler_add_flops(double flops);
-// The OpenBLAS sgemm peak at the current thread count: best GFLOP/s of five
-// square n x n x n products after a warm-up (what MFU is measured against).
+/// The OpenBLAS sgemm peak at the current thread count: best GFLOP/s of five
+/// square n x n x n products after a warm-up (what MFU is measured against).
 double measure_sgemm_peak_gflops(int64_t n = 1024);
 
-// forward: "op"; backward: "op (backward)"; recompute: "op (recompute)",
-// an output rebuilt for another op's backward (Node::saved_tensor). A
-// recompute is timed as its own row even inside another op's scope, and that
-// op's time and work exclude it, so a GEMM op's GFLOP/s is not diluted by
-// the pointwise work of rebuilding its input.
+/// forward: "op"; backward: "op (backward)"; recompute: "op (recompute)",
+/// an output rebuilt for another op's backward (Node::saved_tensor). A
+/// recompute is timed as its own row even inside another op's scope, and that
+/// op's time and work exclude it, so a GEMM op's GFLOP/s is not diluted by
+/// the pointwise work of rebuilding its input.
 enum class ProfilePhase { forward, backward, recompute };
 
+/// Times its own lifetime as one call of `op` in the profiler's table (when
+/// the profiler is on); an op of one's own opens one in its forward and
+/// backward.
 class ProfileScope {
  public:
+  /// Starts timing `op`, if the profiler is on.
   ProfileScope(std::string_view op, ProfilePhase phase = ProfilePhase::forward) {
     if (profiler_enabled()) start(op, phase);
   }

@@ -1,20 +1,22 @@
 #pragma once
-// Storage: one reference-counted buffer shared by a tensor and its views.
-// Buffers come from a caching allocator so a steady-state training step reuses
-// the memory of the previous step instead of calling malloc/free per op.
+/// \file
+/// Storage: one reference-counted buffer shared by a tensor and its views.
+/// Buffers come from a caching allocator so a steady-state training step reuses
+/// the memory of the previous step instead of calling malloc/free per op.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 namespace tg {
 
+/// A tensor's memory, shared by its views.
 struct Storage {
-  void* data = nullptr;
-  size_t nbytes = 0;
-  // Bumped by every in-place write; a node that saved a tensor remembers the
-  // version it saw, and backward refuses to use it if the version moved on.
+  void* data = nullptr;  ///< the buffer
+  size_t nbytes = 0;     ///< its size
+  /// Bumped by every in-place write; a node that saved a tensor remembers the
+  /// version it saw, and backward refuses to use it if the version moved on.
   uint64_t version = 0;
-  bool owned = true;  // false for memory we do not free (external buffers)
+  bool owned = true;  ///< false for memory we do not free (external buffers)
 
   Storage() = default;
   Storage(const Storage&) = delete;
@@ -22,21 +24,23 @@ struct Storage {
   ~Storage();
 };
 
-// Uninitialised storage of nbytes (64-byte aligned).
+/// Uninitialised storage of nbytes (64-byte aligned).
 std::shared_ptr<Storage> new_storage(size_t nbytes);
 
+/// Counters of the caching allocator (allocator_stats()).
 struct AllocatorStats {
-  uint64_t allocations = 0;  // requests served
-  uint64_t cache_hits = 0;   // served from the cache, no malloc
-  uint64_t system_allocs = 0;  // real allocations (aligned_alloc)
-  size_t bytes_in_use = 0;
-  size_t bytes_cached = 0;
-  size_t peak_bytes_in_use = 0;
+  uint64_t allocations = 0;  ///< requests served
+  uint64_t cache_hits = 0;   ///< served from the cache, no malloc
+  uint64_t system_allocs = 0;  ///< real allocations (aligned_alloc)
+  size_t bytes_in_use = 0;   ///< held by live storages
+  size_t bytes_cached = 0;   ///< freed blocks kept for reuse
+  size_t peak_bytes_in_use = 0;  ///< the most bytes_in_use since the start or reset_peak_memory_stats()
 };
+/// The allocator's counters now.
 AllocatorStats allocator_stats();
-// Restarts peak_bytes_in_use from the bytes in use now (to measure one phase).
+/// Restarts peak_bytes_in_use from the bytes in use now (to measure one phase).
 void reset_peak_memory_stats();
-// Frees every cached (unused) block back to the system.
+/// Frees every cached (unused) block back to the system.
 void empty_cache();
 
 }  // namespace tg

@@ -358,6 +358,19 @@ class Pass {
     if (auto kept = n.retains.lock()) kept->grad = options_.create_graph ? g : g.detach();
     capture(n.capture, g);
     if (!n.run) return;
+    check_runnable(n);
+    const bool g_records = options_.create_graph && g.requires_grad();
+    {
+      ProfileScope prof(n.op->name, ProfilePhase::backward);
+      n.op->backward(n, g, grads);
+    }
+    release_saved(n);
+    check_input_grads(n, grads, g_records);
+  }
+
+  // n's backward can run: what it saved is still there, and it is
+  // differentiable when this pass is recorded.
+  void check_runnable(const Node& n) const {
     if (n.released)
       throw AutogradError(fmt::format(
           "{}: cannot run the backward of {} again: what it saved was freed by an earlier backward() or grad() "
@@ -369,19 +382,23 @@ class Pass {
           "{}: create_graph through {}: its backward is declared once-differentiable, so its gradient cannot "
           "be differentiated again",
           api_, describe_node(n)));
-    const bool g_records = options_.create_graph && g.requires_grad();
-    {
-      ProfileScope prof(n.op->name, ProfilePhase::backward);
-      n.op->backward(n, g, grads);
-    }
+  }
+
+  // After n's backward ran: unless the graph is retained it never runs again,
+  // so what it saved goes now and activations are freed as the reverse pass
+  // goes instead of all at the end.
+  void release_saved(Node& n) const {
     if (retain_) {
       n.drop_recomputed();
     } else if (!n.saved.empty()) {
-      // Never run again: drop what it saved now, so activations are freed as
-      // the reverse pass goes instead of all at the end.
       n.saved.clear();
       n.released = true;
     }
+  }
+
+  // The gradients n's backward returned, one per input edge: each of its
+  // input's shape and dtype, and recorded when the incoming one (`g_records`) was.
+  void check_input_grads(const Node& n, const std::vector<Tensor>& grads, bool g_records) const {
     for (size_t e = 0; e < n.edges.size(); ++e) {
       const Edge& edge = n.edges[e];
       const Tensor& gi = grads[e];

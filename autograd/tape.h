@@ -1,27 +1,28 @@
 #pragma once
-// The autograd graph.
-//
-// Recording. Every op whose inputs require grad (in grad mode) records one
-// Node: its OpDef, one Edge per tensor input (to the node that produced that
-// input, or to a leaf), and what its backward needs. The output tensor holds
-// its node (TensorImpl::grad_fn) and every node holds the nodes of its
-// inputs, so a graph is owned by the tensors that depend on it: it lives as
-// long as one of them does and is freed, iteratively (a 10,000-step unroll
-// does not recurse), when the last one goes away. Nodes are recycled through
-// a per-thread free list, so a steady-state step records without allocating.
-//
-// Differentiating. backward() and grad() collect the nodes reachable from
-// their roots, order them by creation (a node is recorded after the nodes of
-// its inputs, so that is a topological order) and run their backward
-// functions newest first, in a plain loop. Nothing else recorded on the
-// thread is touched. Without retain_graph a node drops what it saved right
-// after its backward, so activations are freed as the pass goes; running a
-// backward through it again is an AutogradError that names the op.
-//
-// Higher order. With create_graph the backward functions run in grad mode:
-// the gradients are recorded like any forward and can be differentiated
-// again, to any order. A saved output is stored without its node (no cycle)
-// and reattached to it when backward reads it in that mode.
+/// \file
+/// The autograd graph.
+///
+/// Recording. Every op whose inputs require grad (in grad mode) records one
+/// Node: its OpDef, one Edge per tensor input (to the node that produced that
+/// input, or to a leaf), and what its backward needs. The output tensor holds
+/// its node (TensorImpl::grad_fn) and every node holds the nodes of its
+/// inputs, so a graph is owned by the tensors that depend on it: it lives as
+/// long as one of them does and is freed, iteratively (a 10,000-step unroll
+/// does not recurse), when the last one goes away. Nodes are recycled through
+/// a per-thread free list, so a steady-state step records without allocating.
+///
+/// Differentiating. backward() and grad() collect the nodes reachable from
+/// their roots, order them by creation (a node is recorded after the nodes of
+/// its inputs, so that is a topological order) and run their backward
+/// functions newest first, in a plain loop. Nothing else recorded on the
+/// thread is touched. Without retain_graph a node drops what it saved right
+/// after its backward, so activations are freed as the pass goes; running a
+/// backward through it again is an AutogradError that names the op.
+///
+/// Higher order. With create_graph the backward functions run in grad mode:
+/// the gradients are recorded like any forward and can be differentiated
+/// again, to any order. A saved output is stored without its node (no cycle)
+/// and reattached to it when backward reads it in that mode.
 #include <atomic>
 #include <cstdint>
 #include <cstddef>
@@ -42,48 +43,54 @@ namespace tg {
 struct OpDef;
 struct Node;
 
-// Where the gradient of one input goes.
+/// Where the gradient of one input goes.
 struct Edge {
-  NodeRef node;                       // the input's producer, or null
-  std::shared_ptr<TensorImpl> leaf;   // a leaf requiring grad: its .grad (or grad()'s result)
-  Shape shape;                        // the input's shape (backward must return exactly this)
-  DType dtype = DType::f32;
-  bool needs_grad = false;            // false: backward skips this input entirely
+  NodeRef node;                       ///< the input's producer, or null
+  std::shared_ptr<TensorImpl> leaf;   ///< a leaf requiring grad: its .grad (or grad()'s result)
+  Shape shape;                        ///< the input's shape (backward must return exactly this)
+  DType dtype = DType::f32;           ///< the input's dtype
+  bool needs_grad = false;            ///< false: backward skips this input entirely
 };
 
+/// A tensor a node saved for its backward (Node::save), read back with
+/// Node::saved_tensor.
 struct SavedTensor {
-  mutable Tensor tensor;   // the tensor; empty while saved by reference and not rebuilt
-  uint64_t version = 0;    // storage version when saved
-  NodeRef producer;        // saved by reference: producer->op->recompute rebuilds it
-  bool is_output = false;  // the saving node's own output, held without grad_fn
+  mutable Tensor tensor;   ///< the tensor; empty while saved by reference and not rebuilt
+  uint64_t version = 0;    ///< storage version when saved
+  NodeRef producer;        ///< saved by reference: producer->op->recompute rebuilds it
+  bool is_output = false;  ///< the saving node's own output, held without grad_fn
 };
 
+/// One recorded op: what its backward needs (record() returns it to the
+/// op's forward) and the edges to its inputs' producers.
 struct Node {
-  const OpDef* op = nullptr;
-  std::vector<Edge> edges;            // one per tensor input, in argument order
-  std::vector<SavedTensor> saved;     // what backward reads (inputs, output, stats), see save()
-  Shape out_shape;
-  DType out_dtype = DType::f32;
-  uint64_t out_version = 0;           // the output's storage version when recorded
-  uint64_t seq = 0;                   // creation order: inputs' nodes have smaller seq
-  bool released = false;              // saved tensors dropped by a backward without retain_graph
-  std::vector<HookEntry> hooks;       // registered on the output tensor (Tensor::register_hook)
-  std::weak_ptr<TensorImpl> retains;  // the output, when it retain_grad()s
+  const OpDef* op = nullptr;          ///< the op recorded
+  std::vector<Edge> edges;            ///< one per tensor input, in argument order
+  std::vector<SavedTensor> saved;     ///< what backward reads (inputs, output, stats), see save()
+  Shape out_shape;                    ///< the output's shape
+  DType out_dtype = DType::f32;       ///< the output's dtype
+  uint64_t out_version = 0;           ///< the output's storage version when recorded
+  uint64_t seq = 0;                   ///< creation order: inputs' nodes have smaller seq
+  bool released = false;              ///< saved tensors dropped by a backward without retain_graph
+  std::vector<HookEntry> hooks;       ///< registered on the output tensor (Tensor::register_hook)
+  std::weak_ptr<TensorImpl> retains;  ///< the output, when it retain_grad()s
 
-  // State of the backward pass running now (see engine.cpp).
-  Tensor grad;                        // gradient flowing into this node's output
-  uint64_t pass = 0;                  // the pass that collected this node
-  bool run = false;                   // this pass needs its backward
-  int32_t capture = -1;               // grad(): index of the input this node produced
+  // State of the backward pass running now (see tape.cpp).
+  Tensor grad;                        ///< backward pass: gradient flowing into this node's output
+  uint64_t pass = 0;                  ///< backward pass: the pass that collected this node
+  bool run = false;                   ///< backward pass: this pass needs its backward
+  int32_t capture = -1;               ///< grad(): index of the input this node produced
 
+  /// Whether backward must compute the gradient of input `input`.
   bool needs(size_t input) const { return edges[input].needs_grad; }
 
-  // The op's non-tensor state (axes, scalars, flags, shapes) as a struct of
-  // its own, stored in the node without allocating: forward writes
-  // `n->attrs<SoftmaxAttrs>() = {.axis = a}`, backward reads
-  // `n.attrs<SoftmaxAttrs>().axis`. T must be trivially copyable and fit in
-  // kAttrBytes; reading it as another type than was written is an AutogradError.
+  /// The op's non-tensor state (axes, scalars, flags, shapes) as a struct of
+  /// its own, stored in the node without allocating: forward writes
+  /// `n->attrs<SoftmaxAttrs>() = {.axis = a}`, backward reads
+  /// `n.attrs<SoftmaxAttrs>().axis`. T must be trivially copyable and fit in
+  /// kAttrBytes; reading it as another type than was written is an AutogradError.
   static constexpr size_t kAttrBytes = 160;
+  /// Forward: the attributes as T, value-initialised the first time.
   template <class T> T& attrs() {
     static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kAttrBytes && alignof(T) <= 8,
                   "op attributes: a small trivially copyable struct");
@@ -93,23 +100,24 @@ struct Node {
     }
     return *std::launder(reinterpret_cast<T*>(attrs_));
   }
+  /// Backward: the attributes written as T; AutogradError if written as another type.
   template <class T> const T& attrs() const {
     if (!attrs_type_ || *attrs_type_ != typeid(T)) bad_attrs(typeid(T).name());
     return *std::launder(reinterpret_cast<const T*>(attrs_));
   }
-  // Saves t for backward, remembering its version. When t is the output of an
-  // earlier node whose op has a recompute function, only a reference to that
-  // node is kept, and t's memory is freed with the last handle to it:
-  // backward rebuilds t from what that node saved.
+  /// Saves t for backward, remembering its version. When t is the output of an
+  /// earlier node whose op has a recompute function, only a reference to that
+  /// node is kept, and t's memory is freed with the last handle to it:
+  /// backward rebuilds t from what that node saved.
   void save(const Tensor& t);
-  // The k-th saved tensor (rebuilt if saved by reference; with grad mode on,
-  // attached to its node so that a recorded backward differentiates through
-  // it). AutogradError if it was modified in place since it was saved.
+  /// The k-th saved tensor (rebuilt if saved by reference; with grad mode on,
+  /// attached to its node so that a recorded backward differentiates through
+  /// it). AutogradError if it was modified in place since it was saved.
   Tensor saved_tensor(size_t k) const;
-  // Drops the tensors rebuilt for this node's backward (they can be rebuilt again).
+  /// Drops the tensors rebuilt for this node's backward (they can be rebuilt again).
   void drop_recomputed();
 
-  std::atomic<int32_t> refs{0};  // NodeRefs to this node (tensors, edges, saved references)
+  std::atomic<int32_t> refs{0};  ///< NodeRefs to this node (tensors, edges, saved references)
 
  private:
   friend void reset_attrs(Node& n) { n.attrs_type_ = nullptr; }
@@ -118,51 +126,53 @@ struct Node {
   const std::type_info* attrs_type_ = nullptr;
 };
 
-// Options of backward() and grad(). retain_graph defaults to create_graph,
-// as in PyTorch: a graph that was differentiated with create_graph is usually
-// differentiated again.
+/// Options of backward() and grad(). retain_graph defaults to create_graph,
+/// as in PyTorch: a graph that was differentiated with create_graph is usually
+/// differentiated again.
 struct GradOptions {
-  std::optional<bool> retain_graph = std::nullopt;
-  bool create_graph = false;
-  bool allow_unused = false;  // grad(): an input the outputs do not reach gets an undefined gradient
+  std::optional<bool> retain_graph = std::nullopt;  ///< keep what the graph saved for another backward
+  bool create_graph = false;  ///< record the backward, so that the gradients can be differentiated
+  bool allow_unused = false;  ///< grad(): an input the outputs do not reach gets an undefined gradient
 };
 
-// Gradients of the outputs with respect to the inputs (tensors requiring
-// grad: leaves or not), weighted by grad_outputs (one per output, of its
-// shape; may be omitted for scalar outputs). Touches no .grad. An input the
-// outputs do not reach is an error unless allow_unused.
+/// Gradients of the outputs with respect to the inputs (tensors requiring
+/// grad: leaves or not), weighted by grad_outputs (one per output, of its
+/// shape; may be omitted for scalar outputs). Touches no .grad. An input the
+/// outputs do not reach is an error unless allow_unused.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, const GradOptions& options = {});
-// Accumulates the gradients of the outputs into every leaf's .grad (what
-// Tensor::backward does for one output).
+/// Accumulates the gradients of the outputs into every leaf's .grad (what
+/// Tensor::backward does for one output).
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
               const GradOptions& options = {});
 
-// Graphviz DOT of the live graph that the roots depend on: op names, output
-// shapes and dtypes, leaves, and which nodes were already freed by a backward.
+/// Graphviz DOT of the live graph that the roots depend on: op names, output
+/// shapes and dtypes, leaves, and which nodes were already freed by a backward.
 std::string to_dot(const std::vector<Tensor>& roots);
 
-// Nodes alive in the process (recorded and not yet freed): for tests and leak hunting.
+/// Nodes alive in the process (recorded and not yet freed): for tests and leak hunting.
 int64_t live_nodes();
 
-// Gradient mode (per thread). Ops record only while it is enabled; backward
-// functions run with it set to create_graph.
+/// Gradient mode (per thread). Ops record only while it is enabled; backward
+/// functions run with it set to create_graph.
 bool grad_enabled();
+/// Turns recording off on this thread for its lifetime (torch.no_grad):
+/// inference, optimizer updates, a fused forward that records itself once.
 class NoGradGuard {
  public:
-  NoGradGuard();
-  ~NoGradGuard();
+  NoGradGuard();   ///< disables grad mode
+  ~NoGradGuard();  ///< restores the mode it found
   NoGradGuard(const NoGradGuard&) = delete;
   NoGradGuard& operator=(const NoGradGuard&) = delete;
 
  private:
   bool prev_;
 };
-// Re-enables recording inside a no-grad region (for gradcheck and the like).
+/// Re-enables recording inside a no-grad region (for gradcheck and the like).
 class EnableGradGuard {
  public:
-  EnableGradGuard();
-  ~EnableGradGuard();
+  EnableGradGuard();   ///< enables grad mode
+  ~EnableGradGuard();  ///< restores the mode it found
   EnableGradGuard(const EnableGradGuard&) = delete;
   EnableGradGuard& operator=(const EnableGradGuard&) = delete;
 
@@ -170,10 +180,11 @@ class EnableGradGuard {
   bool prev_;
 };
 
-// Called by an op's forward after computing `out`. Returns the new node when
-// grad mode is on and some input requires grad (the op then saves what its
-// backward needs into it), or nullptr when nothing is to be recorded.
+/// Called by an op's forward after computing `out`. Returns the new node when
+/// grad mode is on and some input requires grad (the op then saves what its
+/// backward needs into it), or nullptr when nothing is to be recorded.
 Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out);
+/// record() with the inputs as arguments: `record(op, out, a, b)`.
 template <class... Ts>
 Node* record(const OpDef& op, Tensor& out, const Ts&... inputs) {
   const Tensor* ptrs[] = {&inputs...};

@@ -332,7 +332,8 @@ Tensor rand(const Shape& shape, DType dtype, Generator* gen, double low, double 
   Generator& g = gen ? *gen : default_generator();
   Tensor t = new_tensor(shape, dtype);
   const uint64_t c0 = g.reserve(static_cast<uint64_t>(t.numel()));
-  TG_DISPATCH_FLOAT(dtype, "rand", [&] {
+  dispatch_float(dtype, "rand", [&](auto tag) {
+    using scalar_t = decltype(tag);
     scalar_t* p = t.data<scalar_t>();
     parallel_for(t.numel(), 1 << 15, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) p[i] = static_cast<scalar_t>(low + (high - low) * g.uniform_at(c0 + i));
@@ -346,7 +347,8 @@ Tensor randn(const Shape& shape, DType dtype, Generator* gen, double mean, doubl
   Tensor t = new_tensor(shape, dtype);
   const int64_t n = t.numel();
   const uint64_t c0 = g.reserve(static_cast<uint64_t>(2 * n));
-  TG_DISPATCH_FLOAT(dtype, "randn", [&] {
+  dispatch_float(dtype, "randn", [&](auto tag) {
+    using scalar_t = decltype(tag);
     scalar_t* p = t.data<scalar_t>();
     parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {

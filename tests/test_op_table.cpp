@@ -1,6 +1,8 @@
 // Walks the op table and gradchecks every op over every one of its samples in
 // float64. Ops registered later (in any op-family file) are picked up
-// automatically: the table is the single source of truth.
+// automatically: the table is the single source of truth. Which ops the table
+// holds (so that this walk is not over an empty or shrunken table) is pinned
+// name by name in test_op_names.cpp, for the static and the shared library.
 #define BOOST_TEST_MODULE op_table
 #include <boost/test/unit_test.hpp>
 
@@ -16,10 +18,8 @@
 using namespace tg;
 
 BOOST_AUTO_TEST_CASE(every_op_has_samples) {
-  std::vector<const OpDef*> ops = op_table();
-  BOOST_TEST_REQUIRE(ops.size() >= 30u);  // elementwise + view ops alone are more than that
   std::set<std::string_view> names;
-  for (const OpDef* op : ops) {
+  for (const OpDef* op : op_table()) {
     BOOST_TEST_CONTEXT("op " << op->name) {
       BOOST_TEST(names.insert(op->name).second, "op name registered twice");
       BOOST_TEST(!op->signature.empty());

@@ -303,6 +303,7 @@ BOOST_AUTO_TEST_CASE(error_paths) {
   check_throws<ShapeError>([] { from_vector(std::vector<double>{1, 2, 3}, {2, 2}); }, {"from_vector", "3", "(2,2)"});
   check_throws<ValueError>([] { arange(0.0, 1.0, 0.0); }, {"arange", "step=0"});
   check_throws<ValueError>([] { randint(3, 3, {2}); }, {"randint", "[3, 3)"});
+  check_throws<DTypeError>([] { rand({2}, DType::i64); }, {"rand", "int64"});  // the float dispatcher's error
   check_throws<ShapeError>([] { Shape s{1, 1, 1, 1, 1, 1, 1, 1}; s.push_back(1); }, {"rank"});
   check_throws<DTypeError>([&] { x.data<float>(); }, {"float64", "float32"});
   check_throws<ValueError>([] { Tensor().data<float>(); }, {"undefined"});

@@ -31,7 +31,7 @@
 namespace tg {
 namespace {
 
-using detail::check_floating, detail::dense, detail::dispatch_float;
+using detail::check_floating, detail::dense;
 
 struct AttentionAttrs {
   bool causal;

@@ -1,7 +1,8 @@
 #pragma once
 // What every op family's kernels share: argument checks that name the op,
-// the float dispatcher, the (outer, n, inner) view of an axis and the row
-// grain of parallel loops. Internal to autograd/ops/*.cpp (not installed).
+// the (outer, n, inner) view of an axis and the row grain of parallel loops.
+// The float dispatcher is tg::dispatch_float in ../dtype.h. Internal to
+// autograd/ops/*.cpp (not installed).
 #include <algorithm>
 #include <cstdint>
 #include <string_view>
@@ -34,21 +35,6 @@ inline void check_same_dtype(std::string_view op, const Tensor& a, const Tensor&
   if (a.dtype() != b.dtype())
     throw DTypeError(fmt::format("{}: dtypes differ: {} {} and {} {} (convert one with .to())", op, a.shape(),
                                  dtype_name(a.dtype()), b.shape(), dtype_name(b.dtype())));
-}
-
-// ---- dispatch
-
-// Calls f(T{}) with T = float or double for a floating dtype, else a
-// DTypeError naming op. A function rather than a macro, so the kernels inside
-// the lambda may use #pragma omp simd (a directive cannot sit in a macro argument).
-template <class F>
-void dispatch_float(DType dtype, std::string_view op, F&& f) {
-  if (dtype == DType::f32)
-    f(float{});
-  else if (dtype == DType::f64)
-    f(double{});
-  else
-    throw DTypeError(fmt::format("{}: expected a floating tensor, got {}", op, dtype_name(dtype)));
 }
 
 // A contiguous, untracked handle on x's data for the kernels to read.

@@ -9,7 +9,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_floating, detail::dispatch_float;
+using detail::check_floating;
 
 // Element i is dropped when the generator's counter-based uniform for it is
 // below p, so the mask depends only on the generator state, not on threads.

@@ -16,7 +16,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_same_dtype, detail::dispatch_float;
+using detail::check_same_dtype;
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::AxisView, detail::check_floating, detail::dispatch_float;
+using detail::AxisView, detail::check_floating;
 
 namespace {
 

@@ -23,7 +23,6 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::dispatch_float;
 namespace {
 
 // A stack of (rows, cols) matrices laid over the product's batch shape: the

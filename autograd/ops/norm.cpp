@@ -16,7 +16,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_floating, detail::dense, detail::dispatch_float, detail::row_grain, detail::row_sum;
+using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum;
 
 // y = (x - mean) * rstd * w + b over the last axis (C), rstd = 1/sqrt(var + eps)
 // with the biased variance. Backward (llm.c / PyTorch), per row with

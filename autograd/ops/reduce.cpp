@@ -17,7 +17,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_floating, detail::dispatch_float;
+using detail::check_floating;
 namespace detail {
 
 // Normalised, sorted, unique axes; empty input means every axis.

@@ -19,7 +19,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::dispatch_float, detail::row_grain;
+using detail::row_grain;
 
 namespace {
 

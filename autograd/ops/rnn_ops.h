@@ -1,35 +1,36 @@
 #pragma once
-// Fused recurrences: the whole time loop of one RNN / LSTM / GRU layer as one
-// op on the tape, with backpropagation through time written by hand.
-//
-// The input projection xp = x W_ih^T + b stays outside (tg::linear: one GEMM
-// for all steps). Inside, the forward runs one GEMM h_{t-1} W_hh^T per step
-// and one fused pointwise pass; the backward one GEMM dG_t W_hh per step, and
-// dW_hh = sum_t dG_t^T h_{t-1} as one GEMM over all steps at the end.
-// Why one op and not one per step: a step reads row block t of xp, and on
-// this tape the gradient of a slice has its input's full shape, so per-step
-// slices would cost O(T^2) in backward.
-// A recorded backward (create_graph) runs the same recursion in tensor ops
-// instead, so the gradients are differentiable again; for it the LSTM and GRU
-// also save xp, from which it recomputes the gates.
-//
-// Everything is time-major (T,B,...); gate order as torch.nn. A missing
-// (undefined) initial state means zeros.
+/// \file
+/// Fused recurrences: the whole time loop of one RNN / LSTM / GRU layer as one
+/// op on the tape, with backpropagation through time written by hand.
+///
+/// The input projection xp = x W_ih^T + b stays outside (tg::linear: one GEMM
+/// for all steps). Inside, the forward runs one GEMM h_{t-1} W_hh^T per step
+/// and one fused pointwise pass; the backward one GEMM dG_t W_hh per step, and
+/// dW_hh = sum_t dG_t^T h_{t-1} as one GEMM over all steps at the end.
+/// Why one op and not one per step: a step reads row block t of xp, and on
+/// this tape the gradient of a slice has its input's full shape, so per-step
+/// slices would cost O(T^2) in backward.
+/// A recorded backward (create_graph) runs the same recursion in tensor ops
+/// instead, so the gradients are differentiable again; for it the LSTM and GRU
+/// also save xp, from which it recomputes the gates.
+///
+/// Everything is time-major (T,B,...); gate order as torch.nn. A missing
+/// (undefined) initial state means zeros.
 #include "../tensor.h"
 
 namespace tg {
 
-// xp (T,B,H) = x W_ih^T + b_ih + b_hh, w_hh (H,H), h0 (B,H)
-// -> (T,B,H): h_t = tanh(xp_t + h_{t-1} W_hh^T)
+/// xp (T,B,H) = x W_ih^T + b_ih + b_hh, w_hh (H,H), h0 (B,H)
+/// -> (T,B,H): h_t = tanh(xp_t + h_{t-1} W_hh^T)
 Tensor rnn_tanh_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor());
 
-// xp (T,B,4H) = x W_ih^T + b_ih + b_hh (gates i, f, g, o), w_hh (4H,H), h0 and c0 (B,H)
-// -> (2,T,B,H): [h_t; c_t] with c_t = sig(f) c_{t-1} + sig(i) tanh(g), h_t = sig(o) tanh(c_t)
+/// xp (T,B,4H) = x W_ih^T + b_ih + b_hh (gates i, f, g, o), w_hh (4H,H), h0 and c0 (B,H)
+/// -> (2,T,B,H): [h_t; c_t] with c_t = sig(f) c_{t-1} + sig(i) tanh(g), h_t = sig(o) tanh(c_t)
 Tensor lstm_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
 
-// xp (T,B,3H) = x W_ih^T + b_ih (gates r, z, n), w_hh (3H,H), b_hh (3H) or undefined, h0 (B,H)
-// -> (T,B,H): r, z = sig(xp_rz + h W_hrz^T + b_hrz); n = tanh(xp_n + r (h W_hn^T + b_hn));
-//             h_t = (1 - z) n + z h_{t-1}
+/// xp (T,B,3H) = x W_ih^T + b_ih (gates r, z, n), w_hh (3H,H), b_hh (3H) or undefined, h0 (B,H)
+/// -> (T,B,H): r, z = sig(xp_rz + h W_hrz^T + b_hrz); n = tanh(xp_n + r (h W_hn^T + b_hn));
+///             h_t = (1 - z) n + z h_{t-1}
 Tensor gru_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& b_hh = Tensor(), const Tensor& h0 = Tensor());
 
 }  // namespace tg

@@ -24,7 +24,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::AxisView, detail::axis_view, detail::check_floating, detail::dense, detail::dispatch_float,
+using detail::AxisView, detail::axis_view, detail::check_floating, detail::dense,
     detail::exp_shifted, detail::row_dot, detail::row_grain, detail::row_logsumexp, detail::row_max, detail::row_sum,
     detail::vexp;
 

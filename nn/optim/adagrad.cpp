@@ -47,7 +47,8 @@ void Adagrad::step() {
     const double clr = group.lr / (1 + static_cast<double>(st.step - 1) * options_.lr_decay);
     // The accumulator starts at initial_accumulator_value (buffers start at zero).
     if (st.step == 1) st.buffers[0].fill_(options_.initial_accumulator_value);
-    TG_DISPATCH_FLOAT(p.dtype(), "Adagrad.step", [&] {
+    dispatch_float(p.dtype(), "Adagrad.step", [&](auto tag) {
+      using scalar_t = decltype(tag);
       adagrad_kernel<scalar_t>(p.data<scalar_t>(), g.data<scalar_t>(), st.buffers[0].data<scalar_t>(), p.numel(), clr,
                                group.weight_decay, options_.eps);
     });

@@ -59,7 +59,8 @@ void adam_update(const char* name, const Options& o, bool decoupled, const Param
   const double l2 = decoupled ? 0.0 : group.weight_decay;
   const double decay = decoupled ? 1 - group.lr * group.weight_decay : 1.0;
   AdamStep s = adam_step(group.lr, o.beta1, o.beta2, o.eps, l2, decay, t);
-  TG_DISPATCH_FLOAT(p.dtype(), name, [&] {
+  dispatch_float(p.dtype(), name, [&](auto tag) {
+    using scalar_t = decltype(tag);
     adam_kernel<scalar_t>(p.data<scalar_t>(), g.data<scalar_t>(), buffers[0].data<scalar_t>(),
                           buffers[1].data<scalar_t>(), p.numel(), s);
   });

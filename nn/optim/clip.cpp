@@ -17,7 +17,8 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   for (const Tensor& p : params) {
     if (!p.defined() || !p.grad().defined()) continue;
     Tensor g = p.grad().contiguous();
-    TG_DISPATCH_FLOAT(g.dtype(), "clip_grad_norm_", [&] {
+    dispatch_float(g.dtype(), "clip_grad_norm_", [&](auto tag) {
+      using scalar_t = decltype(tag);
       const scalar_t* d = g.data<scalar_t>();
       double s = 0;
       for (int64_t k = 0, n = g.numel(); k < n; ++k) s += static_cast<double>(d[k]) * static_cast<double>(d[k]);
@@ -38,7 +39,8 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip) {
   for (const Tensor& p : params) {
     if (!p.defined() || !p.grad().defined()) continue;
     const Tensor g = p.grad();
-    TG_DISPATCH_FLOAT(g.dtype(), "clip_grad_value_", [&] {
+    dispatch_float(g.dtype(), "clip_grad_value_", [&](auto tag) {
+      using scalar_t = decltype(tag);
       const scalar_t lo = -clip, hi = clip;
       detail::map1<scalar_t, scalar_t>(g, g, [=](scalar_t x) { return std::clamp(x, lo, hi); });
     });

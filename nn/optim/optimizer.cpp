@@ -246,6 +246,18 @@ struct StateReader {
   }
 };
 
+// Copies of a parameter's loaded buffers in its dtype: the optimizer never
+// shares its state with the caller's tensors.
+std::vector<Tensor> owned_copies(const std::vector<Tensor>& buffers, const Tensor& param) {
+  std::vector<Tensor> out;
+  for (const Tensor& buffer : buffers) {
+    Tensor copy = empty(param.shape(), param.dtype());
+    copy.copy_(buffer);
+    out.push_back(copy);
+  }
+  return out;
+}
+
 }  // namespace
 
 void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
@@ -266,12 +278,7 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
       if (in.steps_of[g][i] <= 0) continue;
       ParamState& st = state_[g][i];
       st.step = in.steps_of[g][i];
-      const Tensor& p = groups_[g].params[i];
-      for (const Tensor& buffer : in.bufs[g][i]) {
-        Tensor copy = empty(p.shape(), p.dtype());  // a copy: never share buffers with the caller
-        copy.copy_(buffer);
-        st.buffers.push_back(copy);
-      }
+      st.buffers = owned_copies(in.bufs[g][i], groups_[g].params[i]);
     }
   }
 }

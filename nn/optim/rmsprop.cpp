@@ -68,7 +68,8 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
 
 void RMSprop::step() {
   for_each_update([&](const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& st) {
-    TG_DISPATCH_FLOAT(p.dtype(), "RMSprop.step", [&] {
+    dispatch_float(p.dtype(), "RMSprop.step", [&](auto tag) {
+      using scalar_t = decltype(tag);
       size_t k = 1;
       scalar_t* sq = st.buffers[0].data<scalar_t>();
       scalar_t* buf = options_.momentum > 0 ? st.buffers[k++].data<scalar_t>() : nullptr;

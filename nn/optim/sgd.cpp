@@ -59,7 +59,8 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
 
 void SGD::step() {
   for_each_update([&](const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& st) {
-    TG_DISPATCH_FLOAT(p.dtype(), "SGD.step", [&] {
+    dispatch_float(p.dtype(), "SGD.step", [&](auto tag) {
+      using scalar_t = decltype(tag);
       scalar_t* buf = st.buffers.empty() ? nullptr : st.buffers[0].data<scalar_t>();
       sgd_kernel<scalar_t>(p.data<scalar_t>(), g.data<scalar_t>(), buf, p.numel(), st.step == 1, options_, group.lr,
                            group.weight_decay);
