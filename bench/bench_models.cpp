@@ -28,7 +28,7 @@ void BM_train_step(benchmark::State& state, const std::string& name) {
   manual_seed(1337);
   bench::Trainer trainer = bench::make_trainer(w, kVocab);
   Generator gen(7);
-  data::LMBatches stream(randint(0, kVocab, {100000}, &gen), w.block);
+  data::LMBatches stream(randint(0, kVocab, {100000}, &gen), w.model.block);
   {
     // Memorising one batch: 8 steps must take the loss from ~ln V well down.
     data::LMBatch fixed = stream.sample(w.batch, gen);
@@ -50,7 +50,7 @@ void BM_train_step(benchmark::State& state, const std::string& name) {
     allocs += bench::count_system_allocs([&] { trainer.step(b.inputs, b.targets); });
   }
   state.counters["tokens/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations() * w.batch * w.block), benchmark::Counter::kIsRate);
+      benchmark::Counter(static_cast<double>(state.iterations() * w.batch * w.model.block), benchmark::Counter::kIsRate);
   state.counters["system_allocs"] = benchmark::Counter(static_cast<double>(allocs), benchmark::Counter::kAvgIterations);
 }
 BENCHMARK_CAPTURE(BM_train_step, gpt_s, std::string("gpt-s"))->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -1,13 +1,13 @@
-// Google Benchmark of the NN primitives at the shapes of the issue-6 models
-// (float32), forward alone and forward + backward: matmul ((2048,128) x
-// (128,512) and batched (128,64,32) x (128,32,64), GFLOP/s), softmax,
-// layer_norm, cross_entropy (a character vocabulary V=85 and a GPT-2-sized
-// V=50257 at a small batch), scaled dot-product attention (B=32, H=4, T=64,
-// D=32), embedding (2048 ids, C=128, V=85 and 50257), the LSTM cell (B=32,
-// E=64, H=256, one step) and the fused LSTM recurrence over T=64 steps.
-// Each benchmark validates its result, and with backward its gradients,
-// against a plain double-precision loop before timing (the LSTM recurrence's
-// gradients against a float64 run of the same op); SkipWithError on a mismatch.
+// Google Benchmark of the NN primitives at the shapes of the training workloads
+// (bench/workloads.h; float32), forward alone and forward + backward: matmul
+// ((2048,128) x (128,512) and batched (128,64,32) x (128,32,64), GFLOP/s),
+// softmax, layer_norm, cross_entropy (a character vocabulary V=85 and a
+// GPT-2-sized V=50257 at a small batch), scaled dot-product attention (B=32,
+// H=4, T=64, D=32), embedding (2048 ids, C=128, V=85 and 50257), the LSTM cell
+// (B=32, E=64, H=256, one step) and the fused LSTM recurrence over T=64 steps.
+// Each benchmark validates its result, and with backward its gradients, against
+// a plain double-precision loop before timing (the LSTM recurrence's gradients
+// against a float64 run of the same op); SkipWithError on a mismatch.
 //
 //   build/bench/bench_nn_ops                         # threads: TAPEGRAD_NUM_THREADS or all cores
 //   TAPEGRAD_NUM_THREADS=1 build/bench/bench_nn_ops --benchmark_filter=attention

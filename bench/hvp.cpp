@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     auto& model = *trainer.model;
     std::vector<Tensor> params = model.parameters();
     Generator gen(2);
-    Tensor x = randint(0, vocab, {w.batch, w.block}, &gen), y = randint(0, vocab, {w.batch, w.block}, &gen);
+    Tensor x = randint(0, vocab, {w.batch, w.model.block}, &gen), y = randint(0, vocab, {w.batch, w.model.block}, &gen);
     std::vector<Tensor> v;
     for (const Tensor& p : params) v.push_back(randn(p.shape(), p.dtype(), &gen));
 

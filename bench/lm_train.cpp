@@ -1,6 +1,6 @@
 // lm_train — the tapegrad side of the language-model comparison
 // (bench/compare.py runs it alternately with bench/torch_lm.py). Trains one
-// workload of issue 6 (bench/workloads.h) and prints one JSON line:
+// of the comparison's workloads (bench/workloads.h) and prints one JSON line:
 // steady-state tokens/s, the matmul GFLOP/s inside the step (from the
 // profiler, in a separate profiled pass so timing stays clean), heap
 // allocations per steady-state step, peak RSS and, with --eval, the
@@ -32,9 +32,9 @@
 #include "autograd/blas.h"
 #include "bench/workloads.h"
 #include "data/lm_batches.h"
+#include "data/corpus.h"
 #include "dist/ddp.h"
-#include "examples/common/corpus.h"
-#include "examples/common/report.h"
+#include "report/report.h"
 
 using namespace tg;
 
@@ -99,10 +99,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!write_text.empty()) {
-      examples::Corpus c = examples::load_corpus("", brown_dir, 0.1, seed);
+      data::Corpus c = data::load_corpus("", brown_dir, 0.1, seed);
       std::filesystem::create_directories(write_text);
-      std::ofstream(write_text + "/train.txt", std::ios::binary) << examples::join_text(c.train);
-      std::ofstream(write_text + "/val.txt", std::ios::binary) << examples::join_text(c.val);
+      std::ofstream(write_text + "/train.txt", std::ios::binary) << data::join_text(c.train);
+      std::ofstream(write_text + "/val.txt", std::ios::binary) << data::join_text(c.val);
       fmt::print("wrote {0}/train.txt and {0}/val.txt\n", write_text);
       return 0;
     }
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       train_ids = encode(train_cp), val_ids = encode(val_cp);
       V = static_cast<int64_t>(chars.size());
     }
-    data::LMBatches train(std::move(train_ids), w.block), val(std::move(val_ids), w.block);
+    data::LMBatches train(std::move(train_ids), w.model.block), val(std::move(val_ids), w.model.block);
 
     manual_seed(seed);
     bench::Trainer trainer = bench::make_trainer(w, V);
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
           "\"bytes_in_use_after\": {}, \"pool_peak_mb\": {:.1f}, \"live_nodes_before\": {}, \"live_nodes_after\": {}, "
           "\"live_nodes_max\": {}, \"peak_rss_mb\": {:.1f}}}\n",
           workload, discarded, before.bytes_in_use, after.bytes_in_use, after.peak_bytes_in_use / 1048576.0,
-          nodes_before, live_nodes(), max_nodes, examples::peak_rss_mib());
+          nodes_before, live_nodes(), max_nodes, report::peak_rss_mib());
       return 0;
     }
     double last_loss = 0;
@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
         "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, "
         "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
         "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
-        workload, threads, dist::world_size(), steps, w.batch * w.block, steps * w.batch * w.block / secs, last_loss, examples::peak_rss_mib(),
+        workload, threads, dist::world_size(), steps, w.batch * w.model.block, steps * w.batch * w.model.block / secs, last_loss, report::peak_rss_mib(),
         prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
         prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
         (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);

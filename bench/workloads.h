@@ -9,14 +9,15 @@
 #include <string>
 
 #include "autograd/storage.h"
-#include "models/language_model.h"
-#include "nn/optim/optimizer.h"
+#include "models/registry.h"
 
 namespace tg::bench {
 
+// model.block is the sequence length T of every kind (the recurrent models
+// read it from the data, GPT also as its context); model.vocab is the text's.
 struct Workload {
-  std::string kind;  // gpt, rnn or lstm
-  int64_t layers = 0, heads = 0, dim = 0, embed = 0, hidden = 0, block = 0, batch = 0;
+  models::ModelSpec model;
+  int64_t batch = 0;  // B
 };
 
 // By name: gpt-s, gpt-m, rnn, lstm.
@@ -32,7 +33,9 @@ struct Trainer {
   double step(const Tensor& inputs, const Tensor& targets);
 };
 
-// The model is initialised from the default generator (seed it first).
+// The model (with vocabulary vocab) and the optimizer its kind trains with
+// (models::make_optimizer); the model is initialised from the default
+// generator (seed it first).
 Trainer make_trainer(const Workload& w, int64_t vocab);
 
 // Real (system) allocations the caching allocator makes while f runs: zero

@@ -52,6 +52,34 @@ bool attaches_right(std::string_view w) { return w == "(" || w == "[" || w == "`
 
 bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
+// The corpus files of dir (c<genre><two digits>), sorted by name.
+std::vector<std::string> brown_files(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw DataError(fmt::format("brown: corpus directory {} does not exist; run scripts/fetch_brown.sh to fetch it", dir));
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (is_corpus_name(entry.path().filename().string())) files.push_back(entry.path().string());
+  if (ec) throw DataError(fmt::format("brown: corpus directory {} cannot be listed: {}", dir, ec.message()));
+  if (files.empty())
+    throw DataError(fmt::format("brown: {} has no corpus files (ca01 ... cr09); run scripts/fetch_brown.sh to fetch "
+                                "them", dir));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The word of a `word/tag` token (what precedes the last '/'), or an empty
+// view for a token without a word or a tag.
+std::string_view tagged_word(std::string_view token) {
+  const size_t slash = token.rfind('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == token.size()) return {};
+  return token.substr(0, slash);
+}
+
+DataError malformed_token(std::string_view where, std::string_view token) {
+  return DataError(fmt::format("brown: {}: malformed token '{}' (expected word/tag)", where, token));
+}
+
 }  // namespace
 
 std::string brown_genres() {
@@ -74,10 +102,8 @@ std::string detokenize_brown(std::string_view line, const std::string& where) {
     if (end == std::string_view::npos) end = line.size();
     std::string_view token = line.substr(start, end - start);
     pos = end;
-    size_t slash = token.rfind('/');
-    if (slash == std::string_view::npos || slash == 0 || slash + 1 == token.size())
-      throw DataError(fmt::format("brown: {}: malformed token '{}' (expected word/tag)", where, token));
-    std::string_view word = token.substr(0, slash);
+    std::string_view word = tagged_word(token);
+    if (word.empty()) throw malformed_token(where, token);
     if (!glue_next && !attaches_left(word)) out += ' ';
     out += word == "``" || word == "''" ? std::string_view("\"") : word;
     glue_next = attaches_right(word);
@@ -117,17 +143,7 @@ BrownDocument read_brown_file(const std::string& path) {
 }
 
 std::vector<BrownDocument> read_brown(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw DataError(fmt::format("brown: corpus directory {} does not exist; run scripts/fetch_brown.sh to fetch it", dir));
-  std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (is_corpus_name(entry.path().filename().string())) files.push_back(entry.path().string());
-  if (ec) throw DataError(fmt::format("brown: corpus directory {} cannot be listed: {}", dir, ec.message()));
-  if (files.empty())
-    throw DataError(fmt::format("brown: {} has no corpus files (ca01 ... cr09); run scripts/fetch_brown.sh to fetch "
-                                "them", dir));
-  std::sort(files.begin(), files.end());
+  const std::vector<std::string> files = brown_files(dir);
   std::vector<BrownDocument> docs;
   docs.reserve(files.size());
   for (const auto& f : files) docs.push_back(read_brown_file(f));
@@ -138,6 +154,25 @@ std::vector<Document> brown_documents(const std::vector<BrownDocument>& docs) {
   std::vector<Document> out;
   out.reserve(docs.size());
   for (const auto& d : docs) out.push_back({d.id, d.genre_name, d.text});
+  return out;
+}
+
+TokenCorpus read_brown_words(const std::string& dir) {
+  TokenCorpus out;
+  for (const auto& path : brown_files(dir)) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw DataError(fmt::format("brown: {}: cannot be opened for reading", path));
+    std::string line;
+    for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+      for_each_word(line, WordSplit::whitespace, [&](std::string_view token) {
+        std::string_view word = tagged_word(token);
+        if (word.empty()) throw malformed_token(fmt::format("{}:{}", path, line_no), token);
+        out.add(word);
+      });
+      out.end_sentence();
+    }
+    if (in.bad()) throw DataError(fmt::format("brown: {}: read error", path));
+  }
   return out;
 }
 

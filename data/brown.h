@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "text.h"
+#include "words.h"
 
 namespace tg::data {
 
@@ -40,6 +41,11 @@ BrownDocument read_brown_file(const std::string& path);
 // closing ") and after opening punctuation (( [ ` and an opening "). Throws
 // DataError naming `where` for a token without a word or a tag.
 std::string detokenize_brown(std::string_view line, const std::string& where);
+
+// Every corpus file of dir (as read_brown) as words: each token's word as
+// tagged (case kept, `` and '' as they are), one sentence per non-blank line,
+// read a line at a time straight into ids. DataError as read_brown.
+TokenCorpus read_brown_words(const std::string& dir);
 
 // As Documents (label = genre name) for the text pipeline.
 std::vector<Document> brown_documents(const std::vector<BrownDocument>& docs);

@@ -1,6 +1,6 @@
 // charlm — the main job: an RNN, an LSTM and a GPT language model trained on
 // the same text, at matched parameter budgets and the same token budget, then
-// compared (seed 002's story: a recurrent state vs attention over the past).
+// compared: a recurrent state against attention over the past.
 //
 //   build/examples/charlm                      # Brown corpus, all three models
 //   build/examples/charlm --models gpt --steps 500 --data my.txt
@@ -11,11 +11,9 @@
 // samples.txt, results.md (the table), <model>.safetensors (weights) and
 // <model>.state.safetensors (optimizer state, step, generator state: what
 // --resume needs to continue exactly).
-#include <sys/resource.h>
-
+#include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <optional>
 
@@ -23,17 +21,16 @@
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
+#include "data/corpus.h"
 #include "data/lm_batches.h"
 #include "data/tokenizer.h"
 #include "dist/ddp.h"
-#include "examples/common/corpus.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "models/generate.h"
-#include "models/gpt.h"
 #include "models/registry.h"
-#include "models/rnn_lm.h"
+#include "models/training_state.h"
 #include "nn/nn.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 namespace fs = std::filesystem;
 using namespace tg;
@@ -54,70 +51,61 @@ struct Config {
   bool resume = false, profile = false;
 };
 
-// Parameters of an RNN LM with embedding E, hidden H, L layers, vocabulary V
-// (G gates: 1 RNN, 3 GRU, 4 LSTM), so its hidden size can be matched to a budget.
-int64_t rnn_lm_params(models::CellKind cell, int64_t V, int64_t E, int64_t H, int64_t L) {
-  int64_t G = cell == models::CellKind::lstm ? 4 : cell == models::CellKind::gru ? 3 : 1;
-  int64_t n = V * E + H * V + V;                    // embedding, head
-  for (int64_t l = 0; l < L; ++l) n += G * H * ((l == 0 ? E : H) + H + 2);  // W_ih, W_hh, two biases
-  return n;
-}
-
-int64_t matched_hidden(models::CellKind cell, int64_t V, int64_t E, int64_t L, int64_t budget) {
-  int64_t best = 8;
-  for (int64_t H = 8; H <= 4096; ++H)
-    if (std::llabs(rnn_lm_params(cell, V, E, H, L) - budget) < std::llabs(rnn_lm_params(cell, V, E, best, L) - budget))
-      best = H;
-  return best;
-}
-
-models::CellKind cell_of(const std::string& kind) {
-  return kind == "rnn" ? models::CellKind::rnn : kind == "lstm" ? models::CellKind::lstm : models::CellKind::gru;
-}
-
 // The recurrent models' hidden size: as given, or matched to GPT's parameter count.
 int64_t hidden_of(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params) {
   if (kind == "rnn" && c.rnn_hidden) return c.rnn_hidden;
   if (kind == "lstm" && c.lstm_hidden) return c.lstm_hidden;
-  return matched_hidden(cell_of(kind), V, c.embed, c.rnn_layers, gpt_params);
+  return models::hidden_for_parameters(
+      {.vocab = V, .embed = c.embed, .layers = c.rnn_layers, .cell = models::cell_kind(kind)}, gpt_params);
+}
+
+// The model --models names, at the sizes the flags give.
+models::ModelSpec spec_of(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params) {
+  if (kind == "gpt")
+    return {.kind = kind, .vocab = V, .layers = c.gpt_layers, .block = c.block, .heads = c.gpt_heads, .dim = c.gpt_dim,
+            .dropout = c.dropout};
+  return {.kind = kind, .vocab = V, .layers = c.rnn_layers, .embed = c.embed,
+          .hidden = hidden_of(kind, c, V, gpt_params), .dropout = c.dropout};
 }
 
 // What the table's "shape" column says of a model.
-std::string shape_of(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params) {
-  if (kind == "gpt") return fmt::format("{} layers x {} heads, C {}", c.gpt_layers, c.gpt_heads, c.gpt_dim);
-  return fmt::format("{} layer{}, E {}, H {}", c.rnn_layers, c.rnn_layers > 1 ? "s" : "", c.embed,
-                     hidden_of(kind, c, V, gpt_params));
+std::string shape_of(const models::ModelSpec& s) {
+  if (s.kind == "gpt") return fmt::format("{} layers x {} heads, C {}", s.layers, s.heads, s.dim);
+  return fmt::format("{} layer{}, E {}, H {}", s.layers, s.layers > 1 ? "s" : "", s.embed, s.hidden);
 }
 
-std::shared_ptr<LanguageModel> make_model(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params) {
-  if (kind == "gpt")
-    return std::make_shared<models::GPT>(models::GPTOptions{.vocab = V, .block = c.block, .layers = c.gpt_layers,
-                                                            .heads = c.gpt_heads, .dim = c.gpt_dim, .dropout = c.dropout});
-  const models::CellKind cell = cell_of(kind);
-  const int64_t H = hidden_of(kind, c, V, gpt_params);
-  return std::make_shared<models::RNNLM>(models::RNNLMOptions{
-      .vocab = V, .embed = c.embed, .hidden = H, .layers = c.rnn_layers, .cell = cell, .dropout = c.dropout});
-}
-
-std::unique_ptr<nn::Optimizer> make_optimizer(const std::string& kind, LanguageModel& m, const Config& c) {
-  // The recipes of the benchmark workloads: AdamW 1e-3 with weight decay for
-  // the transformer, Adam 2e-3 for the recurrent models.
-  if (kind == "gpt")
-    return std::make_unique<nn::AdamW>(nn::weight_decay_groups(m, 0.01),
-                                       nn::AdamWOptions{.lr = c.lr > 0 ? c.lr : 1e-3, .weight_decay = 0.01});
-  return std::make_unique<nn::Adam>(m.parameters(), nn::AdamOptions{.lr = c.lr > 0 ? c.lr : 2e-3});
-}
-
-struct Curve {
-  std::vector<double> step, train, val;
+// The text every model trains on, as tokens.
+struct Text {
+  data::Corpus corpus;
+  std::unique_ptr<data::Tokenizer> tok;
+  data::LMBatches train, val;
+  double chars_per_token = 0;  // of the validation text
+  std::string prompt;          // the start of the validation text, for the samples
 };
 
+Text load_text(const Config& c) {
+  data::Corpus corpus = data::load_corpus(c.data, c.brown_dir, c.val_fraction, c.seed);
+  std::string train_text = data::join_text(corpus.train), val_text = data::join_text(corpus.val);
+  std::unique_ptr<data::Tokenizer> tok;
+  if (c.tokenizer == "char")
+    tok = std::make_unique<data::CharTokenizer>(data::CharTokenizer::build(train_text + val_text));
+  else
+    tok = std::make_unique<data::BPETokenizer>(data::BPETokenizer::train(train_text, c.bpe_vocab));
+  if (dist::is_main()) tok->save(c.out + "/tokenizer.json");
+  // The encoded int64 streams are temporaries: LMBatches keeps int32 copies.
+  data::LMBatches train(tok->encode(train_text), c.block), val(tok->encode(val_text), c.block);
+  const double chars_per_token = static_cast<double>(val_text.size()) / val.num_tokens();
+  std::string prompt = val_text.substr(0, std::min<size_t>(val_text.size(), 24));
+  return Text{std::move(corpus), std::move(tok), std::move(train), std::move(val), chars_per_token, std::move(prompt)};
+}
+
 struct Result {
-  std::string name;
+  models::ModelSpec spec;
   int64_t params = 0;
   double train_loss = NAN, val_loss = NAN, tokens_per_s = 0, seconds = 0;
   size_t peak_bytes = 0;
   std::string sample;
+  std::vector<models::CurvePoint> curve;
 };
 
 // Under MPI each rank evaluates every N-th batch and the sums are reduced:
@@ -134,123 +122,116 @@ double evaluate(LanguageModel& m, const data::LMBatches& val, int64_t n_batches,
   return dist::all_reduce_sum(total) / n_batches;
 }
 
-// Trains one model (or resumes it from its state file) and returns what the table shows.
-Result run_model(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params, const data::LMBatches& train,
-                 const data::LMBatches& val, Curve& curve, const data::Tokenizer& tok, const std::string& prompt) {
+// A run's checkpoint: <kind>.safetensors holds the weights (with the config
+// `generate` rebuilds the model from), <kind>.state.safetensors the
+// optimizer's state and the TrainingState.
+struct Checkpoint {
+  std::string weights, state;
+
+  Checkpoint(const Config& c, const std::string& kind)
+      : weights(fmt::format("{}/{}.safetensors", c.out, kind)),
+        state(fmt::format("{}/{}.state.safetensors", c.out, kind)) {}
+  bool exists() const { return fs::exists(weights) && fs::exists(state); }
+
+  // Both generators' positions go into s before it is written.
+  void save(LanguageModel& model, const nn::Optimizer& opt, models::TrainingState& s, const Generator& batch_gen) const {
+    s.batch_seed = batch_gen.seed(), s.batch_offset = batch_gen.offset();
+    s.dropout_seed = default_generator().seed(), s.dropout_offset = default_generator().offset();
+    nn::save(model, weights, models::config_of(model));
+    nn::save(opt, state, models::to_metadata(s));
+  }
+
+  // Loads the weights and the optimizer, and puts both generators where the
+  // saved run stopped (the dropout generator of this rank: rank 0 saved its own).
+  models::TrainingState load(LanguageModel& model, nn::Optimizer& opt, Generator& batch_gen) const {
+    nn::load(model, weights);
+    models::TrainingState s = models::training_state_from_metadata(nn::load(opt, state), state);
+    batch_gen.set_state(s.batch_seed, s.batch_offset);
+    default_generator().set_state(s.dropout_seed + dist::rank(), s.dropout_offset);
+    return s;
+  }
+};
+
+// Trains one model (or resumes it from its checkpoint) and returns what the table shows.
+Result run_model(const models::ModelSpec& spec, const Config& c, const Text& text) {
+  const std::string& kind = spec.kind;
   Result r;
-  r.name = kind;
-  auto model = make_model(kind, c, V, gpt_params);
+  r.spec = spec;
+  auto model = models::make_language_model(spec);
   r.params = model->num_parameters();
-  auto opt = make_optimizer(kind, *model, c);
+  auto opt = models::make_optimizer(kind, *model, c.lr);
   nn::CosineWarmupLR schedule(opt->lr(), std::min(c.warmup, c.steps), c.steps, opt->lr() * 0.1);
   // Every rank draws the same whole batches (and trains on its shard), so
   // batch_gen stays in step everywhere; dropout differs by rank.
   Generator batch_gen(c.seed), dropout_gen(c.seed + 1 + dist::rank());
   default_generator() = dropout_gen;
 
-  const std::string weights = fmt::format("{}/{}.safetensors", c.out, kind);
-  const std::string state = fmt::format("{}/{}.state.safetensors", c.out, kind);
-  int64_t step = 0;
-  double train_seconds = 0;
-  // The training loss summed since the last evaluation (the curve's next
-  // point is its mean), kept in the checkpoint of a run stopped in between.
-  double interval_loss = 0;
-  int64_t interval_n = 0;
-  if (c.resume && fs::exists(weights) && fs::exists(state)) {
-    nn::load(*model, weights);
-    auto meta = nn::load(*opt, state);
-    step = std::stoll(meta.at("step"));
-    batch_gen.set_state(std::stoull(meta.at("batch_seed")), std::stoull(meta.at("batch_offset")));
-    default_generator().set_state(std::stoull(meta.at("dropout_seed")) + dist::rank(), std::stoull(meta.at("dropout_offset")));
-    train_seconds = std::stod(meta.at("seconds"));
-    // Absent from checkpoints written before they were kept, which were all
-    // taken at an evaluation, where the sum restarts from 0.
-    if (meta.count("interval_loss")) interval_loss = std::stod(meta.at("interval_loss"));
-    if (meta.count("interval_steps")) interval_n = std::stoll(meta.at("interval_steps"));
-    curve = Curve{};
-    for (auto& [k, v] : meta)
-      if (k.starts_with("curve.")) {
-        double s, tl, vl;
-        if (std::sscanf(v.c_str(), "%lf %lf %lf", &s, &tl, &vl) == 3) curve.step.push_back(s), curve.train.push_back(tl), curve.val.push_back(vl);
-      }
-    if (dist::is_main()) fmt::print(stderr, "{}: resumed at step {} from {}\n", kind, step, state);
+  const Checkpoint checkpoint(c, kind);
+  models::TrainingState st;
+  if (c.resume && checkpoint.exists()) {
+    st = checkpoint.load(*model, *opt, batch_gen);
+    if (dist::is_main()) fmt::print(stderr, "{}: resumed at step {} from {}\n", kind, st.step, checkpoint.state);
   }
+  st.model = kind;
   // Every rank reads --out: on several machines it must be a shared directory.
-  dist::check_same(kind + ": the steps resumed from " + state, std::to_string(step));
+  dist::check_same(kind + ": the steps resumed from " + checkpoint.state, std::to_string(st.step));
   // Rank 0's weights everywhere, and gradients averaged over the ranks.
   dist::DistributedDataParallel ddp(*model);
-  auto save_state = [&] {
-    std::map<std::string, std::string> meta = {
-        {"step", std::to_string(step)}, {"model", kind}, {"seconds", fmt::format("{}", train_seconds)},
-        {"batch_seed", std::to_string(batch_gen.seed())}, {"batch_offset", std::to_string(batch_gen.offset())},
-        {"dropout_seed", std::to_string(default_generator().seed())},
-        {"dropout_offset", std::to_string(default_generator().offset())},
-        {"interval_loss", fmt::format("{:.17g}", interval_loss)}, {"interval_steps", std::to_string(interval_n)}};
-    for (size_t i = 0; i < curve.step.size(); ++i)
-      meta[fmt::format("curve.{:06}", i)] = fmt::format("{} {:.17g} {:.17g}", curve.step[i], curve.train[i], curve.val[i]);
-    nn::save(*model, weights, models::config_of(*model));  // what `generate` rebuilds the model from
-    nn::save(*opt, state, meta);
-  };
 
   reset_peak_memory_stats();
   const int64_t tokens_per_step = c.batch * c.block;
   const int64_t stop = c.stop_after > 0 ? std::min(c.stop_after, c.steps) : c.steps;
   // This run's bar ends where the run stops (--stop-after), so its count,
   // ETA and final line are true.
-  std::optional<examples::Progress> bar;  // rank 0's
-  if (dist::is_main()) bar.emplace(kind, stop, "tok", step);
-  const int64_t start_step = step;
-  while (step < stop) {
+  std::optional<report::Progress> bar;  // rank 0's
+  if (dist::is_main()) bar.emplace(kind, stop, "tok", st.step);
+  const int64_t start_step = st.step;
+  while (st.step < stop) {
     auto t0 = std::chrono::steady_clock::now();  // training time only: evaluation and checkpoints are not counted
-    schedule.step(*opt, step);
-    data::LMBatch b = train.sample(c.batch, batch_gen);
+    schedule.step(*opt, st.step);
+    data::LMBatch b = text.train.sample(c.batch, batch_gen);
     Tensor loss = model->loss(dist::shard(b.inputs), dist::shard(b.targets));
     loss.backward();
     ddp.finish();
     if (c.clip > 0) nn::clip_grad_norm_(model->parameters(), c.clip);
     opt->step();
     opt->zero_grad();
-    ++step;
-    interval_loss += loss.item();
-    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++interval_n;
-    const double shown = interval_loss / interval_n;  // mean training loss since the last evaluation
-    if (step % c.eval_every == 0 || step == c.steps) {
-      double vl = evaluate(*model, val, c.eval_batches, c.batch);
-      curve.step.push_back(static_cast<double>(step));
-      curve.train.push_back(dist::all_reduce_sum(interval_loss) / dist::world_size() / interval_n);
-      curve.val.push_back(vl);
-      interval_loss = 0, interval_n = 0;
-      if (dist::is_main()) save_state();
-    } else if (step == stop) {
+    ++st.step;
+    st.interval_loss += loss.item();
+    st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++st.interval_steps;
+    const double shown = st.interval_loss / st.interval_steps;  // mean training loss since the last evaluation
+    if (st.step % c.eval_every == 0 || st.step == c.steps) {
+      const double vl = evaluate(*model, text.val, c.eval_batches, c.batch);
+      st.curve.push_back({static_cast<double>(st.step),
+                          dist::all_reduce_sum(st.interval_loss) / dist::world_size() / st.interval_steps, vl});
+      st.interval_loss = 0, st.interval_steps = 0;
+      if (dist::is_main()) checkpoint.save(*model, *opt, st, batch_gen);
+    } else if (st.step == stop) {
       // Stopped between evaluations: no curve point here (an uninterrupted
       // run has none); the checkpoint keeps the loss sum, averaged over the
       // ranks, so the resumed run's next point is the uninterrupted one's.
-      interval_loss = dist::all_reduce_sum(interval_loss) / dist::world_size();
-      if (dist::is_main()) save_state();
+      st.interval_loss = dist::all_reduce_sum(st.interval_loss) / dist::world_size();
+      if (dist::is_main()) checkpoint.save(*model, *opt, st, batch_gen);
     }
-    if (bar) bar->update(step, static_cast<double>((step - start_step) * tokens_per_step), fmt::format("loss {:.3f}", shown));
+    if (bar) bar->update(st.step, static_cast<double>((st.step - start_step) * tokens_per_step), fmt::format("loss {:.3f}", shown));
   }
   r.peak_bytes = allocator_stats().peak_bytes_in_use;
-  r.seconds = train_seconds;
-  r.tokens_per_s = train_seconds > 0 ? step * tokens_per_step / train_seconds : 0;
-  if (!curve.step.empty()) r.train_loss = curve.train.back(), r.val_loss = curve.val.back();
+  r.seconds = st.seconds;
+  r.tokens_per_s = st.seconds > 0 ? st.step * tokens_per_step / st.seconds : 0;
+  r.curve = st.curve;
+  if (!r.curve.empty()) r.train_loss = r.curve.back().train_loss, r.val_loss = r.curve.back().val_loss;
   if (!dist::is_main()) return r;  // rank 0 alone reports
-  bar->finish(step < c.steps ? fmt::format("stopped at step {} of {}; --resume continues", step, c.steps)
-                             : fmt::format("train {:.3f}  val {:.3f}", r.train_loss, r.val_loss));
+  bar->finish(st.step < c.steps ? fmt::format("stopped at step {} of {}; --resume continues", st.step, c.steps)
+                                : fmt::format("train {:.3f}  val {:.3f}", r.train_loss, r.val_loss));
 
   Generator sample_gen(c.seed + 2);
   models::SamplingOptions so{.max_new_tokens = c.sample_len, .temperature = c.temperature, .top_k = c.top_k};
-  r.sample = prompt + tok.decode(models::generate(*model, tok.encode(prompt), so, sample_gen));
+  r.sample = text.prompt + text.tok->decode(models::generate(*model, text.tok->encode(text.prompt), so, sample_gen));
   return r;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  dist::Environment mpi(argc, argv);
-  Config c;
-  CLI::App app{"charlm: RNN vs LSTM vs GPT language models on the same text (the main tapegrad example)"};
+void add_options(CLI::App& app, Config& c) {
   app.add_option("--data", c.data, "A UTF-8 text file to train on instead of the Brown corpus");
   app.add_option("--brown-dir", c.brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus (default: its cache)");
   app.add_option("--models", c.models, "Which models, in order: rnn lstm gru gpt")->delimiter(',')
@@ -282,78 +263,83 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", c.resume, "Continue from the checkpoints in --out");
   app.add_option("--stop-after", c.stop_after, "Stop each model after this many steps, as if interrupted (--resume continues)");
   app.add_flag("--profile", c.profile, "Print a per-op profile of the last model's training and its MFU against the measured sgemm peak");
+}
+
+void print_plan(const Config& c, const Text& text) {
+  fmt::print("charlm: {} — {} train / {} validation documents, {} / {} tokens, vocabulary {} ({})\n",
+             text.corpus.source, text.corpus.train.size(), text.corpus.val.size(), text.train.num_tokens(),
+             text.val.num_tokens(), text.tok->vocab_size(), c.tokenizer);
+  fmt::print("charlm: {} steps x {} x {} = {:.2f}M tokens per model, {} threads{}\n\n", c.steps, c.batch, c.block,
+             c.steps * c.batch * c.block / 1e6, num_threads(),
+             dist::world_size() > 1 ? fmt::format(" x {} ranks of {} sequences", dist::world_size(), c.batch / dist::world_size()) : "");
+}
+
+// The table, the samples, loss.csv and loss.png.
+void write_report(const Config& c, const Text& text, const std::vector<Result>& results) {
+  report::Table table{{"model", "shape", "params", "train loss", "val loss", "val bits/char", "tokens/s", "peak MiB", "time"}, {}};
+  for (const auto& r : results)
+    table.rows.push_back({r.spec.kind, shape_of(r.spec), fmt::format("{}", r.params), fmt::format("{:.3f}", r.train_loss),
+                          fmt::format("{:.3f}", r.val_loss),
+                          fmt::format("{:.3f}", r.val_loss / std::log(2.0) / text.chars_per_token),
+                          report::format_count(r.tokens_per_s), fmt::format("{:.1f}", r.peak_bytes / 1048576.0),
+                          report::format_duration(r.seconds)});
+  fmt::print("\n{}\nlosses are nats/token (cross-entropy on the validation split, {} fixed batches); "
+             "process peak RSS {:.0f} MiB\n",
+             table.text(), c.eval_batches, report::peak_rss_mib());
+
+  std::string samples;
+  for (const auto& r : results) samples += fmt::format("=== {} ===\n{}\n\n", r.spec.kind, r.sample);
+  fmt::print("\n{}", samples);
+
+  std::string csv = "model,step,tokens,train_loss,val_loss\n";
+  std::vector<report::Series> curves;
+  for (const auto& r : results) {
+    report::Series s{r.spec.kind + " validation", {}, {}};
+    for (const auto& p : r.curve) {
+      csv += fmt::format("{},{},{},{:.6f},{:.6f}\n", r.spec.kind, p.step, p.step * c.batch * c.block, p.train_loss,
+                         p.val_loss);
+      s.x.push_back(p.step * c.batch * c.block);
+      s.y.push_back(p.val_loss);
+    }
+    curves.push_back(std::move(s));
+  }
+  report::write_file(c.out + "/samples.txt", samples);
+  report::write_file(c.out + "/loss.csv", csv);
+  report::write_file(c.out + "/results.md", table.markdown());
+  std::string why = report::plot_lines(c.out + "/loss.png", "validation loss (" + text.corpus.source + ")",
+                                       "training tokens", "nats/token", curves);
+  fmt::print("wrote {0}/loss.csv, {0}/results.md, {0}/samples.txt, checkpoints {0}/*.safetensors", c.out);
+  fmt::print("{}", why.empty() ? fmt::format(" and the plot {}/loss.png\n", c.out) : fmt::format("\nno plot: {}\n", why));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::Environment mpi(argc, argv);
+  Config c;
+  CLI::App app{"charlm: RNN vs LSTM vs GPT language models on the same text (the main tapegrad example)"};
+  add_options(app, c);
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (c.threads > 0) set_num_threads(c.threads);
     if (c.profile) profiler_enable(true);
     if (dist::is_main()) fs::create_directories(c.out);
-    examples::Corpus corpus = examples::load_corpus(c.data, c.brown_dir, c.val_fraction, c.seed);
-    std::string train_text = examples::join_text(corpus.train), val_text = examples::join_text(corpus.val);
-
-    std::unique_ptr<data::Tokenizer> tok;
-    if (c.tokenizer == "char")
-      tok = std::make_unique<data::CharTokenizer>(data::CharTokenizer::build(train_text + val_text));
-    else
-      tok = std::make_unique<data::BPETokenizer>(data::BPETokenizer::train(train_text, c.bpe_vocab));
-    if (dist::is_main()) tok->save(c.out + "/tokenizer.json");
-    const int64_t V = tok->vocab_size();
-    // The encoded int64 streams are temporaries: LMBatches keeps int32 copies.
-    data::LMBatches train(tok->encode(train_text), c.block), val(tok->encode(val_text), c.block);
-    const double chars_per_token = static_cast<double>(val_text.size()) / val.num_tokens();
-
+    const Text text = load_text(c);
+    const int64_t V = text.tok->vocab_size();
     manual_seed(c.seed);
-    const int64_t gpt_params = make_model("gpt", c, V, 0)->num_parameters();
-    if (dist::is_main()) {
-      fmt::print("charlm: {} — {} train / {} validation documents, {} / {} tokens, vocabulary {} ({})\n", corpus.source,
-                 corpus.train.size(), corpus.val.size(), train.num_tokens(), val.num_tokens(), V, c.tokenizer);
-      fmt::print("charlm: {} steps x {} x {} = {:.2f}M tokens per model, {} threads{}\n\n", c.steps, c.batch, c.block,
-                 c.steps * c.batch * c.block / 1e6, num_threads(),
-                 dist::world_size() > 1 ? fmt::format(" x {} ranks of {} sequences", dist::world_size(), c.batch / dist::world_size()) : "");
-    }
+    const int64_t gpt_params = models::make_language_model(spec_of("gpt", c, V, 0))->num_parameters();
+    if (dist::is_main()) print_plan(c, text);
 
-    std::string prompt = val_text.substr(0, std::min<size_t>(val_text.size(), 24));
     std::vector<Result> results;
-    std::vector<examples::Series> curves;
-    std::string csv = "model,step,tokens,train_loss,val_loss\n";
     for (const std::string& kind : c.models) {
       manual_seed(c.seed);  // every model starts from the same generator state
       if (c.profile) profiler_reset();
-      Curve curve;
-      results.push_back(run_model(kind, c, V, gpt_params, train, val, curve, *tok, prompt));
-      for (size_t i = 0; i < curve.step.size(); ++i)
-        csv += fmt::format("{},{},{},{:.6f},{:.6f}\n", kind, curve.step[i], curve.step[i] * c.batch * c.block,
-                           curve.train[i], curve.val[i]);
-      examples::Series s{kind + " validation", {}, curve.val};
-      for (double st : curve.step) s.x.push_back(st * c.batch * c.block);
-      curves.push_back(std::move(s));
+      results.push_back(run_model(spec_of(kind, c, V, gpt_params), c, text));
     }
     if (!dist::is_main()) return 0;  // rank 0 alone reports and writes
     if (c.profile) fmt::print("\n{}\n", profiler_report(measure_sgemm_peak_gflops()));
-
-    examples::Table table{{"model", "shape", "params", "train loss", "val loss", "val bits/char", "tokens/s", "peak MiB", "time"}, {}};
-    for (auto& r : results)
-      table.rows.push_back({r.name, shape_of(r.name, c, V, gpt_params), fmt::format("{}", r.params), fmt::format("{:.3f}", r.train_loss),
-                            fmt::format("{:.3f}", r.val_loss),
-                            fmt::format("{:.3f}", r.val_loss / std::log(2.0) / chars_per_token),
-                            examples::format_count(r.tokens_per_s), fmt::format("{:.1f}", r.peak_bytes / 1048576.0),
-                            examples::format_duration(r.seconds)});
-    struct rusage ru {};
-    getrusage(RUSAGE_SELF, &ru);
-    fmt::print("\n{}\nlosses are nats/token (cross-entropy on the validation split, {} fixed batches); "
-               "process peak RSS {:.0f} MiB\n",
-               table.text(), c.eval_batches, ru.ru_maxrss / 1024.0);
-
-    std::string samples;
-    for (auto& r : results) samples += fmt::format("=== {} ===\n{}\n\n", r.name, r.sample);
-    fmt::print("\n{}", samples);
-    examples::write_file(c.out + "/samples.txt", samples);
-    examples::write_file(c.out + "/loss.csv", csv);
-    examples::write_file(c.out + "/results.md", table.markdown());
-    std::string why = examples::plot_lines(c.out + "/loss.png", "validation loss (" + corpus.source + ")",
-                                           "training tokens", "nats/token", curves);
-    fmt::print("wrote {0}/loss.csv, {0}/results.md, {0}/samples.txt, checkpoints {0}/*.safetensors", c.out);
-    fmt::print("{}", why.empty() ? fmt::format(" and the plot {}/loss.png\n", c.out) : fmt::format("\nno plot: {}\n", why));
+    write_report(c, text, results);
   } catch (const std::exception& e) {
     dist::abort(fmt::format("charlm: {}", e.what()));  // under MPI: ends every rank, not only this one
   }

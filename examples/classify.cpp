@@ -9,27 +9,30 @@
 // BagOfEmbeddings below also shows how to write a model of your own against
 // the nn API: register submodules by name, write forward().
 #include <algorithm>
-#include <cctype>
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <map>
-#include <unordered_map>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
-#include "examples/common/corpus.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
+#include "data/corpus.h"
+#include "data/words.h"
 #include "models/transformer.h"
 #include "nn/nn.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 namespace fs = std::filesystem;
 using namespace tg;
 
 namespace {
 
-constexpr int64_t PAD = 0, UNK = 1;
+// Token ids: the padding, unknown words, then the vocabulary's words (by count).
+constexpr int64_t PAD = 0, UNK = 1, kFirstWord = 2;
 
 // The baseline: the mean of the passage's word vectors, then a linear layer.
 class BagOfEmbeddings : public nn::Module {
@@ -56,22 +59,49 @@ struct Config {
   uint64_t seed = 3;
 };
 
-// Lower-cased words and punctuation marks.
-std::vector<std::string> words(const std::string& text) {
-  std::vector<std::string> out;
-  std::string w;
-  auto flush = [&] {
-    if (!w.empty()) out.push_back(w), w.clear();
-  };
-  for (unsigned char ch : text) {
-    if (std::isalnum(ch) || ch >= 0x80 || ch == '\'') w += static_cast<char>(std::tolower(ch));
-    else {
-      flush();
-      if (!std::isspace(ch)) out.push_back(std::string(1, static_cast<char>(ch)));
-    }
+void add_options(CLI::App& app, Config& c) {
+  app.add_option("--data", c.data, "Not supported: the genres come from the Brown corpus")->check([](const std::string& s) {
+    return s.empty() ? std::string() : std::string("classify needs the Brown corpus's genre labels; use --brown-dir");
+  });
+  app.add_option("--brown-dir", c.brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus (default: its cache)");
+  app.add_option("--steps", c.steps, "Training steps per model")->check(CLI::PositiveNumber);
+  app.add_option("--batch", c.batch, "Passages per step")->check(CLI::PositiveNumber);
+  app.add_option("--passage", c.passage, "Words per passage")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", c.vocab, "Token ids: <pad>, <unk> and the most frequent training words (at least 3)")
+      ->check(CLI::Range(int64_t{3}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--dim", c.dim, "Embedding / transformer width");
+  app.add_option("--layers", c.layers, "Transformer layers");
+  app.add_option("--heads", c.heads, "Attention heads");
+  app.add_option("--lr", c.lr, "AdamW learning rate");
+  app.add_option("--threads", c.threads, "Threads for kernels and OpenBLAS");
+  app.add_option("--seed", c.seed, "Seed");
+  app.add_option("--out", c.out, "Output directory");
+}
+
+// Genre names sorted, and their ids.
+struct Classes {
+  std::map<std::string, int64_t> id;
+  std::vector<std::string> names;
+  int64_t size() const { return static_cast<int64_t>(names.size()); }
+};
+
+Classes classes_of(const data::Corpus& corpus) {
+  Classes k;
+  for (const auto* docs : {&corpus.train, &corpus.val})
+    for (const auto& d : *docs) k.id.emplace(d.label, 0);
+  for (auto& [name, id] : k.id) id = k.size(), k.names.push_back(name);
+  return k;
+}
+
+// The lower-cased words of the training documents by count, at most
+// max_words of them (validation words stay unseen).
+data::Vocab vocabulary(const std::vector<data::Document>& train, int64_t max_words) {
+  data::TokenCorpus words;
+  for (const auto& d : train) {
+    data::for_each_word(d.text, data::WordSplit::lowercase, [&](std::string_view w) { words.add(w); });
+    words.end_sentence();
   }
-  flush();
-  return out;
+  return data::build_vocab(words, 1, max_words);
 }
 
 struct Passages {
@@ -79,19 +109,20 @@ struct Passages {
   std::vector<int64_t> label;
 };
 
-Passages cut(const std::vector<data::Document>& docs, const std::unordered_map<std::string, int64_t>& vocab,
-             const std::map<std::string, int64_t>& classes, int64_t len) {
+// Each document's words cut into passages of len words (the rest dropped),
+// labelled with the document's genre.
+Passages cut(const std::vector<data::Document>& docs, const data::Vocab& vocab, const Classes& classes, int64_t len) {
   Passages p;
   for (const auto& d : docs) {
-    auto w = words(d.text);
+    const std::vector<std::string> w = data::split_words(d.text, data::WordSplit::lowercase);
     for (size_t s = 0; s + len <= w.size(); s += len) {
       std::vector<int64_t> ids;
       for (size_t i = s; i < s + len; ++i) {
-        auto it = vocab.find(w[i]);
-        ids.push_back(it == vocab.end() ? UNK : it->second);
+        const int32_t id = vocab.id(w[i]);
+        ids.push_back(id < 0 ? UNK : kFirstWord + id);
       }
       p.ids.push_back(std::move(ids));
-      p.label.push_back(classes.at(d.label));
+      p.label.push_back(classes.id.at(d.label));
     }
   }
   return p;
@@ -107,47 +138,85 @@ std::pair<Tensor, Tensor> batch_of(const Passages& p, const std::vector<size_t>&
   return {from_vector(ids, {B, static_cast<int64_t>(ids.size()) / B}), from_vector(y, {B})};
 }
 
+// A model under comparison: forward maps ids (B,S) and padding (B,S) to logits (B, classes).
+struct Entry {
+  std::string name;
+  std::shared_ptr<nn::Module> module;
+  std::function<Tensor(const Tensor&, const Tensor&)> forward;
+};
+
+// c.steps AdamW steps on random batches of passages.
+void train_model(const Entry& e, const Passages& train, const Config& c) {
+  nn::AdamW opt(e.module->parameters(), {.lr = c.lr, .weight_decay = 0.01});
+  Generator gen(c.seed + 1);
+  report::Progress bar(e.name.substr(0, 6), c.steps, "passages");
+  const Tensor no_padding = zeros({c.batch, c.passage}, DType::i64);
+  double loss_avg = 0;
+  for (int64_t s = 1; s <= c.steps; ++s) {
+    std::vector<size_t> rows;
+    for (int64_t i = 0; i < c.batch; ++i) rows.push_back(gen.randint(0, static_cast<int64_t>(train.ids.size())));
+    auto [x, y] = batch_of(train, rows);
+    Tensor loss = cross_entropy(e.forward(x, no_padding), y);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    loss_avg = s == 1 ? loss.item() : 0.98 * loss_avg + 0.02 * loss.item();
+    bar.update(s, static_cast<double>(s * c.batch), fmt::format("loss {:.3f}", loss_avg));
+  }
+  bar.finish(fmt::format("loss {:.3f}", loss_avg));
+}
+
+using Confusion = std::vector<std::vector<int64_t>>;  // [true genre][predicted genre]
+
+// The fraction of passages classified right (in evaluation mode), counting
+// each into confusion when one is given.
+double accuracy(const Entry& e, const Passages& p, int64_t batch, Confusion* confusion) {
+  e.module->eval();
+  NoGradGuard no_grad;
+  int64_t right = 0;
+  for (size_t s = 0; s < p.ids.size(); s += batch) {
+    std::vector<size_t> rows;
+    for (size_t r = s; r < std::min(p.ids.size(), s + batch); ++r) rows.push_back(r);
+    auto [x, y] = batch_of(p, rows);
+    auto pred = argmax(e.forward(x, zeros(x.shape(), DType::i64)), 1).to_vector<int64_t>();
+    auto truth = y.to_vector<int64_t>();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      right += pred[i] == truth[i];
+      if (confusion) ++(*confusion)[truth[i]][pred[i]];
+    }
+  }
+  return static_cast<double>(right) / p.ids.size();
+}
+
+// Genres lettered A, B, ... in the columns, named in the rows.
+report::Table confusion_table(const Confusion& confusion, const Classes& classes) {
+  const int64_t K = classes.size();
+  report::Table cm{{"true \\ predicted"}, {}};
+  for (int64_t k = 0; k < K; ++k) cm.header.push_back(fmt::format("{}", static_cast<char>('A' + k)));
+  for (int64_t k = 0; k < K; ++k) {
+    std::vector<std::string> row{fmt::format("{} {}", static_cast<char>('A' + k), classes.names[k])};
+    for (int64_t j = 0; j < K; ++j) row.push_back(confusion[k][j] ? fmt::format("{}", confusion[k][j]) : ".");
+    cm.rows.push_back(row);
+  }
+  return cm;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config c;
   CLI::App app{"classify: Brown passages by genre, transformer encoder vs bag of embeddings"};
-  app.add_option("--data", c.data, "Not supported: the genres come from the Brown corpus")->check([](const std::string& s) {
-    return s.empty() ? std::string() : std::string("classify needs the Brown corpus's genre labels; use --brown-dir");
-  });
-  app.add_option("--brown-dir", c.brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus (default: its cache)");
-  app.add_option("--steps", c.steps, "Training steps per model")->check(CLI::PositiveNumber);
-  app.add_option("--batch", c.batch, "Passages per step")->check(CLI::PositiveNumber);
-  app.add_option("--passage", c.passage, "Words per passage")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", c.vocab, "Most frequent training words kept (the rest are <unk>)")->check(CLI::PositiveNumber);
-  app.add_option("--dim", c.dim, "Embedding / transformer width");
-  app.add_option("--layers", c.layers, "Transformer layers");
-  app.add_option("--heads", c.heads, "Attention heads");
-  app.add_option("--lr", c.lr, "AdamW learning rate");
-  app.add_option("--threads", c.threads, "Threads for kernels and OpenBLAS");
-  app.add_option("--seed", c.seed, "Seed");
-  app.add_option("--out", c.out, "Output directory");
+  add_options(app, c);
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (c.threads > 0) set_num_threads(c.threads);
     fs::create_directories(c.out);
-    examples::Corpus corpus = examples::load_corpus("", c.brown_dir, 0.2, c.seed);
-    // Classes and vocabulary from the training documents only.
-    std::map<std::string, int64_t> classes;
-    for (const auto& d : corpus.train) classes.emplace(d.label, 0);
-    for (const auto& d : corpus.val) classes.emplace(d.label, 0);
-    std::vector<std::string> class_names;
-    for (auto& [name, id] : classes) id = static_cast<int64_t>(class_names.size()), class_names.push_back(name);
-    std::unordered_map<std::string, int64_t> counts;
-    for (const auto& d : corpus.train)
-      for (auto& w : words(d.text)) ++counts[w];
-    std::vector<std::pair<int64_t, std::string>> by_count;
-    for (auto& [w, n] : counts) by_count.push_back({-n, w});
-    std::sort(by_count.begin(), by_count.end());
-    std::unordered_map<std::string, int64_t> vocab;
-    for (size_t i = 0; i < by_count.size() && static_cast<int64_t>(i) + 2 < c.vocab; ++i) vocab[by_count[i].second] = i + 2;
-    const int64_t V = static_cast<int64_t>(vocab.size()) + 2, K = static_cast<int64_t>(class_names.size());
+    const data::Corpus corpus = data::load_corpus("", c.brown_dir, 0.2, c.seed);
+    const Classes classes = classes_of(corpus);
+    // The vocabulary from the training documents only.
+    const data::Vocab vocab = vocabulary(corpus.train, c.vocab - kFirstWord);
+    const int64_t V = vocab.size() + kFirstWord, K = classes.size();
     Passages train = cut(corpus.train, vocab, classes, c.passage), val = cut(corpus.val, vocab, classes, c.passage);
     if (train.ids.empty() || val.ids.empty())
       throw ValueError(fmt::format("classify: no passages of {} words (train {}, validation {})", c.passage,
@@ -159,69 +228,26 @@ int main(int argc, char** argv) {
     auto transformer = std::make_shared<models::TransformerClassifier>(
         models::TransformerOptions{.vocab = V, .max_len = c.passage, .layers = c.layers, .heads = c.heads, .dim = c.dim}, K);
     auto bag = std::make_shared<BagOfEmbeddings>(V, c.dim, K);
-    struct Entry {
-      std::string name;
-      std::shared_ptr<nn::Module> module;
-      std::function<Tensor(const Tensor&, const Tensor&)> forward;
-    };
-    std::vector<Entry> entries = {
+    const std::vector<Entry> entries = {
         {"bag-of-embeddings", bag, [&](const Tensor& x, const Tensor& pad) { return bag->forward(x, pad); }},
         {"transformer", transformer, [&](const Tensor& x, const Tensor& pad) { return transformer->forward(x, pad); }}};
 
-    examples::Table table{{"model", "params", "train acc", "val acc", "time"}, {}};
+    report::Table table{{"model", "params", "train acc", "val acc", "time"}, {}};
     std::string confusions;
-    Tensor no_padding = zeros({c.batch, c.passage}, DType::i64);
-    for (auto& e : entries) {
-      nn::AdamW opt(e.module->parameters(), {.lr = c.lr, .weight_decay = 0.01});
-      Generator gen(c.seed + 1);
-      examples::Progress bar(e.name.substr(0, 6), c.steps, "passages");
-      double loss_avg = 0;
-      for (int64_t s = 1; s <= c.steps; ++s) {
-        std::vector<size_t> rows;
-        for (int64_t i = 0; i < c.batch; ++i) rows.push_back(gen.randint(0, static_cast<int64_t>(train.ids.size())));
-        auto [x, y] = batch_of(train, rows);
-        Tensor loss = cross_entropy(e.forward(x, no_padding), y);
-        loss.backward();
-        opt.step();
-        opt.zero_grad();
-        loss_avg = s == 1 ? loss.item() : 0.98 * loss_avg + 0.02 * loss.item();
-        bar.update(s, static_cast<double>(s * c.batch), fmt::format("loss {:.3f}", loss_avg));
-      }
-      bar.finish(fmt::format("loss {:.3f}", loss_avg));
-      // Accuracy and the confusion matrix (rows: true genre, columns: predicted).
-      e.module->eval();
-      NoGradGuard ng;
-      auto accuracy = [&](const Passages& p, std::vector<std::vector<int64_t>>* confusion) {
-        int64_t right = 0;
-        for (size_t s = 0; s < p.ids.size(); s += c.batch) {
-          std::vector<size_t> rows;
-          for (size_t r = s; r < std::min(p.ids.size(), s + c.batch); ++r) rows.push_back(r);
-          auto [x, y] = batch_of(p, rows);
-          auto pred = argmax(e.forward(x, zeros(x.shape(), DType::i64)), 1).to_vector<int64_t>();
-          auto truth = y.to_vector<int64_t>();
-          for (size_t i = 0; i < rows.size(); ++i) {
-            right += pred[i] == truth[i];
-            if (confusion) ++(*confusion)[truth[i]][pred[i]];
-          }
-        }
-        return static_cast<double>(right) / p.ids.size();
-      };
-      std::vector<std::vector<int64_t>> confusion(K, std::vector<int64_t>(K, 0));
-      double tr = accuracy(train, nullptr), va = accuracy(val, &confusion);
+    for (const auto& e : entries) {
+      const auto start = std::chrono::steady_clock::now();  // the time column: training and scoring
+      train_model(e, train, c);
+      Confusion confusion(K, std::vector<int64_t>(K, 0));
+      const double tr = accuracy(e, train, c.batch, nullptr), va = accuracy(e, val, c.batch, &confusion);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       table.rows.push_back({e.name, fmt::format("{}", e.module->num_parameters()), fmt::format("{:.1f}%", 100 * tr),
-                            fmt::format("{:.1f}%", 100 * va), examples::format_duration(bar.seconds())});
-      examples::Table cm{{"true \\ predicted"}, {}};
-      for (int64_t k = 0; k < K; ++k) cm.header.push_back(fmt::format("{}", static_cast<char>('A' + k)));
-      for (int64_t k = 0; k < K; ++k) {
-        std::vector<std::string> row{fmt::format("{} {}", static_cast<char>('A' + k), class_names[k])};
-        for (int64_t j = 0; j < K; ++j) row.push_back(confusion[k][j] ? fmt::format("{}", confusion[k][j]) : ".");
-        cm.rows.push_back(row);
-      }
-      confusions += fmt::format("\nconfusion matrix, {} (validation passages):\n{}", e.name, cm.text());
+                            fmt::format("{:.1f}%", 100 * va), report::format_duration(seconds)});
+      confusions += fmt::format("\nconfusion matrix, {} (validation passages):\n{}", e.name,
+                                confusion_table(confusion, classes).text());
     }
     fmt::print("\n{}{}", table.text(), confusions);
-    examples::write_file(c.out + "/results.md", table.markdown());
-    examples::write_file(c.out + "/confusion.txt", confusions);
+    report::write_file(c.out + "/results.md", table.markdown());
+    report::write_file(c.out + "/confusion.txt", confusions);
     fmt::print("\nwrote {0}/results.md and {0}/confusion.txt\n", c.out);
   } catch (const std::exception& ex) {
     fmt::print(stderr, "classify: {}\n", ex.what());

@@ -23,9 +23,9 @@
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "nn/nn.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 using namespace tg;
 
@@ -196,7 +196,7 @@ Params train_sine(Method m, const Config& c) {
   const Params p = net.parameters();
   nn::Adam opt(p, {.lr = c.outer_lr});
   Generator gen(c.seed + 1);
-  examples::Progress bar(m == Method::maml ? "maml" : m == Method::first_order ? "fomaml" : "pretrain", c.meta_iters,
+  report::Progress bar(m == Method::maml ? "maml" : m == Method::first_order ? "fomaml" : "pretrain", c.meta_iters,
                          "tasks");
   double shown = 0;
   for (int64_t it = 0; it < c.meta_iters; ++it) {
@@ -255,7 +255,7 @@ void maml(const Config& c) {
              "   {} inner SGD step{} (lr {}), {} meta-iterations x {} tasks, Adam lr {}\n",
              c.shots, c.queries, c.inner_steps, c.inner_steps > 1 ? "s" : "", c.inner_lr, c.meta_iters, c.meta_batch,
              c.outer_lr);
-  examples::Table table{{"method", "before adaptation", "after 1 step", fmt::format("after {} steps", c.eval_steps),
+  report::Table table{{"method", "before adaptation", "after 1 step", fmt::format("after {} steps", c.eval_steps),
                          "train time"},
                         {}};
   for (Method m : {Method::maml, Method::first_order, Method::pretrain}) {
@@ -264,7 +264,7 @@ void maml(const Config& c) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const AdaptResult r = evaluate_sine(p, c);
     table.rows.push_back({method_name(m), fmt::format("{:.3f}", r.before), fmt::format("{:.3f}", r.after_one),
-                          fmt::format("{:.3f}", r.after_k), examples::format_duration(seconds)});
+                          fmt::format("{:.3f}", r.after_k), report::format_duration(seconds)});
   }
   fmt::print("\n{}\nquery MSE averaged over {} held-out tasks ({} query points each), adapted by SGD (lr {}) on K = {} "
              "support points\n\n",
@@ -313,7 +313,7 @@ void penalty(const Config& c) {
              "   {} full-batch Adam steps; loss = BCE + lambda * mean |d logit / d x|^2, lambda {}\n",
              c.penalty_points, c.penalty_steps, c.penalty);
   std::vector<std::vector<double>> curves(2);
-  examples::Table table{
+  report::Table table{
       {"lambda", "train BCE", "train acc", "test acc", "mean |df/dx| train", "mean |df/dx| test"}, {}};
   std::vector<int64_t> marks;
   for (double lambda : {0.0, c.penalty}) {
@@ -344,7 +344,7 @@ void penalty(const Config& c) {
                           fmt::format("{:.1f}%", accuracy(p, x, y)), fmt::format("{:.1f}%", accuracy(p, xt, yt)),
                           fmt::format("{:.3f}", gradient_norm(p, x)), fmt::format("{:.3f}", gradient_norm(p, xt))});
   }
-  examples::Table during{{"step", "mean |df/dx|, lambda 0", fmt::format("mean |df/dx|, lambda {}", c.penalty)}, {}};
+  report::Table during{{"step", "mean |df/dx|, lambda 0", fmt::format("mean |df/dx|, lambda {}", c.penalty)}, {}};
   for (size_t i = 0; i < marks.size(); ++i)
     during.rows.push_back({fmt::format("{}", marks[i]), fmt::format("{:.3f}", curves[0][i]),
                            fmt::format("{:.3f}", curves[1][i])});

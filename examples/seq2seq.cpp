@@ -17,11 +17,11 @@
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "models/seq2seq.h"
 #include "models/transformer.h"
 #include "nn/nn.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 namespace fs = std::filesystem;
 using namespace tg;
@@ -96,11 +96,7 @@ std::vector<double> evaluate(models::Seq2SeqModel& m, const Config& c) {
   return acc;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Config c;
-  CLI::App app{"seq2seq: LSTM without and with attention vs the encoder-decoder transformer on a synthetic translation task"};
+void add_options(CLI::App& app, Config& c) {
   app.add_option("--task", c.task, "reverse or sort a digit string")->check(CLI::IsMember({"reverse", "sort"}));
   app.add_option("--models", c.models, "Which models: lstm attention transformer")->delimiter(',')
       ->check(CLI::IsMember({"lstm", "attention", "transformer"}));
@@ -115,6 +111,75 @@ int main(int argc, char** argv) {
   app.add_option("--threads", c.threads, "Threads for kernels and OpenBLAS");
   app.add_option("--seed", c.seed, "Seed");
   app.add_option("--out", c.out, "Output directory");
+}
+
+// c.steps Adam steps with teacher forcing, each on a batch of one random
+// length; returns the smoothed final loss.
+double train_model(models::Seq2SeqModel& m, const Config& c, report::Progress& bar) {
+  nn::Adam opt(m.parameters(), {.lr = c.lr});
+  Generator gen(c.seed + 1);
+  double loss_avg = 0;
+  for (int64_t s = 1; s <= c.steps; ++s) {
+    int64_t len = c.min_len + gen.randint(0, c.max_len - c.min_len + 1);
+    std::vector<Example> ex;
+    for (int64_t i = 0; i < c.batch; ++i) ex.push_back(make_example(c.task, len, gen));
+    Batch b = make_batch(ex);
+    Tensor logits = m.forward(b.src, b.tgt_in);  // (B,S+1,V)
+    Tensor loss = cross_entropy(logits.reshape({-1, V}), b.tgt_out.reshape({-1}));
+    loss.backward();
+    nn::clip_grad_norm_(m.parameters(), 1.0);
+    opt.step();
+    opt.zero_grad();
+    loss_avg = s == 1 ? loss.item() : 0.98 * loss_avg + 0.02 * loss.item();
+    bar.update(s, static_cast<double>(s * c.batch), fmt::format("loss {:.3f}", loss_avg));
+  }
+  bar.finish(fmt::format("loss {:.3f}", loss_avg));
+  return loss_avg;
+}
+
+// The accuracy of every model (acc[model][length - min_len]) as a table, a
+// CSV file and a plot.
+void write_per_length(const Config& c, const std::vector<std::vector<double>>& acc, const report::Table& table) {
+  std::vector<report::Series> curves;
+  for (size_t k = 0; k < acc.size(); ++k) {
+    report::Series s{c.models[k], {}, {}};
+    for (int64_t len = c.min_len; len <= c.max_len; ++len) {
+      s.x.push_back(static_cast<double>(len));
+      s.y.push_back(100 * acc[k][len - c.min_len]);
+    }
+    curves.push_back(std::move(s));
+  }
+  report::Table per_len{{"length"}, {}};
+  for (auto& k : c.models) per_len.header.push_back(k);
+  std::string csv = "length";
+  for (auto& k : c.models) csv += "," + k;
+  csv += "\n";
+  for (int64_t len = c.min_len; len <= c.max_len; ++len) {
+    std::vector<std::string> row{fmt::format("{}", len)};
+    csv += fmt::format("{}", len);
+    for (auto& a : acc) {
+      row.push_back(fmt::format("{:.1f}%", 100 * a[len - c.min_len]));
+      csv += fmt::format(",{:.4f}", a[len - c.min_len]);
+    }
+    per_len.rows.push_back(row);
+    csv += "\n";
+  }
+  fmt::print("\nexact-match accuracy by source length ({} test strings each):\n{}\n{}", c.eval_per_len,
+             per_len.text(), table.text());
+  report::write_file(c.out + "/accuracy.csv", csv);
+  report::write_file(c.out + "/results.md", per_len.markdown() + "\n" + table.markdown());
+  std::string why = report::plot_lines(c.out + "/accuracy.png", "exact match by length (" + c.task + ")",
+                                       "source length", "accuracy (%)", curves);
+  fmt::print("wrote {0}/accuracy.csv, {0}/results.md{1}\n", c.out,
+             why.empty() ? fmt::format(" and {}/accuracy.png", c.out) : "; no plot: " + why);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"seq2seq: LSTM without and with attention vs the encoder-decoder transformer on a synthetic translation task"};
+  add_options(app, c);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -123,67 +188,20 @@ int main(int argc, char** argv) {
     fs::create_directories(c.out);
     fmt::print("seq2seq: {} digit strings of length {}..{}, {} steps x {} examples per model\n\n", c.task, c.min_len,
                c.max_len, c.steps, c.batch);
-    std::vector<std::vector<double>> acc;
-    std::vector<examples::Series> curves;
-    examples::Table table{{"model", "params", "final loss", "mean accuracy", "time"}, {}};
+    std::vector<std::vector<double>> acc;  // [model][length - min_len]
+    report::Table table{{"model", "params", "final loss", "mean accuracy", "time"}, {}};
     for (const auto& kind : c.models) {
       manual_seed(c.seed);
       auto m = make_model(kind, c);
-      nn::Adam opt(m->parameters(), {.lr = c.lr});
-      Generator gen(c.seed + 1);
-      examples::Progress bar(kind, c.steps, "ex");
-      double loss_avg = 0;
-      for (int64_t s = 1; s <= c.steps; ++s) {
-        int64_t len = c.min_len + gen.randint(0, c.max_len - c.min_len + 1);
-        std::vector<Example> ex;
-        for (int64_t i = 0; i < c.batch; ++i) ex.push_back(make_example(c.task, len, gen));
-        Batch b = make_batch(ex);
-        Tensor logits = m->forward(b.src, b.tgt_in);  // (B,S+1,V)
-        Tensor loss = cross_entropy(logits.reshape({-1, V}), b.tgt_out.reshape({-1}));
-        loss.backward();
-        nn::clip_grad_norm_(m->parameters(), 1.0);
-        opt.step();
-        opt.zero_grad();
-        loss_avg = s == 1 ? loss.item() : 0.98 * loss_avg + 0.02 * loss.item();
-        bar.update(s, static_cast<double>(s * c.batch), fmt::format("loss {:.3f}", loss_avg));
-      }
-      bar.finish(fmt::format("loss {:.3f}", loss_avg));
+      report::Progress bar(kind, c.steps, "ex");  // its clock also covers the evaluation: the time column
+      const double loss = train_model(*m, c, bar);
       acc.push_back(evaluate(*m, c));
       double mean = 0;
       for (double a : acc.back()) mean += a / acc.back().size();
-      table.rows.push_back({kind, fmt::format("{}", m->num_parameters()), fmt::format("{:.3f}", loss_avg),
-                            fmt::format("{:.1f}%", 100 * mean), examples::format_duration(bar.seconds())});
-      examples::Series s{kind, {}, {}};
-      for (int64_t len = c.min_len; len <= c.max_len; ++len) {
-        s.x.push_back(static_cast<double>(len));
-        s.y.push_back(100 * acc.back()[len - c.min_len]);
-      }
-      curves.push_back(std::move(s));
+      table.rows.push_back({kind, fmt::format("{}", m->num_parameters()), fmt::format("{:.3f}", loss),
+                            fmt::format("{:.1f}%", 100 * mean), report::format_duration(bar.seconds())});
     }
-
-    examples::Table per_len{{"length"}, {}};
-    for (auto& k : c.models) per_len.header.push_back(k);
-    std::string csv = "length";
-    for (auto& k : c.models) csv += "," + k;
-    csv += "\n";
-    for (int64_t len = c.min_len; len <= c.max_len; ++len) {
-      std::vector<std::string> row{fmt::format("{}", len)};
-      csv += fmt::format("{}", len);
-      for (auto& a : acc) {
-        row.push_back(fmt::format("{:.1f}%", 100 * a[len - c.min_len]));
-        csv += fmt::format(",{:.4f}", a[len - c.min_len]);
-      }
-      per_len.rows.push_back(row);
-      csv += "\n";
-    }
-    fmt::print("\nexact-match accuracy by source length ({} test strings each):\n{}\n{}", c.eval_per_len,
-               per_len.text(), table.text());
-    examples::write_file(c.out + "/accuracy.csv", csv);
-    examples::write_file(c.out + "/results.md", per_len.markdown() + "\n" + table.markdown());
-    std::string why = examples::plot_lines(c.out + "/accuracy.png", "exact match by length (" + c.task + ")",
-                                           "source length", "accuracy (%)", curves);
-    fmt::print("wrote {0}/accuracy.csv, {0}/results.md{1}\n", c.out,
-               why.empty() ? fmt::format(" and {}/accuracy.png", c.out) : "; no plot: " + why);
+    write_per_length(c, acc, table);
   } catch (const std::exception& e) {
     fmt::print(stderr, "seq2seq: {}\n", e.what());
     return 1;

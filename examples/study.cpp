@@ -4,7 +4,7 @@
 // for an RNN, an LSTM and a GPT at matched parameter counts, on the Brown
 // corpus and on a synthetic recall task; verdicts in one table at the end.
 //
-//   build/examples/study                  # every part, ~10 minutes on 2 idle cores
+//   build/examples/study                  # every part, ~11 minutes on 2 cores
 //   build/examples/study --quick          # the same at small budgets, ~2 minutes
 //   build/examples/study --part cost      # one part (recall and gradients use part 1's models)
 //
@@ -19,9 +19,9 @@
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "examples/study/study.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 using namespace tg;
 
@@ -49,7 +49,7 @@ void record_time(const study::Study& s, const std::string& part, double seconds,
   std::string csv = "part,seconds,load_start,load_end\n";
   for (const std::string& p : study::part_names())
     if (rows.count(p)) csv += rows[p] + "\n";
-  examples::write_file(s.path("times.csv"), csv);
+  report::write_file(s.path("times.csv"), csv);
 }
 
 }  // namespace
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   app.add_option("--recall-steps", c.recall_steps, "Part 3: training steps on the recall task")->check(CLI::PositiveNumber);
   app.add_option("--recall-batch", c.recall_batch, "Part 3: recall sequences per step")->check(CLI::PositiveNumber);
   app.add_option("--recall-tests", c.recall_tests, "Part 3: test sequences per distance")->check(CLI::PositiveNumber);
-  app.add_option("--context-batches", c.context_batches, "Part 3: validation batches scored by position")
+  app.add_option("--context-batches", c.context_batches, "Part 3: batches of validation characters scored at every context length")
       ->check(CLI::PositiveNumber);
   app.add_option("--grad-batch", c.grad_batch, "Part 4: validation windows averaged")->check(CLI::PositiveNumber);
   app.add_option("--parallel-steps", c.parallel_steps, "Part 5: timed training steps per thread count")
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     set("--recall-length", c.recall_length, int64_t{32});
     set("--recall-steps", c.recall_steps, int64_t{100});
     set("--recall-tests", c.recall_tests, int64_t{100});
-    set("--context-batches", c.context_batches, int64_t{10});
+    set("--context-batches", c.context_batches, int64_t{20});
     set("--grad-batch", c.grad_batch, int64_t{8});
     set("--parallel-steps", c.parallel_steps, int64_t{3});
   }
@@ -137,15 +137,15 @@ int main(int argc, char** argv) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const std::string load_end = study::load_average();
       if (part != "verdicts") {
-        examples::write_file(s.path(part + ".md"),
+        report::write_file(s.path(part + ".md"),
                              fmt::format("## {}\n\n_Took {}; load average {} at the start, {} at the end._\n\n{}",
-                                         title, examples::format_duration(seconds), load_start, load_end, out.markdown));
+                                         title, report::format_duration(seconds), load_start, load_end, out.markdown));
         record_time(s, part, seconds, load_start, load_end);
       }
-      summaries.push_back(fmt::format("{:<9} {:>6}  {}", part, examples::format_duration(seconds), out.summary));
-      fmt::print("\n{}: done in {} — {}\n", part, examples::format_duration(seconds), out.summary);
+      summaries.push_back(fmt::format("{:<9} {:>6}  {}", part, report::format_duration(seconds), out.summary));
+      fmt::print("\n{}: done in {} — {}\n", part, report::format_duration(seconds), out.summary);
     }
-    fmt::print("\n=== summary ({} in all, {} threads) ===\n{}\n", examples::format_duration(std::chrono::duration<double>(
+    fmt::print("\n=== summary ({} in all, {} threads) ===\n{}\n", report::format_duration(std::chrono::duration<double>(
                                                                      std::chrono::steady_clock::now() - start).count()),
                num_threads(), fmt::join(summaries, "\n"));
   } catch (const std::exception& e) {

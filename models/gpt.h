@@ -1,5 +1,5 @@
 #pragma once
-// GPT: a decoder-only transformer language model (seeds 000 and 003).
+// GPT: a decoder-only transformer language model (GPT-2's architecture).
 //   x = wte(ids) + wpe(positions)              (B,T,C)
 //   x = block_l(x) for l < L, causal pre-LN blocks (post-LN optional)
 //   logits = ln_f(x) wte^T                     (B,T,V), head tied to wte (untied optional)

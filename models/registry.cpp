@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "models/gpt.h"
-#include "models/rnn_lm.h"
+#include "nn/optim.h"
 
 namespace tg::models {
 namespace {
@@ -23,6 +23,38 @@ int64_t field(const Config& c, const std::string& key) {
 
 }  // namespace
 
+CellKind cell_kind(const std::string& kind) {
+  if (kind == "rnn") return CellKind::rnn;
+  if (kind == "lstm") return CellKind::lstm;
+  if (kind == "gru") return CellKind::gru;
+  throw ValueError(fmt::format("language model: unknown kind '{}' (gpt, rnn, lstm or gru)", kind));
+}
+
+std::string kind_of(CellKind cell) {
+  switch (cell) {
+    case CellKind::rnn: return "rnn";
+    case CellKind::lstm: return "lstm";
+    case CellKind::gru: return "gru";
+  }
+  throw ValueError("kind_of: not a cell kind");
+}
+
+std::shared_ptr<LanguageModel> make_language_model(const ModelSpec& s) {
+  if (s.kind == "gpt")
+    return std::make_shared<GPT>(GPTOptions{.vocab = s.vocab, .block = s.block, .layers = s.layers, .heads = s.heads,
+                                            .dim = s.dim, .dropout = s.dropout});
+  return std::make_shared<RNNLM>(RNNLMOptions{.vocab = s.vocab, .embed = s.embed, .hidden = s.hidden,
+                                              .layers = s.layers, .cell = cell_kind(s.kind), .dropout = s.dropout});
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const std::string& kind, LanguageModel& model, double lr) {
+  if (kind == "gpt")
+    return std::make_unique<nn::AdamW>(nn::weight_decay_groups(model, 0.01),
+                                       nn::AdamWOptions{.lr = lr > 0 ? lr : 1e-3, .weight_decay = 0.01});
+  cell_kind(kind);  // an unknown kind is an error, not Adam
+  return std::make_unique<nn::Adam>(model.parameters(), nn::AdamOptions{.lr = lr > 0 ? lr : 2e-3});
+}
+
 Config config_of(const LanguageModel& m) {
   if (auto* g = dynamic_cast<const GPT*>(&m)) {
     const GPTOptions& o = g->options;
@@ -39,8 +71,7 @@ Config config_of(const LanguageModel& m) {
   }
   if (auto* r = dynamic_cast<const RNNLM*>(&m)) {
     const RNNLMOptions& o = r->options;
-    const char* kind = o.cell == CellKind::rnn ? "rnn" : o.cell == CellKind::lstm ? "lstm" : "gru";
-    return {{"model", kind},
+    return {{"model", kind_of(o.cell)},
             {"vocab", std::to_string(o.vocab)},
             {"embed", std::to_string(o.embed)},
             {"hidden", std::to_string(o.hidden)},
@@ -61,13 +92,10 @@ std::shared_ptr<LanguageModel> make_language_model(const Config& c) {
     o.tied = field(c, "tied") != 0;
     return std::make_shared<GPT>(o);
   }
-  CellKind cell;
-  if (kind == "rnn") cell = CellKind::rnn;
-  else if (kind == "lstm") cell = CellKind::lstm;
-  else if (kind == "gru") cell = CellKind::gru;
-  else throw ValueError(fmt::format("model config: unknown model '{}' (gpt, rnn, lstm or gru)", kind));
+  const CellKind cell = cell_kind(kind);
   return std::make_shared<RNNLM>(RNNLMOptions{.vocab = field(c, "vocab"), .embed = field(c, "embed"),
-                                              .hidden = field(c, "hidden"), .layers = field(c, "layers"), .cell = cell});
+                                              .hidden = field(c, "hidden"), .layers = field(c, "layers"),
+                                              .cell = cell});
 }
 
 }  // namespace tg::models

@@ -1,5 +1,7 @@
 #include "models/rnn_lm.h"
 
+#include <cstdlib>
+
 #include "autograd/autograd.h"
 
 namespace tg::models {
@@ -18,6 +20,25 @@ const char* cell_name(CellKind k) {
     case CellKind::gru: return "GRU";
   }
   return "?";
+}
+
+int64_t rnn_lm_parameters(const RNNLMOptions& o) {
+  const int64_t G = o.cell == CellKind::lstm ? 4 : o.cell == CellKind::gru ? 3 : 1;
+  const int64_t V = o.vocab, E = o.embed, H = o.hidden;
+  int64_t n = V * E + H * V + V;
+  for (int64_t l = 0; l < o.layers; ++l) n += G * H * ((l == 0 ? E : H) + H + 2);
+  return n;
+}
+
+int64_t hidden_for_parameters(RNNLMOptions o, int64_t budget) {
+  auto distance = [&](int64_t H) {
+    o.hidden = H;
+    return std::llabs(rnn_lm_parameters(o) - budget);
+  };
+  int64_t best = 8;
+  for (int64_t H = 9; H <= 4096; ++H)
+    if (distance(H) < distance(best)) best = H;
+  return best;
 }
 
 RNNLM::RNNLM(const RNNLMOptions& o) : LanguageModel(std::string(cell_name(o.cell)) + "LM"), options(o) {

@@ -1,6 +1,6 @@
 #pragma once
-// Recurrent language models (seed 002): the past is carried in a fixed-size
-// state. ids (B,T) -> embedding (B,T,E) -> multi-layer RNN/LSTM/GRU (B,T,H)
+// Recurrent language models: the past is carried in a fixed-size state.
+// ids (B,T) -> embedding (B,T,E) -> multi-layer RNN/LSTM/GRU (B,T,H)
 // -> dropout -> linear head (B,T,V). Dropout sits between recurrent layers
 // and before the head, as in Zaremba et al.
 #include <memory>
@@ -24,6 +24,16 @@ struct RNNLMOptions {
   CellKind cell = CellKind::lstm;
   double dropout = 0.0;
 };
+
+// RNNLM(o)'s parameter count without building it (building draws weights
+// from the default generator): embedding V*E, head H*V + V, and per layer
+// G*H*(in + H + 2) for W_ih, W_hh and two biases (G gates: 1 RNN, 3 GRU,
+// 4 LSTM; in = E for the first layer, H above).
+int64_t rnn_lm_parameters(const RNNLMOptions& o);
+// The hidden size in [8, 4096] whose RNNLM (o otherwise) has the parameter
+// count nearest budget, the smaller on a tie: a recurrent model matched to
+// another's size.
+int64_t hidden_for_parameters(RNNLMOptions o, int64_t budget);
 
 class RNNLM : public LanguageModel {
  public:

@@ -1,5 +1,5 @@
 #pragma once
-// Sequence-to-sequence models (seed 002): an encoder reads the source, a
+// Sequence-to-sequence models: an encoder reads the source, a
 // decoder writes the target one token at a time. Trained with teacher
 // forcing (the decoder reads the true previous token), decoded greedily.
 #include <functional>

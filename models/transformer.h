@@ -1,5 +1,5 @@
 #pragma once
-// The encoder-only and encoder-decoder transformers (seeds 001, 002).
+// The encoder-only and encoder-decoder transformers.
 //
 // TransformerEncoder: token embedding + positions -> N bidirectional blocks ->
 // final LayerNorm (pre-LN). TransformerClassifier puts a head on it, pooled
@@ -30,7 +30,7 @@ struct TransformerOptions {
   int64_t hidden_mult = 4;
   nn::Activation activation = nn::Activation::gelu;
   nn::NormPosition norm = nn::NormPosition::pre;
-  bool sinusoidal = true;  // fixed positions (seed 001) or learned
+  bool sinusoidal = true;  // fixed sinusoidal positions (Vaswani et al.) or learned embeddings
   double dropout = 0.0;
 };
 

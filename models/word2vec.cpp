@@ -16,40 +16,6 @@
 
 namespace tg::models {
 
-TokenCorpus::TokenCorpus(const Sentences& sentences) {
-  for (const auto& s : sentences) {
-    for (const auto& w : s) add(w);
-    end_sentence();
-  }
-}
-
-void TokenCorpus::add(std::string_view word) {
-  auto it = index_.find(word);
-  if (it == index_.end()) {
-    if (words_.size() >= static_cast<size_t>(INT32_MAX))
-      throw ValueError(fmt::format("TokenCorpus: more than {} distinct words", INT32_MAX));
-    it = index_.emplace(std::string(word), static_cast<int32_t>(words_.size())).first;
-    words_.emplace_back(word);
-    counts_.push_back(0);
-  }
-  ++counts_[it->second];
-  tokens_.push_back(it->second);
-}
-
-void TokenCorpus::end_sentence() {
-  if (static_cast<int64_t>(tokens_.size()) > offsets_.back()) offsets_.push_back(static_cast<int64_t>(tokens_.size()));
-}
-
-int32_t TokenCorpus::id(std::string_view word) const {
-  auto it = index_.find(word);
-  return it == index_.end() ? -1 : it->second;
-}
-
-int32_t Vocab::id(const std::string& word) const {
-  auto it = index.find(word);
-  return it == index.end() ? -1 : it->second;
-}
-
 int32_t KeyedVectors::id(const std::string& word) const {
   auto it = index.find(word);
   return it == index.end() ? -1 : it->second;
@@ -59,30 +25,6 @@ void KeyedVectors::rebuild_index() {
   index.clear();
   index.reserve(words.size());
   for (size_t i = 0; i < words.size(); ++i) index.emplace(words[i], static_cast<int32_t>(i));
-}
-
-Vocab build_vocab(const TokenCorpus& corpus, int64_t min_count, int64_t max_size) {
-  std::vector<int32_t> kept;
-  for (int32_t i = 0; i < corpus.distinct(); ++i)
-    if (corpus.count(i) >= min_count) kept.push_back(i);
-  std::sort(kept.begin(), kept.end(), [&](int32_t a, int32_t b) {
-    return corpus.count(a) != corpus.count(b) ? corpus.count(a) > corpus.count(b) : corpus.word(a) < corpus.word(b);
-  });
-  if (max_size > 0 && static_cast<int64_t>(kept.size()) > max_size) kept.resize(max_size);
-  Vocab v;
-  v.words.reserve(kept.size());
-  v.counts.reserve(kept.size());
-  for (int32_t i : kept) {
-    v.index.emplace(corpus.word(i), static_cast<int32_t>(v.words.size()));
-    v.words.push_back(corpus.word(i));
-    v.counts.push_back(corpus.count(i));
-    v.total += corpus.count(i);
-  }
-  return v;
-}
-
-Vocab build_vocab(const Sentences& sentences, int64_t min_count, int64_t max_size) {
-  return build_vocab(TokenCorpus(sentences), min_count, max_size);
 }
 
 double keep_probability(int64_t count, int64_t total, double sample) {
@@ -130,8 +72,8 @@ Word2Vec::Word2Vec(Word2VecOptions o) : options_(o) {
         o.dim, o.window, o.epochs, o.threads, o.min_count, o.negative));
 }
 
-void Word2Vec::build(const TokenCorpus& corpus) {
-  vocab_ = build_vocab(corpus, options_.min_count, options_.max_vocab);
+void Word2Vec::build(const data::TokenCorpus& corpus) {
+  vocab_ = data::build_vocab(corpus, options_.min_count, options_.max_vocab);
   if (vocab_.size() == 0)
     throw ValueError(fmt::format("Word2Vec: no word occurs min_count={} times in {} sentences",
                                  options_.min_count, corpus.sentences()));
@@ -272,7 +214,7 @@ void Word2Vec::run_slice(int64_t epoch, size_t begin, size_t end, uint64_t strea
   }
 }
 
-void Word2Vec::train(const Sentences& sentences, const std::function<void(const TrainProgress&)>& on_progress,
+void Word2Vec::train(const data::Sentences& sentences, const std::function<void(const TrainProgress&)>& on_progress,
                      std::vector<SgnsStep>* record) {
   if (!model_) build(sentences);
   train(on_progress, record);

@@ -14,57 +14,9 @@
 #include <vector>
 
 #include "skip_gram.h"
+#include "../data/words.h"
 
 namespace tg::models {
-
-using Sentences = std::vector<std::vector<std::string>>;
-
-// A corpus held as word ids, about 4 bytes a token: each distinct word once
-// with its count, the sentences as ranges of one flat token array. It is
-// filled while reading (add each word, then end_sentence), so no per-token
-// string ever exists. Ids are in order of first appearance.
-class TokenCorpus {
- public:
-  TokenCorpus() = default;
-  explicit TokenCorpus(const Sentences& sentences);
-
-  void add(std::string_view word);  // appends word to the open sentence
-  void end_sentence();              // closes it (an empty one is dropped); close the last one too
-
-  int64_t sentences() const { return static_cast<int64_t>(offsets_.size()) - 1; }
-  int64_t tokens() const { return static_cast<int64_t>(tokens_.size()); }  // words added
-  int64_t distinct() const { return static_cast<int64_t>(words_.size()); }
-  // Sentence s is token_ids()[offsets()[s], offsets()[s + 1]).
-  const std::vector<int32_t>& token_ids() const { return tokens_; }
-  const std::vector<int64_t>& offsets() const { return offsets_; }
-  const std::string& word(int32_t id) const { return words_[id]; }
-  int64_t count(int32_t id) const { return counts_[id]; }
-  int32_t id(std::string_view word) const;  // -1 when absent
-
- private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::vector<std::string> words_;
-  std::vector<int64_t> counts_;
-  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> index_;
-  std::vector<int32_t> tokens_;
-  std::vector<int64_t> offsets_{0};
-};
-
-// Words sorted by count (descending), ties by word, so ids are frequency ranks.
-struct Vocab {
-  std::vector<std::string> words;
-  std::vector<int64_t> counts;
-  std::unordered_map<std::string, int32_t> index;
-  int64_t total = 0;  // sum of the kept words' counts
-  int32_t id(const std::string& word) const;  // -1 when absent
-  int64_t size() const { return static_cast<int64_t>(words.size()); }
-};
-// Keeps words seen at least min_count times; max_size > 0 keeps only the most frequent.
-Vocab build_vocab(const TokenCorpus& corpus, int64_t min_count, int64_t max_size = 0);
-Vocab build_vocab(const Sentences& sentences, int64_t min_count, int64_t max_size = 0);
 
 // word2vec's keep probability for a word seen count times out of total:
 // (sqrt(count / (sample*total)) + 1) * sample*total / count, capped at 1; 1 when sample <= 0.
@@ -145,18 +97,18 @@ class Word2Vec {
 
   // Builds the vocabulary, keeps the corpus as vocabulary ids (the caller
   // may drop it afterwards) and initialises the tables (does not train).
-  void build(const TokenCorpus& corpus);
-  void build(const Sentences& sentences) { build(TokenCorpus(sentences)); }
+  void build(const data::TokenCorpus& corpus);
+  void build(const data::Sentences& sentences) { build(data::TokenCorpus(sentences)); }
   // Trains all epochs on the corpus given to build. on_progress is called
   // from the calling thread about ten times a second; record (single thread
   // only) receives every SGD step. ValueError before build.
   void train(const std::function<void(const TrainProgress&)>& on_progress = {},
              std::vector<SgnsStep>* record = nullptr);
   // Builds from the sentences first unless build was called.
-  void train(const Sentences& sentences, const std::function<void(const TrainProgress&)>& on_progress = {},
+  void train(const data::Sentences& sentences, const std::function<void(const TrainProgress&)>& on_progress = {},
              std::vector<SgnsStep>* record = nullptr);
 
-  const Vocab& vocab() const { return vocab_; }
+  const data::Vocab& vocab() const { return vocab_; }
   SkipGram& model() { return *model_; }
   const Word2VecOptions& options() const { return options_; }
   int64_t raw_words() const { return raw_words_; }  // corpus tokens per epoch, OOV included
@@ -167,7 +119,7 @@ class Word2Vec {
   void run_slice(int64_t epoch, size_t begin, size_t end, uint64_t stream, std::vector<SgnsStep>* record);
 
   Word2VecOptions options_;
-  Vocab vocab_;
+  data::Vocab vocab_;
   std::shared_ptr<SkipGram> model_;
   std::vector<uint32_t> keep_threshold_;  // keep a word when rng32 < threshold (2^32 = always)
   UnigramSampler sampler_;

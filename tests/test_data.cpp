@@ -11,6 +11,7 @@
 #include "data/lm_batches.h"
 #include "data/text.h"
 #include "data/tokenizer.h"
+#include "data/words.h"
 #include "testing.h"
 
 using namespace tg;
@@ -92,6 +93,58 @@ BOOST_AUTO_TEST_CASE(brown_errors) {
                         says<DataError>({"cz01", "not a corpus file name"}));
   std::string wrong_name = d.write("notes", "a/at\n");
   BOOST_CHECK_EXCEPTION(read_brown_file(wrong_name), DataError, says<DataError>({"not a corpus file name"}));
+}
+
+BOOST_AUTO_TEST_CASE(brown_words_by_sentence_line) {
+  TempDir d;
+  d.write("cr09", kCr09);
+  d.write("ca01", kCa01);
+  TokenCorpus c = read_brown_words(d.path.string());
+  // One sentence per non-blank line, files in name order; words as tagged.
+  BOOST_REQUIRE_EQUAL(c.sentences(), 4);
+  auto sentence = [&](int64_t s) {
+    std::vector<std::string> w;
+    for (int64_t t = c.offsets()[s]; t < c.offsets()[s + 1]; ++t) w.push_back(c.word(c.token_ids()[t]));
+    return w;
+  };
+  using Words = std::vector<std::string>;
+  BOOST_CHECK((sentence(0) == Words{"The", "Fulton", "County", "said", "``", "no", "evidence", "''", "."}));
+  BOOST_CHECK((sentence(1) == Words{"It", "cost", "1/2", "of", "$5", ",", "(", "or", "so", ")", "."}));
+  BOOST_CHECK((sentence(2) == Words{"A", "paragraph", ";", "/", "and/or", "AAb/", "done", "?"}));
+  BOOST_CHECK((sentence(3) == Words{"Dear", "Sirs", ":", "Let", "me", "begin", "."}));
+  // The same errors as read_brown.
+  const std::string missing = (d.path / "nope").string();
+  BOOST_CHECK_EXCEPTION(read_brown_words(missing), DataError, says<DataError>({missing, "fetch_brown.sh"}));
+  TempDir e;
+  std::string f = e.write("cb01", "\n\n\tFine/jj ./.\nThe/at jury said/vbd ./.\n");
+  BOOST_CHECK_EXCEPTION(read_brown_words(e.path.string()), DataError,
+                        says<DataError>({f + ":4", "malformed token 'jury'"}));
+}
+
+// --- Words
+
+BOOST_AUTO_TEST_CASE(words_split_two_ways) {
+  const std::string text = " The cat's\tBOOK,  (\xc3\x89t\xc3\xa9) 42x\n";
+  BOOST_CHECK((split_words(text, WordSplit::whitespace) ==
+               std::vector<std::string>{"The", "cat's", "BOOK,", "(\xc3\x89t\xc3\xa9)", "42x"}));
+  // Lower-cased ASCII only; UTF-8 bytes stay in the word; each mark is a word.
+  BOOST_CHECK((split_words(text, WordSplit::lowercase) ==
+               std::vector<std::string>{"the", "cat's", "book", ",", "(", "\xc3\x89t\xc3\xa9", ")", "42x"}));
+  BOOST_CHECK(split_words(" \t\n", WordSplit::whitespace).empty());
+  BOOST_CHECK(split_words(" \t\n", WordSplit::lowercase).empty());
+}
+
+BOOST_AUTO_TEST_CASE(word_lines_are_sentences) {
+  TempDir d;
+  const std::string f = d.write("s.txt", "a b  a\n\n  \nc\td\n");
+  TokenCorpus c = read_word_lines(f);
+  BOOST_CHECK_EQUAL(c.sentences(), 2);  // blank lines hold no sentence
+  BOOST_CHECK_EQUAL(c.tokens(), 5);
+  BOOST_CHECK_EQUAL(c.count(c.id("a")), 2);
+  Vocab v = build_vocab(c, 1);
+  BOOST_CHECK((v.words == std::vector<std::string>{"a", "b", "c", "d"}));
+  const std::string missing = (d.path / "nope.txt").string();
+  BOOST_CHECK_EXCEPTION(read_word_lines(missing), DataError, says<DataError>({missing}));
 }
 
 // --- Plain text

@@ -8,8 +8,10 @@
 #include "autograd/ops/samples.h"
 #include "models/generate.h"
 #include "models/gpt.h"
+#include "models/registry.h"
 #include "models/rnn_lm.h"
 #include "models/seq2seq.h"
+#include "models/training_state.h"
 #include "models/transformer.h"
 #include "nn/nn.h"
 #include "testing.h"
@@ -234,4 +236,89 @@ BOOST_AUTO_TEST_CASE(model_errors_name_the_problem) {
   BOOST_CHECK_THROW(m.forward(ids({1, 2}, {2})), ShapeError);
   BOOST_CHECK_THROW(m.forward(ids({1, 9}, {1, 2})), IndexError);  // id outside the vocabulary
   BOOST_CHECK_THROW(RNNLM({.vocab = 5, .hidden = 0}), ValueError);
+}
+
+// --- Models by name, and what a training run keeps to resume
+
+BOOST_AUTO_TEST_CASE(rnn_lm_parameter_formula_counts_the_model) {
+  for (CellKind cell : {CellKind::rnn, CellKind::lstm, CellKind::gru})
+    for (int64_t layers : {1, 2}) {
+      const RNNLMOptions o{.vocab = 11, .embed = 5, .hidden = 7, .layers = layers, .cell = cell};
+      BOOST_CHECK_EQUAL(rnn_lm_parameters(o), RNNLM(o).num_parameters());
+    }
+  // An LSTM matched to charlm's GPT: no hidden size beside it comes nearer.
+  RNNLMOptions o{.vocab = 85, .embed = 64, .layers = 1, .cell = CellKind::lstm};
+  const int64_t budget = GPT({.vocab = 85, .block = 64, .layers = 2, .heads = 4, .dim = 128}).num_parameters();
+  const int64_t H = hidden_for_parameters(o, budget);
+  auto distance = [&](int64_t h) {
+    o.hidden = h;
+    return std::llabs(rnn_lm_parameters(o) - budget);
+  };
+  BOOST_CHECK_LT(distance(H), distance(H - 1));
+  BOOST_CHECK_LE(distance(H), distance(H + 1));
+  BOOST_CHECK_LT(distance(H), budget / 100);
+}
+
+BOOST_AUTO_TEST_CASE(language_models_by_kind) {
+  for (const std::string kind : {"gpt", "rnn", "lstm", "gru"}) {
+    const ModelSpec spec{.kind = kind, .vocab = 9, .layers = 2, .block = 6, .heads = 2, .dim = 8,
+                         .embed = 4, .hidden = 5};
+    auto m = make_language_model(spec);
+    BOOST_CHECK_EQUAL(m->vocab_size(), 9);
+    BOOST_CHECK_EQUAL(config_of(*m).at("model"), kind);
+    BOOST_CHECK_EQUAL(make_language_model(config_of(*m))->num_parameters(), m->num_parameters());
+    if (kind != "gpt") {
+      BOOST_CHECK(cell_kind(kind) == dynamic_cast<RNNLM&>(*m).options.cell);
+      BOOST_CHECK_EQUAL(kind_of(cell_kind(kind)), kind);
+    }
+    BOOST_CHECK_CLOSE(make_optimizer(kind, *m)->lr(), kind == "gpt" ? 1e-3 : 2e-3, 1e-9);
+    BOOST_CHECK_CLOSE(make_optimizer(kind, *m, 0.5)->lr(), 0.5, 1e-9);
+  }
+  BOOST_CHECK_EXCEPTION(make_language_model(ModelSpec{.kind = "tcn", .vocab = 9}), ValueError,
+                        says<ValueError>({"'tcn'"}));
+  auto gpt = make_language_model(ModelSpec{.kind = "gpt", .vocab = 9, .layers = 1, .block = 4, .heads = 2, .dim = 8});
+  BOOST_CHECK_EXCEPTION(make_optimizer("tcn", *gpt), ValueError, says<ValueError>({"'tcn'"}));
+}
+
+BOOST_AUTO_TEST_CASE(training_state_round_trips_through_metadata) {
+  const TrainingState s{.model = "lstm", .step = 250, .seconds = 12.125, .batch_seed = 1337,
+                        .batch_offset = 8000, .dropout_seed = 1338, .dropout_offset = 77,
+                        .interval_loss = 1.0 / 3, .interval_steps = 50,
+                        .curve = {{100, 2.5, 2.75}, {200, 1.0 / 7, 0.1 + 0.2}}};
+  std::map<std::string, std::string> meta = to_metadata(s);
+  BOOST_CHECK_EQUAL(meta.at("batch_seed"), "1337");
+  BOOST_CHECK_EQUAL(meta.at("curve.000000"), "100 2.5 2.75");
+  const TrainingState back = training_state_from_metadata(meta, "lstm.state.safetensors");
+  BOOST_CHECK_EQUAL(back.model, s.model);
+  BOOST_CHECK_EQUAL(back.step, s.step);
+  BOOST_CHECK_EQUAL(back.seconds, s.seconds);
+  BOOST_CHECK_EQUAL(back.batch_seed, s.batch_seed);
+  BOOST_CHECK_EQUAL(back.batch_offset, s.batch_offset);
+  BOOST_CHECK_EQUAL(back.dropout_seed, s.dropout_seed);
+  BOOST_CHECK_EQUAL(back.dropout_offset, s.dropout_offset);
+  BOOST_CHECK_EQUAL(back.interval_loss, s.interval_loss);  // exactly: 17 digits
+  BOOST_CHECK_EQUAL(back.interval_steps, s.interval_steps);
+  BOOST_REQUIRE_EQUAL(back.curve.size(), 2u);
+  BOOST_CHECK_EQUAL(back.curve[1].step, 200);
+  BOOST_CHECK_EQUAL(back.curve[1].train_loss, 1.0 / 7);
+  BOOST_CHECK_EQUAL(back.curve[1].val_loss, 0.1 + 0.2);
+  // Checkpoints from before the interval's loss was kept: taken at an evaluation, where it is 0.
+  auto older = meta;
+  older.erase("interval_loss"), older.erase("interval_steps");
+  const TrainingState at_eval = training_state_from_metadata(older, "old");
+  BOOST_CHECK_EQUAL(at_eval.interval_loss, 0.0);
+  BOOST_CHECK_EQUAL(at_eval.interval_steps, 0);
+
+  auto no_step = meta;
+  no_step.erase("step");
+  BOOST_CHECK_EXCEPTION(training_state_from_metadata(no_step, "f.safetensors"), ValueError,
+                        says<ValueError>({"f.safetensors", "'step'", "missing"}));
+  auto bad_offset = meta;
+  bad_offset["batch_offset"] = "12abc";
+  BOOST_CHECK_EXCEPTION(training_state_from_metadata(bad_offset, "f"), ValueError,
+                        says<ValueError>({"'batch_offset'", "'12abc'"}));
+  auto short_point = meta;
+  short_point["curve.000001"] = "200 0.5";
+  BOOST_CHECK_EXCEPTION(training_state_from_metadata(short_point, "f"), ValueError,
+                        says<ValueError>({"'curve.000001'", "'200 0.5'"}));
 }

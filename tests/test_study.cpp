@@ -135,13 +135,14 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   }
 
   // Part 3: distances 1, 2, 4, 8, 9 (3L/4), 11 (L-1) per model; its own learning-rate sweep;
-  // loss at each of the 16 positions.
-  auto recall = read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests"});
+  // the same 8 targets scored with 1, 2, 4, 8 and 16 characters of context.
+  auto recall = read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests", "chance"});
   BOOST_TEST(recall.size() == 18u);
   std::set<std::string> ks;
   for (auto& r : recall) {
     ks.insert(r["k"]);
     BOOST_TEST((num(r, "accuracy") >= 0 && num(r, "accuracy") <= 1));
+    BOOST_TEST(num(r, "chance") == 0.125);
   }
   BOOST_TEST((ks == std::set<std::string>{"1", "2", "4", "8", "9", "11"}));
   auto recall_sweep = read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"});
@@ -149,8 +150,13 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   std::map<std::string, int> recall_chosen;
   for (auto& r : recall_sweep) recall_chosen[r["model"]] += std::stoi(r["chosen"]);
   for (auto& m : kModels) BOOST_TEST(recall_chosen[m] == 1, m);
-  auto context = read_csv(out / "context.csv", {"model", "position", "val_loss"});
-  BOOST_TEST(context.size() == 48u);
+  auto context = read_csv(out / "context.csv", {"model", "context", "val_loss", "targets"});
+  BOOST_REQUIRE(context.size() == 15u);
+  for (size_t i = 0; i < context.size(); ++i) {
+    BOOST_TEST(num(context[i], "context") == double(1 << (i % 5)));
+    BOOST_TEST(num(context[i], "targets") == 8.0);
+    BOOST_TEST((num(context[i], "val_loss") > 0 && std::isfinite(num(context[i], "val_loss"))));
+  }
 
   // Part 4: every distance 0..15, at init and trained; norms finite and positive.
   auto grads = read_csv(out / "gradients.csv", {"model", "state", "k", "grad_norm"});

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
+#include "data/words.h"
 #include "models/skip_gram.h"
 #include "models/word2vec.h"
 #include "models/word_eval.h"
@@ -16,6 +17,7 @@
 #include "testing.h"
 
 using namespace tg;
+using namespace tg::data;
 using namespace tg::models;
 using namespace tg::testing;
 namespace tt = boost::test_tools;

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "examples/common/corpus.h"
+#include "data/corpus.h"
 #include "examples/study/study.h"
 
 namespace tg::study {
@@ -19,8 +19,8 @@ const std::vector<std::string>& part_names() {
 
 const Text& Study::text() {
   if (!text_) {
-    examples::Corpus corpus = examples::load_corpus(c.data, c.brown_dir, 0.1, c.seed);
-    text_ = Text{corpus.source, examples::join_text(corpus.train), examples::join_text(corpus.val)};
+    data::Corpus corpus = data::load_corpus(c.data, c.brown_dir, 0.1, c.seed);
+    text_ = Text{corpus.source, data::join_text(corpus.train), data::join_text(corpus.val)};
   }
   return *text_;
 }

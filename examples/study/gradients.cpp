@@ -8,10 +8,10 @@
 
 #include "autograd/autograd.h"
 #include "data/tokenizer.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "examples/study/plot.h"
 #include "examples/study/study.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 namespace tg::study {
 namespace {
@@ -59,13 +59,14 @@ PartOutput run_gradients(Study& s) {
              "initialisation and after part 1's training\n", T - 1, c.grad_batch);
 
   std::string csv = "model,state,k,grad_norm\n";
-  Panel panel{fmt::format("gradient of the loss at the last position with respect to the input k positions back "
-                          "(mean over {} windows)", c.grad_batch),
-              "distance k", "|dL_t / dx_(t-k)|", false, true};
-  examples::Table table{{"model", "state", "k=0", "k=1..4", fmt::format("k={}..{}", T - T / 4, T - 1),
+  Panel panel{.title = fmt::format("gradient of the loss at the last position with respect to the input k positions "
+                                   "back (mean over {} windows)", c.grad_batch),
+              .xlabel = "distance k", .ylabel = "|dL_t / dx_(t-k)|", .logy = true,
+              .key = "bottom left"};  // the decaying recurrent curves leave the lower left empty
+  report::Table table{{"model", "state", "k=0", "k=1..4", fmt::format("k={}..{}", T - T / 4, T - 1),
                          "far / near (decades)", "max / near"}, {}};
   std::string summary;
-  examples::Progress bar("grads", static_cast<int64_t>(2 * c.models.size()), "models");
+  report::Progress bar("grads", static_cast<int64_t>(2 * c.models.size()), "models");
   int64_t done = 0;
   for (const std::string& kind : c.models) {
     for (const std::string state : {"init", "trained"}) {
@@ -87,11 +88,12 @@ PartOutput run_gradients(Study& s) {
       if (state == "trained")
         summary += fmt::format("{}{} {:.1f}", summary.empty() ? "" : ", ", kind, std::log10(far / near));
       panel.series.push_back(series);
-      bar.update(++done, static_cast<double>(done), kind + " " + state);
+      ++done;
+      bar.update(done, static_cast<double>(done), kind + " " + state);
     }
   }
   bar.finish("");
-  examples::write_file(s.path("gradients.csv"), csv);
+  report::write_file(s.path("gradients.csv"), csv);
   if (std::string why = plot(s.path("gradients.png"), {panel}, 1000, 560); !why.empty())
     fmt::print("gradients: no plot: {}\n", why);
   fmt::print("\n{}", table.text());
@@ -99,8 +101,9 @@ PartOutput run_gradients(Study& s) {
       "Gradient of the loss at the last position t = {} of a validation window with respect to the token embedding "
       "k positions earlier, |dL_t / dx_(t-k)| (L2 norm over the embedding), mean over {} windows. *far / near* is "
       "log10 of the mean over the last quarter of distances over the mean over k = 1..4: 0 means no decay, -3 means "
-      "a thousandfold, -inf that the far gradients are exactly 0 in float32; *max / near* above 1 would mean gradients "
-      "grow with distance.\n\n{}\n"
+      "a thousandfold, -inf that the far gradients are exactly 0 in float32; *max / near* is the largest gradient at any "
+      "k >= 1 over the near mean (about 2 for a curve that falls from k = 1 on; the verdict calls gradients growing "
+      "with distance only above 10).\n\n{}\n"
       "![gradients](gradients.png)\n",
       T - 1, c.grad_batch, table.markdown());
   return {"decades of decay from near to far inputs, trained: " + summary, md};

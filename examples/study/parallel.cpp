@@ -11,11 +11,11 @@
 
 #include "autograd/autograd.h"
 #include "autograd/op.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "examples/study/plot.h"
 #include "examples/study/study.h"
 #include "nn/nn.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 namespace tg::study {
 namespace {
@@ -71,16 +71,16 @@ PartOutput run_parallel(Study& s) {
              "threads, {} timed steps each, interleaved, fastest\n", fmt::join(lengths, ", "), c.parallel_steps);
 
   std::string steps_csv = "model,T,sequential_steps,graph_nodes\n", tput_csv = "model,regime,batch,T,threads,tokens_per_s\n";
-  Panel steps_panel{"steps that must run one after another (forward; backward the same)", "context length T",
-                    "sequential steps", true, true};
-  Panel tput_panel{"training throughput", "threads", "tokens per second"};
-  steps_panel.key = "top left";
-  steps_panel.xbase = 2;
-  tput_panel.key = "top left";
-  examples::Table steps_table{{"model"}, {}}, tput_table{{"model", "regime", "tok/s 1 thread", "tok/s 2 threads", "speedup"}, {}};
+  Panel steps_panel{.title = "steps that must run one after another (forward; backward the same)",
+                    .xlabel = "context length T", .ylabel = "sequential steps", .logx = true, .logy = true, .xbase = 2,
+                    .key = "top left"};
+  Panel tput_panel{.title = fmt::format("training throughput (load average {} when this part began)", load_average()),
+                   .xlabel = "threads", .ylabel = "tokens per second", .logy = true, .xtics = {1, 2},
+                   .key = "outside right top"};
+  report::Table steps_table{{"model"}, {}}, tput_table{{"model", "regime", "tok/s 1 thread", "tok/s 2 threads", "speedup"}, {}};
   for (int64_t T : lengths) steps_table.header.push_back(fmt::format("T={}", T));
   std::string summary;
-  examples::Progress bar("parallel", static_cast<int64_t>(c.models.size() * (1 + regimes.size())), "parts");
+  report::Progress bar("parallel", static_cast<int64_t>(c.models.size() * (1 + regimes.size())), "parts");
   int64_t done = 0;
   for (const std::string& kind : c.models) {
     auto m = make_model(c, kind, kCharVocab, max_T, c.seed, models::PositionKind::sinusoidal);
@@ -102,7 +102,8 @@ PartOutput run_parallel(Study& s) {
     }
     steps_table.rows.push_back(steps_row);
     steps_panel.series.push_back(steps);
-    bar.update(++done, static_cast<double>(done), kind + " graph");
+    ++done;
+    bar.update(done, static_cast<double>(done), kind + " graph");
 
     nn::AdamW opt(nn::weight_decay_groups(*m, 0.01), nn::AdamWOptions{.lr = 1e-4});
     for (size_t ri = 0; ri < regimes.size(); ++ri) {
@@ -128,19 +129,20 @@ PartOutput run_parallel(Study& s) {
       const double s1 = tok / *std::min_element(t1.begin(), t1.end()), s2 = tok / *std::min_element(t2.begin(), t2.end());
       tput_csv += fmt::format("{},{},{},{},1,{:.1f}\n{},{},{},{},2,{:.1f}\n", kind, r.name, r.B, r.T, s1, kind, r.name,
                               r.B, r.T, s2);
-      tput_table.rows.push_back({kind, r.name, examples::format_count(s1), examples::format_count(s2),
+      tput_table.rows.push_back({kind, r.name, report::format_count(s1), report::format_count(s2),
                                  fmt::format("{:.2f}", s2 / s1)});
       tput_panel.series.push_back({fmt::format("{}, {}", kind, r.name), {1, 2}, {s1, s2}, kind,
                                    ri == 0 ? Series::linepoints : Series::dashed});
       if (ri == 0) summary += fmt::format("{}{} {}->{} steps, x{:.2f} at 2 threads", summary.empty() ? "" : "; ", kind,
                                           first.sequential, last.sequential, s2 / s1);
-      bar.update(++done, static_cast<double>(done), kind + " " + r.name);
+      ++done;
+      bar.update(done, static_cast<double>(done), kind + " " + r.name);
     }
   }
   set_num_threads(threads_before);
   bar.finish("");
-  examples::write_file(s.path("steps.csv"), steps_csv);
-  examples::write_file(s.path("parallel.csv"), tput_csv);
+  report::write_file(s.path("steps.csv"), steps_csv);
+  report::write_file(s.path("parallel.csv"), tput_csv);
   if (std::string why = plot(s.path("parallel.png"), {steps_panel, tput_panel}, 1300, 500); !why.empty())
     fmt::print("parallel: no plot: {}\n", why);
   fmt::print("\nsequential steps of a forward:\n{}\ntraining throughput:\n{}", steps_table.text(), tput_table.text());

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "examples/common/report.h"
+#include "report/report.h"
 
 namespace tg::study {
 namespace {
@@ -55,22 +55,24 @@ std::string shell_quoted(const std::string& s) {
   return out + "'";
 }
 
-// Explicit ticks for a log axis ('x' or 'y') at 1, 2, 5 (or every digit, when
-// the data span less than a factor of 5) times powers of ten: gnuplot's own
-// log ticks are at powers of the base only, so a narrow range would show one
-// label or none.
+// Explicit ticks for a log axis ('x' or 'y') at 1, 2, 5 times powers of ten,
+// more of them when the data span less than a factor of 20 (1, 1.5, 2, 3, 5,
+// 7) or 5 (every digit and the halves below 3): gnuplot's own log ticks are at
+// powers of the base only, so a narrow range would show one label or none.
 std::string log_ticks(const Panel& p, char axis) {
   double lo = INFINITY, hi = 0;
   for (const Series& s : p.series)
     for (double v : axis == 'x' ? s.x : s.y)
       if (std::isfinite(v) && v > 0) lo = std::min(lo, v), hi = std::max(hi, v);
   if (!(hi > lo) || hi / lo > 1e6) return {};
-  const bool narrow = hi / lo < 5;
+  const std::vector<double> mantissas = hi / lo < 5    ? std::vector<double>{1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9}
+                                        : hi / lo < 20 ? std::vector<double>{1, 1.5, 2, 3, 5, 7}
+                                                       : std::vector<double>{1, 2, 5};
   std::vector<std::string> ticks;
   for (int e = static_cast<int>(std::floor(std::log10(lo))); e <= static_cast<int>(std::ceil(std::log10(hi))); ++e)
-    for (int m = 1; m <= 9; ++m) {
+    for (double m : mantissas) {
       const double v = m * std::pow(10.0, e);
-      if ((narrow || m == 1 || m == 2 || m == 5) && v >= lo / 1.3 && v <= hi * 1.3) ticks.push_back(fmt::format("{:g}", v));
+      if (v >= lo / 1.3 && v <= hi * 1.3) ticks.push_back(fmt::format("{:g}", v));
     }
   return ticks.size() < 2 ? std::string() : fmt::format("set {}tics ({})\n", axis, fmt::join(ticks, ", "));
 }
@@ -93,21 +95,30 @@ std::string plot(const std::string& png, const std::vector<Panel>& panels, int w
       gp += fmt::format("set logscale x {}\nset format x '%g'\n", p.xbase) + (p.xbase == 10 ? log_ticks(p, 'x') : "");
     else
       gp += "unset logscale x\n";
-    if (!p.xformat.empty()) gp += fmt::format("set format x {}\n", quoted(p.xformat));
+    if (!p.xtics.empty()) gp += fmt::format("set xtics ({})\n", fmt::join(p.xtics, ", "));
     // The data's own range plus a margin (not gnuplot's widening to whole tick intervals, which
     // on a log axis can add decades of empty space).
     gp += "set autoscale xfix\nset autoscale yfix\nset offsets graph 0.03, graph 0.03, graph 0.08, graph 0.08\n";
     gp += p.logy ? "set logscale y\nset format y '%g'\n" + log_ticks(p, 'y') : "unset logscale y\n";
+    if (!std::isnan(p.ymin) || !std::isnan(p.ymax))
+      gp += fmt::format("set yrange [{}:{}]\n", std::isnan(p.ymin) ? "*" : fmt::format("{}", p.ymin),
+                        std::isnan(p.ymax) ? "*" : fmt::format("{}", p.ymax));
     // Markers outside the data's x range would land in the next panel (labels are not clipped).
     double lo = INFINITY, hi = -INFINITY;
     for (const Series& s : p.series)
       for (double x : s.x) lo = std::min(lo, x), hi = std::max(hi, x);
-    for (size_t m = 0; m < p.markers.size(); ++m)
-      if (p.markers[m].x >= lo && p.markers[m].x <= hi)
-        gp += fmt::format(
+    // A marker's label goes on the side of its line with more room: left of a
+    // line in the right part of the panel, so it does not run off the frame.
+    for (size_t m = 0; m < p.markers.size(); ++m) {
+      const double x = p.markers[m].x;
+      if (!(x >= lo && x <= hi)) continue;
+      const double at = p.logx ? std::log(x / lo) / std::log(hi / lo) : (x - lo) / (hi - lo);
+      gp += fmt::format(
           "set arrow {0} from {1},graph 0 to {1},graph 1 nohead dt 3 lw 1.5 lc rgb '#444444'\n"
-          "set label {0} {2} at {1},graph {3} left offset 0.5,0 textcolor rgb '#444444'\n",
-          m + 1, p.markers[m].x, quoted(p.markers[m].label), 0.96 - 0.06 * static_cast<double>(m));
+          "set label {0} {2} at {1},graph {3} {4} textcolor rgb '#444444'\n",
+          m + 1, x, quoted(p.markers[m].label), 0.96 - 0.06 * static_cast<double>(m),
+          at > 0.5 ? "right offset -0.5,0" : "left offset 0.5,0");
+    }
     std::vector<std::string> items;
     for (const Series& s : p.series) {
       dat += fmt::format("# {}\n", s.title);
@@ -124,8 +135,8 @@ std::string plot(const std::string& png, const std::vector<Panel>& panels, int w
     gp += "\n";
   }
   if (panels.size() > 1) gp += "unset multiplot\n";
-  examples::write_file(stem + ".dat", dat);
-  examples::write_file(stem + ".gp", gp);
+  report::write_file(stem + ".dat", dat);
+  report::write_file(stem + ".gp", gp);
   const std::string log = stem + ".gnuplot.log";
   if (std::system(fmt::format("gnuplot {} 2>{}", shell_quoted(stem + ".gp"), shell_quoted(log)).c_str()) != 0)
     return fmt::format("gnuplot failed on {}.gp (see {})", stem, log);

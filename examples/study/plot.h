@@ -3,6 +3,7 @@
 // side by side, each with its own axes (log scales optional), lines or points
 // per series, a colour per model that stays the same in every plot, and
 // labelled vertical markers (a crossover, a chance level's distance).
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,13 @@ struct Marker {
 struct Panel {
   std::string title, xlabel, ylabel;
   bool logx = false, logy = false;
-  int xbase = 10;           // of the log x axis: 2 for context lengths
-  std::string xformat;      // gnuplot format of the x tick labels; "%.1s%c" gives 50.0k, 2.5M
-  std::vector<Series> series;
-  std::vector<Marker> markers;
-  double hline = 0;   // a horizontal dotted line at this y (e.g. chance); 0: none
-  std::string hline_label;
+  int xbase = 10;               // of the log x axis: 2 for context lengths
+  std::vector<double> xtics{};  // x ticks at exactly these values (e.g. thread counts); empty: automatic
+  double ymin = NAN, ymax = NAN;  // y range; NaN: the data's own (plus a margin)
+  std::vector<Series> series{};
+  std::vector<Marker> markers{};
+  double hline = 0;             // a horizontal dotted line at this y (e.g. chance); 0: none
+  std::string hline_label{};
   std::string key = "top right";
 };
 

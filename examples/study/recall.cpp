@@ -1,18 +1,20 @@
 // Part 3, long-range dependencies, two ways:
 //  - a synthetic recall task: one key among distractors, to be named at every
 //    later position; accuracy k positions after the key, for each k;
-//  - real text: part 1's models' validation loss at each position of the
-//    context, i.e. how much each gains from seeing more of the past.
+//  - real text: part 1's models' validation loss on the same characters
+//    given 1, 2, 4, ... block characters before each, i.e. how much each
+//    gains from seeing more of the past.
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
 #include "data/tokenizer.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "examples/study/plot.h"
 #include "examples/study/study.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 namespace tg::study {
 namespace {
@@ -63,6 +65,46 @@ double accuracy(models::LanguageModel& m, int64_t L, int64_t k, int64_t n, uint6
   return static_cast<double>(right) / static_cast<double>(n);
 }
 
+// Context lengths scored on real text: powers of two below block, and block.
+std::vector<int64_t> context_lengths(int64_t block) {
+  std::vector<int64_t> ts;
+  for (int64_t t = 1; t < block; t *= 2) ts.push_back(t);
+  ts.push_back(block);
+  return ts;
+}
+
+// Index in contexts of block/16 (or the nearest below): the short context
+// whose loss the gain is measured from.
+size_t context_gain_from(const std::vector<int64_t>& contexts, int64_t block) {
+  size_t i = 0;
+  while (i + 1 < contexts.size() && contexts[i + 1] <= std::max<int64_t>(1, block / 16)) ++i;
+  return i;
+}
+
+// Mean loss of predicting n targets of ids, spread evenly over [block, size),
+// each from the t ids just before it: windows (n, t), the prediction at the
+// last position scored.
+double loss_given_context(models::LanguageModel& m, const std::vector<int64_t>& ids, int64_t t, int64_t block,
+                          int64_t n) {
+  NoGradGuard no_grad;
+  m.eval();
+  const int64_t span = static_cast<int64_t>(ids.size()) - block;
+  double total = 0;
+  for (int64_t first = 0; first < n;) {
+    const int64_t B = std::min<int64_t>(64, n - first);
+    std::vector<int64_t> window(B * t), target(B);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t p = block + (first + b) * span / n;  // the target's index
+      std::copy(ids.begin() + p - t, ids.begin() + p, window.begin() + b * t);
+      target[b] = ids[p];
+    }
+    const Tensor last = m.forward(from_vector(window, {B, t})).select(1, t - 1);  // (B,V)
+    total += cross_entropy(last, from_vector(target, {B}), -100, 0.0, Reduction::sum).item();
+    first += B;
+  }
+  return total / static_cast<double>(n);
+}
+
 }  // namespace
 
 PartOutput run_recall(Study& s) {
@@ -78,15 +120,14 @@ PartOutput run_recall(Study& s) {
              L, kKeys, kDistractors, c.recall_steps, c.recall_batch, fmt::join(c.lrs, ", "));
 
   // --- the synthetic task
-  std::string recall_csv = "model,k,accuracy,tests\n";
-  examples::Table recall_table{{"model", "lr"}, {}};
+  std::string recall_csv = "model,k,accuracy,tests,chance\n";
+  report::Table recall_table{{"model", "lr"}, {}};
   for (int64_t k : ks) recall_table.header.push_back(fmt::format("k={}", k));
-  Panel recall_panel{fmt::format("recall of a key k tokens back (sequences of {})", L), "distance k",
-                     "accuracy k positions after the key", true};
+  Panel recall_panel{.title = fmt::format("recall of a key k tokens back (sequences of {})", L), .xlabel = "distance k",
+                     .ylabel = "accuracy k positions after the key", .logx = true, .xbase = 2, .ymin = 0, .ymax = 1.05};
   recall_panel.hline = 1.0 / kKeys;
   recall_panel.hline_label = "chance";
   recall_panel.key = "center right";
-  recall_panel.xbase = 2;
   std::string recall_summary;
   std::string sweep_csv = "model,lr,steps,val_loss,chosen\n";
   Generator val_gen(c.seed + 4);
@@ -118,7 +159,7 @@ PartOutput run_recall(Study& s) {
     std::vector<std::string> row = {kind, format_lr(lr)};
     for (int64_t k : ks) {
       const double a = accuracy(*m, L, k, c.recall_tests, c.seed + 6);
-      recall_csv += fmt::format("{},{},{:.4f},{}\n", kind, k, a, c.recall_tests);
+      recall_csv += fmt::format("{},{},{:.4f},{},{:.4f}\n", kind, k, a, c.recall_tests, 1.0 / kKeys);
       row.push_back(fmt::format("{:.2f}", a));
       acc.x.push_back(static_cast<double>(k)), acc.y.push_back(a);
     }
@@ -127,66 +168,55 @@ PartOutput run_recall(Study& s) {
     recall_table.rows.push_back(row);
     recall_panel.series.push_back(acc);
   }
-  examples::write_file(s.path("recall.csv"), recall_csv);
-  examples::write_file(s.path("recall_sweep.csv"), sweep_csv);
+  report::write_file(s.path("recall.csv"), recall_csv);
+  report::write_file(s.path("recall_sweep.csv"), sweep_csv);
 
-  // --- real text: loss by position, part 1's models
+  // --- real text: the same characters scored with more and more context, part 1's models
   const auto tok = data::load_tokenizer(tokenizer_path);
   const Text& text = s.text();
-  const data::LMBatches val_set(tok->encode(text.val), c.block);
-  std::string context_csv = "model,position,val_loss\n";
-  Panel context_panel{fmt::format("validation loss by position in the context ({})", text.source),
-                      "position in the context (characters seen, half-octave bins)", "val loss (nats/char)", true};
-  context_panel.xbase = 2;
-  examples::Table context_table{{"model"}, {}};
-  std::vector<std::pair<int64_t, int64_t>> bands;  // [begin, end) positions: 0, 1-3, 4-15, 16-63, ...
-  for (int64_t b = 0, e = 1; b < c.block; b = e, e = std::min(c.block, e * 4)) bands.push_back({b, e});
-  for (auto [b, e] : bands) context_table.header.push_back(e - b == 1 ? fmt::format("pos {}", b) : fmt::format("pos {}-{}", b, e - 1));
-  examples::Progress bar("context", static_cast<int64_t>(c.models.size()), "models");
+  const std::vector<int64_t> val_ids = tok->encode(text.val);
+  const std::vector<int64_t> contexts = context_lengths(c.block);
+  const int64_t n_targets = c.context_batches * c.batch;
+  if (static_cast<int64_t>(val_ids.size()) <= c.block + n_targets)
+    throw std::runtime_error(fmt::format("recall: the validation text has {} characters, too few for {} targets with "
+                                         "{} characters of context each", val_ids.size(), n_targets, c.block));
+  std::string context_csv = "model,context,val_loss,targets\n";
+  Panel context_panel{.title = fmt::format("loss on the same {} validation characters given t characters before each "
+                                           "({})", n_targets, text.source),
+                      .xlabel = "context t (characters the model sees)", .ylabel = "val loss (nats/char)",
+                      .logx = true, .xbase = 2};
+  report::Table context_table{{"model"}, {}};
+  for (int64_t t : contexts) context_table.header.push_back(fmt::format("t={}", t));
+  context_table.header.push_back(fmt::format("gain t={}->{}", std::max<int64_t>(1, c.block / 16), c.block));
+  report::Progress bar("context", static_cast<int64_t>(c.models.size() * contexts.size()), "contexts");
   int64_t done = 0;
   for (const std::string& kind : c.models) {
     auto m = load_model(from_tuning(s, kind + ".safetensors"));
     if (m->vocab_size() != tok->vocab_size())
       throw std::runtime_error(fmt::format("{}.safetensors has vocabulary {}, tokenizer.json {}: rerun part 1", kind,
                                            m->vocab_size(), tok->vocab_size()));
-    NoGradGuard no_grad;
-    m->eval();
-    std::vector<double> by_pos(c.block, 0.0);
-    for (int64_t i = 0; i < c.context_batches; ++i) {
-      data::LMBatch b = val_set.fixed(i, c.context_batches, c.batch);
-      Tensor logits = m->forward(b.inputs);  // (B,T,V)
-      Tensor l = cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.reshape({-1}), -100, 0.0, Reduction::none);
-      std::vector<double> pos = mean(l.reshape({b.inputs.size(0), c.block}), {0}).to(DType::f64).to_vector<double>();
-      for (int64_t t = 0; t < c.block; ++t) by_pos[t] += pos[t] / static_cast<double>(c.context_batches);
-    }
-    for (int64_t t = 0; t < c.block; ++t) context_csv += fmt::format("{},{},{:.6f}\n", kind, t, by_pos[t]);
-    // Plotted as means over half-octave bins of positions: one position's
-    // mean is noisy (it depends on which characters fall there).
     Series series{kind, {}, {}, kind};
-    for (int64_t b = 0, i = 1; b < c.block; ++i) {
-      const int64_t e = std::min(c.block, std::max<int64_t>(b + 1, std::llround(std::pow(2.0, i / 2.0))));
-      double sum = 0;
-      for (int64_t t = b; t < e; ++t) sum += by_pos[t];
-      series.x.push_back(std::sqrt(static_cast<double>(b + 1) * static_cast<double>(e)));
-      series.y.push_back(sum / static_cast<double>(e - b));
-      b = e;
-    }
     std::vector<std::string> row = {kind};
-    for (auto [b, e] : bands) {
-      double sum = 0;
-      for (int64_t t = b; t < e; ++t) sum += by_pos[t];
-      row.push_back(fmt::format("{:.3f}", sum / static_cast<double>(e - b)));
+    std::map<int64_t, double> by_context;
+    for (int64_t t : contexts) {
+      const double l = loss_given_context(*m, val_ids, t, c.block, n_targets);
+      by_context[t] = l;
+      context_csv += fmt::format("{},{},{:.6f},{}\n", kind, t, l, n_targets);
+      series.x.push_back(static_cast<double>(t)), series.y.push_back(l);
+      row.push_back(fmt::format("{:.3f}", l));
+      ++done;
+      bar.update(done, static_cast<double>(done), fmt::format("{} t={}", kind, t));
     }
+    row.push_back(fmt::format("{:.3f}", by_context.at(contexts[context_gain_from(contexts, c.block)]) - by_context.at(c.block)));
     context_table.rows.push_back(row);
     context_panel.series.push_back(series);
-    bar.update(++done, static_cast<double>(done), kind);
   }
   bar.finish("");
-  examples::write_file(s.path("context.csv"), context_csv);
+  report::write_file(s.path("context.csv"), context_csv);
   for (auto [png, panel] : {std::pair{"recall.png", recall_panel}, std::pair{"context.png", context_panel}})
     if (std::string why = plot(s.path(png), {panel}); !why.empty()) fmt::print("recall: no plot {}: {}\n", png, why);
-  fmt::print("\nrecall accuracy by distance k:\n{}\nvalidation loss by position (nats/char):\n{}", recall_table.text(),
-             context_table.text());
+  fmt::print("\nrecall accuracy by distance k:\n{}\nvalidation loss given t characters of context (nats/char):\n{}",
+             recall_table.text(), context_table.text());
 
   std::string md = fmt::format(
       "**Recall.** Sequences of {} tokens: distractors (8 symbols) and one key (8 other symbols) at a random position; "
@@ -194,11 +224,12 @@ PartOutput run_recall(Study& s) {
       "distance up to {} at once) at each learning rate of part 1's grid; the run with the lowest validation loss "
       "is the one shown (all in recall_sweep.csv). Accuracy at the last position of {} fresh "
       "sequences whose key is k positions back (chance {:.3f}).\n\n{}\n"
-      "![recall](recall.png)\n\n**Loss by position on real text.** Part 1's models on {} validation windows of {} "
-      "characters, each window read from an empty state: the loss at position t is what the model does with t "
-      "characters of context.\n\n{}\n![context](context.png)\n",
-      L, c.recall_steps, c.recall_batch, L - 1, c.recall_tests, 1.0 / kKeys, recall_table.markdown(),
-      c.context_batches * c.batch, c.block, context_table.markdown());
+      "![recall](recall.png)\n\n**Loss against context on real text.** Part 1's models predict the same {} "
+      "validation characters (spread evenly over the validation text), each from the t characters just before it "
+      "(read from an empty state), for t = {}: the same targets at every t, so the curve shows only what more context "
+      "is worth. *gain* is the loss at t = {} minus the loss at t = {}.\n\n{}\n![context](context.png)\n",
+      L, c.recall_steps, c.recall_batch, L - 1, c.recall_tests, 1.0 / kKeys, recall_table.markdown(), n_targets,
+      fmt::join(contexts, ", "), contexts[context_gain_from(contexts, c.block)], c.block, context_table.markdown());
   return {"recall accuracy " + recall_summary, md};
 }
 

@@ -10,8 +10,9 @@
 //   tuning     LR sweep per model, then the full run on the text  sweep.csv, tuning.csv, loss.png, samples.txt,
 //                                                                 tokenizer.json, <model>.safetensors
 //   cost       time and memory per token against context T        cost.csv, cost.png
-//   recall     recall accuracy against distance k; val loss by    recall_sweep.csv, recall.csv, context.csv,
-//              position in the context (part 1's models)          recall.png, context.png
+//   recall     recall accuracy against distance k; val loss of    recall_sweep.csv, recall.csv, context.csv,
+//              the same characters against context length t       recall.png, context.png
+//              (part 1's models)
 //   gradients  |dL_t / dx_(t-k)| against k, init and trained      gradients.csv, gradients.png
 //   parallel   sequential steps against T; tokens/s, 1 and 2      steps.csv, parallel.csv, parallel.png
 //              threads
@@ -43,7 +44,7 @@ struct Config {
   int64_t gpt_layers = 2, gpt_heads = 4, gpt_dim = 128, embed = 64;
   // Part 1: language models on the text, each at its best learning rate of `lrs`
   // after sweep_steps, then trained for steps.
-  int64_t block = 128, batch = 16, steps = 1500, sweep_steps = 200, eval_every = 100, eval_batches = 20, warmup = 100;
+  int64_t block = 128, batch = 16, steps = 1000, sweep_steps = 150, eval_every = 100, eval_batches = 20, warmup = 100;
   std::vector<double> lrs = {1e-3, 3e-3, 1e-2};
   // Part 2: cost against context length, batches of cost_tokens tokens
   // (cost_tokens / T sequences), as training at a fixed token budget per step.
@@ -51,8 +52,8 @@ struct Config {
   int64_t cost_tokens = 8192, cost_reps = 3;
   // Part 3: the recall task (length, training steps, batch, test sequences per
   // distance; each model is trained at every rate of `lrs`, the best kept)
-  // and the validation windows scored by position.
-  int64_t recall_length = 64, recall_steps = 300, recall_batch = 32, recall_tests = 200, context_batches = 40;
+  // and the batches of validation characters scored at every context length.
+  int64_t recall_length = 64, recall_steps = 250, recall_batch = 32, recall_tests = 200, context_batches = 100;
   // Part 4: validation windows whose gradients are averaged.
   int64_t grad_batch = 32;
   // Part 5: timed training steps per model and thread count.

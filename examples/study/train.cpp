@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
-#include "examples/common/progress.h"
 #include "examples/study/study.h"
 #include "nn/nn.h"
+#include "report/progress.h"
 
 namespace tg::study {
 
@@ -20,7 +20,7 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
   nn::CosineWarmupLR schedule(spec.lr, std::min(spec.warmup, spec.steps), spec.steps, spec.lr * 0.1);
   Generator batches(spec.seed);
   TrainResult r;
-  examples::Progress bar(spec.label, spec.steps, "tok");
+  report::Progress bar(spec.label, spec.steps, "tok");
   reset_peak_memory_stats();
   m.train();
   double interval_loss = 0;

@@ -7,11 +7,11 @@
 
 #include "autograd/autograd.h"
 #include "data/tokenizer.h"
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "examples/study/plot.h"
 #include "examples/study/study.h"
 #include "models/generate.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 namespace tg::study {
 
@@ -41,13 +41,15 @@ PartOutput run_tuning(Study& s) {
 
   std::string sweep_csv = "model,lr,steps,val_loss,chosen\n";
   std::string curve_csv = "model,lr,step,tokens,seconds,train_loss,val_loss\n";
-  std::string samples, chosen_text, final_text;
-  examples::Table table{{"model", "shape", "params", fmt::format("val loss after {} steps, by lr", c.sweep_steps), "lr",
+  std::string samples, chosen_text, final_text, edges;
+  report::Table table{{"model", "shape", "params", fmt::format("val loss after {} steps, by lr", c.sweep_steps), "lr",
                          "val loss", "bits/char", "tokens/s", "peak MiB", "train time"}, {}};
-  Panel sweep{"learning-rate sweep", "learning rate", fmt::format("val loss after {} steps", c.sweep_steps), true};
-  Panel by_tokens{"validation loss against tokens", "training tokens (characters)", "val loss (nats/char)"};
-  Panel by_seconds{"validation loss against training time", "training seconds", "val loss (nats/char)"};
-  by_tokens.xformat = "%.1s%c";
+  Panel sweep{.title = "learning-rate sweep", .xlabel = "learning rate",
+              .ylabel = fmt::format("val loss after {} steps", c.sweep_steps), .logx = true};
+  Panel by_tokens{.title = "validation loss against tokens", .xlabel = "training tokens (millions of characters)",
+                  .ylabel = "val loss (nats/char)"};
+  Panel by_seconds{.title = "validation loss against training time", .xlabel = "training seconds",
+                   .ylabel = "val loss (nats/char)"};
   const std::string prompt = text.val.substr(0, std::min<size_t>(text.val.size(), 24));
   for (const std::string& kind : c.models) {
     const Sweep sw = sweep_lr(c.lrs, [&](double lr) {
@@ -66,7 +68,7 @@ PartOutput run_tuning(Study& s) {
     for (const CurvePoint& p : r.curve) {
       curve_csv += fmt::format("{},{},{},{},{:.6f},{:.6f},{:.6f}\n", kind, lr, p.step, p.tokens, p.seconds, p.train_loss,
                                p.val_loss);
-      st.x.push_back(p.tokens), st.y.push_back(p.val_loss);
+      st.x.push_back(p.tokens / 1e6), st.y.push_back(p.val_loss);
       ss.x.push_back(p.seconds), ss.y.push_back(p.val_loss);
     }
     by_tokens.series.push_back(st);
@@ -78,17 +80,20 @@ PartOutput run_tuning(Study& s) {
     const double vl = r.curve.back().val_loss;
     table.rows.push_back({kind, shape_of(*m), std::to_string(m->num_parameters()), sweep_cell, format_lr(lr),
                           fmt::format("{:.3f}", vl), fmt::format("{:.3f}", vl / std::log(2.0)),
-                          examples::format_count(c.steps * tokens_per_step / r.seconds),
-                          fmt::format("{:.1f}", r.peak_bytes / 1048576.0), examples::format_duration(r.seconds)});
+                          report::format_count(c.steps * tokens_per_step / r.seconds),
+                          fmt::format("{:.1f}", r.peak_bytes / 1048576.0), report::format_duration(r.seconds)});
     chosen_text += fmt::format("{}{} {}", chosen_text.empty() ? "" : ", ", kind, format_lr(lr));
     final_text += fmt::format("{}{} {:.3f}", final_text.empty() ? "" : ", ", kind, vl);
-    if (sw.best == 0 || sw.best + 1 == c.lrs.size())
+    if (sw.best == 0 || sw.best + 1 == c.lrs.size()) {
+      edges += fmt::format(" {}'s best learning rate, {}, is the {} of the grid: a rate beyond it might do better.",
+                           kind, format_lr(lr), sw.best == 0 ? "smallest" : "largest");
       fmt::print("tuning: {}'s best learning rate {} is at the edge of the grid {}\n", kind, format_lr(lr),
                  fmt::join(c.lrs, ", "));
+    }
   }
-  examples::write_file(s.path("sweep.csv"), sweep_csv);
-  examples::write_file(s.path("tuning.csv"), curve_csv);
-  examples::write_file(s.path("samples.txt"), samples);
+  report::write_file(s.path("sweep.csv"), sweep_csv);
+  report::write_file(s.path("tuning.csv"), curve_csv);
+  report::write_file(s.path("samples.txt"), samples);
   std::string why = plot(s.path("loss.png"), {sweep, by_tokens, by_seconds}, 1500, 480);
   if (!why.empty()) fmt::print("tuning: no plot: {}\n", why);
   fmt::print("\n{}\n{}", table.text(), samples);
@@ -96,10 +101,10 @@ PartOutput run_tuning(Study& s) {
   std::string md = fmt::format(
       "{} characters of {} per model ({} steps of {} x {}), the same batches for every model; validation loss on {} "
       "fixed batches (nats per character; {:.2f} is a uniform guess). Each model trained with AdamW, warm-up + cosine "
-      "schedule, clip 1, at each learning rate of the sweep for {} steps; the best (*) was used for the full run.\n\n{}\n"
+      "schedule, clip 1, at each learning rate of the sweep for {} steps; the best (*) was used for the full run.{}\n\n{}\n"
       "![validation loss](loss.png)\n",
-      examples::format_count(static_cast<double>(c.steps * tokens_per_step)), text.source, c.steps, c.batch, c.block,
-      c.eval_batches, std::log(static_cast<double>(V)), c.sweep_steps, table.markdown());
+      report::format_count(static_cast<double>(c.steps * tokens_per_step)), text.source, c.steps, c.batch, c.block,
+      c.eval_batches, std::log(static_cast<double>(V)), c.sweep_steps, edges, table.markdown());
   return {fmt::format("chosen lr {}; final val loss {}", chosen_text, final_text), md};
 }
 

@@ -4,13 +4,15 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <thread>
 #include <sstream>
 
 #include <fmt/format.h>
 
-#include "examples/common/progress.h"
-#include "examples/common/report.h"
 #include "examples/study/study.h"
+#include "report/progress.h"
+#include "report/report.h"
 
 namespace tg::study {
 namespace {
@@ -61,32 +63,51 @@ Verdict long_range(const Study& s) {
   Verdict v;
   const Csv recall(s.path("recall.csv")), context(s.path("context.csv"));
   auto acc = by_model(recall, "k", "accuracy");
-  auto pos = by_model(context, "position", "val_loss");
+  auto loss = by_model(context, "context", "val_loss");
   const auto rec = recurrent(s.c);
-  // Recall: accuracy at the farthest distance tested.
+  const double chance = recall.num(0, "chance");
+  // Recall: accuracy at the farthest distance tested; a model within 0.1 of
+  // chance at the nearest distance did not learn the task at all, which says
+  // nothing about range.
   auto far_acc = [&](const std::string& m) { return acc.at(m).second.back(); };
-  const double k_far = acc.at("gpt").first.back();
-  // Text: what context beyond T/16 characters is worth, loss at [T/16, T/8) minus loss at [T/2, T).
-  auto gain = [&](const std::string& m) {
-    const auto& l = pos.at(m).second;
-    const size_t T = l.size();
-    return mean_between(l, T / 16, std::max(T / 8, T / 16 + 1)) - mean_between(l, T / 2, T);
-  };
+  auto learned = [&](const std::string& m) { return acc.at(m).second.front() > chance + 0.1; };
+  const double k_near = acc.at("gpt").first.front(), k_far = acc.at("gpt").first.back();
+  // Text: what the context from block/16 to block characters is worth, on the same targets.
+  const std::vector<double>& ts = loss.at("gpt").first;
+  size_t from = 0;
+  while (from + 1 < ts.size() && ts[from + 1] <= std::max(1.0, ts.back() / 16)) ++from;
+  auto gain = [&](const std::string& m) { return loss.at(m).second[from] - loss.at(m).second.back(); };
+  std::vector<std::string> learnt, not_learnt;
   std::vector<bool> recalls_better, gains_more;
-  v.measured = fmt::format("recall accuracy at k = {:.0f}: gpt {:.2f}", k_far, far_acc("gpt"));
+  v.measured = fmt::format("recall accuracy at k = {:.0f} / {:.0f} (chance {:.3f}): gpt {:.2f} / {:.2f}", k_near, k_far,
+                           chance, acc.at("gpt").second.front(), far_acc("gpt"));
   for (const auto& m : rec) {
-    v.measured += fmt::format(", {} {:.2f}", m, far_acc(m));
+    v.measured += fmt::format(", {} {:.2f} / {:.2f}", m, acc.at(m).second.front(), far_acc(m));
+    if (!learned(m)) {
+      not_learnt.push_back(m);
+      continue;
+    }
+    learnt.push_back(m);
     recalls_better.push_back(far_acc("gpt") > far_acc(m) + 0.1);
   }
-  const size_t T = pos.at("gpt").second.size();
-  v.measured += fmt::format("; on text, loss gained from positions {}-{} to {}-{}: gpt {:.3f}", T / 16,
-                            std::max(T / 8, T / 16 + 1) - 1, T / 2, T - 1, gain("gpt"));
+  v.measured += fmt::format("; on text, loss gained by {:.0f} instead of {:.0f} characters of context: gpt {:.3f}",
+                            ts.back(), ts[from], gain("gpt"));
   for (const auto& m : rec) {
     v.measured += fmt::format(", {} {:.3f}", m, gain(m));
     gains_more.push_back(gain("gpt") > gain(m) + 0.01);
   }
   v.measured += " nats/char";
-  const std::string a = combine(rec, recalls_better, "does not hold at this scale");
+  std::string a;
+  if (!learned("gpt"))
+    a = "undecided (GPT did not learn the task)";
+  else if (learnt.empty())
+    a = "undecided (no recurrent model learned the task)";
+  else {
+    a = combine(learnt, recalls_better, "does not hold at this scale");
+    if (a == "holds" && !not_learnt.empty()) a = fmt::format("holds against the {}", fmt::join(learnt, " and "));
+  }
+  if (!not_learnt.empty())
+    a += fmt::format(" (the {} learned it at no distance, not even k = {:.0f})", fmt::join(not_learnt, " and "), k_near);
   const std::string b = combine(rec, gains_more, "does not hold at this scale");
   v.verdict = a == b ? a + " (recall and text agree)" : fmt::format("recall: {}; text: {}", a, b);
   return v;
@@ -151,10 +172,10 @@ Verdict training_steps(const Study& s) {
     return x.back();
   };
   v.measured = fmt::format("tokens to val loss {:.3f} (the worst final): gpt {}", target,
-                           examples::format_count(reach(curves.at("gpt"))));
+                           report::format_count(reach(curves.at("gpt"))));
   std::vector<bool> fewer;
   for (const auto& m : rec) {
-    v.measured += fmt::format(", {} {}", m, examples::format_count(reach(curves.at(m))));
+    v.measured += fmt::format(", {} {}", m, report::format_count(reach(curves.at(m))));
     fewer.push_back(reach(curves.at("gpt")) < 0.9 * reach(curves.at(m)));
   }
   v.measured += fmt::format("; seconds: gpt {:.0f}", reach(seconds.at("gpt")));
@@ -163,6 +184,22 @@ Verdict training_steps(const Study& s) {
   for (const auto& m : rec) v.measured += fmt::format(", {} {:.3f}", m, curves.at(m).second.back());
   v.verdict = combine(rec, fewer, "does not hold at this scale");
   return v;
+}
+
+// The highest load average while `part` ran (from times.csv), when it is
+// above the cores plus one: other processes then held cores the part's
+// threads were timed on, and its timings say little. nullopt when the
+// machine was free enough or the part's load was not recorded.
+std::optional<std::string> busy_during(const Study& s, const std::string& part) {
+  if (!Csv::exists(s.path("times.csv"))) return std::nullopt;
+  const Csv t(s.path("times.csv"));
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (size_t r = 0; r < t.size(); ++r) {
+    if (t.str(r, "part") != part || t.str(r, "load_start") == "?" || t.str(r, "load_end") == "?") continue;
+    const double peak = std::max(t.num(r, "load_start"), t.num(r, "load_end"));
+    if (peak > cores + 1.0) return fmt::format("load average {:.1f} on {} cores", peak, cores);
+  }
+  return std::nullopt;
 }
 
 Verdict parallelism(const Study& s) {
@@ -200,8 +237,10 @@ Verdict parallelism(const Study& s) {
     if (more) gpt_scales_more.push_back(regime);
   }
   const std::string structure = gpt_flat ? combine(rec, grows, "does not hold") : "does not hold (GPT's chain grows with T)";
-  const std::string threads = gpt_scales_more.size() == regimes.size() ? "larger for GPT in every regime"
-                              : gpt_scales_more.empty()                ? "no larger for GPT than for the recurrences"
+  const std::optional<std::string> busy = busy_during(s, "parallel");
+  const std::string threads = busy ? fmt::format("not judged ({}: other processes held the cores)", *busy)
+                              : gpt_scales_more.size() == regimes.size() ? "larger for GPT in every regime"
+                              : gpt_scales_more.empty()                  ? "no larger for GPT than for the recurrences"
                                   : fmt::format("larger for GPT only for {}", fmt::join(gpt_scales_more, ", "));
   v.verdict = fmt::format("step count: {}; speedup at 2 threads: {}", structure, threads);
   return v;
@@ -245,12 +284,23 @@ Verdict cost(const Study& s) {
     in_flops += fmt::format("{}the {} {}", in_flops.empty() ? "" : ", ", m, where(flops.at("gpt"), flops.at(m)));
   }
   v.measured += fmt::format("; GPT dearer per token than {} in time, than {} in FLOPs", in_time, in_flops);
-  const bool within = attention_share.at("gpt").front() < 0.5 && std::fabs(grows / flops_grow - 1) < 0.25;
-  v.verdict = within ? fmt::format("holds within GPT (attention's share of the work grows with T as counted, half {})",
-                                   attention_half)
-                     : "does not hold within GPT at this scale (its time does not follow the n²·d count)";
-  v.verdict += fmt::format("; against the recurrences at matched parameters GPT is dearer in FLOPs ({}) and in time "
-                           "({})", in_flops, in_time);
+  // "Cheaper while n << d" is judged at the shortest T, in time; the FLOP
+  // ratio there says why (at matched parameters GPT's MLP and projections,
+  // not its attention, set its cost at short T).
+  std::vector<bool> cheaper;
+  std::string flop_ratios;
+  for (const auto& m : rec) {
+    cheaper.push_back(us.at("gpt").front() < us.at(m).front());
+    flop_ratios += fmt::format("{}x{:.2f} the {}'s", flop_ratios.empty() ? "" : ", ",
+                               flops.at("gpt").front() / flops.at(m).front(), m);
+  }
+  const bool follows = std::fabs(grows / flops_grow - 1) < 0.25;
+  v.verdict = fmt::format("cheaper at short T: {} (at T = {:.0f} GPT does {} FLOPs per token, its attention {:.0f}% of "
+                          "them); growth with T: GPT's time x{:.2f} where its n²·d count predicts x{:.2f}, {}",
+                          combine(rec, cheaper, "does not hold at this scale"), x.front(), flop_ratios,
+                          100 * attention_share.at("gpt").front(), grows, flops_grow,
+                          follows ? "as counted" : "not as counted");
+  if (auto busy = busy_during(s, "cost")) v.verdict += fmt::format(" (timed at {})", *busy);
   return v;
 }
 
@@ -270,7 +320,7 @@ PartOutput run_verdicts(Study& s) {
       {"parallel", parallelism, "Its work parallelises: the steps that must run in order do not grow with sequence length"},
       {"cost", cost, "Self-attention costs O(n^2 d) per layer against a recurrence's O(n d^2): cheaper while n << d"}};
   const bool has_gpt = std::find(s.c.models.begin(), s.c.models.end(), "gpt") != s.c.models.end();
-  examples::Table table{{"claim", "measured", "verdict"}, {}};
+  report::Table table{{"claim", "measured", "verdict"}, {}};
   for (const Claim& cl : claims) {
     Verdict v;
     if (!has_gpt || recurrent(s.c).empty()) {
@@ -291,7 +341,7 @@ PartOutput run_verdicts(Study& s) {
   if (Csv::exists(s.path("times.csv"))) {
     const Csv t(s.path("times.csv"));
     for (size_t r = 0; r < t.size(); ++r)
-      times += fmt::format("| {} | {} | {} → {} |\n", t.str(r, "part"), examples::format_duration(t.num(r, "seconds")),
+      times += fmt::format("| {} | {} | {} → {} |\n", t.str(r, "part"), report::format_duration(t.num(r, "seconds")),
                            t.str(r, "load_start"), t.str(r, "load_end"));
   }
   std::string md = "# Transformers against recurrent networks: what holds at this scale\n\n" + table.markdown() +
@@ -303,7 +353,7 @@ PartOutput run_verdicts(Study& s) {
     body << f.rdbuf();
     md += "\n" + body.str();
   }
-  examples::write_file(s.path("results.md"), md);
+  report::write_file(s.path("results.md"), md);
   // On the terminal: one block per claim (the cells are too long for aligned columns).
   for (const auto& row : table.rows) fmt::print("\n* {}\n  measured: {}\n  verdict:  {}\n", row[0], row[1], row[2]);
   return {fmt::format("{} claims judged; the table and every part's results are in {}", table.rows.size(),

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-namespace tg::examples {
+namespace tg::report {
 
 class Progress {
  public:
@@ -34,4 +34,4 @@ std::string format_duration(double seconds);
 // "950", "42.1k", "3.2M"
 std::string format_count(double n);
 
-}  // namespace tg::examples
+}  // namespace tg::report

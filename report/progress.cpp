@@ -1,4 +1,4 @@
-#include "examples/common/progress.h"
+#include "report/progress.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-namespace tg::examples {
+namespace tg::report {
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -71,4 +71,4 @@ void Progress::draw(int64_t done, double items, const std::string& extra, bool f
   std::fflush(stderr);
 }
 
-}  // namespace tg::examples
+}  // namespace tg::report

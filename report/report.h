@@ -1,10 +1,10 @@
 #pragma once
-// What the examples leave behind for people to look at: aligned tables (also
+// What the examples and benchmarks leave behind for people to look at: aligned tables (also
 // as Markdown), CSV files and line plots drawn by gnuplot.
 #include <string>
 #include <vector>
 
-namespace tg::examples {
+namespace tg::report {
 
 // A table printed with aligned columns; markdown() gives the same as Markdown.
 struct Table {
@@ -34,4 +34,4 @@ double peak_rss_mib();
 // std::runtime_error naming the path on failure.
 void write_file(const std::string& path, const std::string& text);
 
-}  // namespace tg::examples
+}  // namespace tg::report

