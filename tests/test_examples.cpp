@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE examples
 #include <boost/test/unit_test.hpp>
 
+#include "programs.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,29 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string exe(const char* var) {
-  const char* p = std::getenv(var);
-  BOOST_REQUIRE_MESSAGE(p && *p, var << " is not set (run the tests through meson)");
-  return p;
-}
-
-// Runs a command, returns its exit status and what it printed.
-std::pair<int, std::string> run(const std::string& cmd) {
-  fs::path log = fs::temp_directory_path() / fmt::format("tg_example_{}.log", std::hash<std::string>{}(cmd));
-  int rc = std::system(fmt::format("{} >'{}' 2>&1", cmd, log.string()).c_str());
-  std::ifstream f(log);
-  std::stringstream s;
-  s << f.rdbuf();
-  fs::remove(log);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, s.str()};
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using testing::exe, testing::read_text, testing::run;
 
 fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / fmt::format("tg_test_{}_{}", name, ::getpid());
@@ -56,7 +36,7 @@ fs::path fresh_dir(const std::string& name) {
 // loss.csv rows: model -> [(step, train, val)].
 std::map<std::string, std::vector<std::array<double, 3>>> read_curves(const fs::path& csv) {
   std::map<std::string, std::vector<std::array<double, 3>>> out;
-  std::istringstream in(read(csv));
+  std::istringstream in(read_text(csv));
   std::string line;
   std::getline(in, line);
   BOOST_REQUIRE_EQUAL(line, "model,step,tokens,train_loss,val_loss");
@@ -89,7 +69,7 @@ BOOST_AUTO_TEST_CASE(charlm_trains_all_models_and_writes_its_outputs) {
     BOOST_TEST(fs::exists(out / fmt::format("{}.safetensors", m)));
     BOOST_TEST(fs::exists(out / fmt::format("{}.state.safetensors", m)));
   }
-  std::string samples = read(out / "samples.txt");
+  std::string samples = read_text(out / "samples.txt");
   for (const char* m : {"=== rnn ===", "=== lstm ===", "=== gpt ==="}) BOOST_TEST(samples.find(m) != std::string::npos);
   BOOST_TEST(log.find("val bits/char") != std::string::npos);  // the table
   BOOST_TEST(fs::exists(out / "results.md"));
@@ -133,7 +113,7 @@ BOOST_AUTO_TEST_CASE(charlm_resume_continues_exactly) {
     for (size_t i = 0; i < ca[m].size(); ++i)
       for (int k = 0; k < 3; ++k) BOOST_TEST(ca[m][i][k] == cb[m][i][k], m << " row " << i << " col " << k);
     const std::string weights = fmt::format("{}.safetensors", m);
-    BOOST_TEST((read(a / weights) == read(b / weights)), m << ": the resumed weights differ");
+    BOOST_TEST((read_text(a / weights) == read_text(b / weights)), m << ": the resumed weights differ");
   }
   fs::remove_all(a);
   fs::remove_all(b);
@@ -153,7 +133,7 @@ BOOST_AUTO_TEST_CASE(seq2seq_runs_and_learns) {
   auto [rc, log] = run(exe("SEQ2SEQ") + " --steps 60 --batch 16 --min-len 2 --max-len 4 --eval-per-len 20 --hidden 32"
                        " --dim 32 --lr 1e-2 --threads 1 --out " + out.string());
   BOOST_REQUIRE_MESSAGE(rc == 0, log);
-  std::istringstream csv(read(out / "accuracy.csv"));
+  std::istringstream csv(read_text(out / "accuracy.csv"));
   std::string line;
   std::getline(csv, line);
   BOOST_TEST(line == "length,lstm,attention,transformer");
@@ -223,7 +203,7 @@ BOOST_AUTO_TEST_CASE(classify_learns_genres) {
   // params, train acc, val acc: chance is 33%.
   BOOST_TEST(accuracy_of(log, "bag-of-embeddings", 2) > 90.0, log);
   BOOST_TEST(accuracy_of(log, "transformer", 2) > 90.0, log);
-  BOOST_TEST(read(out / "confusion.txt").find("confusion matrix, transformer") != std::string::npos);
+  BOOST_TEST(read_text(out / "confusion.txt").find("confusion matrix, transformer") != std::string::npos);
   auto [bad_rc, bad_log] = run(exe("CLASSIFY") + " --brown-dir " + (out / "missing").string());
   BOOST_TEST(bad_rc != 0);
   BOOST_TEST(bad_log.find("missing") != std::string::npos, bad_log);
@@ -241,7 +221,7 @@ BOOST_AUTO_TEST_CASE(word2vec_trains_and_writes_vectors) {
   BOOST_TEST(log.find("similarity") != std::string::npos, log);
   BOOST_TEST(log.find("on 4 of 4 pairs") != std::string::npos, log);
   // Text format: "V dim" then V lines of a word and dim numbers.
-  std::istringstream vec(read(out / "vec.txt"));
+  std::istringstream vec(read_text(out / "vec.txt"));
   size_t V = 0, dim = 0;
   vec >> V >> dim;
   BOOST_TEST(dim == 16u);

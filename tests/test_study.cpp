@@ -7,6 +7,8 @@
 #define BOOST_TEST_MODULE study
 #include <boost/test/unit_test.hpp>
 
+#include "programs.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,32 +28,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string exe() {
-  const char* p = std::getenv("STUDY");
-  BOOST_REQUIRE_MESSAGE(p && *p, "STUDY is not set (run the tests through meson)");
-  return p;
-}
-
-std::pair<int, std::string> run(const std::string& cmd) {
-  fs::path log = fs::temp_directory_path() / fmt::format("tg_study_{}_{}.log", ::getpid(), std::hash<std::string>{}(cmd));
-  int rc = std::system(fmt::format("{} >'{}' 2>&1", cmd, log.string()).c_str());
-  std::ifstream f(log);
-  std::stringstream s;
-  s << f.rdbuf();
-  fs::remove(log);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, s.str()};
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+std::string exe() { return testing::exe("STUDY"); }
+using testing::read_text, testing::run;
 
 // A CSV file as rows of column -> cell; the header must be exactly `columns`.
 std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p, const std::vector<std::string>& columns) {
-  std::istringstream in(read(p));
+  std::istringstream in(read_text(p));
   std::string line;
   BOOST_REQUIRE_MESSAGE(std::getline(in, line), p << " is missing or empty");
   std::vector<std::string> header;
@@ -107,7 +89,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST(std::isfinite(num(r, "val_loss")));
   }
   for (auto& m : kModels) BOOST_TEST(fs::file_size(out / (m + ".safetensors")) > 1000u, m);
-  BOOST_TEST(read(out / "samples.txt").find("=== gpt") != std::string::npos);
+  BOOST_TEST(read_text(out / "samples.txt").find("=== gpt") != std::string::npos);
 
   // Part 2: per model and T, batches of 64 tokens; GPT's FLOPs per token grow with T, a
   // recurrence's do not; the prediction is anchored at the shortest T.
@@ -175,7 +157,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   for (auto& r : tput) BOOST_TEST(num(r, "tokens_per_s") > 0);
 
   // Part 6: a verdict per claim, none missing its measurements.
-  const std::string results = read(out / "results.md");
+  const std::string results = read_text(out / "results.md");
   BOOST_TEST(results.find("| claim") != std::string::npos);
   for (const char* claim : {"long-range dependencies", "neither vanish nor explode", "fewer training steps",
                             "do not grow with sequence length", "O(n^2 d)"})
