@@ -62,11 +62,7 @@ std::vector<std::u32string::value_type> code_points(const std::string& s) {
   return out;
 }
 
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  dist::Environment mpi(argc, argv);
+struct Options {
   std::string workload = "gpt-s", text_dir = "out/bench/text", write_text, brown_dir;
   int threads = 1;
   int64_t warmup = 5, steps = 30, peak_n = 1024;
@@ -74,139 +70,172 @@ int main(int argc, char** argv) {
   int64_t discarded = 0;
   bool eval = false, peak = false, no_overlap = false;
   int64_t bucket_kb = dist::DDPOptions{}.bucket_bytes / 1024;
-  CLI::App app{"lm_train: one training workload of the PyTorch comparison, tapegrad side"};
-  app.add_option("--workload", workload, "gpt-s, gpt-m, rnn or lstm")->check(CLI::IsMember({"gpt-s", "gpt-m", "rnn", "lstm"}));
-  app.add_option("--text-dir", text_dir, "Directory with train.txt and val.txt");
-  app.add_option("--write-text", write_text, "Write the Brown corpus split as DIR/train.txt and DIR/val.txt, then exit");
-  app.add_option("--brown-dir", brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus");
-  app.add_option("--threads", threads, "Threads for kernels and OpenBLAS")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "Untimed steps first");
-  app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
-  app.add_flag("--eval", eval, "Report the validation loss on 20 fixed batches after the run");
-  app.add_flag("--gemm-peak", peak, "Measure the OpenBLAS sgemm peak and exit");
-  app.add_option("--gemm-size", peak_n, "Square GEMM size for --gemm-peak");
-  app.add_option("--seed", seed, "Seed");
-  app.add_option("--discarded-forwards", discarded,
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("--workload", o.workload, "gpt-s, gpt-m, rnn or lstm")->check(CLI::IsMember({"gpt-s", "gpt-m", "rnn", "lstm"}));
+  app.add_option("--text-dir", o.text_dir, "Directory with train.txt and val.txt");
+  app.add_option("--write-text", o.write_text, "Write the Brown corpus split as DIR/train.txt and DIR/val.txt, then exit");
+  app.add_option("--brown-dir", o.brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus");
+  app.add_option("--threads", o.threads, "Threads for kernels and OpenBLAS")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "Untimed steps first");
+  app.add_option("--steps", o.steps, "Timed steps")->check(CLI::PositiveNumber);
+  app.add_flag("--eval", o.eval, "Report the validation loss on 20 fixed batches after the run");
+  app.add_flag("--gemm-peak", o.peak, "Measure the OpenBLAS sgemm peak and exit");
+  app.add_option("--gemm-size", o.peak_n, "Square GEMM size for --gemm-peak");
+  app.add_option("--seed", o.seed, "Seed");
+  app.add_option("--discarded-forwards", o.discarded,
                  "Instead of training: run N recorded forwards that nobody backpropagates and report the memory held");
-  app.add_option("--bucket-kb", bucket_kb, "Under mpirun: KiB of gradient per allreduce bucket")->check(CLI::PositiveNumber);
-  app.add_flag("--no-overlap", no_overlap, "Under mpirun: start the allreduces after backward, not during it");
+  app.add_option("--bucket-kb", o.bucket_kb, "Under mpirun: KiB of gradient per allreduce bucket")->check(CLI::PositiveNumber);
+  app.add_flag("--no-overlap", o.no_overlap, "Under mpirun: start the allreduces after backward, not during it");
+}
+
+void write_text_split(const Options& o) {
+  data::Corpus c = data::load_corpus("", o.brown_dir, 0.1, o.seed);
+  std::filesystem::create_directories(o.write_text);
+  std::ofstream(o.write_text + "/train.txt", std::ios::binary) << data::join_text(c.train);
+  std::ofstream(o.write_text + "/val.txt", std::ios::binary) << data::join_text(c.val);
+  fmt::print("wrote {0}/train.txt and {0}/val.txt\n", o.write_text);
+}
+
+// The character batches of train.txt and val.txt (ids over the code points of
+// both, sorted) and the vocabulary size.
+struct CharData {
+  data::LMBatches train, val;
+  int64_t vocab;
+};
+
+CharData load_char_data(const std::string& text_dir, int64_t block) {
+  // The code points are freed before training, so the peak RSS holds the
+  // corpus once, in LMBatches (2 bytes a character).
+  auto train_cp = code_points(read_all(text_dir + "/train.txt")), val_cp = code_points(read_all(text_dir + "/val.txt"));
+  std::set<char32_t> chars(train_cp.begin(), train_cp.end());
+  chars.insert(val_cp.begin(), val_cp.end());
+  std::map<char32_t, int32_t> stoi;
+  for (char32_t ch : chars) stoi.emplace(ch, static_cast<int32_t>(stoi.size()));
+  auto encode = [&](std::vector<char32_t>& cp) {
+    std::vector<int32_t> ids(cp.size());
+    for (size_t i = 0; i < cp.size(); ++i) ids[i] = stoi.at(cp[i]);
+    std::vector<char32_t>().swap(cp);
+    return ids;
+  };
+  auto train_ids = encode(train_cp);
+  auto val_ids = encode(val_cp);
+  return {data::LMBatches(std::move(train_ids), block), data::LMBatches(std::move(val_ids), block),
+          static_cast<int64_t>(chars.size())};
+}
+
+// Runs N recorded forwards that nobody backpropagates: each graph must go with
+// its loss, so the allocator's bytes in use and the live nodes stay flat.
+void report_discarded_forwards(const Options& o, bench::Trainer& trainer, const data::LMBatch& b) {
+  trainer.model->loss(b.inputs, b.targets);  // warm the allocator's cache
+  const AllocatorStats before = allocator_stats();
+  const int64_t nodes_before = live_nodes();
+  reset_peak_memory_stats();
+  int64_t max_nodes = 0;
+  for (int64_t i = 0; i < o.discarded; ++i) {
+    Tensor loss = trainer.model->loss(b.inputs, b.targets);
+    max_nodes = std::max(max_nodes, live_nodes());
+  }
+  const AllocatorStats after = allocator_stats();
+  fmt::print(
+      "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"discarded_forwards\": {}, \"bytes_in_use_before\": {}, "
+      "\"bytes_in_use_after\": {}, \"pool_peak_mb\": {:.1f}, \"live_nodes_before\": {}, \"live_nodes_after\": {}, "
+      "\"live_nodes_max\": {}, \"peak_rss_mb\": {:.1f}}}\n",
+      o.workload, o.discarded, before.bytes_in_use, after.bytes_in_use, after.peak_bytes_in_use / 1048576.0,
+      nodes_before, live_nodes(), max_nodes, report::peak_rss_mib());
+}
+
+// The validation loss on 20 fixed batches: each rank scores every N-th batch; the sums are reduced.
+double validation_loss(bench::Trainer& trainer, const data::LMBatches& val, int64_t batch) {
+  NoGradGuard ng;
+  trainer.model->eval();
+  double total = 0;
+  for (int64_t i = dist::rank(); i < 20; i += dist::world_size()) {
+    data::LMBatch b = val.fixed(i, 20, batch);
+    total += trainer.model->loss(b.inputs, b.targets).item();
+  }
+  return dist::all_reduce_sum(total) / 20;
+}
+
+// Warm-up, a counted step, a profiled pass, then the timed steps; rank 0 prints one JSON line.
+void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer& trainer,
+                      dist::DistributedDataParallel& ddp, CharData& d, Generator& gen) {
+  double last_loss = 0;
+  auto step = [&] {
+    data::LMBatch b = d.train.sample(w.batch, gen);  // the whole batch on every rank, each trains on its shard
+    last_loss = trainer.step(dist::shard(b.inputs), dist::shard(b.targets));
+  };
+  for (int64_t i = 0; i < o.warmup; ++i) step();
+  // Heap allocations by the caching allocator in one steady-state step.
+  uint64_t system_allocs = bench::count_system_allocs(step);
+  // Matmul GFLOP/s from a profiled pass (the profiler's clock reads cost a little, so it is not the timed pass).
+  profiler_reset();
+  profiler_enable(true);
+  for (int i = 0; i < 3; ++i) step();
+  profiler_enable(false);
+  ProfileTotals prof = profiler_totals();
+  dist::barrier();  // the ranks start the timed steps together
+  ddp.reset_stats();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < o.steps; ++i) step();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const AllocatorStats pool = allocator_stats();
+  last_loss = dist::all_reduce_sum(last_loss) / dist::world_size();  // the whole batch's mean (equal shards)
+  std::string extra;
+  if (dist::world_size() > 1) {
+    // Shares of rank 0's timed steps.
+    const dist::DDPStats& st = ddp.stats();
+    extra += fmt::format(
+        ", \"bucket_kb\": {}, \"overlap\": {}, \"buckets\": {}, \"allreduce_bytes_per_step\": {}, \"hook_share\": {:.4f}, "
+        "\"window_share\": {:.4f}, \"skew_share\": {:.4f}, \"wait_share\": {:.4f}, \"copy_back_share\": {:.4f}",
+        o.bucket_kb, !o.no_overlap, st.buckets, st.bytes, st.hook_seconds / secs, st.window_seconds / secs,
+        st.skew_seconds / secs, st.wait_seconds / secs, st.copy_back_seconds / secs);
+  }
+  if (o.eval) extra += fmt::format(", \"val_loss\": {:.5f}", validation_loss(trainer, d.val, w.batch));
+  if (!dist::is_main()) return;
+  const int64_t tokens = w.batch * w.model.block;
+  fmt::print(
+      "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, "
+      "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
+      "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
+      o.workload, o.threads, dist::world_size(), o.steps, tokens, o.steps * tokens / secs, last_loss, report::peak_rss_mib(),
+      prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
+      prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
+      (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);
+}
+
+void run(const Options& o) {
+  set_num_threads(o.threads);
+  if (o.peak) {
+    fmt::print("{{\"side\": \"openblas\", \"threads\": {}, \"sgemm_gflops\": {:.2f}}}\n", o.threads, measure_sgemm_peak_gflops(o.peak_n));
+    return;
+  }
+  if (!o.write_text.empty()) return write_text_split(o);
+  const bench::Workload& w = bench::workloads().at(o.workload);
+  if (w.batch % dist::world_size() != 0)
+    throw ValueError(fmt::format("lm_train: {}'s batch of {} does not split over {} ranks", o.workload, w.batch, dist::world_size()));
+  CharData d = load_char_data(o.text_dir, w.model.block);
+  manual_seed(o.seed);
+  bench::Trainer trainer = bench::make_trainer(w, d.vocab);
+  // Averages the gradients inside backward (the last parameter's hook
+  // waits for the allreduces), so Trainer::step needs no change.
+  dist::DistributedDataParallel ddp(*trainer.model, {.bucket_bytes = o.bucket_kb * 1024, .overlap = !o.no_overlap});
+  Generator gen(o.seed);
+  if (o.discarded > 0) return report_discarded_forwards(o, trainer, d.train.sample(w.batch, gen));
+  train_and_report(o, w, trainer, ddp, d, gen);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::Environment mpi(argc, argv);
+  Options o;
+  CLI::App app{"lm_train: one training workload of the PyTorch comparison, tapegrad side"};
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
-
   try {
-    set_num_threads(threads);
-    if (peak) {
-      fmt::print("{{\"side\": \"openblas\", \"threads\": {}, \"sgemm_gflops\": {:.2f}}}\n", threads, measure_sgemm_peak_gflops(peak_n));
-      return 0;
-    }
-    if (!write_text.empty()) {
-      data::Corpus c = data::load_corpus("", brown_dir, 0.1, seed);
-      std::filesystem::create_directories(write_text);
-      std::ofstream(write_text + "/train.txt", std::ios::binary) << data::join_text(c.train);
-      std::ofstream(write_text + "/val.txt", std::ios::binary) << data::join_text(c.val);
-      fmt::print("wrote {0}/train.txt and {0}/val.txt\n", write_text);
-      return 0;
-    }
-    const bench::Workload& w = bench::workloads().at(workload);
-    if (w.batch % dist::world_size() != 0)
-      throw ValueError(fmt::format("lm_train: {}'s batch of {} does not split over {} ranks", workload, w.batch, dist::world_size()));
-    // Code points -> ids; the code points are freed before training, so the
-    // peak RSS holds the corpus once, in LMBatches (2 bytes a character).
-    std::vector<int32_t> train_ids, val_ids;
-    int64_t V = 0;
-    {
-      auto train_cp = code_points(read_all(text_dir + "/train.txt")), val_cp = code_points(read_all(text_dir + "/val.txt"));
-      std::set<char32_t> chars(train_cp.begin(), train_cp.end());
-      chars.insert(val_cp.begin(), val_cp.end());
-      std::map<char32_t, int32_t> stoi;
-      for (char32_t ch : chars) stoi.emplace(ch, static_cast<int32_t>(stoi.size()));
-      auto encode = [&](const std::vector<char32_t>& cp) {
-        std::vector<int32_t> ids(cp.size());
-        for (size_t i = 0; i < cp.size(); ++i) ids[i] = stoi.at(cp[i]);
-        return ids;
-      };
-      train_ids = encode(train_cp), val_ids = encode(val_cp);
-      V = static_cast<int64_t>(chars.size());
-    }
-    data::LMBatches train(std::move(train_ids), w.model.block), val(std::move(val_ids), w.model.block);
-
-    manual_seed(seed);
-    bench::Trainer trainer = bench::make_trainer(w, V);
-    // Averages the gradients inside backward (the last parameter's hook
-    // waits for the allreduces), so Trainer::step needs no change.
-    dist::DistributedDataParallel ddp(*trainer.model, {.bucket_bytes = bucket_kb * 1024, .overlap = !no_overlap});
-    Generator gen(seed);
-    if (discarded > 0) {
-      // Each forward's graph must go with its loss: memory and live nodes stay flat.
-      data::LMBatch b = train.sample(w.batch, gen);
-      trainer.model->loss(b.inputs, b.targets);  // warm the allocator's cache
-      const AllocatorStats before = allocator_stats();
-      const int64_t nodes_before = live_nodes();
-      reset_peak_memory_stats();
-      int64_t max_nodes = 0;
-      for (int64_t i = 0; i < discarded; ++i) {
-        Tensor loss = trainer.model->loss(b.inputs, b.targets);
-        max_nodes = std::max(max_nodes, live_nodes());
-      }
-      const AllocatorStats after = allocator_stats();
-      fmt::print(
-          "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"discarded_forwards\": {}, \"bytes_in_use_before\": {}, "
-          "\"bytes_in_use_after\": {}, \"pool_peak_mb\": {:.1f}, \"live_nodes_before\": {}, \"live_nodes_after\": {}, "
-          "\"live_nodes_max\": {}, \"peak_rss_mb\": {:.1f}}}\n",
-          workload, discarded, before.bytes_in_use, after.bytes_in_use, after.peak_bytes_in_use / 1048576.0,
-          nodes_before, live_nodes(), max_nodes, report::peak_rss_mib());
-      return 0;
-    }
-    double last_loss = 0;
-    auto step = [&] {
-      data::LMBatch b = train.sample(w.batch, gen);  // the whole batch on every rank, each trains on its shard
-      last_loss = trainer.step(dist::shard(b.inputs), dist::shard(b.targets));
-    };
-    for (int64_t i = 0; i < warmup; ++i) step();
-    // Heap allocations by the caching allocator in one steady-state step.
-    uint64_t system_allocs = bench::count_system_allocs(step);
-    // Matmul GFLOP/s from a profiled pass (the profiler's clock reads cost a little, so it is not the timed pass).
-    profiler_reset();
-    profiler_enable(true);
-    for (int i = 0; i < 3; ++i) step();
-    profiler_enable(false);
-    ProfileTotals prof = profiler_totals();
-    dist::barrier();  // the ranks start the timed steps together
-    ddp.reset_stats();
-    auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < steps; ++i) step();
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const AllocatorStats pool = allocator_stats();
-    last_loss = dist::all_reduce_sum(last_loss) / dist::world_size();  // the whole batch's mean (equal shards)
-    std::string extra;
-    if (dist::world_size() > 1) {
-      // Shares of rank 0's timed steps.
-      const dist::DDPStats& st = ddp.stats();
-      extra += fmt::format(
-          ", \"bucket_kb\": {}, \"overlap\": {}, \"buckets\": {}, \"allreduce_bytes_per_step\": {}, \"hook_share\": {:.4f}, "
-          "\"window_share\": {:.4f}, \"skew_share\": {:.4f}, \"wait_share\": {:.4f}, \"copy_back_share\": {:.4f}",
-          bucket_kb, !no_overlap, st.buckets, st.bytes, st.hook_seconds / secs, st.window_seconds / secs,
-          st.skew_seconds / secs, st.wait_seconds / secs, st.copy_back_seconds / secs);
-    }
-    if (eval) {
-      // Each rank scores every N-th batch; the sums are reduced.
-      NoGradGuard ng;
-      trainer.model->eval();
-      double total = 0;
-      for (int64_t i = dist::rank(); i < 20; i += dist::world_size()) {
-        data::LMBatch b = val.fixed(i, 20, w.batch);
-        total += trainer.model->loss(b.inputs, b.targets).item();
-      }
-      extra += fmt::format(", \"val_loss\": {:.5f}", dist::all_reduce_sum(total) / 20);
-    }
-    if (!dist::is_main()) return 0;
-    fmt::print(
-        "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, "
-        "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
-        "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
-        workload, threads, dist::world_size(), steps, w.batch * w.model.block, steps * w.batch * w.model.block / secs, last_loss, report::peak_rss_mib(),
-        prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
-        prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
-        (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);
+    run(o);
   } catch (const std::exception& e) {
     dist::abort(fmt::format("lm_train: {}", e.what()));  // under MPI: ends every rank, not only this one
   }

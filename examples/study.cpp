@@ -52,13 +52,9 @@ void record_time(const study::Study& s, const std::string& part, double seconds,
   report::write_file(s.path("times.csv"), csv);
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  study::Config c;
-  std::vector<std::string> parts;
-  bool quick = false;
-  CLI::App app{"study: transformers against recurrent networks, claim by claim (the main tapegrad job)"};
+// The command line: every option writes a field of c (or the parts to run).
+void add_options(CLI::App& app, study::Config& c, std::vector<std::string>& parts, bool& quick) {
   app.add_option("--part", parts, "Run only these parts, in order: " + fmt::format("{}", fmt::join(study::part_names(), ", ")))
       ->delimiter(',')->check(CLI::IsMember(study::part_names()));
   app.add_flag("--quick", quick, "Small budgets everywhere (about 2 minutes); options given explicitly still win");
@@ -96,58 +92,75 @@ int main(int argc, char** argv) {
   app.add_option("--grad-batch", c.grad_batch, "Part 4: validation windows averaged")->check(CLI::PositiveNumber);
   app.add_option("--parallel-steps", c.parallel_steps, "Part 5: timed training steps per thread count")
       ->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+}
 
-  if (quick) {  // about 2 minutes on 2 cores; what was given explicitly stays
-    auto set = [&](const char* option, auto& field, auto value) {
-      if (app.count(option) == 0) field = value;
-    };
-    set("--steps", c.steps, int64_t{300});
-    set("--sweep-steps", c.sweep_steps, int64_t{40});
-    set("--eval-every", c.eval_every, int64_t{50});
-    set("--eval-batches", c.eval_batches, int64_t{8});
-    set("--warmup", c.warmup, int64_t{30});
-    set("--block", c.block, int64_t{64});
-    set("--batch", c.batch, int64_t{16});
-    set("--cost-lengths", c.cost_lengths, std::vector<int64_t>{32, 64, 128, 256});
-    set("--cost-tokens", c.cost_tokens, int64_t{2048});
-    set("--cost-reps", c.cost_reps, int64_t{1});
-    set("--recall-length", c.recall_length, int64_t{32});
-    set("--recall-steps", c.recall_steps, int64_t{100});
-    set("--recall-tests", c.recall_tests, int64_t{100});
-    set("--context-batches", c.context_batches, int64_t{20});
-    set("--grad-batch", c.grad_batch, int64_t{8});
-    set("--parallel-steps", c.parallel_steps, int64_t{3});
-  }
-  if (parts.empty()) parts = study::part_names();
+// --quick: about 2 minutes on 2 cores; an option given explicitly stays.
+void apply_quick(const CLI::App& app, study::Config& c) {
+  auto set = [&](const char* option, auto& field, auto value) {
+    if (app.count(option) == 0) field = value;
+  };
+  set("--steps", c.steps, int64_t{300});
+  set("--sweep-steps", c.sweep_steps, int64_t{40});
+  set("--eval-every", c.eval_every, int64_t{50});
+  set("--eval-batches", c.eval_batches, int64_t{8});
+  set("--warmup", c.warmup, int64_t{30});
+  set("--block", c.block, int64_t{64});
+  set("--batch", c.batch, int64_t{16});
+  set("--cost-lengths", c.cost_lengths, std::vector<int64_t>{32, 64, 128, 256});
+  set("--cost-tokens", c.cost_tokens, int64_t{2048});
+  set("--cost-reps", c.cost_reps, int64_t{1});
+  set("--recall-length", c.recall_length, int64_t{32});
+  set("--recall-steps", c.recall_steps, int64_t{100});
+  set("--recall-tests", c.recall_tests, int64_t{100});
+  set("--context-batches", c.context_batches, int64_t{20});
+  set("--grad-batch", c.grad_batch, int64_t{8});
+  set("--parallel-steps", c.parallel_steps, int64_t{3});
+}
 
-  try {
-    if (c.threads > 0) set_num_threads(c.threads);
-    std::filesystem::create_directories(c.out);
-    study::Study s(c);
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<std::string> summaries;
-    for (const std::string& part : study::part_names()) {
-      if (std::find(parts.begin(), parts.end(), part) == parts.end()) continue;
-      const auto& [title, run] = kParts.at(part);
-      fmt::print("\n=== {} ({}) ===\n", title, part);
-      const std::string load_start = study::load_average();
-      const auto t0 = std::chrono::steady_clock::now();
-      study::PartOutput out = run(s);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const std::string load_end = study::load_average();
-      if (part != "verdicts") {
-        report::write_file(s.path(part + ".md"),
-                             fmt::format("## {}\n\n_Took {}; load average {} at the start, {} at the end._\n\n{}",
-                                         title, report::format_duration(seconds), load_start, load_end, out.markdown));
-        record_time(s, part, seconds, load_start, load_end);
-      }
-      summaries.push_back(fmt::format("{:<9} {:>6}  {}", part, report::format_duration(seconds), out.summary));
-      fmt::print("\n{}: done in {} — {}\n", part, report::format_duration(seconds), out.summary);
+// Runs the chosen parts in the study's order, each with its title, its
+// duration and the load average around it, then prints the summary.
+void run_parts(const study::Config& c, const std::vector<std::string>& parts) {
+  if (c.threads > 0) set_num_threads(c.threads);
+  std::filesystem::create_directories(c.out);
+  study::Study s(c);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> summaries;
+  for (const std::string& part : study::part_names()) {
+    if (std::find(parts.begin(), parts.end(), part) == parts.end()) continue;
+    const auto& [title, run] = kParts.at(part);
+    fmt::print("\n=== {} ({}) ===\n", title, part);
+    const std::string load_start = study::load_average();
+    const auto t0 = std::chrono::steady_clock::now();
+    study::PartOutput out = run(s);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string load_end = study::load_average();
+    if (part != "verdicts") {
+      report::write_file(s.path(part + ".md"),
+                         fmt::format("## {}\n\n_Took {}; load average {} at the start, {} at the end._\n\n{}",
+                                     title, report::format_duration(seconds), load_start, load_end, out.markdown));
+      record_time(s, part, seconds, load_start, load_end);
     }
-    fmt::print("\n=== summary ({} in all, {} threads) ===\n{}\n", report::format_duration(std::chrono::duration<double>(
-                                                                     std::chrono::steady_clock::now() - start).count()),
-               num_threads(), fmt::join(summaries, "\n"));
+    summaries.push_back(fmt::format("{:<9} {:>6}  {}", part, report::format_duration(seconds), out.summary));
+    fmt::print("\n{}: done in {} — {}\n", part, report::format_duration(seconds), out.summary);
+  }
+  fmt::print("\n=== summary ({} in all, {} threads) ===\n{}\n", report::format_duration(std::chrono::duration<double>(
+                                                                   std::chrono::steady_clock::now() - start).count()),
+             num_threads(), fmt::join(summaries, "\n"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  study::Config c;
+  std::vector<std::string> parts;
+  bool quick = false;
+  CLI::App app{"study: transformers against recurrent networks, claim by claim (the main tapegrad job)"};
+  add_options(app, c, parts, quick);
+  CLI11_PARSE(app, argc, argv);
+  if (quick) apply_quick(app, c);
+  if (parts.empty()) parts = study::part_names();
+  try {
+    run_parts(c, parts);
   } catch (const std::exception& e) {
     fmt::print(stderr, "study: {}\n", e.what());
     return 1;
