@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -65,6 +66,38 @@ const std::string kTiny =
     " --cost-lengths 8,16,32 --cost-tokens 64 --cost-reps 1 --recall-length 12 --recall-steps 10 --recall-batch 8"
     " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 1";
 
+// A learning-rate sweep of the tiny run (grid 3e-3, 1e-2): per model, the
+// grid's rates in ascending order, one chosen, the lowest loss; rates past the
+// grid only where the best was at that end, two at most; a best still at an
+// end only when both were spent.
+void check_sweep(const std::vector<std::map<std::string, std::string>>& rows) {
+  for (const std::string& m : kModels) {
+    std::vector<double> lrs, losses;
+    size_t chosen = 0, n_chosen = 0;
+    for (auto& r : rows)
+      if (r.at("model") == m) {
+        if (std::stoi(r.at("chosen"))) chosen = lrs.size(), ++n_chosen;
+        lrs.push_back(std::stod(r.at("lr")));
+        losses.push_back(std::stod(r.at("val_loss")));
+      }
+    BOOST_TEST_CONTEXT(m) {
+      BOOST_REQUIRE(lrs.size() >= 2u);
+      BOOST_TEST(lrs.size() <= 4u);
+      BOOST_TEST(std::is_sorted(lrs.begin(), lrs.end()));
+      BOOST_TEST(std::count(lrs.begin(), lrs.end(), 3e-3) == 1);
+      BOOST_TEST(std::count(lrs.begin(), lrs.end(), 1e-2) == 1);
+      BOOST_REQUIRE(n_chosen == 1u);
+      BOOST_TEST(losses[chosen] == *std::min_element(losses.begin(), losses.end()));
+      const bool at_edge = chosen == 0 || chosen + 1 == lrs.size();
+      if (at_edge) BOOST_TEST(lrs.size() == 4u);
+      // What a grid end scored when the sweep went past it.
+      auto loss_at = [&](double lr) { return losses[std::find(lrs.begin(), lrs.end(), lr) - lrs.begin()]; };
+      if (lrs.front() < 3e-3) BOOST_TEST(loss_at(3e-3) <= loss_at(1e-2));
+      if (lrs.back() > 1e-2) BOOST_TEST(loss_at(1e-2) < loss_at(3e-3));
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
@@ -75,12 +108,8 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   for (const char* part : {"tuning", "cost", "recall", "gradients", "parallel", "verdicts"})
     BOOST_TEST(log.find(fmt::format("{}: done in", part)) != std::string::npos, part);
 
-  // Part 1: one sweep row per model and rate, one chosen per model; curves every 10 steps.
-  auto sweep = read_csv(out / "sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"});
-  BOOST_TEST(sweep.size() == 6u);
-  std::map<std::string, int> chosen;
-  for (auto& r : sweep) chosen[r["model"]] += std::stoi(r["chosen"]);
-  for (auto& m : kModels) BOOST_TEST(chosen[m] == 1, m);
+  // Part 1: a sweep row per model and rate tried, one chosen per model; curves every 10 steps.
+  check_sweep(read_csv(out / "sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"}));
   auto curve = read_csv(out / "tuning.csv", {"model", "lr", "step", "tokens", "seconds", "train_loss", "val_loss"});
   BOOST_TEST(curve.size() == 6u);
   for (auto& r : curve) {
@@ -127,11 +156,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST(num(r, "chance") == 0.125);
   }
   BOOST_TEST((ks == std::set<std::string>{"1", "2", "4", "8", "9", "11"}));
-  auto recall_sweep = read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"});
-  BOOST_TEST(recall_sweep.size() == 6u);
-  std::map<std::string, int> recall_chosen;
-  for (auto& r : recall_sweep) recall_chosen[r["model"]] += std::stoi(r["chosen"]);
-  for (auto& m : kModels) BOOST_TEST(recall_chosen[m] == 1, m);
+  check_sweep(read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"}));
   auto context = read_csv(out / "context.csv", {"model", "context", "val_loss", "targets"});
   BOOST_REQUIRE(context.size() == 15u);
   for (size_t i = 0; i < context.size(); ++i) {

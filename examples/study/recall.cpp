@@ -136,7 +136,7 @@ PartOutput run_recall(Study& s) {
   for (const std::string& kind : c.models) {
     // Learning on this task comes suddenly after a plateau, so a short sweep
     // cannot tell the rates apart: every rate gets the full run, the best is kept.
-    std::vector<std::shared_ptr<models::LanguageModel>> trained;
+    std::map<double, std::shared_ptr<models::LanguageModel>> trained;  // by learning rate
     const Sweep sw = sweep_lr(c.lrs, [&](double lr) {
       auto candidate = make_model(c, kind, kRecallVocab, L, c.seed);
       TrainSpec spec{.label = fmt::format("{} recall lr {}", kind, format_lr(lr)), .lr = lr, .steps = c.recall_steps,
@@ -148,13 +148,13 @@ PartOutput run_recall(Study& s) {
         candidate->eval();
         return loss(*candidate, val).item();
       }).curve.back().val_loss;
-      trained.push_back(candidate);
+      trained[lr] = candidate;
       return v;
     });
-    const double lr = c.lrs[sw.best];
-    models::LanguageModel* m = trained[sw.best].get();
-    for (size_t i = 0; i < c.lrs.size(); ++i)
-      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, c.lrs[i], c.recall_steps, sw.losses[i], i == sw.best ? 1 : 0);
+    const double lr = sw.lrs[sw.best];
+    models::LanguageModel* m = trained.at(lr).get();
+    for (size_t i = 0; i < sw.lrs.size(); ++i)
+      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, sw.lrs[i], c.recall_steps, sw.losses[i], i == sw.best ? 1 : 0);
     Series acc{kind, {}, {}, kind};
     std::vector<std::string> row = {kind, format_lr(lr)};
     for (int64_t k : ks) {

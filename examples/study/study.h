@@ -150,13 +150,19 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
                   const std::function<double()>& validate);
 
 // A learning-rate sweep: run(lr) trains a fresh model at lr and returns its
-// validation loss; the best is the lowest (a diverged run, NaN,
-// counts as the worst).
+// validation loss; the best is the lowest (a diverged run, NaN, counts as the
+// worst). A best rate at an end of the grid says little (a rate beyond it
+// might do better), so the sweep then tries one more rate past that end, a
+// grid step further, and again while the best stays at an end, up to
+// max_extra rates in all.
 struct Sweep {
-  std::vector<double> losses;  // per lr; +inf where the run diverged
+  std::vector<double> lrs;     // the rates tried, ascending
+  std::vector<double> losses;  // per rate; +inf where the run diverged
   size_t best = 0;
+  // The best rate is still the smallest or the largest tried.
+  bool at_edge() const { return lrs.size() > 1 && (best == 0 || best + 1 == lrs.size()); }
 };
-Sweep sweep_lr(const std::vector<double>& lrs, const std::function<double(double)>& run);
+Sweep sweep_lr(std::vector<double> grid, const std::function<double(double)>& run, int max_extra = 2);
 
 // Mean next-token loss over count fixed validation batches of B windows, in eval mode.
 double validation_loss(models::LanguageModel& m, const data::LMBatches& val, int64_t count, int64_t batch);

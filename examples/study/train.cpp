@@ -1,4 +1,5 @@
 // The one training recipe every model of the study gets.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -51,12 +52,32 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
   return r;
 }
 
-Sweep sweep_lr(const std::vector<double>& lrs, const std::function<double(double)>& run) {
+Sweep sweep_lr(std::vector<double> grid, const std::function<double(double)>& run, int max_extra) {
+  std::sort(grid.begin(), grid.end());
+  grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
   Sweep s;
-  for (double lr : lrs) {
+  auto add = [&](double lr) {
     const double v = run(lr);
-    s.losses.push_back(std::isfinite(v) ? v : std::numeric_limits<double>::infinity());
-    if (s.losses.back() < s.losses[s.best]) s.best = s.losses.size() - 1;
+    const auto at = std::lower_bound(s.lrs.begin(), s.lrs.end(), lr) - s.lrs.begin();
+    s.lrs.insert(s.lrs.begin() + at, lr);
+    s.losses.insert(s.losses.begin() + at, std::isfinite(v) ? v : std::numeric_limits<double>::infinity());
+    s.best = std::min_element(s.losses.begin(), s.losses.end()) - s.losses.begin();
+  };
+  for (double lr : grid) add(lr);
+  // One grid step past an end: the step between the two rates before it
+  // there (1e-3, 3e-3, 1e-2 goes on with 3e-2, then 1e-1), or x3 from a single rate.
+  for (int extra = 0; extra < max_extra && s.at_edge() && std::isfinite(s.losses[s.best]); ++extra) {
+    const size_t n = s.lrs.size();
+    double step = 3.0;
+    if (s.best == 0) {
+      if (n >= 3) step = s.lrs[2] / s.lrs[1];
+      else if (n == 2) step = s.lrs[1] / s.lrs[0];
+      add(s.lrs[0] / step);
+    } else {
+      if (n >= 3) step = s.lrs[n - 2] / s.lrs[n - 3];
+      else if (n == 2) step = s.lrs[1] / s.lrs[0];
+      add(s.lrs[n - 1] * step);
+    }
   }
   return s;
 }

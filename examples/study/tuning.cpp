@@ -55,13 +55,13 @@ PartOutput run_tuning(Study& s) {
     const Sweep sw = sweep_lr(c.lrs, [&](double lr) {
       return run(kind, lr, c.sweep_steps, fmt::format("{} lr {}", kind, format_lr(lr))).second.curve.back().val_loss;
     });
-    const double lr = c.lrs[sw.best];
+    const double lr = sw.lrs[sw.best];
     std::string sweep_cell;
-    for (size_t i = 0; i < c.lrs.size(); ++i) {
-      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, c.lrs[i], c.sweep_steps, sw.losses[i], i == sw.best ? 1 : 0);
-      sweep_cell += fmt::format("{}{} {:.3f}{}", i ? ", " : "", format_lr(c.lrs[i]), sw.losses[i], i == sw.best ? "*" : "");
+    for (size_t i = 0; i < sw.lrs.size(); ++i) {
+      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, sw.lrs[i], c.sweep_steps, sw.losses[i], i == sw.best ? 1 : 0);
+      sweep_cell += fmt::format("{}{} {:.3f}{}", i ? ", " : "", format_lr(sw.lrs[i]), sw.losses[i], i == sw.best ? "*" : "");
     }
-    sweep.series.push_back({kind, c.lrs, sw.losses, kind});
+    sweep.series.push_back({kind, sw.lrs, sw.losses, kind});
 
     auto [m, r] = run(kind, lr, c.steps, kind);
     Series st{kind + " (lr " + format_lr(lr) + ")", {}, {}, kind, Series::line}, ss = st;
@@ -84,11 +84,11 @@ PartOutput run_tuning(Study& s) {
                           fmt::format("{:.1f}", r.peak_bytes / 1048576.0), report::format_duration(r.seconds)});
     chosen_text += fmt::format("{}{} {}", chosen_text.empty() ? "" : ", ", kind, format_lr(lr));
     final_text += fmt::format("{}{} {:.3f}", final_text.empty() ? "" : ", ", kind, vl);
-    if (sw.best == 0 || sw.best + 1 == c.lrs.size()) {
-      edges += fmt::format(" {}'s best learning rate, {}, is the {} of the grid: a rate beyond it might do better.",
+    if (sw.at_edge()) {
+      edges += fmt::format(" {}'s best learning rate, {}, is still the {} tried: a rate beyond it might do better.",
                            kind, format_lr(lr), sw.best == 0 ? "smallest" : "largest");
-      fmt::print("tuning: {}'s best learning rate {} is at the edge of the grid {}\n", kind, format_lr(lr),
-                 fmt::join(c.lrs, ", "));
+      fmt::print("tuning: {}'s best learning rate {} is still at the edge of the rates tried {}\n", kind,
+                 format_lr(lr), fmt::join(sw.lrs, ", "));
     }
   }
   report::write_file(s.path("sweep.csv"), sweep_csv);
@@ -101,7 +101,8 @@ PartOutput run_tuning(Study& s) {
   std::string md = fmt::format(
       "{} characters of {} per model ({} steps of {} x {}), the same batches for every model; validation loss on {} "
       "fixed batches (nats per character; {:.2f} is a uniform guess). Each model trained with AdamW, warm-up + cosine "
-      "schedule, clip 1, at each learning rate of the sweep for {} steps; the best (*) was used for the full run.{}\n\n{}\n"
+      "schedule, clip 1, at each learning rate of the sweep for {} steps (a best rate at an end of the grid sends the "
+      "sweep one step further, twice at most); the best (*) was used for the full run.{}\n\n{}\n"
       "![validation loss](loss.png)\n",
       report::format_count(static_cast<double>(c.steps * tokens_per_step)), text.source, c.steps, c.batch, c.block,
       c.eval_batches, std::log(static_cast<double>(V)), c.sweep_steps, edges, table.markdown());
