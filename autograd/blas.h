@@ -11,6 +11,32 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 
+// Threading: OpenBLAS runs every GEMM on the calling thread (it is set to one
+// thread once and for all), and gemm() splits a GEMM worth it (from 2^18
+// multiply-adds, 16 rows or columns a part) over the kernels' pool, by rows of
+// C, or by columns when C has fewer rows than columns. One pool for all the
+// library's work: OpenBLAS's own idle workers would spin for ~2^28 cycles
+// after each threaded GEMM and take the cores from the pool's next kernel.
+// The parts depend only on the shape and num_threads(); when the pool is busy
+// (another thread of the program is using it) they run one after another on
+// the calling thread, with the same results.
+
+// While one lives on this thread, gemm() runs each GEMM whole on this thread:
+// for GEMMs that already run on the pool's parts (attention's heads, the
+// recurrences' batch parts), and for measuring OpenBLAS itself.
+class SerialGemm {
+ public:
+  SerialGemm();
+  ~SerialGemm();
+  SerialGemm(const SerialGemm&) = delete;
+  SerialGemm& operator=(const SerialGemm&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// OpenBLAS's own threads: 1, but for a measurement of its peak at n threads
+// (measure_sgemm_peak_gflops, bench_gemm's raw cblas rows).
 void blas_set_num_threads(int n);
 int blas_num_threads();
 

@@ -24,9 +24,8 @@ int initial_threads() {
 
 int& threads() {
   static int n = [] {
-    int t = initial_threads();
-    blas_set_num_threads(t);
-    return t;
+    blas_set_num_threads(1);  // gemm() splits GEMMs over the pool (blas.h)
+    return initial_threads();
   }();
   return n;
 }
@@ -128,7 +127,6 @@ bool run_chunks(int64_t chunks, void (*body)(void*, int64_t), void* ctx) { retur
 void set_num_threads(int n) {
   if (n < 1) throw ValueError(fmt::format("set_num_threads: need at least 1 thread, got {}", n));
   threads() = n;
-  blas_set_num_threads(n);
 }
 
 int num_threads() { return threads(); }

@@ -1,9 +1,10 @@
 #pragma once
 /// \file
-/// Threads for the library's own kernels and OpenBLAS, set in one place.
-/// set_num_threads(n) sets both; TAPEGRAD_NUM_THREADS sets the start value
-/// (default: the number of cores). Kernels split work only above a grain size,
-/// so small ops never pay for waking threads.
+/// Threads for the library's kernels, GEMMs included, set in one place:
+/// set_num_threads(n); TAPEGRAD_NUM_THREADS sets the start value (default:
+/// the number of cores). Kernels split work only above a grain size, so small
+/// ops never pay for waking threads. OpenBLAS itself stays at one thread: the
+/// library splits large GEMMs over this pool (autograd/blas.h).
 //
 // The kernels run on a small pool of our own rather than OpenMP's: libgomp's
 // idle threads spin for a long time after each parallel region, and on a
@@ -16,7 +17,7 @@
 
 namespace tg {
 
-/// Sets the threads of the library's kernels and of OpenBLAS (n >= 1).
+/// Sets the threads of the library's kernels and GEMMs (n >= 1).
 void set_num_threads(int n);
 /// The threads the kernels use now.
 int num_threads();

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "autograd/blas.h"
+#include "autograd/parallel.h"
 
 namespace tg {
 namespace {
@@ -119,6 +120,12 @@ std::string profiler_report(double gemm_peak_gflops) {
 }
 
 double measure_sgemm_peak_gflops(int64_t n) {
+  // OpenBLAS's own peak at num_threads() threads: its threading, not gemm()'s split.
+  struct OpenBlasThreads {
+    SerialGemm whole;
+    OpenBlasThreads() { blas_set_num_threads(num_threads()); }
+    ~OpenBlasThreads() { blas_set_num_threads(1); }
+  } openblas;
   std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
   gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
   double best = 0;

@@ -61,9 +61,15 @@ void BM_gemm_lib(benchmark::State& state) {
   gemm_counters(state, M, N, K);
 }
 
+// Raw cblas_sgemm with OpenBLAS's own threads (the library keeps OpenBLAS at
+// one thread and splits GEMMs over its pool).
 void BM_gemm_cblas(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   set_num_threads(static_cast<int>(state.range(3)));
+  struct OpenBlasThreads {
+    explicit OpenBlasThreads(int n) { openblas_set_num_threads(n); }
+    ~OpenBlasThreads() { openblas_set_num_threads(1); }
+  } openblas(static_cast<int>(state.range(3)));
   NoGradGuard ng;
   Tensor a = random({M, K}, 1), b = random({K, N}, 2), c = empty({M, N});
   cblas_product(a, b, c);

@@ -68,7 +68,7 @@ struct Options {
   int64_t warmup = 5, steps = 30, peak_n = 1024;
   uint64_t seed = 1337;
   int64_t discarded = 0;
-  bool eval = false, peak = false, no_overlap = false;
+  bool eval = false, peak = false, no_overlap = false, profile = false;
   int64_t bucket_kb = dist::DDPOptions{}.bucket_bytes / 1024;
 };
 
@@ -88,6 +88,7 @@ void add_options(CLI::App& app, Options& o) {
                  "Instead of training: run N recorded forwards that nobody backpropagates and report the memory held");
   app.add_option("--bucket-kb", o.bucket_kb, "Under mpirun: KiB of gradient per allreduce bucket")->check(CLI::PositiveNumber);
   app.add_flag("--no-overlap", o.no_overlap, "Under mpirun: start the allreduces after backward, not during it");
+  app.add_flag("--profile", o.profile, "Print the per-op profile of the profiled steps (on stderr)");
 }
 
 void write_text_split(const Options& o) {
@@ -175,6 +176,7 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   for (int i = 0; i < 3; ++i) step();
   profiler_enable(false);
   ProfileTotals prof = profiler_totals();
+  if (o.profile && dist::is_main()) fmt::print(stderr, "{}\n", profiler_report());
   dist::barrier();  // the ranks start the timed steps together
   ddp.reset_stats();
   auto t0 = std::chrono::steady_clock::now();

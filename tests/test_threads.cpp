@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE threads
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -116,4 +118,86 @@ BOOST_AUTO_TEST_CASE(attention_split_over_the_pool_matches_one_thread) {
   };
   const auto one = run(1);
   for (int threads : {2, 3}) BOOST_TEST((run(threads) == one), "attention at " << threads << " threads");
+}
+
+// The fused recurrences split the batch into one part per thread (B = 8 rows
+// of T = 16 steps, H = 64: two parts of 4 rows at 2 and 3 threads), each part
+// carried through every step by one thread: the outputs and the gradients of
+// the inputs, the weights and the initial states are those of one thread, up
+// to rounding. OpenBLAS picks its kernel by the GEMM's size, so a step's GEMM
+// on 4 rows may round differently from the same rows in a GEMM of 8 (the
+// LSTM's and GRU's do, by a few ulp; the RNN's does not): float64, to 1e-12
+// of each tensor's largest value. A part given the wrong rows is off by O(1).
+BOOST_AUTO_TEST_CASE(recurrences_split_over_the_pool_match_one_thread) {
+  Threads restore;
+  const int64_t T = 16, B = 8, H = 64;
+  for (int gates : {1, 4, 3}) {
+    Generator gen(11 + gates);
+    Tensor xp = randn({T, B, gates * H}, DType::f64, &gen).requires_grad_();
+    Tensor w = mul(randn({gates * H, H}, DType::f64, &gen), 0.1).detach().requires_grad_();
+    Tensor b = randn({gates * H}, DType::f64, &gen).requires_grad_();
+    Tensor h0 = randn({B, H}, DType::f64, &gen).requires_grad_();
+    Tensor c0 = randn({B, H}, DType::f64, &gen).requires_grad_();
+    Tensor weights = randn({gates == 4 ? 2 : 1, T, B, H}, DType::f64, &gen);
+    const std::vector<Tensor*> inputs = gates == 1 ? std::vector<Tensor*>{&xp, &w, &h0}
+                                        : gates == 4 ? std::vector<Tensor*>{&xp, &w, &h0, &c0}
+                                                     : std::vector<Tensor*>{&xp, &w, &b, &h0};
+    auto run = [&](int threads) {
+      set_num_threads(threads);
+      for (const Tensor* t : inputs) t->zero_grad();
+      Tensor out = gates == 1 ? rnn_tanh_recurrence(xp, w, h0)
+                   : gates == 4 ? lstm_recurrence(xp, w, h0, c0)
+                                : gru_recurrence(xp, w, b, h0);
+      sum(mul(out, reshape(weights, out.shape()))).backward();
+      std::vector<std::vector<double>> got{out.to_vector<double>()};
+      for (const Tensor* t : inputs) got.push_back(t->grad().to_vector<double>());
+      return got;
+    };
+    const auto one = run(1);
+    for (int threads : {2, 3}) {
+      const auto got = run(threads);
+      for (size_t i = 0; i < got.size(); ++i) {
+        double worst = 0, scale = 0;
+        for (size_t j = 0; j < got[i].size(); ++j)
+          worst = std::max(worst, std::abs(got[i][j] - one[i][j])), scale = std::max(scale, std::abs(one[i][j]));
+        BOOST_TEST(worst <= 1e-12 * scale, "gates " << gates << " at " << threads << " threads, tensor " << i
+                                                     << ": off by " << worst << " of " << scale);
+      }
+    }
+  }
+}
+
+// gemm() splits a GEMM of 2^18 multiply-adds or more over the pool: by rows
+// of C (256 x 48 from K = 64), or by columns when C has fewer rows (20 x 300
+// from K = 128), with either operand stored transposed. Each part is one
+// OpenBLAS call on its rows or columns: the products of one thread, to
+// rounding (OpenBLAS picks its kernel by size), in float64 to 1e-12.
+BOOST_AUTO_TEST_CASE(gemm_split_over_the_pool_matches_one_thread) {
+  Threads restore;
+  struct Case {
+    int64_t M, K, N;
+  };
+  for (const Case c : {Case{256, 64, 48}, Case{20, 128, 300}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        Generator gen(7);
+        Tensor a = randn(ta ? Shape{c.K, c.M} : Shape{c.M, c.K}, DType::f64, &gen);
+        Tensor b = randn(tb ? Shape{c.N, c.K} : Shape{c.K, c.N}, DType::f64, &gen);
+        auto product = [&](int threads) {
+          set_num_threads(threads);
+          return matmul(ta ? transpose(a, 0, 1) : a, tb ? transpose(b, 0, 1) : b).to_vector<double>();
+        };
+        const auto one = product(1);
+        BOOST_REQUIRE(one.size() == static_cast<size_t>(c.M * c.N));
+        for (int threads : {2, 3}) {
+          const auto got = product(threads);
+          double worst = 0, scale = 0;
+          for (size_t j = 0; j < got.size(); ++j)
+            worst = std::max(worst, std::abs(got[j] - one[j])), scale = std::max(scale, std::abs(one[j]));
+          BOOST_TEST(worst <= 1e-12 * scale, c.M << "x" << c.K << "x" << c.N << " ta " << ta << " tb " << tb << " at "
+                                                 << threads << " threads: off by " << worst << " of " << scale);
+        }
+      }
+    }
+  }
 }

@@ -74,12 +74,10 @@ struct AttentionDims {
   int64_t grain() const { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Tq * Tk * (D + Dv))); }
 };
 
-// Runs body(i0, i1) over the B*H heads. Heads go to our threads, one GEMM per
-// thread at a time, with OpenBLAS held at one thread meanwhile: OpenBLAS
-// threads any GEMM above ~2^18 multiply-adds, and two of our threads calling
-// a threaded OpenBLAS at once serialise (GPT-M's 128x128x64 heads ran at
-// 0.5 GFLOP/s that way). With fewer heads than threads, the heads run one
-// after another and OpenBLAS threads each GEMM.
+// Runs body(i0, i1) over the B*H heads. Heads go to the pool's threads, each
+// head's GEMMs whole on the thread that has it (splitting them too would only
+// add waits). With fewer heads than threads, the heads run one after another
+// and gemm() splits each GEMM that is worth it.
 template <class F>
 void for_each_head(const AttentionDims& a, F&& body) {
   const int threads = num_threads();
@@ -88,14 +86,10 @@ void for_each_head(const AttentionDims& a, F&& body) {
     body(int64_t{0}, heads);
     return;
   }
-  // OpenBLAS (0.3.21) threads a GEMM from 2^18 = 65536 * 4 multiply-adds on.
-  const bool blas_would_thread = a.Tq * a.Tk * std::max(a.D, a.Dv) >= (int64_t{1} << 18);
-  struct OneBlasThread {
-    int restore;
-    explicit OneBlasThread(int n) : restore(n) { if (n > 1) blas_set_num_threads(1); }
-    ~OneBlasThread() { if (restore > 1) blas_set_num_threads(restore); }
-  } one(blas_would_thread ? threads : 1);
-  parallel_for(heads, a.grain(), body);
+  parallel_for(heads, a.grain(), [&](int64_t i0, int64_t i1) {
+    SerialGemm whole;  // each head's GEMMs on the thread that has the head
+    body(i0, i1);
+  });
 }
 
 // Softmax in place over the first `visible` entries of a score row, skipping

@@ -47,6 +47,42 @@ struct Dims {
   int64_t T, B, H;
 };
 
+// Rows [first, first + n) of the batch. Batch rows never mix in a recurrence,
+// so the kernels below take a range of rows and carry it through every step;
+// step t of a (T,B,K) buffer holds the range's rows at (t*B + first)*K, n*K
+// elements, one after another.
+struct Rows {
+  int64_t first, n;
+};
+
+// Runs body(rows) over the batch split into one part per thread, each part
+// carried through all T steps by one thread with one-thread GEMMs. The batch
+// is never split within a step: a step's GEMM (B x H by H x G; 32 x 256 by
+// 256 x 1024 for the LSTM LM) is too small for OpenBLAS to thread well, and
+// threading each of the T steps would wake the threads twice a step. A part
+// has at least 4 rows (a GEMM's rows) and ~2^16 multiply-adds; with one part,
+// the whole batch runs on this thread, OpenBLAS threading its GEMMs and the
+// pointwise passes splitting over rows. The parts depend only on B and the
+// thread count: when the pool is busy (another thread of the program uses
+// it), they run one after another here, with the same results.
+template <class F>
+void for_batch_rows(const Dims& d, int64_t G, F&& body) {
+  const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 16) / std::max<int64_t>(1, d.T * d.H * G));
+  const int64_t parts = std::min<int64_t>(num_threads(), d.B / grain);
+  if (parts <= 1) {
+    body(Rows{0, d.B});
+    return;
+  }
+  auto part = [&](int64_t c) {
+    SerialGemm whole;  // this part's GEMMs on this thread
+    const int64_t b0 = d.B * c / parts, b1 = d.B * (c + 1) / parts;
+    body(Rows{b0, b1 - b0});
+  };
+  auto run = [](void* ctx, int64_t c) { (*static_cast<decltype(part)*>(ctx))(c); };
+  if (!detail::run_chunks(parts, run, &part))
+    for (int64_t c = 0; c < parts; ++c) part(c);
+}
+
 // Checks the arguments of `op` (gates = G / H) and returns (T, B, H).
 Dims check_recurrence(std::string_view op, int64_t gates, const Tensor& xp, const Tensor& w_hh, const Tensor& b_hh,
                       const Tensor& h0, const Tensor& c0) {
@@ -157,35 +193,36 @@ struct RnnTanhSaved {
 };
 }  // namespace
 template <class S>
-static void rnn_tanh_forward(const Dims& d, const S* xp, const S* w, const S* h0, S* hs) {
-  const int64_t T = d.T, B = d.B, H = d.H;
+static void rnn_tanh_forward(const Dims& d, Rows rows, const S* xp, const S* w, const S* h0, S* hs) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
   for (int64_t t = 0; t < T; ++t) {
-    S* h = hs + t * B * H;
-    const S* hprev = t == 0 ? h0 : h - B * H;
-    std::copy_n(xp + t * B * H, B * H, h);
-    if (hprev) gemm(false, true, B, H, H, S(1), hprev, H, w, H, S(1), h, H);
-    parallel_for(B * H, kGateGrain, [&](int64_t i0, int64_t i1) {
+    S* h = hs + (t * B + rows.first) * H;
+    const S* hprev = t > 0 ? h - B * H : h0 ? h0 + rows.first * H : nullptr;
+    std::copy_n(xp + (t * B + rows.first) * H, n * H, h);
+    if (hprev) gemm(false, true, n, H, H, S(1), hprev, H, w, H, S(1), h, H);
+    parallel_for(n * H, kGateGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) h[i] = tanh_gate(h[i]);
     });
   }
 }
 
+// rec (B,H) is zero on entry: the gradient reaching h_t from step t+1.
 template <class S>
-static void rnn_tanh_backward_kernel(const Dims& d, const S* gout, const S* w, const S* h0, const S* hs, S* dA,
-                                     S* dh0) {
-  const int64_t T = d.T, B = d.B, H = d.H;
-  Tensor rec = zeros({B, H}, dtype_v<S>);  // gradient reaching h_t from step t+1
-  S* dh = rec.data<S>();
+static void rnn_tanh_backward_kernel(const Dims& d, Rows rows, const S* gout, const S* w, const S* hs, S* dA,
+                                     S* rec, S* dh0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
+  S* dh = rec + rows.first * H;
+  if (dh0) dh0 += rows.first * H;
   for (int64_t t = T; t-- > 0;) {
-    const S* h = hs + t * B * H;
-    const S* g = gout + t * B * H;
-    S* da = dA + t * B * H;
-    parallel_for(B * H, kGateGrain, [&](int64_t i0, int64_t i1) {
+    const int64_t at = (t * B + rows.first) * H;
+    const S *h = hs + at, *g = gout + at;
+    S* da = dA + at;
+    parallel_for(n * H, kGateGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) da[i] = (g[i] + dh[i]) * (S(1) - h[i] * h[i]);
     });
-    if (t > 0 || dh0) gemm(false, false, B, H, H, S(1), da, H, w, H, S(0), t > 0 ? dh : dh0, H);
+    if (t > 0 || dh0) gemm(false, false, n, H, H, S(1), da, H, w, H, S(0), t > 0 ? dh : dh0, H);
   }
 }
 
@@ -218,10 +255,13 @@ static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std:
   Tensor g = grad.contiguous();
   Tensor dA = empty(out.shape(), out.dtype());
   Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  Tensor rec = zeros({d.B, d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    rnn_tanh_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0),
-                                       out.data<scalar_t>(), dA.data<scalar_t>(), ptr<scalar_t>(dh0));
+    for_batch_rows(d, d.H, [&](Rows rows) {
+      rnn_tanh_backward_kernel<scalar_t>(d, rows, g.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(),
+                                         dA.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
+    });
     if (n.needs(1))
       gin[1] = weight_grad<scalar_t>(d, d.H, dA.data<scalar_t>(), out.data<scalar_t>(), ptr<scalar_t>(h0), out.dtype());
   });
@@ -244,7 +284,10 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
   dispatch_float(xp.dtype(), rnn_tanh_recurrence_op.name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    rnn_tanh_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), out.data<scalar_t>());
+    for_batch_rows(d, d.H, [&](Rows rows) {
+      rnn_tanh_forward<scalar_t>(d, rows, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0),
+                                 out.data<scalar_t>());
+    });
   });
   if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in)) {
     n->save(w_in);   // RnnTanhSaved::kWeight
@@ -264,20 +307,21 @@ struct LstmSaved {
 };
 }  // namespace
 
+// zero (B,H) stands in for a missing c0.
 template <class S>
-static void lstm_forward(const Dims& d, const S* xp, const S* w, const S* h0, const S* c0, S* act, S* hs, S* cs) {
-  const int64_t T = d.T, B = d.B, H = d.H;
+static void lstm_forward(const Dims& d, Rows rows, const S* xp, const S* w, const S* h0, const S* c0, const S* zero,
+                         S* act, S* hs, S* cs) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
   const int64_t G = 4 * H;
-  Tensor zero = zeros({B, H}, dtype_v<S>);  // c_{-1} when c0 is not given
   for (int64_t t = 0; t < T; ++t) {
-    S* a = act + t * B * G;
-    S* h = hs + t * B * H;
-    S* c = cs + t * B * H;
-    const S* hprev = t == 0 ? h0 : h - B * H;
-    const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero.data<S>();
-    std::copy_n(xp + t * B * G, B * G, a);
-    if (hprev) gemm(false, true, B, G, H, S(1), hprev, H, w, H, S(1), a, G);
-    parallel_for(B, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
+    S* a = act + (t * B + rows.first) * G;
+    S* h = hs + (t * B + rows.first) * H;
+    S* c = cs + (t * B + rows.first) * H;
+    const S* hprev = t > 0 ? h - B * H : h0 ? h0 + rows.first * H : nullptr;
+    const S* cprev = t > 0 ? c - B * H : (c0 ? c0 : zero) + rows.first * H;
+    std::copy_n(xp + (t * B + rows.first) * G, n * G, a);
+    if (hprev) gemm(false, true, n, G, H, S(1), hprev, H, w, H, S(1), a, G);
+    parallel_for(n, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         S *ai = a + b * G, *af = ai + H, *ag = af + H, *ao = ag + H;
         const S* cp = cprev + b * H;
@@ -297,23 +341,26 @@ static void lstm_forward(const Dims& d, const S* xp, const S* w, const S* h0, co
 
 // gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
 // gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
+// rec (3,B,H) is zero on entry: the gradients reaching h_t and c_t from step
+// t+1, and c_{-1} = 0.
 template <class S>
-static void lstm_backward_kernel(const Dims& d, const S* gout, const S* w, const S* c0, const S* act, const S* cs,
-                                 S* dG, S* dh0, S* dc0) {
-  const int64_t T = d.T, B = d.B, H = d.H;
+static void lstm_backward_kernel(const Dims& d, Rows rows, const S* gout, const S* w, const S* c0, const S* act,
+                                 const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
   const int64_t G = 4 * H;
-  Tensor rec = zeros({3, B, H}, dtype_v<S>);  // gradients reaching h_t and c_t from step t+1; c_{-1} = 0
-  S* dh = rec.data<S>();
+  S* dh = rec + rows.first * H;
   S* dc = dh + B * H;
   const S* zero = dc + B * H;
+  if (dh0) dh0 += rows.first * H;
+  if (dc0) dc0 += rows.first * H;
   for (int64_t t = T; t-- > 0;) {
-    const S* gh = gout + t * B * H;
-    const S* gc = gout + (T + t) * B * H;
-    const S* a = act + t * B * G;
-    const S* c = cs + t * B * H;
-    const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
-    S* dg = dG + t * B * G;
-    parallel_for(B, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
+    const S* gh = gout + (t * B + rows.first) * H;
+    const S* gc = gout + ((T + t) * B + rows.first) * H;
+    const S* a = act + (t * B + rows.first) * G;
+    const S* c = cs + (t * B + rows.first) * H;
+    const S* cprev = t > 0 ? c - B * H : c0 ? c0 + rows.first * H : zero;
+    S* dg = dG + (t * B + rows.first) * G;
+    parallel_for(n, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const S *ai = a + b * G, *af = ai + H, *ag = af + H, *ao = ag + H;
         S *di = dg + b * G, *df = di + H, *dgg = df + H, *dout = dgg + H;
@@ -332,9 +379,9 @@ static void lstm_backward_kernel(const Dims& d, const S* gout, const S* w, const
         }
       }
     });
-    if (t > 0 || dh0) gemm(false, false, B, H, G, S(1), dg, G, w, H, S(0), t > 0 ? dh : dh0, H);
+    if (t > 0 || dh0) gemm(false, false, n, H, G, S(1), dg, G, w, H, S(0), t > 0 ? dh : dh0, H);
   }
-  if (dc0) std::copy_n(dc, B * H, dc0);
+  if (dc0) std::copy_n(dc, n * H, dc0);
 }
 
 // Recorded: a_t = xp_t + h_{t-1} W^T = [a_i a_f a_g a_o], i f o = sig(a_i a_f a_o),
@@ -384,11 +431,15 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
   Tensor dG = empty(act.shape(), act.dtype());
   Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
   Tensor dc0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  Tensor rec = zeros({3, d.B, d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* hs = out.data<scalar_t>();
-    lstm_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(c0), act.data<scalar_t>(),
-                                   hs + d.T * BH, dG.data<scalar_t>(), ptr<scalar_t>(dh0), ptr<scalar_t>(dc0));
+    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
+      lstm_backward_kernel<scalar_t>(d, rows, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(c0),
+                                     act.data<scalar_t>(), hs + d.T * BH, dG.data<scalar_t>(), rec.data<scalar_t>(),
+                                     ptr<scalar_t>(dh0), ptr<scalar_t>(dc0));
+    });
     if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, 4 * d.H, dG.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
   });
   if (n.needs(0)) gin[0] = dG;
@@ -413,8 +464,11 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
   dispatch_float(xp.dtype(), lstm_recurrence_op.name, [&](auto tag) {
     using scalar_t = decltype(tag);
     scalar_t* hs = out.data<scalar_t>();
-    lstm_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), ptr<scalar_t>(c0),
-                           act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
+    const Tensor zero = c0.defined() ? Tensor() : zeros({d.B, d.H}, xp.dtype());
+    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
+      lstm_forward<scalar_t>(d, rows, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), ptr<scalar_t>(c0),
+                             ptr<scalar_t>(zero), act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
+    });
   });
   if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in)) {
     n->save(w_in);   // LstmSaved::kWeight
@@ -436,22 +490,23 @@ struct GruSaved {
 };
 }  // namespace
 
+// buf (2,B,3H) is zero on entry: hp = h_{t-1} W_hh^T (the bias is added in
+// the pointwise pass) and zeros, standing in for a missing h0 or bias.
 template <class S>
-static void gru_forward(const Dims& d, const S* xp, const S* w, const S* bias, const S* h0, S* act, S* hs) {
-  const int64_t T = d.T, B = d.B, H = d.H;
+static void gru_forward(const Dims& d, Rows rows, const S* xp, const S* w, const S* bias, const S* h0, S* buf, S* act,
+                        S* hs) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
   const int64_t G = 3 * H;
-  // hp = h_{t-1} W_hh^T + b_hh; zero stands in for a missing h0 or bias.
-  Tensor buf = zeros({2, B, G}, dtype_v<S>);
-  S* hp = buf.data<S>();
-  const S* zero = hp + B * G;
+  S* hp = buf + rows.first * G;
+  const S* zero = buf + B * G;
   if (!bias) bias = zero;
   for (int64_t t = 0; t < T; ++t) {
-    const S* x = xp + t * B * G;
-    S* a = act + t * B * 4 * H;
-    S* h = hs + t * B * H;
-    const S* hprev = t > 0 ? h - B * H : h0 ? h0 : zero;
-    if (t > 0 || h0) gemm(false, true, B, G, H, S(1), hprev, H, w, H, S(0), hp, G);
-    parallel_for(B, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
+    const S* x = xp + (t * B + rows.first) * G;
+    S* a = act + (t * B + rows.first) * 4 * H;
+    S* h = hs + (t * B + rows.first) * H;
+    const S* hprev = t > 0 ? h - B * H : h0 ? h0 + rows.first * H : zero;
+    if (t > 0 || h0) gemm(false, true, n, G, H, S(1), hprev, H, w, H, S(0), hp, G);
+    parallel_for(n, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const S *xr = x + b * G, *xz = xr + H, *xn = xz + H;
         const S *pr = hp + b * G, *pz = pr + H, *pn = pz + H;
@@ -473,21 +528,22 @@ static void gru_forward(const Dims& d, const S* xp, const S* w, const S* bias, c
 
 // Fills dX (T,B,3H), the gradient of xp, and dP (T,B,3H), that of the hidden
 // projection h W_hh^T + b_hh (they differ in the n gate: dP_n = r dX_n).
+// rec (2,B,H) is zero on entry: the gradient reaching h_t from step t+1, and h_{-1} = 0.
 template <class S>
-static void gru_backward_kernel(const Dims& d, const S* gout, const S* w, const S* h0, const S* act, const S* hs, S* dX,
-                                S* dP, S* dh0) {
-  const int64_t T = d.T, B = d.B, H = d.H;
+static void gru_backward_kernel(const Dims& d, Rows rows, const S* gout, const S* w, const S* h0, const S* act,
+                                const S* hs, S* dX, S* dP, S* rec, S* dh0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
   const int64_t G = 3 * H;
-  Tensor rec = zeros({2, B, H}, dtype_v<S>);  // gradient reaching h_t from step t+1; h_{-1} = 0
-  S* dh = rec.data<S>();
-  const S* zero = dh + B * H;
+  S* dh = rec + rows.first * H;
+  const S* zero = rec + B * H;
+  if (dh0) dh0 += rows.first * H;
   for (int64_t t = T; t-- > 0;) {
-    const S* g = gout + t * B * H;
-    const S* a = act + t * B * 4 * H;
-    const S* hprev = t > 0 ? hs + (t - 1) * B * H : h0 ? h0 : zero;
-    S* dx = dX + t * B * G;
-    S* dp = dP + t * B * G;
-    parallel_for(B, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
+    const S* g = gout + (t * B + rows.first) * H;
+    const S* a = act + (t * B + rows.first) * 4 * H;
+    const S* hprev = t > 0 ? hs + ((t - 1) * B + rows.first) * H : h0 ? h0 + rows.first * H : zero;
+    S* dx = dX + (t * B + rows.first) * G;
+    S* dp = dP + (t * B + rows.first) * G;
+    parallel_for(n, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
         S *dxr = dx + b * G, *dxz = dxr + H, *dxn = dxz + H;
@@ -509,10 +565,10 @@ static void gru_backward_kernel(const Dims& d, const S* gout, const S* w, const 
       }
     });
     if (t > 0) {
-      gemm(false, false, B, H, G, S(1), dp, G, w, H, S(1), dh, H);
+      gemm(false, false, n, H, G, S(1), dp, G, w, H, S(1), dh, H);
     } else if (dh0) {
-      std::copy_n(dh, B * H, dh0);
-      gemm(false, false, B, H, G, S(1), dp, G, w, H, S(1), dh0, H);
+      std::copy_n(dh, n * H, dh0);
+      gemm(false, false, n, H, G, S(1), dp, G, w, H, S(1), dh0, H);
     }
   }
 }
@@ -566,8 +622,12 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* hs = out.data<scalar_t>();
-    gru_backward_kernel<scalar_t>(d, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), act.data<scalar_t>(),
-                                  hs, dX.data<scalar_t>(), dP.data<scalar_t>(), ptr<scalar_t>(dh0));
+    Tensor rec = zeros({2, d.B, d.H}, out.dtype());
+    for_batch_rows(d, 3 * d.H, [&](Rows rows) {
+      gru_backward_kernel<scalar_t>(d, rows, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0),
+                                    act.data<scalar_t>(), hs, dX.data<scalar_t>(), dP.data<scalar_t>(),
+                                    rec.data<scalar_t>(), ptr<scalar_t>(dh0));
+    });
     if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, G, dP.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
   });
   if (n.needs(2)) gin[2] = sum(dP.view({d.T * d.B, G}), {0});
@@ -591,8 +651,11 @@ Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_i
   Tensor act = empty({d.T, d.B, 4 * d.H}, xp.dtype());
   dispatch_float(xp.dtype(), gru_recurrence_op.name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    gru_forward<scalar_t>(d, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(b), ptr<scalar_t>(h0),
-                          act.data<scalar_t>(), out.data<scalar_t>());
+    Tensor buf = zeros({2, d.B, 3 * d.H}, xp.dtype());
+    for_batch_rows(d, 3 * d.H, [&](Rows rows) {
+      gru_forward<scalar_t>(d, rows, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(b), ptr<scalar_t>(h0),
+                            buf.data<scalar_t>(), act.data<scalar_t>(), out.data<scalar_t>());
+    });
   });
   if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
     n->save(w_in);   // GruSaved::kWeight
