@@ -15,10 +15,11 @@ tests=()  # meson test names; none named: all
 if [[ "${1:-}" == "--tsan" ]]; then
   builddir=build-tsan
   tests=(parallel threads autograd nn_ops nn_layers)
-  # OpenBLAS keeps its own threads (set_num_threads sets them, as in every
-  # other build). TSan sees none of its plain accesses or spin waits, only
-  # the libc calls it makes (memset of a GEMM's output): reports with an
-  # OpenBLAS frame are suppressed, and only those (tests/tsan/openblas.supp).
+  # OpenBLAS runs at one thread (the library splits GEMMs over its own pool),
+  # but OpenBLAS is not instrumented: TSan sees only the libc calls it makes
+  # (memset of a GEMM's output), and the peak measurements start its threads.
+  # Reports with an OpenBLAS frame are suppressed, and only those
+  # (tests/tsan/openblas.supp).
   # Four kernel threads even on two cores, so the pool's chunks interleave.
   export TAPEGRAD_NUM_THREADS=4
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4 suppressions=$PWD/tests/tsan/openblas.supp"

@@ -280,10 +280,10 @@ Verdict cost(const Study& s) {
   for (const auto& m : rec) v.measured += fmt::format(", {} {:.1f} / {:.1f}", m, us.at(m).front(), us.at(m).back());
   std::string in_time, in_flops;
   for (const auto& m : rec) {
-    in_time += fmt::format("{}the {} {}", in_time.empty() ? "" : ", ", m, where(us.at("gpt"), us.at(m)));
-    in_flops += fmt::format("{}the {} {}", in_flops.empty() ? "" : ", ", m, where(flops.at("gpt"), flops.at(m)));
+    in_time += fmt::format("{}than the {} {}", in_time.empty() ? "" : ", ", m, where(us.at("gpt"), us.at(m)));
+    in_flops += fmt::format("{}than the {} {}", in_flops.empty() ? "" : ", ", m, where(flops.at("gpt"), flops.at(m)));
   }
-  v.measured += fmt::format("; GPT dearer per token than {} in time, than {} in FLOPs", in_time, in_flops);
+  v.measured += fmt::format("; GPT dearer per token in time {}; in FLOPs {}", in_time, in_flops);
   // "Cheaper while n << d" is judged at the shortest T, in time; the FLOP
   // ratio there says why (at matched parameters GPT's MLP and projections,
   // not its attention, set its cost at short T).
