@@ -49,7 +49,8 @@ void split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, cons
   constexpr int64_t kMinWork = int64_t{1} << 18, kMinSide = 16;
   const bool by_rows = M >= N;
   const int64_t side = by_rows ? M : N;
-  const int64_t parts = serial || M * N * K < kMinWork ? 1 : std::min<int64_t>(num_threads(), side / kMinSide);
+  const int threads = num_threads();  // first: its first call also sets OpenBLAS to one thread
+  const int64_t parts = serial || M * N * K < kMinWork ? 1 : std::min<int64_t>(threads, side / kMinSide);
   if (parts <= 1) return blas_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   auto part = [&](int64_t p) {
     const int64_t i0 = side * p / parts, i1 = side * (p + 1) / parts;
