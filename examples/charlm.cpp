@@ -1,4 +1,4 @@
-// charlm — the main job: an RNN, an LSTM and a GPT language model trained on
+// charlm — an RNN, an LSTM and a GPT language model trained on
 // the same text, at matched parameter budgets and the same token budget, then
 // compared: a recurrent state against attention over the past.
 //
@@ -317,7 +317,7 @@ void write_report(const Config& c, const Text& text, const std::vector<Result>& 
 int main(int argc, char** argv) {
   dist::Environment mpi(argc, argv);
   Config c;
-  CLI::App app{"charlm: RNN vs LSTM vs GPT language models on the same text (the main tapegrad example)"};
+  CLI::App app{"charlm: RNN vs LSTM vs GPT language models on the same text (the study, examples/study, is the main job)"};
   add_options(app, c);
   CLI11_PARSE(app, argc, argv);
 

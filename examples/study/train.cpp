@@ -64,20 +64,13 @@ Sweep sweep_lr(std::vector<double> grid, const std::function<double(double)>& ru
     s.best = std::min_element(s.losses.begin(), s.losses.end()) - s.losses.begin();
   };
   for (double lr : grid) add(lr);
-  // One grid step past an end: the step between the two rates before it
-  // there (1e-3, 3e-3, 1e-2 goes on with 3e-2, then 1e-1), or x3 from a single rate.
+  // One grid step past an end: the step between the two rates next to it
+  // (1e-3, 3e-3, 1e-2 goes on with 3e-2, then 1e-1). at_edge() needs two rates.
   for (int extra = 0; extra < max_extra && s.at_edge() && std::isfinite(s.losses[s.best]); ++extra) {
     const size_t n = s.lrs.size();
-    double step = 3.0;
-    if (s.best == 0) {
-      if (n >= 3) step = s.lrs[2] / s.lrs[1];
-      else if (n == 2) step = s.lrs[1] / s.lrs[0];
-      add(s.lrs[0] / step);
-    } else {
-      if (n >= 3) step = s.lrs[n - 2] / s.lrs[n - 3];
-      else if (n == 2) step = s.lrs[1] / s.lrs[0];
-      add(s.lrs[n - 1] * step);
-    }
+    const bool low = s.best == 0;
+    const double step = n < 3 ? s.lrs[1] / s.lrs[0] : low ? s.lrs[2] / s.lrs[1] : s.lrs[n - 2] / s.lrs[n - 3];
+    add(low ? s.lrs[0] / step : s.lrs[n - 1] * step);
   }
   return s;
 }
