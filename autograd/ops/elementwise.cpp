@@ -440,38 +440,39 @@ namespace {
 struct GeluAttrs {
   bool tanh_approximation;
 };
+
+// gelu'(x) and gelu''(x), elementwise. exact: Phi + x phi and phi (2 - x^2),
+// phi the standard normal density. tanh: with u = k (x + c x^3), t = tanh(u),
+// gelu' = (1 + t) / 2 + x (1 - t^2) u' / 2 and
+// gelu'' = (1 - t^2) (u' + x (u'' - 2 t u'^2) / 2).
+constexpr double kGeluK = std::numbers::sqrt2 * std::numbers::inv_sqrtpi, kGeluC = 0.044715;
+template <class T> [[gnu::always_inline]] inline T gelu_slope_exact(T x) {
+  const T cdf = T(0.5) * (T(1) + detail::verf(x * T(std::numbers::sqrt2 / 2)));
+  return cdf + x * (detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2));
+}
+template <class T> [[gnu::always_inline]] inline T gelu_slope_tanh(T x) {
+  const T k = T(kGeluK), c = T(kGeluC), t = std::tanh(k * (x + c * x * x * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+}
+template <class T> [[gnu::always_inline]] inline T gelu_curvature_exact(T x) {
+  return detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2) * (T(2) - x * x);
+}
+template <class T> [[gnu::always_inline]] inline T gelu_curvature_tanh(T x) {
+  const T k = T(kGeluK), c = T(kGeluC), t = std::tanh(k * (x + c * x * x * x));
+  const T du = k * (T(1) + T(3) * c * x * x), ddu = T(6) * k * c * x;
+  return (T(1) - t * t) * (du + T(0.5) * x * (ddu - T(2) * t * du * du));
+}
 }  // namespace
+
 static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
   const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
   if (grad_enabled()) {
-    if (!tanh_approximation) {
-      // Phi(x) + x phi(x), phi the standard normal density
-      Tensor cdf = (erf(x * (std::numbers::sqrt2 / 2)) + 1.0) * 0.5;
-      Tensor pdf = exp(x * x * -0.5) * (0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
-      gin[0] = g * (cdf + x * pdf);
-    } else {
-      // with u = k (x + c x^3), t = tanh(u): (1 + t) / 2 + x (1 - t^2) k (1 + 3 c x^2) / 2
-      const double k = std::numbers::sqrt2 * std::numbers::inv_sqrtpi, c = 0.044715;
-      Tensor t = tanh((x + x * x * x * c) * k);
-      gin[0] = g * ((t + 1.0) * 0.5 + x * (1.0 - t * t) * (x * x * (3 * c) + 1.0) * (0.5 * k));
-    }
-    return;
-  }
-  if (!tanh_approximation) {
-    gin[0] = fused_grad(g, x, [](auto gy, auto x) {
-      using T = decltype(x);
-      T cdf = T(0.5) * (T(1) + detail::verf(x * T(std::numbers::sqrt2 / 2)));
-      T pdf = detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
-      return gy * (cdf + x * pdf);
-    });
+    gin[0] = gelu_grad(g, x, tanh_approximation);
+  } else if (!tanh_approximation) {
+    gin[0] = fused_grad(g, x, [](auto gy, auto x) { return gy * gelu_slope_exact(x); });
   } else {
-    gin[0] = fused_grad(g, x, [](auto gy, auto x) {
-      using T = decltype(x);
-      const T k = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi), c = T(0.044715);
-      T u = k * (x + c * x * x * x), t = std::tanh(u);
-      return gy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
-    });
+    gin[0] = fused_grad(g, x, [](auto gy, auto x) { return gy * gelu_slope_tanh(x); });
   }
 }
 // The output again from the saved input, for ops that save it by reference
@@ -510,6 +511,70 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
   if (Node* n = record(gelu_op, out, x)) {
     n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
     n->save(x);  // UnaryInputSaved::kX
+  }
+  return out;
+}
+
+// ============================ gelu_grad ============================
+// g * gelu'(x): gelu's backward as an op of its own, so that a recorded
+// backward through gelu is one node, not a dozen, and differentiates again
+// through gelu''(x). Its own recorded backward takes gelu''(x) in tensor ops.
+namespace {
+struct GeluGradSaved {
+  enum : size_t { kGrad, kX };
+};
+}  // namespace
+static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor> gin) {
+  const Tensor g = n.saved_tensor(GeluGradSaved::kGrad), x = n.saved_tensor(GeluGradSaved::kX);
+  const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
+  if (n.needs(0)) gin[0] = gelu_grad(gg, x, tanh_approximation);
+  if (!n.needs(1)) return;
+  if (!grad_enabled()) {
+    const Tensor p = gg * g;
+    gin[1] = tanh_approximation ? fused_grad(p, x, [](auto v, auto x) { return v * gelu_curvature_tanh(x); })
+                                : fused_grad(p, x, [](auto v, auto x) { return v * gelu_curvature_exact(x); });
+    return;
+  }
+  Tensor curvature;
+  if (!tanh_approximation) {
+    curvature = exp(x * x * -0.5) * (0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2) * (2.0 - x * x);
+  } else {
+    const Tensor t = tanh((x + x * x * x * kGeluC) * kGeluK);
+    const Tensor du = (x * x * (3 * kGeluC) + 1.0) * kGeluK;
+    curvature = (1.0 - t * t) * (du + x * 0.5 * (x * (6 * kGeluK * kGeluC) - t * du * du * 2.0));
+  }
+  gin[1] = gg * g * curvature;
+}
+static const OpDef gelu_grad_op("gelu_grad", 2, "gelu_grad(g, x, tanh_approximation=false) -> g * gelu'(x)",
+                                "g, x; attrs: tanh_approximation", gelu_grad_backward, [] {
+  return std::vector<OpSample>{
+      {"exact (3,4)", {uniform({3, 4}, 35), uniform({3, 4}, 36, -3, 3)},
+       [](auto& x) { return gelu_grad(x[0], x[1]); }},
+      {"tanh (3,4)", {uniform({3, 4}, 37), uniform({3, 4}, 38, -3, 3)},
+       [](auto& x) { return gelu_grad(x[0], x[1], true); }},
+      {"exact non-contiguous x", {uniform({2, 3}, 39), samples::strided({2, 3}, 40, -3, 3)},
+       [](auto& x) { return gelu_grad(x[0], x[1]); }},
+  };
+});
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation) {
+  ProfileScope prof(gelu_grad_op.name);
+  detail::check_defined(gelu_grad_op.name, g, "g");
+  detail::check_defined(gelu_grad_op.name, x, "x");
+  if (!(g.shape() == x.shape()))
+    throw ShapeError(fmt::format("gelu_grad: g {} and x {} must have the same shape", g.shape(), x.shape()));
+  check_same_dtype(gelu_grad_op.name, g, x);
+  Tensor out = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), gelu_grad_op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    if (tanh_approximation)
+      detail::map2<scalar_t, scalar_t, scalar_t>(out, g, x, [](auto gy, auto v) { return gy * gelu_slope_tanh(v); });
+    else
+      detail::map2<scalar_t, scalar_t, scalar_t>(out, g, x, [](auto gy, auto v) { return gy * gelu_slope_exact(v); });
+  });
+  if (Node* n = record(gelu_grad_op, out, g, x)) {
+    n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
+    n->save(g);  // GeluGradSaved::kGrad
+    n->save(x);  // kX
   }
   return out;
 }

@@ -32,6 +32,8 @@ Tensor tanh(const Tensor& x);  ///< hyperbolic tangent
 Tensor sigmoid(const Tensor& x);  ///< 1 / (1 + e^-x)
 Tensor relu(const Tensor& x);  ///< max(x, 0); gradient 0 at 0
 Tensor gelu(const Tensor& x, bool tanh_approximation = false);  ///< GELU, exact: x * Phi(x); or its tanh approximation
+/// g * gelu'(x), gelu's backward as a differentiable op (x and g of one shape).
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation = false);
 Tensor softplus(const Tensor& x);                ///< log(1 + e^x), stable
 Tensor log_sigmoid(const Tensor& x);             ///< -softplus(-x), stable
 Tensor erf(const Tensor& x);                     ///< the error function

@@ -142,6 +142,13 @@ Tensor previous(const Tensor& states, const Tensor& init, int64_t t) {
   if (t > 0) return select(states, 0, t - 1);
   return init.defined() ? init : zeros({states.size(1), states.size(2)}, states.dtype());
 }
+// The states before every step, (T,B,H): the initial state (zeros when not
+// given), then rows 0..T-2 of states.
+Tensor previous_states(const Tensor& states, const Tensor& init) {
+  const int64_t T = states.size(0), B = states.size(1), H = states.size(2);
+  const Tensor first = reshape(init.defined() ? init : zeros({B, H}, states.dtype()), {1, B, H});
+  return T == 1 ? first : concat({first, narrow(states, 0, 0, T - 1)}, 0);
+}
 // a + b, with b undefined meaning zero (no gradient from a later step yet).
 Tensor plus(const Tensor& a, const Tensor& b) { return b.defined() ? add(a, b) : a; }
 // The derivative of the sigmoid from its value s: s (1 - s).
@@ -385,39 +392,33 @@ static void lstm_backward_kernel(const Dims& d, Rows rows, const S* gout, const 
 }
 
 // Recorded: a_t = xp_t + h_{t-1} W^T = [a_i a_f a_g a_o], i f o = sig(a_i a_f a_o),
-// g = tanh(a_g), c_t = f c_{t-1} + i g, h_t = o tanh(c_t); with dh_t, dc_t
-// the gradients reaching h_t, c_t from step t+1:
-//   dh = g^h_t + dh_t,  dc = g^c_t + dc_t + dh o (1 - tanh^2 c_t)
-//   da_i = dc g i(1-i), da_f = dc c_{t-1} f(1-f), da_g = dc i (1-g^2), da_o = dh tanh(c_t) o(1-o)
-//   dc_{t-1} = dc f,  dh_{t-1} = da_t W,  dW = sum_t da_t^T h_{t-1}.
+// g = tanh(a_g), c_t = f c_{t-1} + i g, h_t = o tanh(c_t). Everything that
+// does not depend on the gradient flowing back is computed for all steps at
+// once: the gates (one GEMM for every step's h_{t-1} W^T), the slope of c_t
+// into h_t, k = o (1 - tanh^2 c_t), and the gate slopes
+//   j = [g i(1-i), c_{t-1} f(1-f), i (1-g^2), tanh(c_t) o(1-o)];
+// the recursion through time itself is one lstm_recurrence_grad node.
 static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(LstmSaved::kWeight), h0 = n.saved_tensor(LstmSaved::kH0);
   const Tensor c0 = n.saved_tensor(LstmSaved::kC0), out = n.saved_tensor(LstmSaved::kOutput);
   const Tensor xp = n.saved_tensor(LstmSaved::kXp);
-  const int64_t T = out.size(1);
-  const Tensor hs = select(out, 0, 0), cs = select(out, 0, 1), gh = select(grad, 0, 0), gc = select(grad, 0, 1);
-  const Tensor wt = transpose(w, 0, 1);
-  std::vector<Tensor> da(T), hprev(T);
-  Tensor dh, dc;
-  for (int64_t t = T; t-- > 0;) {
-    hprev[t] = previous(hs, h0, t);
-    const Tensor cprev = previous(cs, c0, t);
-    const std::vector<Tensor> a = chunk(add(select(xp, 0, t), matmul(hprev[t], wt)), 4, 1);
-    const Tensor i = sigmoid(a[0]), f = sigmoid(a[1]), g = tanh(a[2]), o = sigmoid(a[3]);
-    const Tensor tc = tanh(select(cs, 0, t));
-    const Tensor dht = plus(select(gh, 0, t), dh);
-    const Tensor dct = add(plus(select(gc, 0, t), dc), mul(mul(dht, o), rsub(1.0, mul(tc, tc))));
-    da[t] = concat({mul(mul(dct, g), sigmoid_slope(i)), mul(mul(dct, cprev), sigmoid_slope(f)),
-                    mul(mul(dct, i), rsub(1.0, mul(g, g))), mul(mul(dht, tc), sigmoid_slope(o))},
-                   1);
-    dc = mul(dct, f);
-    if (t > 0 || n.needs(2)) dh = matmul(da[t], w);
-  }
-  const Tensor dA = stack(da, 0);
+  const int64_t T = out.size(1), B = out.size(2), H = out.size(3);
+  const Tensor cs = select(out, 0, 1);
+  const Tensor hprev = previous_states(select(out, 0, 0), h0), cprev = previous_states(cs, c0);  // (T,B,H)
+  const Tensor a = add(xp, reshape(matmul(reshape(hprev, {T * B, H}), transpose(w, 0, 1)), {T, B, 4 * H}));
+  const std::vector<Tensor> gates = chunk(a, 4, 2);
+  const Tensor i = sigmoid(gates[0]), f = sigmoid(gates[1]), g = tanh(gates[2]), o = sigmoid(gates[3]);
+  const Tensor tc = tanh(cs);
+  const Tensor k = mul(o, rsub(1.0, mul(tc, tc)));
+  const Tensor j = concat({mul(g, sigmoid_slope(i)), mul(cprev, sigmoid_slope(f)), mul(i, rsub(1.0, mul(g, g))),
+                           mul(tc, sigmoid_slope(o))},
+                          2);
+  const Tensor e = lstm_recurrence_grad(grad, f, k, j, w);  // (T,B,5H): [dA_t; dc_t]
+  const Tensor dA = narrow(e, 2, 0, 4 * H);
   if (n.needs(0)) gin[0] = dA;
-  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, stack(hprev, 0));
-  if (n.needs(2)) gin[2] = dh;
-  if (n.needs(3)) gin[3] = dc;
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, hprev);
+  if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
+  if (n.needs(3)) gin[3] = mul(narrow(select(e, 0, 0), 1, 4 * H, H), select(f, 0, 0));
 }
 
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
@@ -477,6 +478,232 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
     n->save(act);    // kGates
     n->save(out);    // kOutput
     n->save(xp_in);  // kXp
+  }
+  return out;
+}
+
+// ============================ lstm_recurrence_grad ============================
+// The LSTM's backward recursion through time as an op of its own, so that a
+// recorded LSTM backward is one node for the recursion (not a dozen per
+// step) and its own backward is one fused kernel. With gh_t, gc_t the
+// gradients of h_t, c_t (gout (2,T,B,H)), f the forget gate, k and j the
+// slopes above (all (T,B,.)), and going t = T-1 .. 0 with e_h = e_c = 0:
+//   u_t = gh_t + e_h,  v_t = gc_t + e_c + u_t k_t             (dh_t, dc_t)
+//   D_t = [v_t j_i, v_t j_f, v_t j_g, u_t j_o]                (dA_t, (B,4H))
+//   e_h = D_t W,  e_c = v_t f_t                               (into step t-1)
+// The output is [D_t; v_t] (T,B,5H). Its backward runs the adjoint of that
+// recursion forward in time (see lstm_grad_adjoint).
+namespace {
+struct LstmGradSaved {
+  enum : size_t { kGout, kForget, kK, kJ, kWeight, kOutput, kU };  // u_t (T,B,H), computed by forward
+};
+}  // namespace
+
+template <class S>
+static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* f, const S* k, const S* j,
+                              const S* w, S* out, S* us, S* eh) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H;
+  S* e = eh + rows.first * H;  // D_{t+1} W, zero for t = T-1
+  for (int64_t t = T; t-- > 0;) {
+    const int64_t r = t * B + rows.first;
+    const S *gh = gout + r * H, *gc = gout + (T * B + r) * H, *kt = k + r * H, *jt = j + r * G;
+    const S* fn = t + 1 < T ? f + (r + B) * H : nullptr;      // f_{t+1}
+    const S* vn = t + 1 < T ? out + (r + B) * O + G : nullptr;  // v_{t+1}
+    S *ot = out + r * O, *ut = us + r * H;
+    for (int64_t b = 0; b < n; ++b) {
+      const S *jb = jt + b * G, *kb = kt + b * H;
+      S* ob = ot + b * O;
+#pragma omp simd
+      for (int64_t q = 0; q < H; ++q) {
+        const S u = gh[b * H + q] + e[b * H + q];
+        const S v = gc[b * H + q] + (fn ? vn[b * O + q] * fn[b * H + q] : S(0)) + u * kb[q];
+        ob[q] = v * jb[q];
+        ob[H + q] = v * jb[H + q];
+        ob[2 * H + q] = v * jb[2 * H + q];
+        ob[3 * H + q] = u * jb[3 * H + q];
+        ob[G + q] = v;
+        ut[b * H + q] = u;
+      }
+    }
+    if (t > 0) gemm(false, false, n, H, G, S(1), ot, O, w, H, S(0), e, H);
+  }
+}
+
+// The adjoint, t = 0 .. T-1, given the output's gradient [dD_t; dv_t]; with
+// U_t, V_t the total gradients of u_t, v_t (U_{-1} = V_{-1} = 0):
+//   D~_t = dD_t + U_{t-1} W^T
+//   V_t = dv_t + V_{t-1} f_t + D~_i j_i + D~_f j_f + D~_g j_g,  U_t = D~_o j_o + V_t k_t
+// and the inputs' gradients: d gh_t = U_t, d gc_t = V_t, d k_t = V_t u_t,
+// d j_t = [D~_i v_t, D~_f v_t, D~_g v_t, D~_o u_t], d f_t = V_{t-1} v_t,
+// dW = sum_{t>0} D_t^T U_{t-1} (one GEMM, after). dt (B,4H) is scratch.
+template <class S>
+static void lstm_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* f, const S* k, const S* j, const S* w,
+                              const S* out, const S* us, S* dgout, S* df, S* dk, S* dj, S* dt) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H;
+  S* dtil = dt + rows.first * G;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t r = t * B + rows.first;
+    const S *gyt = gy + r * O, *ft = f + r * H, *kt = k + r * H, *jt = j + r * G, *ot = out + r * O, *ut = us + r * H;
+    S *U = dgout + r * H, *V = dgout + (T * B + r) * H, *dft = df + r * H, *dkt = dk + r * H, *djt = dj + r * G;
+    const S* Up = t > 0 ? U - B * H : nullptr;  // U_{t-1}, V_{t-1}
+    const S* Vp = t > 0 ? V - B * H : nullptr;
+    for (int64_t b = 0; b < n; ++b) std::copy_n(gyt + b * O, G, dtil + b * G);
+    if (Up) gemm(false, true, n, G, H, S(1), Up, H, w, H, S(1), dtil, G);
+    for (int64_t b = 0; b < n; ++b) {
+      const S *jb = jt + b * G, *ob = ot + b * O, *db = dtil + b * G;
+      S* djb = djt + b * G;
+      const int64_t x = b * H;
+#pragma omp simd
+      for (int64_t q = 0; q < H; ++q) {
+        const S v = ob[G + q], u = ut[x + q];
+        const S Vt = gyt[b * O + G + q] + (Vp ? Vp[x + q] * ft[x + q] : S(0)) + db[q] * jb[q] + db[H + q] * jb[H + q] +
+                     db[2 * H + q] * jb[2 * H + q];
+        const S Ut = db[3 * H + q] * jb[3 * H + q] + Vt * kt[x + q];
+        dft[x + q] = Vp ? Vp[x + q] * v : S(0);
+        dkt[x + q] = Vt * u;
+        djb[q] = db[q] * v;
+        djb[H + q] = db[H + q] * v;
+        djb[2 * H + q] = db[2 * H + q] * v;
+        djb[3 * H + q] = db[3 * H + q] * u;
+        U[x + q] = Ut;
+        V[x + q] = Vt;
+      }
+    }
+  }
+}
+
+// Recorded (third and higher derivatives of the LSTM): the adjoint above in
+// tensor ops, step by step, with u_t recomputed from the output.
+static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor gout = n.saved_tensor(LstmGradSaved::kGout), f = n.saved_tensor(LstmGradSaved::kForget);
+  const Tensor k = n.saved_tensor(LstmGradSaved::kK), j = n.saved_tensor(LstmGradSaved::kJ);
+  const Tensor w = n.saved_tensor(LstmGradSaved::kWeight), out = n.saved_tensor(LstmGradSaved::kOutput);
+  const int64_t T = out.size(0), B = out.size(1), H = out.size(2) / 5, G = 4 * H;
+  const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
+  // u_t = gh_t + D_{t+1} W (no D_T).
+  Tensor u = select(gout, 0, 0);
+  if (T > 1) {
+    const Tensor later = reshape(matmul(reshape(narrow(D, 0, 1, T - 1), {(T - 1) * B, G}), w), {T - 1, B, H});
+    u = add(u, concat({later, zeros({1, B, H}, out.dtype())}, 0));
+  }
+  const Tensor wt = transpose(w, 0, 1);
+  std::vector<Tensor> dgh(T), dgc(T), df(T), dk(T), dj(T);
+  for (int64_t t = 0; t < T; ++t) {
+    Tensor dtil = narrow(select(grad, 0, t), 1, 0, G);
+    if (t > 0) dtil = add(dtil, matmul(dgh[t - 1], wt));
+    const std::vector<Tensor> dd = chunk(dtil, 4, 1), jj = chunk(select(j, 0, t), 4, 1);
+    const Tensor vt = select(v, 0, t), ut = select(u, 0, t);
+    Tensor V = add(narrow(select(grad, 0, t), 1, G, H), add(add(mul(dd[0], jj[0]), mul(dd[1], jj[1])), mul(dd[2], jj[2])));
+    if (t > 0) V = add(V, mul(dgc[t - 1], select(f, 0, t)));
+    dgh[t] = add(mul(dd[3], jj[3]), mul(V, select(k, 0, t)));
+    df[t] = t > 0 ? mul(dgc[t - 1], vt) : mul(vt, 0.0);  // zero at t = 0, kept in the graph
+    dgc[t] = V;
+    dk[t] = mul(V, ut);
+    dj[t] = concat({mul(dd[0], vt), mul(dd[1], vt), mul(dd[2], vt), mul(dd[3], ut)}, 1);
+  }
+  const Tensor dU = stack(dgh, 0);
+  if (n.needs(0)) gin[0] = stack({dU, stack(dgc, 0)}, 0);
+  if (n.needs(1)) gin[1] = stack(df, 0);
+  if (n.needs(2)) gin[2] = stack(dk, 0);
+  if (n.needs(3)) gin[3] = stack(dj, 0);
+  if (n.needs(4))  // zero for one step, as a product so that it stays in the graph
+    gin[4] = T > 1 ? weight_grad_recorded(narrow(D, 0, 1, T - 1), narrow(dU, 0, 0, T - 1)) : mul(w, 0.0);
+}
+
+static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return lstm_grad_backward_recorded(n, grad, gin);
+  const Tensor f = contig(n.saved_tensor(LstmGradSaved::kForget)), k = contig(n.saved_tensor(LstmGradSaved::kK));
+  const Tensor j = contig(n.saved_tensor(LstmGradSaved::kJ)), w = contig(n.saved_tensor(LstmGradSaved::kWeight));
+  const Tensor out = n.saved_tensor(LstmGradSaved::kOutput), us = n.saved_tensor(LstmGradSaved::kU);
+  const Dims d{out.size(0), out.size(1), out.size(2) / 5};
+  const Tensor gy = grad.contiguous();
+  Tensor dgout = empty({2, d.T, d.B, d.H}, out.dtype()), df = empty(f.shape(), out.dtype());
+  Tensor dk = empty(k.shape(), out.dtype()), dj = empty(j.shape(), out.dtype());
+  Tensor scratch = empty({d.B, 4 * d.H}, out.dtype());
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
+      lstm_grad_adjoint<scalar_t>(d, rows, gy.data<scalar_t>(), f.data<scalar_t>(), k.data<scalar_t>(),
+                                  j.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(), us.data<scalar_t>(),
+                                  dgout.data<scalar_t>(), df.data<scalar_t>(), dk.data<scalar_t>(),
+                                  dj.data<scalar_t>(), scratch.data<scalar_t>());
+    });
+    if (n.needs(4)) {
+      // dW (4H,H) = sum_{t>0} D_t^T U_{t-1}: D_t rows of the output (stride 5H), U the first half of dgout.
+      const int64_t G = 4 * d.H;
+      Tensor dW = zeros({G, d.H}, out.dtype());
+      if (d.T > 1)
+        gemm(true, false, G, d.H, (d.T - 1) * d.B, scalar_t(1), out.data<scalar_t>() + d.B * 5 * d.H, 5 * d.H,
+             dgout.data<scalar_t>(), d.H, scalar_t(0), dW.data<scalar_t>(), d.H);
+      gin[4] = dW;
+    }
+  });
+  if (n.needs(0)) gin[0] = dgout;
+  if (n.needs(1)) gin[1] = df;
+  if (n.needs(2)) gin[2] = dk;
+  if (n.needs(3)) gin[3] = dj;
+}
+static const OpDef lstm_recurrence_grad_op(
+    "lstm_recurrence_grad", 5,
+    "lstm_recurrence_grad(gout (2,T,B,H), f (T,B,H), k (T,B,H), j (T,B,4H), w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
+    "gout, f, k, j, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, [] {
+      using samples::uniform;
+      const int64_t T = 3, B = 2, H = 3;
+      auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2], x[3], x[4]); };
+      return std::vector<OpSample>{
+          {"T=3 B=2 H=3",
+           {uniform({2, T, B, H}, 211), uniform({T, B, H}, 212, 0, 1), uniform({T, B, H}, 213), uniform({T, B, 4 * H}, 214),
+            uniform({4 * H, H}, 215)},
+           fn},
+          {"one step, non-contiguous j",
+           {uniform({2, 1, B, H}, 216), uniform({1, B, H}, 217, 0, 1), uniform({1, B, H}, 218),
+            samples::strided({1, B, 4 * H}, 219), uniform({4 * H, H}, 220)},
+           fn},
+      };
+    });
+
+Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& f_in, const Tensor& k_in, const Tensor& j_in,
+                            const Tensor& w_in) {
+  ProfileScope prof(lstm_recurrence_grad_op.name);
+  const std::string_view op = lstm_recurrence_grad_op.name;
+  detail::check_floating(op, gout_in, "gout");
+  for (auto [t, name] : {std::pair{&f_in, "f"}, {&k_in, "k"}, {&j_in, "j"}, {&w_in, "w_hh"}}) {
+    detail::check_defined(op, *t, name);
+    if (t->dtype() != gout_in.dtype())
+      throw DTypeError(fmt::format("{}: {} is {}, gout is {}", op, name, dtype_name(t->dtype()), dtype_name(gout_in.dtype())));
+  }
+  if (gout_in.dim() != 4 || gout_in.size(0) != 2 || gout_in.size(1) < 1)
+    throw ShapeError(fmt::format("{}: gout {} must be (2,T,B,H) with T >= 1", op, gout_in.shape()));
+  const int64_t T = gout_in.size(1), B = gout_in.size(2), H = gout_in.size(3);
+  if (!(f_in.shape() == Shape{T, B, H}) || !(k_in.shape() == Shape{T, B, H}) || !(j_in.shape() == Shape{T, B, 4 * H}) ||
+      !(w_in.shape() == Shape{4 * H, H}))
+    throw ShapeError(fmt::format("{}: for gout {}, f {} and k {} must be (T,B,H), j {} (T,B,4H), w_hh {} (4H,H)", op,
+                                 gout_in.shape(), f_in.shape(), k_in.shape(), j_in.shape(), w_in.shape()));
+  Tensor gout, f, k, j, w;
+  {
+    NoGradGuard ng;
+    gout = gout_in.contiguous(), f = f_in.contiguous(), k = k_in.contiguous(), j = j_in.contiguous(),
+    w = w_in.contiguous();
+  }
+  const Dims d{T, B, H};
+  Tensor out = empty({T, B, 5 * H}, gout.dtype()), us = empty({T, B, H}, gout.dtype());
+  Tensor eh = zeros({B, H}, gout.dtype());
+  dispatch_float(gout.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    for_batch_rows(d, 4 * H, [&](Rows rows) {
+      lstm_grad_forward<scalar_t>(d, rows, gout.data<scalar_t>(), f.data<scalar_t>(), k.data<scalar_t>(),
+                                  j.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(), us.data<scalar_t>(),
+                                  eh.data<scalar_t>());
+    });
+  });
+  if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, f_in, k_in, j_in, w_in)) {
+    n->save(gout_in);  // LstmGradSaved::kGout
+    n->save(f_in);     // kForget
+    n->save(k_in);     // kK
+    n->save(j_in);     // kJ
+    n->save(w_in);     // kWeight
+    n->save(out);      // kOutput
+    n->save(us);       // kU
   }
   return out;
 }

@@ -28,6 +28,13 @@ Tensor rnn_tanh_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h
 /// -> (2,T,B,H): [h_t; c_t] with c_t = sig(f) c_{t-1} + sig(i) tanh(g), h_t = sig(o) tanh(c_t)
 Tensor lstm_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
 
+/// The backward recursion of lstm_recurrence as a differentiable op (what its
+/// recorded backward builds on): gout (2,T,B,H) the gradients of [h_t; c_t],
+/// f (T,B,H) the forget gates, k (T,B,H) = o (1 - tanh^2 c_t),
+/// j (T,B,4H) = [g i(1-i), c_{t-1} f(1-f), i (1-g^2), tanh(c_t) o(1-o)], w_hh (4H,H)
+/// -> (T,B,5H): [dA_t; dc_t], dA_t the gradient of the pre-activation gates.
+Tensor lstm_recurrence_grad(const Tensor& gout, const Tensor& f, const Tensor& k, const Tensor& j, const Tensor& w_hh);
+
 /// xp (T,B,3H) = x W_ih^T + b_ih (gates r, z, n), w_hh (3H,H), b_hh (3H) or undefined, h0 (B,H)
 /// -> (T,B,H): r, z = sig(xp_rz + h W_hrz^T + b_hrz); n = tanh(xp_n + r (h W_hn^T + b_hn));
 ///             h_t = (1 - z) n + z h_{t-1}
