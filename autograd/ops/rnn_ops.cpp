@@ -108,6 +108,16 @@ Dims check_recurrence(std::string_view op, int64_t gates, const Tensor& xp, cons
   return {T, B, H};
 }
 
+// Each of `others` (a tensor and its name) is defined and has the dtype of first (named first_name).
+void check_same_dtypes(std::string_view op, const Tensor& first, const char* first_name,
+                       std::initializer_list<std::pair<const Tensor*, const char*>> others) {
+  for (auto [t, name] : others) {
+    detail::check_defined(op, *t, name);
+    if (t->dtype() != first.dtype())
+      throw DTypeError(fmt::format("{}: {} is {}, {} is {}", op, name, dtype_name(t->dtype()), first_name,
+                                   dtype_name(first.dtype())));
+  }
+}
 Tensor contig(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
 template <class S>
 S* ptr(const Tensor& t) {
@@ -127,14 +137,18 @@ Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* 
 }
 
 // ---- Recorded backward (create_graph). Each backward also has a form in
-// tensor ops, taken when it is recorded: the kernel's recursion step by step,
-// with h_t (and c_t) read from the output, which is then attached to this
-// node, and the gates recomputed from the saved xp. Every op used is
-// differentiable again, so the gradients are, to any order. Per-step slices
-// make its own backward O(T^2); it only runs for higher derivatives. Forward
-// saves the inputs themselves, not its contiguous copies, so that they carry
-// their graph into it; the plain backward makes them contiguous (a no-op for
-// the usual contiguous weights and states).
+// tensor ops, taken when it is recorded, with h_t (and c_t) read from the
+// output, which is then attached to this node, and the gates recomputed from
+// the saved xp. For the tanh RNN and the LSTM, whatever does not depend on the
+// incoming gradient is computed for all steps at once and the recursion
+// through time is one op of its own (rnn_tanh_recurrence_grad,
+// lstm_recurrence_grad) with a fused kernel for its backward: a Hessian-vector
+// product costs a few fused passes. The GRU's runs the recursion step by step
+// (per-step slices make its own backward O(T^2)). Every op used is
+// differentiable again, so the gradients are, to any order. Forward saves the
+// inputs themselves, not its contiguous copies, so that they carry their graph
+// into it; the plain backward makes them contiguous (a no-op for the usual
+// contiguous weights and states).
 
 // The state before step t of states (T,B,H): row t-1, or the initial state
 // (zeros when not given).
@@ -233,25 +247,16 @@ static void rnn_tanh_backward_kernel(const Dims& d, Rows rows, const S* gout, co
   }
 }
 
-// Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T, so
-//   da_t = (g_t + dh_t) (1 - h_t^2),  dh_{t-1} = da_t W,  dW = sum_t da_t^T h_{t-1},
-// dh_t being the gradient reaching h_t from step t+1.
+// Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T; the slope 1 - h_t^2
+// for all steps at once, the recursion through time one
+// rnn_tanh_recurrence_grad node, dW = sum_t da_t^T h_{t-1} one GEMM.
 static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(RnnTanhSaved::kWeight), h0 = n.saved_tensor(RnnTanhSaved::kH0);
   const Tensor out = n.saved_tensor(RnnTanhSaved::kOutput);
-  const int64_t T = out.size(0);
-  std::vector<Tensor> da(T), hprev(T);
-  Tensor dh;
-  for (int64_t t = T; t-- > 0;) {
-    const Tensor h = select(out, 0, t);
-    hprev[t] = previous(out, h0, t);
-    da[t] = mul(plus(select(grad, 0, t), dh), rsub(1.0, mul(h, h)));
-    if (t > 0 || n.needs(2)) dh = matmul(da[t], w);
-  }
-  const Tensor dA = stack(da, 0);
+  const Tensor dA = rnn_tanh_recurrence_grad(grad, rsub(1.0, mul(out, out)), w);
   if (n.needs(0)) gin[0] = dA;
-  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, stack(hprev, 0));
-  if (n.needs(2)) gin[2] = dh;
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, previous_states(out, h0));
+  if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
 }
 
 static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
@@ -300,6 +305,158 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
     n->save(w_in);   // RnnTanhSaved::kWeight
     n->save(h0_in);  // kH0
     n->save(out);    // kOutput
+  }
+  return out;
+}
+
+// ============================ rnn_tanh_recurrence_grad ============================
+// The tanh RNN's backward recursion through time as an op of its own (see
+// lstm_recurrence_grad for why). With g the gradient of the output and k the
+// slope 1 - h_t^2, going t = T-1 .. 0 with e = 0:
+//   u_t = g_t + e,  D_t = u_t k_t,  e = D_t W
+// and the output is D (T,B,H). Its backward, t = 0 .. T-1, with U_t the total
+// gradient of u_t (U_{-1} = 0):
+//   D~_t = dD_t + U_{t-1} W^T,  U_t = D~_t k_t
+// gives d g_t = U_t, d k_t = D~_t u_t, dW = sum_{t>0} D_t^T U_{t-1}.
+namespace {
+struct RnnGradSaved {
+  enum : size_t { kGrad, kK, kWeight, kOutput, kU };  // u_t (T,B,H), computed by forward
+};
+}  // namespace
+
+template <class S>
+static void rnn_grad_forward(const Dims& d, Rows rows, const S* g, const S* k, const S* w, S* out, S* us, S* eh) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
+  S* e = eh + rows.first * H;
+  for (int64_t t = T; t-- > 0;) {
+    const int64_t at = (t * B + rows.first) * H;
+    const S *gt = g + at, *kt = k + at;
+    S *D = out + at, *u = us + at;
+#pragma omp simd
+    for (int64_t i = 0; i < n * H; ++i) {
+      u[i] = gt[i] + e[i];
+      D[i] = u[i] * kt[i];
+    }
+    if (t > 0) gemm(false, false, n, H, H, S(1), D, H, w, H, S(0), e, H);
+  }
+}
+
+template <class S>
+static void rnn_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* k, const S* w, const S* us, S* dg,
+                             S* dk, S* dt) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
+  S* dtil = dt + rows.first * H;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t at = (t * B + rows.first) * H;
+    const S *kt = k + at, *u = us + at;
+    S *U = dg + at, *dkt = dk + at;
+    std::copy_n(gy + at, n * H, dtil);
+    if (t > 0) gemm(false, true, n, H, H, S(1), U - B * H, H, w, H, S(1), dtil, H);
+#pragma omp simd
+    for (int64_t i = 0; i < n * H; ++i) {
+      U[i] = dtil[i] * kt[i];
+      dkt[i] = dtil[i] * u[i];
+    }
+  }
+}
+
+// Recorded (third and higher derivatives of the RNN): the adjoint above in
+// tensor ops, step by step, with u_t recomputed from the output.
+static void rnn_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor g = n.saved_tensor(RnnGradSaved::kGrad), k = n.saved_tensor(RnnGradSaved::kK);
+  const Tensor w = n.saved_tensor(RnnGradSaved::kWeight), D = n.saved_tensor(RnnGradSaved::kOutput);
+  const int64_t T = D.size(0), B = D.size(1), H = D.size(2);
+  Tensor u = g;  // u_t = g_t + D_{t+1} W (no D_T)
+  if (T > 1)
+    u = add(u, concat({reshape(matmul(reshape(narrow(D, 0, 1, T - 1), {(T - 1) * B, H}), w), {T - 1, B, H}),
+                       zeros({1, B, H}, D.dtype())},
+                      0));
+  const Tensor wt = transpose(w, 0, 1);
+  std::vector<Tensor> dg(T), dk(T);
+  for (int64_t t = 0; t < T; ++t) {
+    Tensor dtil = select(grad, 0, t);
+    if (t > 0) dtil = add(dtil, matmul(dg[t - 1], wt));
+    dg[t] = mul(dtil, select(k, 0, t));
+    dk[t] = mul(dtil, select(u, 0, t));
+  }
+  const Tensor dU = stack(dg, 0);
+  if (n.needs(0)) gin[0] = dU;
+  if (n.needs(1)) gin[1] = stack(dk, 0);
+  if (n.needs(2))  // zero for one step, as a product so that it stays in the graph
+    gin[2] = T > 1 ? weight_grad_recorded(narrow(D, 0, 1, T - 1), narrow(dU, 0, 0, T - 1)) : mul(w, 0.0);
+}
+
+static void rnn_tanh_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return rnn_grad_backward_recorded(n, grad, gin);
+  const Tensor k = contig(n.saved_tensor(RnnGradSaved::kK)), w = contig(n.saved_tensor(RnnGradSaved::kWeight));
+  const Tensor D = n.saved_tensor(RnnGradSaved::kOutput), us = n.saved_tensor(RnnGradSaved::kU);
+  const Dims d{D.size(0), D.size(1), D.size(2)};
+  const Tensor gy = grad.contiguous();
+  Tensor dg = empty(D.shape(), D.dtype()), dk = empty(D.shape(), D.dtype());
+  Tensor scratch = empty({d.B, d.H}, D.dtype());
+  dispatch_float(D.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    for_batch_rows(d, d.H, [&](Rows rows) {
+      rnn_grad_adjoint<scalar_t>(d, rows, gy.data<scalar_t>(), k.data<scalar_t>(), w.data<scalar_t>(),
+                                 us.data<scalar_t>(), dg.data<scalar_t>(), dk.data<scalar_t>(), scratch.data<scalar_t>());
+    });
+    if (n.needs(2)) {
+      // dW (H,H) = sum_{t>0} D_t^T U_{t-1}.
+      Tensor dW = zeros({d.H, d.H}, D.dtype());
+      if (d.T > 1)
+        gemm(true, false, d.H, d.H, (d.T - 1) * d.B, scalar_t(1), D.data<scalar_t>() + d.B * d.H, d.H,
+             dg.data<scalar_t>(), d.H, scalar_t(0), dW.data<scalar_t>(), d.H);
+      gin[2] = dW;
+    }
+  });
+  if (n.needs(0)) gin[0] = dg;
+  if (n.needs(1)) gin[1] = dk;
+}
+static const OpDef rnn_tanh_recurrence_grad_op(
+    "rnn_tanh_recurrence_grad", 3, "rnn_tanh_recurrence_grad(g (T,B,H), k (T,B,H), w_hh (H,H)) -> (T,B,H)",
+    "g, k, w_hh, output, u (T,B,H)", rnn_tanh_recurrence_grad_backward, [] {
+      using samples::uniform;
+      const int64_t T = 3, B = 2, H = 3;
+      auto fn = [](const std::vector<Tensor>& x) { return rnn_tanh_recurrence_grad(x[0], x[1], x[2]); };
+      return std::vector<OpSample>{
+          {"T=3 B=2 H=3", {uniform({T, B, H}, 221), uniform({T, B, H}, 222, 0, 1), uniform({H, H}, 223)}, fn},
+          {"one step, non-contiguous k",
+           {uniform({1, B, H}, 224), samples::strided({1, B, H}, 225, 0, 1), uniform({H, H}, 226)},
+           fn},
+      };
+    });
+
+Tensor rnn_tanh_recurrence_grad(const Tensor& g_in, const Tensor& k_in, const Tensor& w_in) {
+  ProfileScope prof(rnn_tanh_recurrence_grad_op.name);
+  const std::string_view op = rnn_tanh_recurrence_grad_op.name;
+  detail::check_floating(op, g_in, "g");
+  check_same_dtypes(op, g_in, "g", {{&k_in, "k"}, {&w_in, "w_hh"}});
+  if (g_in.dim() != 3 || g_in.size(0) < 1)
+    throw ShapeError(fmt::format("{}: g {} must be (T,B,H) with T >= 1", op, g_in.shape()));
+  const int64_t T = g_in.size(0), B = g_in.size(1), H = g_in.size(2);
+  if (!(k_in.shape() == g_in.shape()) || !(w_in.shape() == Shape{H, H}))
+    throw ShapeError(fmt::format("{}: for g {}, k {} must be (T,B,H) and w_hh {} (H,H)", op, g_in.shape(),
+                                 k_in.shape(), w_in.shape()));
+  Tensor g, k, w;
+  {
+    NoGradGuard ng;
+    g = g_in.contiguous(), k = k_in.contiguous(), w = w_in.contiguous();
+  }
+  const Dims d{T, B, H};
+  Tensor out = empty({T, B, H}, g.dtype()), us = empty({T, B, H}, g.dtype()), eh = zeros({B, H}, g.dtype());
+  dispatch_float(g.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    for_batch_rows(d, H, [&](Rows rows) {
+      rnn_grad_forward<scalar_t>(d, rows, g.data<scalar_t>(), k.data<scalar_t>(), w.data<scalar_t>(),
+                                 out.data<scalar_t>(), us.data<scalar_t>(), eh.data<scalar_t>());
+    });
+  });
+  if (Node* n = record(rnn_tanh_recurrence_grad_op, out, g_in, k_in, w_in)) {
+    n->save(g_in);  // RnnGradSaved::kGrad
+    n->save(k_in);  // kK
+    n->save(w_in);  // kWeight
+    n->save(out);   // kOutput
+    n->save(us);    // kU
   }
   return out;
 }
@@ -667,11 +824,7 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& f_in, const Ten
   ProfileScope prof(lstm_recurrence_grad_op.name);
   const std::string_view op = lstm_recurrence_grad_op.name;
   detail::check_floating(op, gout_in, "gout");
-  for (auto [t, name] : {std::pair{&f_in, "f"}, {&k_in, "k"}, {&j_in, "j"}, {&w_in, "w_hh"}}) {
-    detail::check_defined(op, *t, name);
-    if (t->dtype() != gout_in.dtype())
-      throw DTypeError(fmt::format("{}: {} is {}, gout is {}", op, name, dtype_name(t->dtype()), dtype_name(gout_in.dtype())));
-  }
+  check_same_dtypes(op, gout_in, "gout", {{&f_in, "f"}, {&k_in, "k"}, {&j_in, "j"}, {&w_in, "w_hh"}});
   if (gout_in.dim() != 4 || gout_in.size(0) != 2 || gout_in.size(1) < 1)
     throw ShapeError(fmt::format("{}: gout {} must be (2,T,B,H) with T >= 1", op, gout_in.shape()));
   const int64_t T = gout_in.size(1), B = gout_in.size(2), H = gout_in.size(3);

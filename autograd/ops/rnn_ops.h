@@ -10,9 +10,11 @@
 /// Why one op and not one per step: a step reads row block t of xp, and on
 /// this tape the gradient of a slice has its input's full shape, so per-step
 /// slices would cost O(T^2) in backward.
-/// A recorded backward (create_graph) runs the same recursion in tensor ops
-/// instead, so the gradients are differentiable again; for it the LSTM and GRU
-/// also save xp, from which it recomputes the gates.
+/// A recorded backward (create_graph) is written in differentiable ops
+/// instead, so the gradients are differentiable again: for the tanh RNN and
+/// the LSTM the recursion through time is an op of its own (the *_grad ops
+/// below), for the GRU tensor ops step by step; the LSTM and GRU also save xp,
+/// from which it recomputes the gates.
 ///
 /// Everything is time-major (T,B,...); gate order as torch.nn. A missing
 /// (undefined) initial state means zeros.
@@ -23,6 +25,11 @@ namespace tg {
 /// xp (T,B,H) = x W_ih^T + b_ih + b_hh, w_hh (H,H), h0 (B,H)
 /// -> (T,B,H): h_t = tanh(xp_t + h_{t-1} W_hh^T)
 Tensor rnn_tanh_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor());
+
+/// The backward recursion of rnn_tanh_recurrence as a differentiable op (what
+/// its recorded backward builds on): g (T,B,H) the gradient of the output,
+/// k (T,B,H) = 1 - h_t^2, w_hh (H,H) -> (T,B,H), the gradient of the pre-activations.
+Tensor rnn_tanh_recurrence_grad(const Tensor& g, const Tensor& k, const Tensor& w_hh);
 
 /// xp (T,B,4H) = x W_ih^T + b_ih + b_hh (gates i, f, g, o), w_hh (4H,H), h0 and c0 (B,H)
 /// -> (2,T,B,H): [h_t; c_t] with c_t = sig(f) c_{t-1} + sig(i) tanh(g), h_t = sig(o) tanh(c_t)
