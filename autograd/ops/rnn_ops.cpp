@@ -137,25 +137,17 @@ Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* 
 }
 
 // ---- Recorded backward (create_graph). Each backward also has a form in
-// tensor ops, taken when it is recorded, with h_t (and c_t) read from the
-// output, which is then attached to this node, and the gates recomputed from
-// the saved xp. For the tanh RNN and the LSTM, whatever does not depend on the
-// incoming gradient is computed for all steps at once and the recursion
-// through time is one op of its own (rnn_tanh_recurrence_grad,
-// lstm_recurrence_grad) with a fused kernel for its backward: a Hessian-vector
-// product costs a few fused passes. The GRU's runs the recursion step by step
-// (per-step slices make its own backward O(T^2)). Every op used is
-// differentiable again, so the gradients are, to any order. Forward saves the
-// inputs themselves, not its contiguous copies, so that they carry their graph
-// into it; the plain backward makes them contiguous (a no-op for the usual
-// contiguous weights and states).
+// differentiable ops, taken when it is recorded, with h_t (and c_t) read from
+// the output, which is then attached to this node, and the gates recomputed
+// from the saved xp. Whatever does not depend on the incoming gradient is
+// computed for all steps at once; the recursion through time is one op of its
+// own (gated_recurrence_grad, lstm_recurrence_grad) with a fused kernel for its
+// backward, so a Hessian-vector product costs a few fused passes. Every op
+// used is differentiable again, so the gradients are, to any order. Forward
+// saves the inputs themselves, not its contiguous copies, so that they carry
+// their graph into it; the plain backward makes them contiguous (a no-op for
+// the usual contiguous weights and states).
 
-// The state before step t of states (T,B,H): row t-1, or the initial state
-// (zeros when not given).
-Tensor previous(const Tensor& states, const Tensor& init, int64_t t) {
-  if (t > 0) return select(states, 0, t - 1);
-  return init.defined() ? init : zeros({states.size(1), states.size(2)}, states.dtype());
-}
 // The states before every step, (T,B,H): the initial state (zeros when not
 // given), then rows 0..T-2 of states.
 Tensor previous_states(const Tensor& states, const Tensor& init) {
@@ -163,8 +155,6 @@ Tensor previous_states(const Tensor& states, const Tensor& init) {
   const Tensor first = reshape(init.defined() ? init : zeros({B, H}, states.dtype()), {1, B, H});
   return T == 1 ? first : concat({first, narrow(states, 0, 0, T - 1)}, 0);
 }
-// a + b, with b undefined meaning zero (no gradient from a later step yet).
-Tensor plus(const Tensor& a, const Tensor& b) { return b.defined() ? add(a, b) : a; }
 // The derivative of the sigmoid from its value s: s (1 - s).
 Tensor sigmoid_slope(const Tensor& s) { return mul(s, rsub(1.0, s)); }
 // dW (G,H) = sum_t dG_t^T h_{t-1} from dG (T,B,G) and the previous states (T,B,H).
@@ -247,13 +237,15 @@ static void rnn_tanh_backward_kernel(const Dims& d, Rows rows, const S* gout, co
   }
 }
 
-// Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T; the slope 1 - h_t^2
-// for all steps at once, the recursion through time one
-// rnn_tanh_recurrence_grad node, dW = sum_t da_t^T h_{t-1} one GEMM.
+// Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T; with k = 1 - h_t^2
+// for all steps at once, the gradient u_t reaching h_t is one
+// gated_recurrence_grad node (u_t = g_t + (u_{t+1} k_{t+1}) W), and
+// da = u k, dW = sum_t da_t^T h_{t-1} (one GEMM), dh0 = da_0 W.
 static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(RnnTanhSaved::kWeight), h0 = n.saved_tensor(RnnTanhSaved::kH0);
   const Tensor out = n.saved_tensor(RnnTanhSaved::kOutput);
-  const Tensor dA = rnn_tanh_recurrence_grad(grad, rsub(1.0, mul(out, out)), w);
+  const Tensor k = rsub(1.0, mul(out, out));
+  const Tensor dA = mul(gated_recurrence_grad(grad, Tensor(), k, w), k);
   if (n.needs(0)) gin[0] = dA;
   if (n.needs(1)) gin[1] = weight_grad_recorded(dA, previous_states(out, h0));
   if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
@@ -309,156 +301,225 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
   return out;
 }
 
-// ============================ rnn_tanh_recurrence_grad ============================
-// The tanh RNN's backward recursion through time as an op of its own (see
-// lstm_recurrence_grad for why). With g the gradient of the output and k the
-// slope 1 - h_t^2, going t = T-1 .. 0 with e = 0:
-//   u_t = g_t + e,  D_t = u_t k_t,  e = D_t W
-// and the output is D (T,B,H). Its backward, t = 0 .. T-1, with U_t the total
-// gradient of u_t (U_{-1} = 0):
-//   D~_t = dD_t + U_{t-1} W^T,  U_t = D~_t k_t
-// gives d g_t = U_t, d k_t = D~_t u_t, dW = sum_{t>0} D_t^T U_{t-1}.
+// ============================ gated_recurrence_grad ============================
+// The backward recursion through time of a recurrence with one state, the
+// tanh RNN's and the GRU's, as an op of its own (see lstm_recurrence_grad for
+// why). With g (T,B,H) the gradient of the output, a (T,B,H) the state's
+// direct carry (the GRU's z; none for the RNN) and j (T,B,G) the slopes of the
+// G = Q H projected pre-activations, going t = T-1 .. 0:
+//   u_t = g_t + a_{t+1} u_{t+1} + P_{t+1} W,  P_t = u_t j_t  (B,G)
+// u_t spread over the Q gate blocks of j_t. The output is u (T,B,H), the
+// gradient reaching h_t. Its backward, t = 0 .. T-1, with U_t the total
+// gradient of u_t and R_t = U_{t-1} W^T (B,G) (both zero at t = 0):
+//   U_t = du_t + a_t U_{t-1} + sum_q R_t,q j_t,q
+// gives d g_t = U_t, d a_t = U_{t-1} u_t, d j_t,q = R_t,q u_t, dW = sum_{t>0} P_t^T U_{t-1}.
 namespace {
-struct RnnGradSaved {
-  enum : size_t { kGrad, kK, kWeight, kOutput, kU };  // u_t (T,B,H), computed by forward
+struct GatedGradSaved {
+  enum : size_t { kGrad, kCarry, kSlopes, kWeight, kOutput, kP };  // a may be undefined; P (T,B,G) from forward
 };
 }  // namespace
 
 template <class S>
-static void rnn_grad_forward(const Dims& d, Rows rows, const S* g, const S* k, const S* w, S* out, S* us, S* eh) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
-  S* e = eh + rows.first * H;
+static void gated_grad_forward(const Dims& d, int64_t G, Rows rows, const S* g, const S* a, const S* j, const S* w,
+                               S* us, S* ps, S* eh) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, Q = G / H;
+  S* e = eh + rows.first * H;  // P_{t+1} W
   for (int64_t t = T; t-- > 0;) {
-    const int64_t at = (t * B + rows.first) * H;
-    const S *gt = g + at, *kt = k + at;
-    S *D = out + at, *u = us + at;
+    const int64_t r = t * B + rows.first;
+    const S *gt = g + r * H, *jt = j + r * G;
+    const S* an = t + 1 < T && a ? a + (r + B) * H : nullptr;  // a_{t+1}
+    S *u = us + r * H, *P = ps + r * G;
+    const S* un = t + 1 < T ? u + B * H : nullptr;  // u_{t+1}
 #pragma omp simd
-    for (int64_t i = 0; i < n * H; ++i) {
-      u[i] = gt[i] + e[i];
-      D[i] = u[i] * kt[i];
-    }
-    if (t > 0) gemm(false, false, n, H, H, S(1), D, H, w, H, S(0), e, H);
+    for (int64_t i = 0; i < n * H; ++i) u[i] = gt[i] + (un ? e[i] + (an ? an[i] * un[i] : S(0)) : S(0));
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t q = 0; q < Q; ++q) {
+        const S *ub = u + b * H, *jb = jt + b * G + q * H;
+        S* pb = P + b * G + q * H;
+#pragma omp simd
+        for (int64_t i = 0; i < H; ++i) pb[i] = ub[i] * jb[i];
+      }
+    if (t > 0) gemm(false, false, n, H, G, S(1), P, G, w, H, S(0), e, H);
   }
 }
 
+// rt (B,G) is scratch.
 template <class S>
-static void rnn_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* k, const S* w, const S* us, S* dg,
-                             S* dk, S* dt) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
-  S* dtil = dt + rows.first * H;
+static void gated_grad_adjoint(const Dims& d, int64_t G, Rows rows, const S* gy, const S* a, const S* j, const S* w,
+                               const S* us, S* dg, S* da, S* dj, S* rt) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, Q = G / H;
+  S* R = rt + rows.first * G;
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t at = (t * B + rows.first) * H;
-    const S *kt = k + at, *u = us + at;
-    S *U = dg + at, *dkt = dk + at;
-    std::copy_n(gy + at, n * H, dtil);
-    if (t > 0) gemm(false, true, n, H, H, S(1), U - B * H, H, w, H, S(1), dtil, H);
+    const int64_t r = t * B + rows.first;
+    const S *jt = j + r * G, *u = us + r * H, *at = a ? a + r * H : nullptr;
+    S *U = dg + r * H, *dat = da ? da + r * H : nullptr, *djt = dj + r * G;
+    std::copy_n(gy + r * H, n * H, U);
+    if (t == 0) {
+      if (dat) std::fill_n(dat, n * H, S(0));
+      std::fill_n(djt, n * G, S(0));
+      continue;
+    }
+    const S* Up = U - B * H;  // U_{t-1}
+    gemm(false, true, n, G, H, S(1), Up, H, w, H, S(0), R, G);
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t x = b * H;
+      for (int64_t q = 0; q < Q; ++q) {
+        const S *Rb = R + b * G + q * H, *jb = jt + b * G + q * H;
+        S* djb = djt + b * G + q * H;
 #pragma omp simd
-    for (int64_t i = 0; i < n * H; ++i) {
-      U[i] = dtil[i] * kt[i];
-      dkt[i] = dtil[i] * u[i];
+        for (int64_t i = 0; i < H; ++i) {
+          U[x + i] += Rb[i] * jb[i];
+          djb[i] = Rb[i] * u[x + i];
+        }
+      }
+      if (at) {
+#pragma omp simd
+        for (int64_t i = 0; i < H; ++i) {
+          U[x + i] += at[x + i] * Up[x + i];
+          dat[x + i] = Up[x + i] * u[x + i];
+        }
+      }
     }
   }
 }
 
-// Recorded (third and higher derivatives of the RNN): the adjoint above in
-// tensor ops, step by step, with u_t recomputed from the output.
-static void rnn_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor g = n.saved_tensor(RnnGradSaved::kGrad), k = n.saved_tensor(RnnGradSaved::kK);
-  const Tensor w = n.saved_tensor(RnnGradSaved::kWeight), D = n.saved_tensor(RnnGradSaved::kOutput);
-  const int64_t T = D.size(0), B = D.size(1), H = D.size(2);
-  Tensor u = g;  // u_t = g_t + D_{t+1} W (no D_T)
-  if (T > 1)
-    u = add(u, concat({reshape(matmul(reshape(narrow(D, 0, 1, T - 1), {(T - 1) * B, H}), w), {T - 1, B, H}),
-                       zeros({1, B, H}, D.dtype())},
-                      0));
+// u (...,H) spread over the Q = G/H gate blocks of j (...,G), times j.
+Tensor spread_mul(const Tensor& u, const Tensor& j) {
+  const int64_t H = u.size(-1), Q = j.size(-1) / H;
+  Shape us = u.shape(), js = u.shape();  // (...,1,H) and (...,Q,H)
+  us.insert(us.size() - 1, 1);
+  js.insert(js.size() - 1, Q);
+  return reshape(mul(reshape(u, us), reshape(j, js)), j.shape());
+}
+// sum_q R_q j_q over the Q gate blocks of R, j (...,G) -> (...,H).
+Tensor gate_sum(const Tensor& R, const Tensor& j, int64_t H) {
+  Shape s = R.shape();  // (...,Q,H)
+  s[s.size() - 1] = R.size(-1) / H;
+  s.push_back(H);
+  return sum(reshape(mul(R, j), s), {static_cast<int64_t>(s.size()) - 2});
+}
+
+// Recorded (third and higher derivatives): the adjoint above in tensor ops,
+// step by step; P recomputed from the output.
+static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor a = n.saved_tensor(GatedGradSaved::kCarry), j = n.saved_tensor(GatedGradSaved::kSlopes);
+  const Tensor w = n.saved_tensor(GatedGradSaved::kWeight), u = n.saved_tensor(GatedGradSaved::kOutput);
+  const int64_t T = u.size(0), H = u.size(2);
   const Tensor wt = transpose(w, 0, 1);
-  std::vector<Tensor> dg(T), dk(T);
+  std::vector<Tensor> dg(T), da(T), dj(T);
   for (int64_t t = 0; t < T; ++t) {
-    Tensor dtil = select(grad, 0, t);
-    if (t > 0) dtil = add(dtil, matmul(dg[t - 1], wt));
-    dg[t] = mul(dtil, select(k, 0, t));
-    dk[t] = mul(dtil, select(u, 0, t));
+    const Tensor ut = select(u, 0, t), jt = select(j, 0, t);
+    if (t == 0) {
+      dg[0] = select(grad, 0, 0);
+      da[0] = mul(ut, 0.0);  // zero, kept in the graph
+      dj[0] = mul(jt, 0.0);
+      continue;
+    }
+    const Tensor R = matmul(dg[t - 1], wt);
+    dg[t] = add(select(grad, 0, t), gate_sum(R, jt, H));
+    if (a.defined()) dg[t] = add(dg[t], mul(select(a, 0, t), dg[t - 1]));
+    da[t] = mul(dg[t - 1], ut);
+    dj[t] = spread_mul(ut, R);
   }
   const Tensor dU = stack(dg, 0);
   if (n.needs(0)) gin[0] = dU;
-  if (n.needs(1)) gin[1] = stack(dk, 0);
-  if (n.needs(2))  // zero for one step, as a product so that it stays in the graph
-    gin[2] = T > 1 ? weight_grad_recorded(narrow(D, 0, 1, T - 1), narrow(dU, 0, 0, T - 1)) : mul(w, 0.0);
+  if (n.needs(1)) gin[1] = stack(da, 0);
+  if (n.needs(2)) gin[2] = stack(dj, 0);
+  if (n.needs(3))  // zero for one step, as a product so that it stays in the graph
+    gin[3] = T > 1 ? weight_grad_recorded(spread_mul(narrow(u, 0, 1, T - 1), narrow(j, 0, 1, T - 1)),
+                                          narrow(dU, 0, 0, T - 1))
+                   : mul(w, 0.0);
 }
 
-static void rnn_tanh_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  if (grad_enabled()) return rnn_grad_backward_recorded(n, grad, gin);
-  const Tensor k = contig(n.saved_tensor(RnnGradSaved::kK)), w = contig(n.saved_tensor(RnnGradSaved::kWeight));
-  const Tensor D = n.saved_tensor(RnnGradSaved::kOutput), us = n.saved_tensor(RnnGradSaved::kU);
-  const Dims d{D.size(0), D.size(1), D.size(2)};
+static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return gated_grad_backward_recorded(n, grad, gin);
+  const Tensor a = contig(n.saved_tensor(GatedGradSaved::kCarry)), j = contig(n.saved_tensor(GatedGradSaved::kSlopes));
+  const Tensor w = contig(n.saved_tensor(GatedGradSaved::kWeight)), u = n.saved_tensor(GatedGradSaved::kOutput);
+  const Tensor P = n.saved_tensor(GatedGradSaved::kP);
+  const Dims d{u.size(0), u.size(1), u.size(2)};
+  const int64_t G = j.size(2);
   const Tensor gy = grad.contiguous();
-  Tensor dg = empty(D.shape(), D.dtype()), dk = empty(D.shape(), D.dtype());
-  Tensor scratch = empty({d.B, d.H}, D.dtype());
-  dispatch_float(D.dtype(), n.op->name, [&](auto tag) {
+  Tensor dg = empty(u.shape(), u.dtype()), dj = empty(j.shape(), u.dtype());
+  Tensor da = a.defined() ? empty(u.shape(), u.dtype()) : Tensor();
+  Tensor scratch = empty({d.B, G}, u.dtype());
+  dispatch_float(u.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    for_batch_rows(d, d.H, [&](Rows rows) {
-      rnn_grad_adjoint<scalar_t>(d, rows, gy.data<scalar_t>(), k.data<scalar_t>(), w.data<scalar_t>(),
-                                 us.data<scalar_t>(), dg.data<scalar_t>(), dk.data<scalar_t>(), scratch.data<scalar_t>());
+    for_batch_rows(d, G, [&](Rows rows) {
+      gated_grad_adjoint<scalar_t>(d, G, rows, gy.data<scalar_t>(), ptr<scalar_t>(a), j.data<scalar_t>(),
+                                   w.data<scalar_t>(), u.data<scalar_t>(), dg.data<scalar_t>(), ptr<scalar_t>(da),
+                                   dj.data<scalar_t>(), scratch.data<scalar_t>());
     });
-    if (n.needs(2)) {
-      // dW (H,H) = sum_{t>0} D_t^T U_{t-1}.
-      Tensor dW = zeros({d.H, d.H}, D.dtype());
+    if (n.needs(3)) {
+      // dW (G,H) = sum_{t>0} P_t^T U_{t-1}.
+      Tensor dW = zeros({G, d.H}, u.dtype());
       if (d.T > 1)
-        gemm(true, false, d.H, d.H, (d.T - 1) * d.B, scalar_t(1), D.data<scalar_t>() + d.B * d.H, d.H,
+        gemm(true, false, G, d.H, (d.T - 1) * d.B, scalar_t(1), P.data<scalar_t>() + d.B * G, G,
              dg.data<scalar_t>(), d.H, scalar_t(0), dW.data<scalar_t>(), d.H);
-      gin[2] = dW;
+      gin[3] = dW;
     }
   });
   if (n.needs(0)) gin[0] = dg;
-  if (n.needs(1)) gin[1] = dk;
+  if (n.needs(1)) gin[1] = da;
+  if (n.needs(2)) gin[2] = dj;
 }
-static const OpDef rnn_tanh_recurrence_grad_op(
-    "rnn_tanh_recurrence_grad", 3, "rnn_tanh_recurrence_grad(g (T,B,H), k (T,B,H), w_hh (H,H)) -> (T,B,H)",
-    "g, k, w_hh, output, u (T,B,H)", rnn_tanh_recurrence_grad_backward, [] {
+static const OpDef gated_recurrence_grad_op(
+    "gated_recurrence_grad", 4,
+    "gated_recurrence_grad(g (T,B,H), a (T,B,H) or undefined, j (T,B,QH), w_hh (QH,H)) -> u (T,B,H)",
+    "a, j, w_hh, output, P = u j (T,B,QH)", gated_recurrence_grad_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
-      auto fn = [](const std::vector<Tensor>& x) { return rnn_tanh_recurrence_grad(x[0], x[1], x[2]); };
       return std::vector<OpSample>{
-          {"T=3 B=2 H=3", {uniform({T, B, H}, 221), uniform({T, B, H}, 222, 0, 1), uniform({H, H}, 223)}, fn},
-          {"one step, non-contiguous k",
-           {uniform({1, B, H}, 224), samples::strided({1, B, H}, 225, 0, 1), uniform({H, H}, 226)},
-           fn},
+          {"GRU-shaped, Q=3",
+           {uniform({T, B, H}, 221), uniform({T, B, H}, 222, 0, 1), uniform({T, B, 3 * H}, 223),
+            uniform({3 * H, H}, 224)},
+           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], x[1], x[2], x[3]); }},
+          {"RNN-shaped, no carry, Q=1",
+           {uniform({T, B, H}, 225), uniform({T, B, H}, 226, 0, 1), uniform({H, H}, 227)},
+           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], Tensor(), x[1], x[2]); }},
+          {"one step, non-contiguous j",
+           {uniform({1, B, H}, 228), uniform({1, B, H}, 229, 0, 1), samples::strided({1, B, 2 * H}, 230),
+            uniform({2 * H, H}, 231)},
+           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], x[1], x[2], x[3]); }},
       };
     });
 
-Tensor rnn_tanh_recurrence_grad(const Tensor& g_in, const Tensor& k_in, const Tensor& w_in) {
-  ProfileScope prof(rnn_tanh_recurrence_grad_op.name);
-  const std::string_view op = rnn_tanh_recurrence_grad_op.name;
+Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tensor& j_in, const Tensor& w_in) {
+  ProfileScope prof(gated_recurrence_grad_op.name);
+  const std::string_view op = gated_recurrence_grad_op.name;
   detail::check_floating(op, g_in, "g");
-  check_same_dtypes(op, g_in, "g", {{&k_in, "k"}, {&w_in, "w_hh"}});
-  if (g_in.dim() != 3 || g_in.size(0) < 1)
-    throw ShapeError(fmt::format("{}: g {} must be (T,B,H) with T >= 1", op, g_in.shape()));
+  check_same_dtypes(op, g_in, "g", {{&j_in, "j"}, {&w_in, "w_hh"}});
+  if (a_in.defined()) check_same_dtypes(op, g_in, "g", {{&a_in, "a"}});
+  if (g_in.dim() != 3 || g_in.size(0) < 1 || g_in.size(2) < 1)
+    throw ShapeError(fmt::format("{}: g {} must be (T,B,H) with T, H >= 1", op, g_in.shape()));
   const int64_t T = g_in.size(0), B = g_in.size(1), H = g_in.size(2);
-  if (!(k_in.shape() == g_in.shape()) || !(w_in.shape() == Shape{H, H}))
-    throw ShapeError(fmt::format("{}: for g {}, k {} must be (T,B,H) and w_hh {} (H,H)", op, g_in.shape(),
-                                 k_in.shape(), w_in.shape()));
-  Tensor g, k, w;
+  const int64_t G = j_in.dim() == 3 ? j_in.size(2) : 0;
+  if ((a_in.defined() && !(a_in.shape() == g_in.shape())) || j_in.dim() != 3 || j_in.size(0) != T ||
+      j_in.size(1) != B || G < H || G % H != 0 || !(w_in.shape() == Shape{G, H}))
+    throw ShapeError(fmt::format("{}: for g {}, a {} must be (T,B,H), j {} (T,B,QH) and w_hh {} (QH,H)", op,
+                                 g_in.shape(), a_in.defined() ? a_in.shape() : Shape{}, j_in.shape(), w_in.shape()));
+  Tensor g, a, j, w;
   {
     NoGradGuard ng;
-    g = g_in.contiguous(), k = k_in.contiguous(), w = w_in.contiguous();
+    g = g_in.contiguous(), a = contig(a_in), j = j_in.contiguous(), w = w_in.contiguous();
   }
   const Dims d{T, B, H};
-  Tensor out = empty({T, B, H}, g.dtype()), us = empty({T, B, H}, g.dtype()), eh = zeros({B, H}, g.dtype());
+  Tensor u = empty({T, B, H}, g.dtype()), P = empty({T, B, G}, g.dtype()), eh = zeros({B, H}, g.dtype());
   dispatch_float(g.dtype(), op, [&](auto tag) {
     using scalar_t = decltype(tag);
-    for_batch_rows(d, H, [&](Rows rows) {
-      rnn_grad_forward<scalar_t>(d, rows, g.data<scalar_t>(), k.data<scalar_t>(), w.data<scalar_t>(),
-                                 out.data<scalar_t>(), us.data<scalar_t>(), eh.data<scalar_t>());
+    for_batch_rows(d, G, [&](Rows rows) {
+      gated_grad_forward<scalar_t>(d, G, rows, g.data<scalar_t>(), ptr<scalar_t>(a), j.data<scalar_t>(),
+                                   w.data<scalar_t>(), u.data<scalar_t>(), P.data<scalar_t>(), eh.data<scalar_t>());
     });
   });
-  if (Node* n = record(rnn_tanh_recurrence_grad_op, out, g_in, k_in, w_in)) {
-    n->save(g_in);  // RnnGradSaved::kGrad
-    n->save(k_in);  // kK
+  if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
+    n->save(g_in);  // GatedGradSaved::kGrad
+    n->save(a_in);  // kCarry
+    n->save(j_in);  // kSlopes
     n->save(w_in);  // kWeight
-    n->save(out);   // kOutput
-    n->save(us);    // kU
+    n->save(u);     // kOutput
+    n->save(P);     // kP
   }
-  return out;
+  return u;
 }
 
 // ============================ lstm_recurrence ============================
@@ -953,40 +1014,33 @@ static void gru_backward_kernel(const Dims& d, Rows rows, const S* gout, const S
   }
 }
 
-// Recorded: p_t = h_{t-1} W^T + b_hh = [p_r p_z p_n], r = sig(xp_r + p_r),
-// z = sig(xp_z + p_z), n = tanh(xp_n + r p_n), h_t = (1-z) n + z h_{t-1}; with
-// dh = g_t + the gradient reaching h_t from step t+1:
-//   da_n = dh (1-z)(1-n^2), da_r = da_n p_n r(1-r), da_z = dh (h_{t-1} - n) z(1-z)
-//   dxp_t = [da_r da_z da_n], dp_t = [da_r da_z r da_n], dh_{t-1} = dh z + dp_t W,
-//   dW = sum_t dp_t^T h_{t-1}, db_hh = sum_t dp_t.
+// Recorded: p = h_{t-1} W^T + b_hh = [p_r p_z p_n] for all steps in one GEMM,
+// r, z = sig(xp_rz + p_rz), n = tanh(xp_n + r p_n), h_t = (1 - z) n + z h_{t-1};
+// with c = (1 - z)(1 - n^2) and the slopes of p,
+//   j = [c p_n r(1-r), (h_{t-1} - n) z(1-z), c r],
+// the gradient u_t reaching h_t is one gated_recurrence_grad node
+// (u_t = g_t + z_{t+1} u_{t+1} + (u_{t+1} j_{t+1}) W), and
+// dp = u j, dxp = [dp_r, dp_z, u c], dW = sum_t dp_t^T h_{t-1}, db_hh = sum dp,
+// dh0 = z_0 u_0 + dp_0 W.
 static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(GruSaved::kWeight), h0 = n.saved_tensor(GruSaved::kH0);
   const Tensor out = n.saved_tensor(GruSaved::kOutput), bias = n.saved_tensor(GruSaved::kBias);
   const Tensor xp = n.saved_tensor(GruSaved::kXp);
-  const int64_t T = out.size(0), G = w.size(0);
-  const Tensor wt = transpose(w, 0, 1);
-  std::vector<Tensor> dx(T), dp(T), hprev(T);
-  Tensor dh;
-  for (int64_t t = T; t-- > 0;) {
-    hprev[t] = previous(out, h0, t);
-    Tensor proj = matmul(hprev[t], wt);
-    if (bias.defined()) proj = add(proj, bias);
-    const std::vector<Tensor> x = chunk(select(xp, 0, t), 3, 1), p = chunk(proj, 3, 1);
-    const Tensor r = sigmoid(add(x[0], p[0])), z = sigmoid(add(x[1], p[1]));
-    const Tensor nn = tanh(add(x[2], mul(r, p[2])));
-    const Tensor dht = plus(select(grad, 0, t), dh);
-    const Tensor dan = mul(mul(dht, rsub(1.0, z)), rsub(1.0, mul(nn, nn)));
-    const Tensor dar = mul(mul(dan, p[2]), sigmoid_slope(r));
-    const Tensor daz = mul(mul(dht, sub(hprev[t], nn)), sigmoid_slope(z));
-    dx[t] = concat({dar, daz, dan}, 1);
-    dp[t] = concat({dar, daz, mul(dan, r)}, 1);
-    if (t > 0 || n.needs(3)) dh = add(mul(dht, z), matmul(dp[t], w));
-  }
-  const Tensor dP = stack(dp, 0);
-  if (n.needs(0)) gin[0] = stack(dx, 0);
-  if (n.needs(1)) gin[1] = weight_grad_recorded(dP, stack(hprev, 0));
+  const int64_t T = out.size(0), B = out.size(1), H = out.size(2), G = w.size(0);
+  const Tensor hprev = previous_states(out, h0);
+  Tensor proj = reshape(matmul(reshape(hprev, {T * B, H}), transpose(w, 0, 1)), {T, B, G});
+  if (bias.defined()) proj = add(proj, bias);
+  const std::vector<Tensor> x = chunk(xp, 3, 2), p = chunk(proj, 3, 2);
+  const Tensor r = sigmoid(add(x[0], p[0])), z = sigmoid(add(x[1], p[1]));
+  const Tensor nn = tanh(add(x[2], mul(r, p[2])));
+  const Tensor c = mul(rsub(1.0, z), rsub(1.0, mul(nn, nn)));
+  const Tensor j = concat({mul(mul(c, p[2]), sigmoid_slope(r)), mul(sub(hprev, nn), sigmoid_slope(z)), mul(c, r)}, 2);
+  const Tensor u = gated_recurrence_grad(grad, z, j, w);
+  const Tensor dP = spread_mul(u, j);  // (T,B,3H)
+  if (n.needs(0)) gin[0] = concat({narrow(dP, 2, 0, 2 * H), mul(u, c)}, 2);
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dP, hprev);
   if (n.needs(2)) gin[2] = sum(reshape(dP, {-1, G}), {0});
-  if (n.needs(3)) gin[3] = dh;
+  if (n.needs(3)) gin[3] = add(mul(select(z, 0, 0), select(u, 0, 0)), matmul(select(dP, 0, 0), w));
 }
 
 static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {

@@ -11,10 +11,10 @@
 /// this tape the gradient of a slice has its input's full shape, so per-step
 /// slices would cost O(T^2) in backward.
 /// A recorded backward (create_graph) is written in differentiable ops
-/// instead, so the gradients are differentiable again: for the tanh RNN and
-/// the LSTM the recursion through time is an op of its own (the *_grad ops
-/// below), for the GRU tensor ops step by step; the LSTM and GRU also save xp,
-/// from which it recomputes the gates.
+/// instead, so the gradients are differentiable again: for every cell type
+/// the recursion through time is an op of its own (gated_recurrence_grad,
+/// lstm_recurrence_grad), everything else is computed for all steps at once;
+/// the LSTM and GRU also save xp, from which it recomputes the gates.
 ///
 /// Everything is time-major (T,B,...); gate order as torch.nn. A missing
 /// (undefined) initial state means zeros.
@@ -26,11 +26,6 @@ namespace tg {
 /// -> (T,B,H): h_t = tanh(xp_t + h_{t-1} W_hh^T)
 Tensor rnn_tanh_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor());
 
-/// The backward recursion of rnn_tanh_recurrence as a differentiable op (what
-/// its recorded backward builds on): g (T,B,H) the gradient of the output,
-/// k (T,B,H) = 1 - h_t^2, w_hh (H,H) -> (T,B,H), the gradient of the pre-activations.
-Tensor rnn_tanh_recurrence_grad(const Tensor& g, const Tensor& k, const Tensor& w_hh);
-
 /// xp (T,B,4H) = x W_ih^T + b_ih + b_hh (gates i, f, g, o), w_hh (4H,H), h0 and c0 (B,H)
 /// -> (2,T,B,H): [h_t; c_t] with c_t = sig(f) c_{t-1} + sig(i) tanh(g), h_t = sig(o) tanh(c_t)
 Tensor lstm_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
@@ -41,6 +36,14 @@ Tensor lstm_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = 
 /// j (T,B,4H) = [g i(1-i), c_{t-1} f(1-f), i (1-g^2), tanh(c_t) o(1-o)], w_hh (4H,H)
 /// -> (T,B,5H): [dA_t; dc_t], dA_t the gradient of the pre-activation gates.
 Tensor lstm_recurrence_grad(const Tensor& gout, const Tensor& f, const Tensor& k, const Tensor& j, const Tensor& w_hh);
+
+/// The backward recursion of a one-state recurrence (the tanh RNN's, the
+/// GRU's) as a differentiable op, what their recorded backwards build on:
+/// g (T,B,H) the gradient of the output, a (T,B,H) the state's direct carry
+/// (the GRU's z; undefined for none), j (T,B,QH) the slopes of the projected
+/// pre-activations, w_hh (QH,H) -> u (T,B,H), the gradient reaching h_t:
+/// u_t = g_t + a_{t+1} u_{t+1} + (u_{t+1} j_{t+1}) W, u spread over the Q gate blocks of j.
+Tensor gated_recurrence_grad(const Tensor& g, const Tensor& a, const Tensor& j, const Tensor& w_hh);
 
 /// xp (T,B,3H) = x W_ih^T + b_ih (gates r, z, n), w_hh (3H,H), b_hh (3H) or undefined, h0 (B,H)
 /// -> (T,B,H): r, z = sig(xp_rz + h W_hrz^T + b_hrz); n = tanh(xp_n + r (h W_hn^T + b_hn));
