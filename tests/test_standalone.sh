@@ -68,11 +68,15 @@ installed=$(find "$PREFIX/include" -name '*.h' | xargs -n1 realpath -m | sort -u
 export PKG_CONFIG_PATH=$PREFIX/$libdir/pkgconfig
 run meson setup build-app examples/standalone --wrap-mode=nofallback
 run ninja -C build-app
-ldd build-app/standalone | grep -q "libtapegrad.so.*$PREFIX" || fail "build-app/standalone does not load the installed libtapegrad.so"
+# ldd's output is taken whole before grep reads it: with pipefail, `ldd | grep -q`
+# fails whenever grep exits on its match while ldd is still writing (SIGPIPE).
+libs=$(ldd build-app/standalone)
+grep -q "libtapegrad.so.*$PREFIX" <<<"$libs" || fail "build-app/standalone does not load the installed libtapegrad.so"
 show build-app/standalone
 run meson setup build-app-static examples/standalone --wrap-mode=nofallback -Dprefer_static=true
 run ninja -C build-app-static
-if ldd build-app-static/standalone | grep -q libtapegrad; then fail "build-app-static/standalone loads libtapegrad.so"; fi
+libs=$(ldd build-app-static/standalone)
+if grep -q libtapegrad <<<"$libs"; then fail "build-app-static/standalone loads libtapegrad.so"; fi
 show build-app-static/standalone
 # CMake
 unset PKG_CONFIG_PATH
