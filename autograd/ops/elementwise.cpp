@@ -426,8 +426,7 @@ TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", "x", unary_samples(softp
 TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", "x", unary_samples(log_sigmoid, -3, 3),
             [](auto x) { return -softplus_of(-x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(-x); },
             [](const Tensor& g, const Tensor& x) { return g * sigmoid(-x); })
-// erf(x), gradient 2/sqrt(pi) exp(-x^2): exact gelu's recorded backward takes
-// Phi(x) = (1 + erf(x/sqrt(2))) / 2 through it.
+// erf(x), gradient 2/sqrt(pi) exp(-x^2): the normal CDF Phi(x) = (1 + erf(x/sqrt(2))) / 2 in tensor ops.
 TG_UNARY_OP(erf, "erf(x)", "x", unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); }, false,
             [](auto gy, auto x) { return gy * decltype(x)(2 * std::numbers::inv_sqrtpi) * std::exp(-x * x); },
             [](const Tensor& g, const Tensor& x) { return g * (2 * std::numbers::inv_sqrtpi) * exp(-(x * x)); })

@@ -315,7 +315,7 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
 // gives d g_t = U_t, d a_t = U_{t-1} u_t, d j_t,q = R_t,q u_t, dW = sum_{t>0} P_t^T U_{t-1}.
 namespace {
 struct GatedGradSaved {
-  enum : size_t { kGrad, kCarry, kSlopes, kWeight, kOutput, kP };  // a may be undefined; P (T,B,G) from forward
+  enum : size_t { kCarry, kSlopes, kWeight, kOutput, kP };  // a may be undefined; P (T,B,G) from forward
 };
 }  // namespace
 
@@ -512,8 +512,7 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
     });
   });
   if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
-    n->save(g_in);  // GatedGradSaved::kGrad
-    n->save(a_in);  // kCarry
+    n->save(a_in);  // GatedGradSaved::kCarry
     n->save(j_in);  // kSlopes
     n->save(w_in);  // kWeight
     n->save(u);     // kOutput
