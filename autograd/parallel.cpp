@@ -112,6 +112,31 @@ class Pool {
   std::exception_ptr error_;
 };
 
+// The barrier between the steps of one run_steps job. A step is tens of
+// microseconds and its parts are balanced, so a part that arrives first spins
+// (as idle workers do) and sleeps only when another part lost its core.
+class StepBarrier {
+ public:
+  explicit StepBarrier(int64_t parts) : parts_(parts) {}
+
+  void arrive_and_wait() {
+    const uint32_t phase = phase_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts_) {
+      arrived_.store(0, std::memory_order_relaxed);  // before the release below: the next step sees 0
+      phase_.store(phase + 1, std::memory_order_release);
+      phase_.notify_all();
+      return;
+    }
+    for (int i = 0; i < kSpins && phase_.load(std::memory_order_acquire) == phase; ++i) cpu_relax();
+    while (phase_.load(std::memory_order_acquire) == phase) phase_.wait(phase, std::memory_order_acquire);
+  }
+
+ private:
+  const int64_t parts_;
+  std::atomic<int64_t> arrived_{0};
+  std::atomic<uint32_t> phase_{0};
+};
+
 // Never destroyed: its detached workers sleep until the process exits.
 Pool& pool() {
   static Pool* p = new Pool;
@@ -122,6 +147,20 @@ Pool& pool() {
 
 namespace detail {
 bool run_chunks(int64_t chunks, void (*body)(void*, int64_t), void* ctx) { return pool().run(chunks, body, ctx); }
+
+bool run_steps(int64_t parts, int64_t steps, void (*body)(void*, int64_t, int64_t) noexcept, void* ctx) {
+  // run_chunks gives every chunk a thread of its own (chunk c on worker c),
+  // all running at once, so no part waits at the barrier for a part queued
+  // behind it.
+  StepBarrier barrier(parts);
+  auto part = [&](int64_t p) {
+    for (int64_t s = 0; s < steps; ++s) {
+      body(ctx, p, s);
+      barrier.arrive_and_wait();
+    }
+  };
+  return run_chunks(parts, [](void* c, int64_t p) { (*static_cast<decltype(part)*>(c))(p); }, &part);
+}
 }  // namespace detail
 
 void set_num_threads(int n) {

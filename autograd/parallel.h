@@ -14,6 +14,7 @@
 // way. Our workers spin only for a few microseconds, then sleep on a futex.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace tg {
 
@@ -29,11 +30,24 @@ int num_threads();
 template <class F>
 void parallel_for(int64_t n, int64_t grain, F&& f);
 
+/// Calls f(part, step) for every step in [0, steps) and part in [0, parts),
+/// every part of a step before any part of the next: on `parts` threads at
+/// once with a barrier after each step, or, while the pool is busy (or from
+/// inside it), part after part here. Each part sees the same calls in the same
+/// order either way. For sequential work too fine-grained to wake the pool at
+/// every step (a recurrence's steps, tens of microseconds each). f must not
+/// throw.
+template <class F>
+void parallel_steps(int64_t parts, int64_t steps, F&& f);
+
 namespace detail {
 // Runs body(ctx, c) for every c in [0, chunks) on the pool and the calling
 // thread; returns when all are done, rethrowing the first exception. Returns
 // false (running nothing) when the pool is busy or this is a pool thread.
 bool run_chunks(int64_t chunks, void (*body)(void*, int64_t), void* ctx);
+// run_chunks for parallel_steps: every chunk runs body(ctx, part, step) for each
+// step, waiting at a barrier after each. Same return value.
+bool run_steps(int64_t parts, int64_t steps, void (*body)(void*, int64_t, int64_t) noexcept, void* ctx);
 }  // namespace detail
 
 template <class F>
@@ -47,6 +61,15 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
   auto chunk = [&](int64_t c) { f(n * c / chunks, n * (c + 1) / chunks); };
   auto body = [](void* ctx, int64_t c) { (*static_cast<decltype(chunk)*>(ctx))(c); };
   if (!detail::run_chunks(chunks, body, &chunk)) f(int64_t{0}, n);
+}
+
+template <class F>
+void parallel_steps(int64_t parts, int64_t steps, F&& f) {
+  using Fn = std::remove_cvref_t<F>;
+  auto body = [](void* ctx, int64_t part, int64_t step) noexcept { (*static_cast<Fn*>(ctx))(part, step); };
+  if (parts > 1 && detail::run_steps(parts, steps, body, const_cast<Fn*>(&f))) return;
+  for (int64_t s = 0; s < steps; ++s)
+    for (int64_t p = 0; p < parts; ++p) f(p, s);
 }
 
 }  // namespace tg

@@ -1,10 +1,12 @@
 // parallel_for on the library's thread pool: every index exactly once, at
 // any thread count, nested, from several threads at once, and exceptions
-// reach the caller.
+// reach the caller. parallel_steps: every (part, step) once, each step whole
+// before the next, on the pool or inline.
 #define BOOST_TEST_MODULE parallel
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -24,6 +26,32 @@ std::vector<int> visits(int64_t n, int64_t grain) {
   });
   std::vector<int> out(n);
   for (int64_t i = 0; i < n; ++i) out[i] = seen[i].load();
+  return out;
+}
+
+// Runs parallel_steps and returns how often each (part, step) ran, with
+// `early` set when a part began a step before every part had finished the
+// one before, and `threads` the distinct threads that ran parts.
+struct StepsRun {
+  std::vector<int> calls;
+  bool early = false;
+  size_t threads = 0;
+};
+StepsRun run_steps(int64_t parts, int64_t steps) {
+  std::vector<std::atomic<int>> calls(parts * steps);
+  std::vector<std::thread::id> ids(parts);
+  std::atomic<int64_t> finished{0};
+  std::atomic<bool> early{false};
+  parallel_steps(parts, steps, [&](int64_t p, int64_t s) {
+    if (finished.load() < parts * s) early = true;
+    ids[p] = std::this_thread::get_id();  // each part writes only its own entry
+    calls[p * steps + s].fetch_add(1);
+    finished.fetch_add(1);
+  });
+  StepsRun out;
+  for (auto& c : calls) out.calls.push_back(c.load());
+  out.early = early.load();
+  out.threads = std::set<std::thread::id>(ids.begin(), ids.end()).size();
   return out;
 }
 
@@ -90,6 +118,31 @@ BOOST_AUTO_TEST_CASE(an_exception_in_any_chunk_reaches_the_caller) {
                       std::runtime_error);
     // The pool still works afterwards.
     for (int c : visits(10000, 100)) BOOST_REQUIRE(c == 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(parallel_steps_finishes_each_step_before_the_next) {
+  for (int64_t parts : {1, 2, 3, 4}) {
+    const StepsRun r = run_steps(parts, 500);
+    BOOST_TEST((r.calls == std::vector<int>(parts * 500, 1)), parts << " parts");
+    BOOST_TEST(!r.early, parts << " parts: a step began before the one before it ended");
+    BOOST_TEST(r.threads == static_cast<size_t>(parts), parts << " parts ran on " << r.threads << " threads");
+  }
+}
+
+// From a pool thread (the pool is busy) the parts run one after another on
+// that thread, step by step, with the same calls.
+BOOST_AUTO_TEST_CASE(parallel_steps_runs_inline_inside_the_pool) {
+  Threads restore;
+  set_num_threads(2);
+  std::vector<StepsRun> inner(2);
+  parallel_for(2, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) inner[i] = run_steps(3, 50);
+  });
+  for (const StepsRun& r : inner) {
+    BOOST_TEST((r.calls == std::vector<int>(150, 1)));
+    BOOST_TEST(!r.early);
+    BOOST_TEST(r.threads == 1u);
   }
 }
 

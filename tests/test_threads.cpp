@@ -120,17 +120,19 @@ BOOST_AUTO_TEST_CASE(attention_split_over_the_pool_matches_one_thread) {
   for (int threads : {2, 3}) BOOST_TEST((run(threads) == one), "attention at " << threads << " threads");
 }
 
-// The fused recurrences split the batch into one part per thread (B = 8 rows
-// of T = 16 steps, H = 64: two parts of 4 rows at 2 and 3 threads), each part
-// carried through every step by one thread: the outputs and the gradients of
-// the inputs, the weights and the initial states are those of one thread, up
-// to rounding. OpenBLAS picks its kernel by the GEMM's size, so a step's GEMM
-// on 4 rows may round differently from the same rows in a GEMM of 8 (the
-// LSTM's and GRU's do, by a few ulp; the RNN's does not): float64, to 1e-12
-// of each tensor's largest value. A part given the wrong rows is off by O(1).
+// The fused recurrences split over the pool (T = 8 steps, B = 8 rows, H = 256
+// units). The RNN and the LSTM split the hidden units, with a barrier between
+// steps: 2 parts of 128 units at 2 threads; at 3, 3 parts (80, 80, 96) for the
+// LSTM, still 2 for the RNN (a part needs 2^18 multiply-adds a step). The GRU
+// splits the batch into parts of 4 rows carried through every step. The
+// outputs and the gradients of the inputs, the weights and the initial states
+// are those of one thread, up to rounding. OpenBLAS picks its kernel by the
+// GEMM's size, so a step's GEMM on a part may round differently from the same
+// products in the whole GEMM (by a few ulp): float64, to 1e-12 of each
+// tensor's largest value. A part given the wrong units or rows is off by O(1).
 BOOST_AUTO_TEST_CASE(recurrences_split_over_the_pool_match_one_thread) {
   Threads restore;
-  const int64_t T = 16, B = 8, H = 64;
+  const int64_t T = 8, B = 8, H = 256;
   for (int gates : {1, 4, 3}) {
     Generator gen(11 + gates);
     Tensor xp = randn({T, B, gates * H}, DType::f64, &gen).requires_grad_();

@@ -56,10 +56,11 @@ struct Rows {
 };
 
 // Runs body(rows) over the batch split into one part per thread, each part
-// carried through all T steps by one thread with one-thread GEMMs. The batch
-// is never split within a step: a step's GEMM (B x H by H x G; 32 x 256 by
-// 256 x 1024 for the LSTM LM) is too small for OpenBLAS to thread well, and
-// threading each of the T steps would wake the threads twice a step. A part
+// carried through all T steps by one thread with one-thread GEMMs, no barrier
+// between steps: for the GRU and the backward-recursion ops (the RNN and the
+// LSTM split their units, UnitSplit below). A step's GEMM (B x H by H x G) is
+// too small for OpenBLAS to thread well, and threading each of the T steps
+// would wake the threads twice a step. A part
 // has at least 4 rows (a GEMM's rows) and ~2^16 multiply-adds; with one part,
 // the whole batch runs on this thread, OpenBLAS threading its GEMMs and the
 // pointwise passes splitting over rows. The parts depend only on B and the
@@ -81,6 +82,74 @@ void for_batch_rows(const Dims& d, int64_t G, F&& body) {
   auto run = [](void* ctx, int64_t c) { (*static_cast<decltype(part)*>(ctx))(c); };
   if (!detail::run_chunks(parts, run, &part))
     for (int64_t c = 0; c < parts; ++c) part(c);
+}
+
+// Hidden units [first, first + n) of the state.
+struct Units {
+  int64_t first, n;
+};
+
+// The split of the RNN's and the LSTM's recurrences over the pool: the hidden
+// units in one part per thread, each step's parts run at once and a barrier
+// between steps (parallel_steps), since a step reads all of the one before.
+// Forward, a part computes its units' Q gate blocks with one (B, Q n) GEMM
+// against its own Q n rows of W_hh (rows_by_part) into a (B, Q n) scratch,
+// then its units of h_t; backward, its units of the gradient reaching h_{t-1}
+// with one GEMM against its n columns of W_hh. Splitting the batch instead
+// (as the GRU and the backward-of-backward ops do) has every thread read and
+// pack all of W_hh at every step -- 1 MiB for the LSTM LM's in float32, a
+// core's L2 -- and run GEMMs of half the rows. A part has >= 16 units (a
+// multiple of 16 but the last: whole vectors in the pointwise passes) and
+// >= 2^18 multiply-adds a step, tens of microseconds against a barrier's one.
+// With one part the kernels work in place, as without a split.
+struct UnitSplit {
+  UnitSplit(const Dims& d, int64_t Q)
+      : H(d.H), parts(std::max<int64_t>(1, std::min<int64_t>({num_threads(), d.H / 16, (d.B * d.H * Q * d.H) >> 18}))) {}
+  Units operator[](int64_t k) const { return {first(k), first(k + 1) - first(k)}; }
+  int64_t H, parts;
+
+ private:
+  int64_t first(int64_t k) const { return k == parts ? H : H * k / parts / 16 * 16; }
+};
+
+// W_hh (QH,H) with each part's Q blocks of n rows next to each other, part
+// k's from row Q first; W_hh itself with one part.
+template <class S>
+Tensor rows_by_part(const Tensor& w, int64_t Q, const UnitSplit& split) {
+  if (split.parts == 1) return w;
+  const int64_t H = split.H;
+  Tensor out = empty({Q * H, H}, w.dtype());
+  const S* from = w.data<S>();
+  S* to = out.data<S>();
+  for (int64_t k = 0; k < split.parts; ++k) {
+    const Units u = split[k];
+    for (int64_t q = 0; q < Q; ++q, to += u.n * H) std::copy_n(from + (q * H + u.first) * H, u.n * H, to);
+  }
+  return out;
+}
+
+// Runs fwd(units, t, w, z) for the steps t = 0..T-1 of every part: w the
+// part's rows of W_hh (Q n, H), z its scratch (B, Q n), nullptr with one part.
+template <class S, class F>
+void forward_by_units(const Dims& d, int64_t Q, const Tensor& w, F&& fwd) {
+  const UnitSplit split(d, Q);
+  const Tensor rows = rows_by_part<S>(w, Q, split);
+  const Tensor scratch = split.parts > 1 ? empty({d.B, Q * d.H}, w.dtype()) : Tensor();
+  parallel_steps(split.parts, d.T, [&](int64_t k, int64_t t) {
+    SerialGemm whole;  // the part's GEMM on its own thread
+    const Units u = split[k];
+    fwd(u, t, rows.data<S>() + Q * u.first * d.H, scratch.defined() ? scratch.data<S>() + d.B * Q * u.first : nullptr);
+  });
+}
+
+// Runs bwd(units, c) for the calls c = 0..T of every part (see the kernels).
+template <class F>
+void backward_by_units(const Dims& d, int64_t Q, F&& bwd) {
+  const UnitSplit split(d, Q);
+  parallel_steps(split.parts, d.T + 1, [&](int64_t k, int64_t c) {
+    SerialGemm whole;
+    bwd(split[k], c);
+  });
 }
 
 // Checks the arguments of `op` (gates = G / H) and returns (T, B, H).
@@ -203,38 +272,47 @@ struct RnnTanhSaved {
   enum : size_t { kWeight, kH0, kOutput };  // w_hh and h0 as given (h0 may be undefined)
 };
 }  // namespace
+// Step t of units u (see UnitSplit): w their rows of W_hh (n,H), z the
+// part's scratch (B,n), nullptr for all units (h_t itself then).
 template <class S>
-static void rnn_tanh_forward(const Dims& d, Rows rows, const S* xp, const S* w, const S* h0, S* hs) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
-  for (int64_t t = 0; t < T; ++t) {
-    S* h = hs + (t * B + rows.first) * H;
-    const S* hprev = t > 0 ? h - B * H : h0 ? h0 + rows.first * H : nullptr;
-    std::copy_n(xp + (t * B + rows.first) * H, n * H, h);
-    if (hprev) gemm(false, true, n, H, H, S(1), hprev, H, w, H, S(1), h, H);
-    parallel_for(n * H, kGateGrain, [&](int64_t i0, int64_t i1) {
+static void rnn_tanh_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, S* z,
+                                  S* hs) {
+  const int64_t B = d.B, H = d.H, n = u.n;
+  S* h = hs + t * B * H;
+  const S* hprev = t > 0 ? h - B * H : h0;
+  if (!z) z = h;
+  for (int64_t b = 0; b < B; ++b) std::copy_n(xp + (t * B + b) * H + u.first, n, z + b * n);
+  if (hprev) gemm(false, true, B, n, H, S(1), hprev, H, w, H, S(1), z, n);
+  parallel_for(B, row_grain(n, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S* zb = z + b * n;
+      S* hb = h + b * H + u.first;
 #pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) h[i] = tanh_gate(h[i]);
-    });
-  }
+      for (int64_t j = 0; j < n; ++j) hb[j] = tanh_gate(zb[j]);
+    }
+  });
 }
 
-// rec (B,H) is zero on entry: the gradient reaching h_t from step t+1.
+// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
+// step t = T - c, these units of the gradient reaching h_{t-1} (rec, or dh0
+// at t = 0) from all of da_t; then, for c < T, the pointwise pass of step
+// t - 1 on these units. rec (B,H) is zero on entry.
 template <class S>
-static void rnn_tanh_backward_kernel(const Dims& d, Rows rows, const S* gout, const S* w, const S* hs, S* dA,
-                                     S* rec, S* dh0) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
-  S* dh = rec + rows.first * H;
-  if (dh0) dh0 += rows.first * H;
-  for (int64_t t = T; t-- > 0;) {
-    const int64_t at = (t * B + rows.first) * H;
-    const S *h = hs + at, *g = gout + at;
-    S* da = dA + at;
-    parallel_for(n * H, kGateGrain, [&](int64_t i0, int64_t i1) {
+static void rnn_tanh_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* hs,
+                                   S* dA, S* rec, S* dh0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n;
+  if (S* to = c == T ? dh0 : rec; c > 0 && to)
+    gemm(false, false, B, n, H, S(1), dA + (T - c) * B * H, H, w + u.first, H, S(0), to + u.first, H);
+  if (c == T) return;
+  const int64_t at = (T - 1 - c) * B * H + u.first;
+  parallel_for(B, row_grain(n, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *h = hs + at + b * H, *g = gout + at + b * H, *dh = rec + b * H + u.first;
+      S* da = dA + at + b * H;
 #pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) da[i] = (g[i] + dh[i]) * (S(1) - h[i] * h[i]);
-    });
-    if (t > 0 || dh0) gemm(false, false, n, H, H, S(1), da, H, w, H, S(0), t > 0 ? dh : dh0, H);
-  }
+      for (int64_t j = 0; j < n; ++j) da[j] = (g[j] + dh[j]) * (S(1) - h[j] * h[j]);
+    }
+  });
 }
 
 // Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T; with k = 1 - h_t^2
@@ -262,9 +340,9 @@ static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std:
   Tensor rec = zeros({d.B, d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    for_batch_rows(d, d.H, [&](Rows rows) {
-      rnn_tanh_backward_kernel<scalar_t>(d, rows, g.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(),
-                                         dA.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
+    backward_by_units(d, 1, [&](Units u, int64_t c) {
+      rnn_tanh_backward_call(d, u, c, g.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(),
+                             dA.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
     });
     if (n.needs(1))
       gin[1] = weight_grad<scalar_t>(d, d.H, dA.data<scalar_t>(), out.data<scalar_t>(), ptr<scalar_t>(h0), out.dtype());
@@ -288,9 +366,8 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
   dispatch_float(xp.dtype(), rnn_tanh_recurrence_op.name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    for_batch_rows(d, d.H, [&](Rows rows) {
-      rnn_tanh_forward<scalar_t>(d, rows, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0),
-                                 out.data<scalar_t>());
+    forward_by_units<scalar_t>(d, 1, w, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
+      rnn_tanh_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(h0), z, out.data<scalar_t>());
     });
   });
   if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in)) {
@@ -531,81 +608,85 @@ struct LstmSaved {
 };
 }  // namespace
 
+// Step t of units u (see UnitSplit): w their rows of W_hh (4n,H), z the
+// part's scratch (B,4n), nullptr for all units (the step's act itself then).
 // zero (B,H) stands in for a missing c0.
 template <class S>
-static void lstm_forward(const Dims& d, Rows rows, const S* xp, const S* w, const S* h0, const S* c0, const S* zero,
-                         S* act, S* hs, S* cs) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
-  const int64_t G = 4 * H;
-  for (int64_t t = 0; t < T; ++t) {
-    S* a = act + (t * B + rows.first) * G;
-    S* h = hs + (t * B + rows.first) * H;
-    S* c = cs + (t * B + rows.first) * H;
-    const S* hprev = t > 0 ? h - B * H : h0 ? h0 + rows.first * H : nullptr;
-    const S* cprev = t > 0 ? c - B * H : (c0 ? c0 : zero) + rows.first * H;
-    std::copy_n(xp + (t * B + rows.first) * G, n * G, a);
-    if (hprev) gemm(false, true, n, G, H, S(1), hprev, H, w, H, S(1), a, G);
-    parallel_for(n, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        S *ai = a + b * G, *af = ai + H, *ag = af + H, *ao = ag + H;
-        const S* cp = cprev + b * H;
-        S *cb = c + b * H, *hb = h + b * H;
+static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
+                              const S* zero, S* z, S* act, S* hs, S* cs) {
+  const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n;
+  S* a = act + t * B * G;
+  S* h = hs + t * B * H;
+  S* c = cs + t * B * H;
+  const S* hprev = t > 0 ? h - B * H : h0;
+  const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
+  if (!z) z = a;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t q = 0; q < 4; ++q) std::copy_n(xp + (t * B + b) * G + q * H + u.first, n, z + b * Z + q * n);
+  if (hprev) gemm(false, true, B, Z, H, S(1), hprev, H, w, H, S(1), z, Z);
+  parallel_for(B, row_grain(Z, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *zi = z + b * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
+      S *ai = a + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
+      const int64_t r = b * H + u.first;
+      const S* cp = cprev + r;
+      S *cb = c + r, *hb = h + r;
 #pragma omp simd
-        for (int64_t j = 0; j < H; ++j) {
-          const S i = sigmoid_gate(ai[j]), f = sigmoid_gate(af[j]), g = tanh_gate(ag[j]), o = sigmoid_gate(ao[j]);
-          ai[j] = i, af[j] = f, ag[j] = g, ao[j] = o;
-          const S cn = i * g + f * cp[j];
-          cb[j] = cn;
-          hb[j] = o * tanh_gate(cn);
-        }
+      for (int64_t j = 0; j < n; ++j) {
+        const S i = sigmoid_gate(zi[j]), f = sigmoid_gate(zf[j]), g = tanh_gate(zg[j]), o = sigmoid_gate(zo[j]);
+        ai[j] = i, af[j] = f, ag[j] = g, ao[j] = o;
+        const S cn = i * g + f * cp[j];
+        cb[j] = cn;
+        hb[j] = o * tanh_gate(cn);
       }
-    });
-  }
+    }
+  });
 }
 
 // gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
 // gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
-// rec (3,B,H) is zero on entry: the gradients reaching h_t and c_t from step
-// t+1, and c_{-1} = 0.
+// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
+// step t = T - c, these units of the gradient reaching h_{t-1} (or dh0) from
+// all of dG_t; then, for c < T, the pointwise pass of step t - 1 on these
+// units. rec (3,B,H) is zero on entry: the gradients reaching h_t and c_t
+// from step t+1, and c_{-1} = 0.
 template <class S>
-static void lstm_backward_kernel(const Dims& d, Rows rows, const S* gout, const S* w, const S* c0, const S* act,
-                                 const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
-  const int64_t G = 4 * H;
-  S* dh = rec + rows.first * H;
+static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* c0,
+                               const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 4 * H;
+  S* dh = rec;
   S* dc = dh + B * H;
   const S* zero = dc + B * H;
-  if (dh0) dh0 += rows.first * H;
-  if (dc0) dc0 += rows.first * H;
-  for (int64_t t = T; t-- > 0;) {
-    const S* gh = gout + (t * B + rows.first) * H;
-    const S* gc = gout + ((T + t) * B + rows.first) * H;
-    const S* a = act + (t * B + rows.first) * G;
-    const S* c = cs + (t * B + rows.first) * H;
-    const S* cprev = t > 0 ? c - B * H : c0 ? c0 + rows.first * H : zero;
-    S* dg = dG + (t * B + rows.first) * G;
-    parallel_for(n, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const S *ai = a + b * G, *af = ai + H, *ag = af + H, *ao = ag + H;
-        S *di = dg + b * G, *df = di + H, *dgg = df + H, *dout = dgg + H;
-        const int64_t r = b * H;
-#pragma omp simd
-        for (int64_t j = 0; j < H; ++j) {
-          const S i = ai[j], f = af[j], g = ag[j], o = ao[j];
-          const S tc = tanh_gate(c[r + j]);
-          const S dht = gh[r + j] + dh[r + j];
-          const S dct = gc[r + j] + dc[r + j] + dht * o * (S(1) - tc * tc);
-          di[j] = dct * g * i * (S(1) - i);
-          df[j] = dct * cprev[r + j] * f * (S(1) - f);
-          dgg[j] = dct * i * (S(1) - g * g);
-          dout[j] = dht * tc * o * (S(1) - o);
-          dc[r + j] = dct * f;
-        }
-      }
-    });
-    if (t > 0 || dh0) gemm(false, false, n, H, G, S(1), dg, G, w, H, S(0), t > 0 ? dh : dh0, H);
+  if (S* to = c == T ? dh0 : dh; c > 0 && to)
+    gemm(false, false, B, n, G, S(1), dG + (T - c) * B * G, G, w + u.first, H, S(0), to + u.first, H);
+  if (c == T) {
+    if (dc0)
+      for (int64_t b = 0; b < B; ++b) std::copy_n(dc + b * H + u.first, n, dc0 + b * H + u.first);
+    return;
   }
-  if (dc0) std::copy_n(dc, n * H, dc0);
+  const int64_t t = T - 1 - c;
+  const S* cprev = t > 0 ? cs + (t - 1) * B * H : c0 ? c0 : zero;
+  parallel_for(B, row_grain(4 * n, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r = b * H + u.first, at = t * B * H + r;
+      const S *ai = act + t * B * G + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
+      S *di = dG + t * B * G + b * G + u.first, *df = di + H, *dgg = df + H, *dout = dgg + H;
+      const S *gh = gout + at, *gc = gout + T * B * H + at, *ct = cs + at, *cp = cprev + r;
+      S *dhb = dh + r, *dcb = dc + r;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S i = ai[j], f = af[j], g = ag[j], o = ao[j];
+        const S tc = tanh_gate(ct[j]);
+        const S dht = gh[j] + dhb[j];
+        const S dct = gc[j] + dcb[j] + dht * o * (S(1) - tc * tc);
+        di[j] = dct * g * i * (S(1) - i);
+        df[j] = dct * cp[j] * f * (S(1) - f);
+        dgg[j] = dct * i * (S(1) - g * g);
+        dout[j] = dht * tc * o * (S(1) - o);
+        dcb[j] = dct * f;
+      }
+    }
+  });
 }
 
 // Recorded: a_t = xp_t + h_{t-1} W^T = [a_i a_f a_g a_o], i f o = sig(a_i a_f a_o),
@@ -653,10 +734,10 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* hs = out.data<scalar_t>();
-    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
-      lstm_backward_kernel<scalar_t>(d, rows, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(c0),
-                                     act.data<scalar_t>(), hs + d.T * BH, dG.data<scalar_t>(), rec.data<scalar_t>(),
-                                     ptr<scalar_t>(dh0), ptr<scalar_t>(dc0));
+    backward_by_units(d, 4, [&](Units u, int64_t c) {
+      lstm_backward_call(d, u, c, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(c0), act.data<scalar_t>(),
+                         hs + d.T * BH, dG.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0),
+                         ptr<scalar_t>(dc0));
     });
     if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, 4 * d.H, dG.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
   });
@@ -683,9 +764,9 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
     using scalar_t = decltype(tag);
     scalar_t* hs = out.data<scalar_t>();
     const Tensor zero = c0.defined() ? Tensor() : zeros({d.B, d.H}, xp.dtype());
-    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
-      lstm_forward<scalar_t>(d, rows, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), ptr<scalar_t>(c0),
-                             ptr<scalar_t>(zero), act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
+    forward_by_units<scalar_t>(d, 4, w, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
+      lstm_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(h0), ptr<scalar_t>(c0), ptr<scalar_t>(zero),
+                        z, act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
     });
   });
   if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in)) {
