@@ -121,10 +121,9 @@ BOOST_AUTO_TEST_CASE(attention_split_over_the_pool_matches_one_thread) {
 }
 
 // The fused recurrences split over the pool (T = 8 steps, B = 8 rows, H = 256
-// units). The RNN and the LSTM split the hidden units, with a barrier between
-// steps: 2 parts of 128 units at 2 threads; at 3, 3 parts (80, 80, 96) for the
-// LSTM, still 2 for the RNN (a part needs 2^18 multiply-adds a step). The GRU
-// splits the batch into parts of 4 rows carried through every step. The
+// units). They split the hidden units, with a barrier between steps: 2 parts
+// of 128 units at 2 threads; at 3, 3 parts (80, 80, 96) for the LSTM and the
+// GRU, still 2 for the RNN (a part needs 2^18 multiply-adds a step). The
 // outputs and the gradients of the inputs, the weights and the initial states
 // are those of one thread, up to rounding. OpenBLAS picks its kernel by the
 // GEMM's size, so a step's GEMM on a part may round differently from the same

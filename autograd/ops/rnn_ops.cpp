@@ -57,8 +57,9 @@ struct Rows {
 
 // Runs body(rows) over the batch split into one part per thread, each part
 // carried through all T steps by one thread with one-thread GEMMs, no barrier
-// between steps: for the GRU and the backward-recursion ops (the RNN and the
-// LSTM split their units, UnitSplit below). A step's GEMM (B x H by H x G) is
+// between steps: for the backward-recursion ops of higher-order gradients
+// (the recurrences themselves split their units, UnitSplit below). A step's
+// GEMM (B x H by H x G) is
 // too small for OpenBLAS to thread well, and threading each of the T steps
 // would wake the threads twice a step. A part
 // has at least 4 rows (a GEMM's rows) and ~2^16 multiply-adds; with one part,
@@ -89,19 +90,19 @@ struct Units {
   int64_t first, n;
 };
 
-// The split of the RNN's and the LSTM's recurrences over the pool: the hidden
+// The split of the recurrences (RNN, LSTM, GRU) over the pool: the hidden
 // units in one part per thread, each step's parts run at once and a barrier
 // between steps (parallel_steps), since a step reads all of the one before.
 // Forward, a part computes its units' Q gate blocks with one (B, Q n) GEMM
 // against its own Q n rows of W_hh (rows_by_part) into a (B, Q n) scratch,
 // then its units of h_t; backward, its units of the gradient reaching h_{t-1}
 // with one GEMM against its n columns of W_hh. Splitting the batch instead
-// (as the GRU and the backward-of-backward ops do) has every thread read and
+// (as the backward-recursion ops do) has every thread read and
 // pack all of W_hh at every step -- 1 MiB for the LSTM LM's in float32, a
 // core's L2 -- and run GEMMs of half the rows. A part has >= 16 units (a
 // multiple of 16 but the last: whole vectors in the pointwise passes) and
 // >= 2^18 multiply-adds a step, tens of microseconds against a barrier's one.
-// With one part the kernels work in place, as without a split.
+// With one part the RNN and the LSTM work in place, as without a split.
 struct UnitSplit {
   UnitSplit(const Dims& d, int64_t Q)
       : H(d.H), parts(std::max<int64_t>(1, std::min<int64_t>({num_threads(), d.H / 16, (d.B * d.H * Q * d.H) >> 18}))) {}
@@ -129,12 +130,13 @@ Tensor rows_by_part(const Tensor& w, int64_t Q, const UnitSplit& split) {
 }
 
 // Runs fwd(units, t, w, z) for the steps t = 0..T-1 of every part: w the
-// part's rows of W_hh (Q n, H), z its scratch (B, Q n), nullptr with one part.
+// part's rows of W_hh (Q n, H), z its scratch (B, Q n); with one part and
+// in_place, z is nullptr (the kernel works in its output).
 template <class S, class F>
-void forward_by_units(const Dims& d, int64_t Q, const Tensor& w, F&& fwd) {
+void forward_by_units(const Dims& d, int64_t Q, const Tensor& w, bool in_place, F&& fwd) {
   const UnitSplit split(d, Q);
   const Tensor rows = rows_by_part<S>(w, Q, split);
-  const Tensor scratch = split.parts > 1 ? empty({d.B, Q * d.H}, w.dtype()) : Tensor();
+  const Tensor scratch = split.parts > 1 || !in_place ? empty({d.B, Q * d.H}, w.dtype()) : Tensor();
   parallel_steps(split.parts, d.T, [&](int64_t k, int64_t t) {
     SerialGemm whole;  // the part's GEMM on its own thread
     const Units u = split[k];
@@ -366,7 +368,7 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
   dispatch_float(xp.dtype(), rnn_tanh_recurrence_op.name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    forward_by_units<scalar_t>(d, 1, w, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
+    forward_by_units<scalar_t>(d, 1, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
       rnn_tanh_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(h0), z, out.data<scalar_t>());
     });
   });
@@ -764,7 +766,7 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
     using scalar_t = decltype(tag);
     scalar_t* hs = out.data<scalar_t>();
     const Tensor zero = c0.defined() ? Tensor() : zeros({d.B, d.H}, xp.dtype());
-    forward_by_units<scalar_t>(d, 4, w, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
+    forward_by_units<scalar_t>(d, 4, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
       lstm_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(h0), ptr<scalar_t>(c0), ptr<scalar_t>(zero),
                         z, act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
     });
@@ -1011,87 +1013,85 @@ struct GruSaved {
 };
 }  // namespace
 
-// buf (2,B,3H) is zero on entry: hp = h_{t-1} W_hh^T (the bias is added in
-// the pointwise pass) and zeros, standing in for a missing h0 or bias.
+// Step t of units u (see UnitSplit): w their rows of W_hh (3n,H), hp the
+// part's (B,3n) for h_{t-1} W_hh^T (the bias is added in the pointwise pass).
+// zero (>= B H and 3H elements) stands in for a missing h0 or bias.
 template <class S>
-static void gru_forward(const Dims& d, Rows rows, const S* xp, const S* w, const S* bias, const S* h0, S* buf, S* act,
-                        S* hs) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
-  const int64_t G = 3 * H;
-  S* hp = buf + rows.first * G;
-  const S* zero = buf + B * G;
-  if (!bias) bias = zero;
-  for (int64_t t = 0; t < T; ++t) {
-    const S* x = xp + (t * B + rows.first) * G;
-    S* a = act + (t * B + rows.first) * 4 * H;
-    S* h = hs + (t * B + rows.first) * H;
-    const S* hprev = t > 0 ? h - B * H : h0 ? h0 + rows.first * H : zero;
-    if (t > 0 || h0) gemm(false, true, n, G, H, S(1), hprev, H, w, H, S(0), hp, G);
-    parallel_for(n, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const S *xr = x + b * G, *xz = xr + H, *xn = xz + H;
-        const S *pr = hp + b * G, *pz = pr + H, *pn = pz + H;
-        S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
-        const S* hb = hprev + b * H;
-        S* out = h + b * H;
+static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* bias, const S* h0,
+                             const S* zero, S* hp, S* act, S* hs) {
+  const int64_t B = d.B, H = d.H, n = u.n, G = 3 * H, P = 3 * n;
+  S* h = hs + t * B * H;
+  const S* hprev = t > 0 ? h - B * H : h0;
+  if (hprev)
+    gemm(false, true, B, P, H, S(1), hprev, H, w, H, S(0), hp, P);
+  else
+    std::fill_n(hp, B * P, S(0)), hprev = zero;
+  const S* x = xp + t * B * G + u.first;
+  const S* bb = (bias ? bias : zero) + u.first;
+  S* a = act + t * B * 4 * H + u.first;
+  parallel_for(B, row_grain(P, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *xr = x + b * G, *xz = xr + H, *xn = xz + H;
+      const S *pr = hp + b * P, *pz = pr + n, *pn = pz + n;
+      S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
+      const S* hb = hprev + b * H + u.first;
+      S* out = h + b * H + u.first;
 #pragma omp simd
-        for (int64_t j = 0; j < H; ++j) {
-          const S hn = pn[j] + bias[2 * H + j];
-          const S r = sigmoid_gate(xr[j] + pr[j] + bias[j]), z = sigmoid_gate(xz[j] + pz[j] + bias[H + j]);
-          const S nn = tanh_gate(xn[j] + r * hn);
-          ar[j] = r, az[j] = z, an[j] = nn, ahn[j] = hn;
-          out[j] = (S(1) - z) * nn + z * hb[j];
-        }
+      for (int64_t j = 0; j < n; ++j) {
+        const S hn = pn[j] + bb[2 * H + j];
+        const S r = sigmoid_gate(xr[j] + pr[j] + bb[j]), z = sigmoid_gate(xz[j] + pz[j] + bb[H + j]);
+        const S nn = tanh_gate(xn[j] + r * hn);
+        ar[j] = r, az[j] = z, an[j] = nn, ahn[j] = hn;
+        out[j] = (S(1) - z) * nn + z * hb[j];
       }
-    });
-  }
+    }
+  });
 }
 
 // Fills dX (T,B,3H), the gradient of xp, and dP (T,B,3H), that of the hidden
 // projection h W_hh^T + b_hh (they differ in the n gate: dP_n = r dX_n).
-// rec (2,B,H) is zero on entry: the gradient reaching h_t from step t+1, and h_{-1} = 0.
+// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
+// step t = T - c, which adds these units' share of dP_t W to the gradient
+// reaching h_{t-1} (rec, or dh0 at t = 0); then, for c < T, the pointwise
+// pass of step t - 1 on these units. rec (2,B,H) is zero on entry: the
+// gradient reaching h_t from step t+1, and h_{-1} = 0.
 template <class S>
-static void gru_backward_kernel(const Dims& d, Rows rows, const S* gout, const S* w, const S* h0, const S* act,
-                                const S* hs, S* dX, S* dP, S* rec, S* dh0) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n;
-  const int64_t G = 3 * H;
-  S* dh = rec + rows.first * H;
+static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* h0,
+                              const S* act, const S* hs, S* dX, S* dP, S* rec, S* dh0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 3 * H;
+  S* dh = rec;
   const S* zero = rec + B * H;
-  if (dh0) dh0 += rows.first * H;
-  for (int64_t t = T; t-- > 0;) {
-    const S* g = gout + (t * B + rows.first) * H;
-    const S* a = act + (t * B + rows.first) * 4 * H;
-    const S* hprev = t > 0 ? hs + ((t - 1) * B + rows.first) * H : h0 ? h0 + rows.first * H : zero;
-    S* dx = dX + (t * B + rows.first) * G;
-    S* dp = dP + (t * B + rows.first) * G;
-    parallel_for(n, row_grain(G, kGateGrain), [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
-        S *dxr = dx + b * G, *dxz = dxr + H, *dxn = dxz + H;
-        S *dpr = dp + b * G, *dpz = dpr + H, *dpn = dpz + H;
-        const int64_t k = b * H;
-#pragma omp simd
-        for (int64_t j = 0; j < H; ++j) {
-          const S r = ar[j], z = az[j], nn = an[j], hn = ahn[j];
-          const S dht = g[k + j] + dh[k + j];
-          const S dan = dht * (S(1) - z) * (S(1) - nn * nn);
-          const S dar = dan * hn * r * (S(1) - r);
-          const S daz = dht * (hprev[k + j] - nn) * z * (S(1) - z);
-          dxr[j] = dpr[j] = dar;
-          dxz[j] = dpz[j] = daz;
-          dxn[j] = dan;
-          dpn[j] = dan * r;
-          dh[k + j] = dht * z;  // the direct path z h_{t-1}; the GEMM below adds the rest
-        }
-      }
-    });
-    if (t > 0) {
-      gemm(false, false, n, H, G, S(1), dp, G, w, H, S(1), dh, H);
-    } else if (dh0) {
-      std::copy_n(dh, n * H, dh0);
-      gemm(false, false, n, H, G, S(1), dp, G, w, H, S(1), dh0, H);
-    }
+  if (S* to = c == T ? dh0 : dh; c > 0 && to) {
+    if (c == T)  // dh holds the direct path z_0 u_0 of these units
+      for (int64_t b = 0; b < B; ++b) std::copy_n(dh + b * H + u.first, n, dh0 + b * H + u.first);
+    gemm(false, false, B, n, G, S(1), dP + (T - c) * B * G, G, w + u.first, H, S(1), to + u.first, H);
   }
+  if (c == T) return;
+  const int64_t t = T - 1 - c;
+  const S* hprev = t > 0 ? hs + (t - 1) * B * H : h0 ? h0 : zero;
+  parallel_for(B, row_grain(3 * n, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *ar = act + (t * B + b) * 4 * H + u.first, *az = ar + H, *an = az + H, *ahn = an + H;
+      S *dxr = dX + (t * B + b) * G + u.first, *dxz = dxr + H, *dxn = dxz + H;
+      S *dpr = dP + (t * B + b) * G + u.first, *dpz = dpr + H, *dpn = dpz + H;
+      const int64_t k = b * H + u.first;
+      const S *g = gout + t * B * H + k, *hp = hprev + k;
+      S* dhb = dh + k;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S r = ar[j], z = az[j], nn = an[j], hn = ahn[j];
+        const S dht = g[j] + dhb[j];
+        const S dan = dht * (S(1) - z) * (S(1) - nn * nn);
+        const S dar = dan * hn * r * (S(1) - r);
+        const S daz = dht * (hp[j] - nn) * z * (S(1) - z);
+        dxr[j] = dpr[j] = dar;
+        dxz[j] = dpz[j] = daz;
+        dxn[j] = dan;
+        dpn[j] = dan * r;
+        dhb[j] = dht * z;  // the direct path z h_{t-1}; the next call's GEMM adds the rest
+      }
+    }
+  });
 }
 
 // Recorded: p = h_{t-1} W^T + b_hh = [p_r p_z p_n] for all steps in one GEMM,
@@ -1137,10 +1137,9 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
     using scalar_t = decltype(tag);
     const scalar_t* hs = out.data<scalar_t>();
     Tensor rec = zeros({2, d.B, d.H}, out.dtype());
-    for_batch_rows(d, 3 * d.H, [&](Rows rows) {
-      gru_backward_kernel<scalar_t>(d, rows, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0),
-                                    act.data<scalar_t>(), hs, dX.data<scalar_t>(), dP.data<scalar_t>(),
-                                    rec.data<scalar_t>(), ptr<scalar_t>(dh0));
+    backward_by_units(d, 3, [&](Units u, int64_t c) {
+      gru_backward_call(d, u, c, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), act.data<scalar_t>(),
+                        hs, dX.data<scalar_t>(), dP.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
     });
     if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, G, dP.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
   });
@@ -1165,10 +1164,10 @@ Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_i
   Tensor act = empty({d.T, d.B, 4 * d.H}, xp.dtype());
   dispatch_float(xp.dtype(), gru_recurrence_op.name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    Tensor buf = zeros({2, d.B, 3 * d.H}, xp.dtype());
-    for_batch_rows(d, 3 * d.H, [&](Rows rows) {
-      gru_forward<scalar_t>(d, rows, xp.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(b), ptr<scalar_t>(h0),
-                            buf.data<scalar_t>(), act.data<scalar_t>(), out.data<scalar_t>());
+    const Tensor zero = zeros({std::max(d.B, int64_t{3}) * d.H}, xp.dtype());
+    forward_by_units<scalar_t>(d, 3, w, false, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* hp) {
+      gru_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(b), ptr<scalar_t>(h0), zero.data<scalar_t>(),
+                       hp, act.data<scalar_t>(), out.data<scalar_t>());
     });
   });
   if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
