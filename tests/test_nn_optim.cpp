@@ -224,6 +224,14 @@ BOOST_AUTO_TEST_CASE(load_state_dict_lists_every_problem_and_changes_nothing) {
   // A state for another layout of parameters.
   Case groups = build(fixture(kFixture)["cases"][16]);  // adam_groups: two groups of one parameter
   BOOST_CHECK_THROW(groups.opt->load_state_dict(state), ValueError);
+
+  // Group sizes that are no counts (found by fuzz_safetensors_optimizer: 5e141
+  // was converted to int64_t, which is undefined) are refused by name.
+  for (double size : {5.18765e141, -1.0, 2.5, std::nan("")}) {
+    std::vector<std::pair<std::string, Tensor>> sized;
+    for (auto& [n, t] : state) sized.emplace_back(n, n == "groups" ? full({1}, size, DType::f64) : t);
+    check_throws<ValueError>([&] { other.opt->load_state_dict(sized); }, {"'groups' must hold whole non-negative counts"});
+  }
 }
 
 BOOST_AUTO_TEST_CASE(steps_update_in_place_without_reallocating) {

@@ -122,14 +122,13 @@ bool parse_index(std::string_view s, size_t& out) {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
-// A scalar holding a non-negative whole number, as the step counts are.
-bool whole_scalar(const Tensor& t, int64_t& out) {
-  if (t.numel() != 1) return false;
-  double v = t.item();
-  if (!(v >= 0 && v < 9.2e18 && std::floor(v) == v)) return false;
+// A non-negative whole number (a step or parameter count), or a scalar holding one.
+bool whole_value(double v, int64_t& out) {
+  if (!(v >= 0 && v < 9.2e18 && std::floor(v) == v)) return false;  // NaN fails too
   out = static_cast<int64_t>(v);
   return true;
 }
+bool whole_scalar(const Tensor& t, int64_t& out) { return t.numel() == 1 && whole_value(t.item(), out); }
 
 // A state dict read against an optimizer's groups and buffer names, entry by
 // entry, collecting every problem instead of stopping at the first, so that
@@ -198,7 +197,11 @@ struct StateReader {
     for (auto& group : groups) want.push_back(static_cast<int64_t>(group.params.size()));
     std::vector<int64_t> got;
     if (t.dim() == 1)
-      for (int64_t k = 0; k < t.numel(); ++k) got.push_back(static_cast<int64_t>(t.at({k})));
+      for (int64_t k = 0; k < t.numel(); ++k)
+        if (!whole_value(t.at({k}), got.emplace_back())) {
+          errors.push_back(fmt::format("'groups' must hold whole non-negative counts, got {} at {}", t.at({k}), k));
+          return;
+        }
     if (got != want)
       errors.push_back(fmt::format("'groups': the state has {} parameter groups of sizes ({}), the optimizer ({})",
                                    got.size(), fmt::join(got, ","), fmt::join(want, ",")));
