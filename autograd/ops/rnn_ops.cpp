@@ -694,10 +694,9 @@ static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout,
 // Recorded: a_t = xp_t + h_{t-1} W^T = [a_i a_f a_g a_o], i f o = sig(a_i a_f a_o),
 // g = tanh(a_g), c_t = f c_{t-1} + i g, h_t = o tanh(c_t). Everything that
 // does not depend on the gradient flowing back is computed for all steps at
-// once: the gates (one GEMM for every step's h_{t-1} W^T), the slope of c_t
-// into h_t, k = o (1 - tanh^2 c_t), and the gate slopes
-//   j = [g i(1-i), c_{t-1} f(1-f), i (1-g^2), tanh(c_t) o(1-o)];
-// the recursion through time itself is one lstm_recurrence_grad node.
+// once: the pre-activations (one GEMM for every step's h_{t-1} W^T) and from
+// them the slopes (one lstm_gate_slopes node); the recursion through time
+// itself is one lstm_recurrence_grad node.
 static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(LstmSaved::kWeight), h0 = n.saved_tensor(LstmSaved::kH0);
   const Tensor c0 = n.saved_tensor(LstmSaved::kC0), out = n.saved_tensor(LstmSaved::kOutput);
@@ -706,19 +705,13 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
   const Tensor cs = select(out, 0, 1);
   const Tensor hprev = previous_states(select(out, 0, 0), h0), cprev = previous_states(cs, c0);  // (T,B,H)
   const Tensor a = add(xp, reshape(matmul(reshape(hprev, {T * B, H}), transpose(w, 0, 1)), {T, B, 4 * H}));
-  const std::vector<Tensor> gates = chunk(a, 4, 2);
-  const Tensor i = sigmoid(gates[0]), f = sigmoid(gates[1]), g = tanh(gates[2]), o = sigmoid(gates[3]);
-  const Tensor tc = tanh(cs);
-  const Tensor k = mul(o, rsub(1.0, mul(tc, tc)));
-  const Tensor j = concat({mul(g, sigmoid_slope(i)), mul(cprev, sigmoid_slope(f)), mul(i, rsub(1.0, mul(g, g))),
-                           mul(tc, sigmoid_slope(o))},
-                          2);
-  const Tensor e = lstm_recurrence_grad(grad, f, k, j, w);  // (T,B,5H): [dA_t; dc_t]
+  const Tensor s = lstm_gate_slopes(a, cs, cprev);     // (T,B,6H): [f, k, j]
+  const Tensor e = lstm_recurrence_grad(grad, s, w);  // (T,B,5H): [dA_t; dc_t]
   const Tensor dA = narrow(e, 2, 0, 4 * H);
   if (n.needs(0)) gin[0] = dA;
   if (n.needs(1)) gin[1] = weight_grad_recorded(dA, hprev);
   if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
-  if (n.needs(3)) gin[3] = mul(narrow(select(e, 0, 0), 1, 4 * H, H), select(f, 0, 0));
+  if (n.needs(3)) gin[3] = mul(narrow(select(e, 0, 0), 1, 4 * H, H), narrow(select(s, 0, 0), 1, 0, H));
 }
 
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
@@ -782,12 +775,163 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
   return out;
 }
 
+// ============================ lstm_gate_slopes ============================
+// What the LSTM's backward recursion reads of each step, for all steps at
+// once in one pointwise pass (not a dozen ops on (T,B,4H) tensors):
+//   s = [f, k, j_i, j_f, j_g, j_o] (T,B,6H), with i f o = sig(a_i a_f a_o),
+//   g = tanh(a_g), tc = tanh(c_t):
+//   k = o (1-tc^2), j_i = g i(1-i), j_f = c_{t-1} f(1-f), j_g = i (1-g^2), j_o = tc o(1-o).
+// Its backward, with si = i(1-i), sf, so alike, tg = 1-g^2, tcc = 1-tc^2:
+//   da_i = si (dj_i g (1-2i) + dj_g tg)      da_f = sf (df + dj_f c_{t-1} (1-2f))
+//   da_g = tg (dj_i si - 2 dj_g i g)         da_o = so (dk tcc + dj_o tc (1-2o))
+//   dc_t = tcc (dj_o so - 2 dk o tc)         dc_{t-1} = dj_f sf
+namespace {
+struct LstmSlopesSaved {
+  enum : size_t { kA, kC, kCPrev };
+};
+}  // namespace
+
+// The gates of one unit from its pre-activations.
+template <class S>
+struct LstmGates {
+  S i, f, g, o;
+  LstmGates(S ai, S af, S ag, S ao)
+      : i(sigmoid_gate(ai)), f(sigmoid_gate(af)), g(tanh_gate(ag)), o(sigmoid_gate(ao)) {}
+};
+
+// Rows [r0, r1) of the T*B rows: a (.,4H), c and cp (.,H) -> s (.,6H).
+template <class S>
+static void lstm_slopes_forward(int64_t H, int64_t r0, int64_t r1, const S* a, const S* c, const S* cp, S* s) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const S *ar = a + r * 4 * H, *cr = c + r * H, *cpr = cp + r * H;
+    S* sr = s + r * 6 * H;
+#pragma omp simd
+    for (int64_t q = 0; q < H; ++q) {
+      const LstmGates<S> x(ar[q], ar[H + q], ar[2 * H + q], ar[3 * H + q]);
+      const S tc = tanh_gate(cr[q]);
+      sr[q] = x.f;
+      sr[H + q] = x.o * (S(1) - tc * tc);
+      sr[2 * H + q] = x.g * x.i * (S(1) - x.i);
+      sr[3 * H + q] = cpr[q] * x.f * (S(1) - x.f);
+      sr[4 * H + q] = x.i * (S(1) - x.g * x.g);
+      sr[5 * H + q] = tc * x.o * (S(1) - x.o);
+    }
+  }
+}
+
+// Rows [r0, r1): ds (.,6H) -> da (.,4H), dc and dcp (.,H).
+template <class S>
+static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds, const S* a, const S* c, const S* cp,
+                                 S* da, S* dc, S* dcp) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const S *ar = a + r * 4 * H, *cr = c + r * H, *cpr = cp + r * H, *d = ds + r * 6 * H;
+    S *dar = da + r * 4 * H, *dcr = dc + r * H, *dcpr = dcp + r * H;
+#pragma omp simd
+    for (int64_t q = 0; q < H; ++q) {
+      const LstmGates<S> x(ar[q], ar[H + q], ar[2 * H + q], ar[3 * H + q]);
+      const S tc = tanh_gate(cr[q]);
+      const S si = x.i * (S(1) - x.i), sf = x.f * (S(1) - x.f), so = x.o * (S(1) - x.o);
+      const S tg = S(1) - x.g * x.g, tcc = S(1) - tc * tc;
+      const S df = d[q], dk = d[H + q], dji = d[2 * H + q], djf = d[3 * H + q], djg = d[4 * H + q], djo = d[5 * H + q];
+      dar[q] = si * (dji * x.g * (S(1) - S(2) * x.i) + djg * tg);
+      dar[H + q] = sf * (df + djf * cpr[q] * (S(1) - S(2) * x.f));
+      dar[2 * H + q] = tg * (dji * si - S(2) * djg * x.i * x.g);
+      dar[3 * H + q] = so * (dk * tcc + djo * tc * (S(1) - S(2) * x.o));
+      dcr[q] = tcc * (djo * so - S(2) * dk * x.o * tc);
+      dcpr[q] = djf * sf;
+    }
+  }
+}
+
+// Recorded (third and higher derivatives of the LSTM): the formulas above in tensor ops.
+static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor a = n.saved_tensor(LstmSlopesSaved::kA), c = n.saved_tensor(LstmSlopesSaved::kC);
+  const Tensor cp = n.saved_tensor(LstmSlopesSaved::kCPrev);
+  const std::vector<Tensor> z = chunk(a, 4, 2), d = chunk(grad, 6, 2);
+  const Tensor i = sigmoid(z[0]), f = sigmoid(z[1]), g = tanh(z[2]), o = sigmoid(z[3]), tc = tanh(c);
+  const Tensor si = sigmoid_slope(i), sf = sigmoid_slope(f), so = sigmoid_slope(o);
+  const Tensor tg = rsub(1.0, mul(g, g)), tcc = rsub(1.0, mul(tc, tc));
+  const Tensor &df = d[0], &dk = d[1], &dji = d[2], &djf = d[3], &djg = d[4], &djo = d[5];
+  if (n.needs(0))
+    gin[0] = concat({mul(si, add(mul(mul(dji, g), rsub(1.0, mul(i, 2.0))), mul(djg, tg))),
+                     mul(sf, add(df, mul(mul(djf, cp), rsub(1.0, mul(f, 2.0))))),
+                     mul(tg, sub(mul(dji, si), mul(mul(djg, mul(i, g)), 2.0))),
+                     mul(so, add(mul(dk, tcc), mul(mul(djo, tc), rsub(1.0, mul(o, 2.0)))))},
+                    2);
+  if (n.needs(1)) gin[1] = mul(tcc, sub(mul(djo, so), mul(mul(dk, mul(o, tc)), 2.0)));
+  if (n.needs(2)) gin[2] = mul(djf, sf);
+}
+
+static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return lstm_slopes_backward_recorded(n, grad, gin);
+  const Tensor a = contig(n.saved_tensor(LstmSlopesSaved::kA)), c = contig(n.saved_tensor(LstmSlopesSaved::kC));
+  const Tensor cp = contig(n.saved_tensor(LstmSlopesSaved::kCPrev));
+  const Tensor ds = grad.contiguous();
+  const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
+  // All three in one pass (the LSTM's recorded backward needs them all).
+  Tensor da = empty(a.shape(), a.dtype()), dc = empty(c.shape(), c.dtype()), dcp = empty(cp.shape(), cp.dtype());
+  dispatch_float(a.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    parallel_for(rows, row_grain(6 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
+      lstm_slopes_backward<scalar_t>(H, r0, r1, ds.data<scalar_t>(), a.data<scalar_t>(), c.data<scalar_t>(),
+                                     cp.data<scalar_t>(), da.data<scalar_t>(), dc.data<scalar_t>(), dcp.data<scalar_t>());
+    });
+  });
+  if (n.needs(0)) gin[0] = da;
+  if (n.needs(1)) gin[1] = dc;
+  if (n.needs(2)) gin[2] = dcp;
+}
+static const OpDef lstm_gate_slopes_op(
+    "lstm_gate_slopes", 3, "lstm_gate_slopes(a (T,B,4H), c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
+    "a, c, c_prev (the gates are recomputed)", lstm_gate_slopes_backward, [] {
+      using samples::uniform;
+      const int64_t T = 3, B = 2, H = 3;
+      auto fn = [](const std::vector<Tensor>& x) { return lstm_gate_slopes(x[0], x[1], x[2]); };
+      return std::vector<OpSample>{
+          {"T=3 B=2 H=3", {uniform({T, B, 4 * H}, 221, -2, 2), uniform({T, B, H}, 222, -2, 2), uniform({T, B, H}, 223)},
+           fn},
+          {"non-contiguous a", {samples::strided({1, B, 4 * H}, 224, -2, 2), uniform({1, B, H}, 225), uniform({1, B, H}, 226)},
+           fn},
+      };
+    });
+
+Tensor lstm_gate_slopes(const Tensor& a_in, const Tensor& c_in, const Tensor& cp_in) {
+  ProfileScope prof(lstm_gate_slopes_op.name);
+  const std::string_view op = lstm_gate_slopes_op.name;
+  detail::check_floating(op, a_in, "a");
+  check_same_dtypes(op, a_in, "a", {{&c_in, "c"}, {&cp_in, "c_prev"}});
+  if (c_in.dim() != 3 || !(cp_in.shape() == c_in.shape()) ||
+      !(a_in.shape() == Shape{c_in.size(0), c_in.size(1), 4 * c_in.size(2)}))
+    throw ShapeError(fmt::format("{}: c {} and c_prev {} must be (T,B,H) and a {} (T,B,4H)", op, c_in.shape(),
+                                 cp_in.shape(), a_in.shape()));
+  Tensor a, c, cp;
+  {
+    NoGradGuard ng;
+    a = a_in.contiguous(), c = c_in.contiguous(), cp = cp_in.contiguous();
+  }
+  const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
+  Tensor out = empty({c.size(0), c.size(1), 6 * H}, a.dtype());
+  dispatch_float(a.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    parallel_for(rows, row_grain(6 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
+      lstm_slopes_forward<scalar_t>(H, r0, r1, a.data<scalar_t>(), c.data<scalar_t>(), cp.data<scalar_t>(),
+                                    out.data<scalar_t>());
+    });
+  });
+  if (Node* n = record(lstm_gate_slopes_op, out, a_in, c_in, cp_in)) {
+    n->save(a_in);   // LstmSlopesSaved::kA
+    n->save(c_in);   // kC
+    n->save(cp_in);  // kCPrev
+  }
+  return out;
+}
+
 // ============================ lstm_recurrence_grad ============================
 // The LSTM's backward recursion through time as an op of its own, so that a
 // recorded LSTM backward is one node for the recursion (not a dozen per
 // step) and its own backward is one fused kernel. With gh_t, gc_t the
-// gradients of h_t, c_t (gout (2,T,B,H)), f the forget gate, k and j the
-// slopes above (all (T,B,.)), and going t = T-1 .. 0 with e_h = e_c = 0:
+// gradients of h_t, c_t (gout (2,T,B,H)), and the slopes s_t = [f_t, k_t, j_t]
+// of lstm_gate_slopes, going t = T-1 .. 0 with e_h = e_c = 0:
 //   u_t = gh_t + e_h,  v_t = gc_t + e_c + u_t k_t             (dh_t, dc_t)
 //   D_t = [v_t j_i, v_t j_f, v_t j_g, u_t j_o]                (dA_t, (B,4H))
 //   e_h = D_t W,  e_c = v_t f_t                               (into step t-1)
@@ -795,28 +939,28 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
 // recursion forward in time (see lstm_grad_adjoint).
 namespace {
 struct LstmGradSaved {
-  enum : size_t { kGout, kForget, kK, kJ, kWeight, kOutput, kU };  // u_t (T,B,H), computed by forward
+  enum : size_t { kGout, kSlopes, kWeight, kOutput, kU };  // u_t (T,B,H), computed by forward
 };
 }  // namespace
 
+// s (T,B,6H) row r holds f at r*6H, k at +H and j at +2H.
 template <class S>
-static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* f, const S* k, const S* j,
-                              const S* w, S* out, S* us, S* eh) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H;
+static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* s, const S* w, S* out, S* us, S* eh) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H, L = 6 * H;
   S* e = eh + rows.first * H;  // D_{t+1} W, zero for t = T-1
   for (int64_t t = T; t-- > 0;) {
     const int64_t r = t * B + rows.first;
-    const S *gh = gout + r * H, *gc = gout + (T * B + r) * H, *kt = k + r * H, *jt = j + r * G;
-    const S* fn = t + 1 < T ? f + (r + B) * H : nullptr;      // f_{t+1}
+    const S *gh = gout + r * H, *gc = gout + (T * B + r) * H, *st = s + r * L;
+    const S* sn = t + 1 < T ? st + B * L : nullptr;             // f_{t+1} in s_{t+1}
     const S* vn = t + 1 < T ? out + (r + B) * O + G : nullptr;  // v_{t+1}
     S *ot = out + r * O, *ut = us + r * H;
     for (int64_t b = 0; b < n; ++b) {
-      const S *jb = jt + b * G, *kb = kt + b * H;
+      const S *kb = st + b * L + H, *jb = kb + H, *fn = sn ? sn + b * L : nullptr;
       S* ob = ot + b * O;
 #pragma omp simd
       for (int64_t q = 0; q < H; ++q) {
         const S u = gh[b * H + q] + e[b * H + q];
-        const S v = gc[b * H + q] + (fn ? vn[b * O + q] * fn[b * H + q] : S(0)) + u * kb[q];
+        const S v = gc[b * H + q] + (fn ? vn[b * O + q] * fn[q] : S(0)) + u * kb[q];
         ob[q] = v * jb[q];
         ob[H + q] = v * jb[H + q];
         ob[2 * H + q] = v * jb[2 * H + q];
@@ -833,34 +977,34 @@ static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* 
 // U_t, V_t the total gradients of u_t, v_t (U_{-1} = V_{-1} = 0):
 //   D~_t = dD_t + U_{t-1} W^T
 //   V_t = dv_t + V_{t-1} f_t + D~_i j_i + D~_f j_f + D~_g j_g,  U_t = D~_o j_o + V_t k_t
-// and the inputs' gradients: d gh_t = U_t, d gc_t = V_t, d k_t = V_t u_t,
-// d j_t = [D~_i v_t, D~_f v_t, D~_g v_t, D~_o u_t], d f_t = V_{t-1} v_t,
+// and the inputs' gradients: d gh_t = U_t, d gc_t = V_t, and into ds (T,B,6H)
+// d f_t = V_{t-1} v_t, d k_t = V_t u_t, d j_t = [D~_i v_t, D~_f v_t, D~_g v_t, D~_o u_t];
 // dW = sum_{t>0} D_t^T U_{t-1} (one GEMM, after). dt (B,4H) is scratch.
 template <class S>
-static void lstm_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* f, const S* k, const S* j, const S* w,
-                              const S* out, const S* us, S* dgout, S* df, S* dk, S* dj, S* dt) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H;
+static void lstm_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* s, const S* w, const S* out,
+                              const S* us, S* dgout, S* ds, S* dt) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H, L = 6 * H;
   S* dtil = dt + rows.first * G;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t r = t * B + rows.first;
-    const S *gyt = gy + r * O, *ft = f + r * H, *kt = k + r * H, *jt = j + r * G, *ot = out + r * O, *ut = us + r * H;
-    S *U = dgout + r * H, *V = dgout + (T * B + r) * H, *dft = df + r * H, *dkt = dk + r * H, *djt = dj + r * G;
+    const S *gyt = gy + r * O, *st = s + r * L, *ot = out + r * O, *ut = us + r * H;
+    S *U = dgout + r * H, *V = dgout + (T * B + r) * H, *dst = ds + r * L;
     const S* Up = t > 0 ? U - B * H : nullptr;  // U_{t-1}, V_{t-1}
     const S* Vp = t > 0 ? V - B * H : nullptr;
     for (int64_t b = 0; b < n; ++b) std::copy_n(gyt + b * O, G, dtil + b * G);
     if (Up) gemm(false, true, n, G, H, S(1), Up, H, w, H, S(1), dtil, G);
     for (int64_t b = 0; b < n; ++b) {
-      const S *jb = jt + b * G, *ob = ot + b * O, *db = dtil + b * G;
-      S* djb = djt + b * G;
+      const S *fb = st + b * L, *kb = fb + H, *jb = kb + H, *ob = ot + b * O, *db = dtil + b * G;
+      S *dfb = dst + b * L, *dkb = dfb + H, *djb = dkb + H;
       const int64_t x = b * H;
 #pragma omp simd
       for (int64_t q = 0; q < H; ++q) {
         const S v = ob[G + q], u = ut[x + q];
-        const S Vt = gyt[b * O + G + q] + (Vp ? Vp[x + q] * ft[x + q] : S(0)) + db[q] * jb[q] + db[H + q] * jb[H + q] +
+        const S Vt = gyt[b * O + G + q] + (Vp ? Vp[x + q] * fb[q] : S(0)) + db[q] * jb[q] + db[H + q] * jb[H + q] +
                      db[2 * H + q] * jb[2 * H + q];
-        const S Ut = db[3 * H + q] * jb[3 * H + q] + Vt * kt[x + q];
-        dft[x + q] = Vp ? Vp[x + q] * v : S(0);
-        dkt[x + q] = Vt * u;
+        const S Ut = db[3 * H + q] * jb[3 * H + q] + Vt * kb[q];
+        dfb[q] = Vp ? Vp[x + q] * v : S(0);
+        dkb[q] = Vt * u;
         djb[q] = db[q] * v;
         djb[H + q] = db[H + q] * v;
         djb[2 * H + q] = db[2 * H + q] * v;
@@ -875,10 +1019,10 @@ static void lstm_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* f,
 // Recorded (third and higher derivatives of the LSTM): the adjoint above in
 // tensor ops, step by step, with u_t recomputed from the output.
 static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor gout = n.saved_tensor(LstmGradSaved::kGout), f = n.saved_tensor(LstmGradSaved::kForget);
-  const Tensor k = n.saved_tensor(LstmGradSaved::kK), j = n.saved_tensor(LstmGradSaved::kJ);
+  const Tensor gout = n.saved_tensor(LstmGradSaved::kGout), s = n.saved_tensor(LstmGradSaved::kSlopes);
   const Tensor w = n.saved_tensor(LstmGradSaved::kWeight), out = n.saved_tensor(LstmGradSaved::kOutput);
   const int64_t T = out.size(0), B = out.size(1), H = out.size(2) / 5, G = 4 * H;
+  const Tensor f = narrow(s, 2, 0, H), k = narrow(s, 2, H, H), j = narrow(s, 2, 2 * H, G);
   const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
   // u_t = gh_t + D_{t+1} W (no D_T).
   Tensor u = select(gout, 0, 0);
@@ -887,7 +1031,7 @@ static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::
     u = add(u, concat({later, zeros({1, B, H}, out.dtype())}, 0));
   }
   const Tensor wt = transpose(w, 0, 1);
-  std::vector<Tensor> dgh(T), dgc(T), df(T), dk(T), dj(T);
+  std::vector<Tensor> dgh(T), dgc(T), ds(T);
   for (int64_t t = 0; t < T; ++t) {
     Tensor dtil = narrow(select(grad, 0, t), 1, 0, G);
     if (t > 0) dtil = add(dtil, matmul(dgh[t - 1], wt));
@@ -896,90 +1040,75 @@ static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::
     Tensor V = add(narrow(select(grad, 0, t), 1, G, H), add(add(mul(dd[0], jj[0]), mul(dd[1], jj[1])), mul(dd[2], jj[2])));
     if (t > 0) V = add(V, mul(dgc[t - 1], select(f, 0, t)));
     dgh[t] = add(mul(dd[3], jj[3]), mul(V, select(k, 0, t)));
-    df[t] = t > 0 ? mul(dgc[t - 1], vt) : mul(vt, 0.0);  // zero at t = 0, kept in the graph
+    const Tensor df = t > 0 ? mul(dgc[t - 1], vt) : mul(vt, 0.0);  // zero at t = 0, kept in the graph
     dgc[t] = V;
-    dk[t] = mul(V, ut);
-    dj[t] = concat({mul(dd[0], vt), mul(dd[1], vt), mul(dd[2], vt), mul(dd[3], ut)}, 1);
+    ds[t] = concat({df, mul(V, ut), mul(dd[0], vt), mul(dd[1], vt), mul(dd[2], vt), mul(dd[3], ut)}, 1);
   }
   const Tensor dU = stack(dgh, 0);
   if (n.needs(0)) gin[0] = stack({dU, stack(dgc, 0)}, 0);
-  if (n.needs(1)) gin[1] = stack(df, 0);
-  if (n.needs(2)) gin[2] = stack(dk, 0);
-  if (n.needs(3)) gin[3] = stack(dj, 0);
-  if (n.needs(4))  // zero for one step, as a product so that it stays in the graph
-    gin[4] = T > 1 ? weight_grad_recorded(narrow(D, 0, 1, T - 1), narrow(dU, 0, 0, T - 1)) : mul(w, 0.0);
+  if (n.needs(1)) gin[1] = stack(ds, 0);
+  if (n.needs(2))  // zero for one step, as a product so that it stays in the graph
+    gin[2] = T > 1 ? weight_grad_recorded(narrow(D, 0, 1, T - 1), narrow(dU, 0, 0, T - 1)) : mul(w, 0.0);
 }
 
 static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return lstm_grad_backward_recorded(n, grad, gin);
-  const Tensor f = contig(n.saved_tensor(LstmGradSaved::kForget)), k = contig(n.saved_tensor(LstmGradSaved::kK));
-  const Tensor j = contig(n.saved_tensor(LstmGradSaved::kJ)), w = contig(n.saved_tensor(LstmGradSaved::kWeight));
+  const Tensor s = contig(n.saved_tensor(LstmGradSaved::kSlopes)), w = contig(n.saved_tensor(LstmGradSaved::kWeight));
   const Tensor out = n.saved_tensor(LstmGradSaved::kOutput), us = n.saved_tensor(LstmGradSaved::kU);
   const Dims d{out.size(0), out.size(1), out.size(2) / 5};
   const Tensor gy = grad.contiguous();
-  Tensor dgout = empty({2, d.T, d.B, d.H}, out.dtype()), df = empty(f.shape(), out.dtype());
-  Tensor dk = empty(k.shape(), out.dtype()), dj = empty(j.shape(), out.dtype());
+  Tensor dgout = empty({2, d.T, d.B, d.H}, out.dtype()), ds = empty(s.shape(), out.dtype());
   Tensor scratch = empty({d.B, 4 * d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
     for_batch_rows(d, 4 * d.H, [&](Rows rows) {
-      lstm_grad_adjoint<scalar_t>(d, rows, gy.data<scalar_t>(), f.data<scalar_t>(), k.data<scalar_t>(),
-                                  j.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(), us.data<scalar_t>(),
-                                  dgout.data<scalar_t>(), df.data<scalar_t>(), dk.data<scalar_t>(),
-                                  dj.data<scalar_t>(), scratch.data<scalar_t>());
+      lstm_grad_adjoint<scalar_t>(d, rows, gy.data<scalar_t>(), s.data<scalar_t>(), w.data<scalar_t>(),
+                                  out.data<scalar_t>(), us.data<scalar_t>(), dgout.data<scalar_t>(),
+                                  ds.data<scalar_t>(), scratch.data<scalar_t>());
     });
-    if (n.needs(4)) {
+    if (n.needs(2)) {
       // dW (4H,H) = sum_{t>0} D_t^T U_{t-1}: D_t rows of the output (stride 5H), U the first half of dgout.
       const int64_t G = 4 * d.H;
       Tensor dW = zeros({G, d.H}, out.dtype());
       if (d.T > 1)
         gemm(true, false, G, d.H, (d.T - 1) * d.B, scalar_t(1), out.data<scalar_t>() + d.B * 5 * d.H, 5 * d.H,
              dgout.data<scalar_t>(), d.H, scalar_t(0), dW.data<scalar_t>(), d.H);
-      gin[4] = dW;
+      gin[2] = dW;
     }
   });
   if (n.needs(0)) gin[0] = dgout;
-  if (n.needs(1)) gin[1] = df;
-  if (n.needs(2)) gin[2] = dk;
-  if (n.needs(3)) gin[3] = dj;
+  if (n.needs(1)) gin[1] = ds;
 }
 static const OpDef lstm_recurrence_grad_op(
-    "lstm_recurrence_grad", 5,
-    "lstm_recurrence_grad(gout (2,T,B,H), f (T,B,H), k (T,B,H), j (T,B,4H), w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
-    "gout, f, k, j, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, [] {
+    "lstm_recurrence_grad", 3,
+    "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
+    "gout, s, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
-      auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2], x[3], x[4]); };
+      auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2]); };
       return std::vector<OpSample>{
-          {"T=3 B=2 H=3",
-           {uniform({2, T, B, H}, 211), uniform({T, B, H}, 212, 0, 1), uniform({T, B, H}, 213), uniform({T, B, 4 * H}, 214),
-            uniform({4 * H, H}, 215)},
-           fn},
-          {"one step, non-contiguous j",
-           {uniform({2, 1, B, H}, 216), uniform({1, B, H}, 217, 0, 1), uniform({1, B, H}, 218),
-            samples::strided({1, B, 4 * H}, 219), uniform({4 * H, H}, 220)},
+          {"T=3 B=2 H=3", {uniform({2, T, B, H}, 211), uniform({T, B, 6 * H}, 212), uniform({4 * H, H}, 215)}, fn},
+          {"one step, non-contiguous s",
+           {uniform({2, 1, B, H}, 216), samples::strided({1, B, 6 * H}, 219), uniform({4 * H, H}, 220)},
            fn},
       };
     });
 
-Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& f_in, const Tensor& k_in, const Tensor& j_in,
-                            const Tensor& w_in) {
+Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Tensor& w_in) {
   ProfileScope prof(lstm_recurrence_grad_op.name);
   const std::string_view op = lstm_recurrence_grad_op.name;
   detail::check_floating(op, gout_in, "gout");
-  check_same_dtypes(op, gout_in, "gout", {{&f_in, "f"}, {&k_in, "k"}, {&j_in, "j"}, {&w_in, "w_hh"}});
+  check_same_dtypes(op, gout_in, "gout", {{&s_in, "s"}, {&w_in, "w_hh"}});
   if (gout_in.dim() != 4 || gout_in.size(0) != 2 || gout_in.size(1) < 1)
     throw ShapeError(fmt::format("{}: gout {} must be (2,T,B,H) with T >= 1", op, gout_in.shape()));
   const int64_t T = gout_in.size(1), B = gout_in.size(2), H = gout_in.size(3);
-  if (!(f_in.shape() == Shape{T, B, H}) || !(k_in.shape() == Shape{T, B, H}) || !(j_in.shape() == Shape{T, B, 4 * H}) ||
-      !(w_in.shape() == Shape{4 * H, H}))
-    throw ShapeError(fmt::format("{}: for gout {}, f {} and k {} must be (T,B,H), j {} (T,B,4H), w_hh {} (4H,H)", op,
-                                 gout_in.shape(), f_in.shape(), k_in.shape(), j_in.shape(), w_in.shape()));
-  Tensor gout, f, k, j, w;
+  if (!(s_in.shape() == Shape{T, B, 6 * H}) || !(w_in.shape() == Shape{4 * H, H}))
+    throw ShapeError(fmt::format("{}: for gout {}, s {} must be (T,B,6H) and w_hh {} (4H,H)", op, gout_in.shape(),
+                                 s_in.shape(), w_in.shape()));
+  Tensor gout, s, w;
   {
     NoGradGuard ng;
-    gout = gout_in.contiguous(), f = f_in.contiguous(), k = k_in.contiguous(), j = j_in.contiguous(),
-    w = w_in.contiguous();
+    gout = gout_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous();
   }
   const Dims d{T, B, H};
   Tensor out = empty({T, B, 5 * H}, gout.dtype()), us = empty({T, B, H}, gout.dtype());
@@ -987,16 +1116,13 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& f_in, const Ten
   dispatch_float(gout.dtype(), op, [&](auto tag) {
     using scalar_t = decltype(tag);
     for_batch_rows(d, 4 * H, [&](Rows rows) {
-      lstm_grad_forward<scalar_t>(d, rows, gout.data<scalar_t>(), f.data<scalar_t>(), k.data<scalar_t>(),
-                                  j.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(), us.data<scalar_t>(),
-                                  eh.data<scalar_t>());
+      lstm_grad_forward<scalar_t>(d, rows, gout.data<scalar_t>(), s.data<scalar_t>(), w.data<scalar_t>(),
+                                  out.data<scalar_t>(), us.data<scalar_t>(), eh.data<scalar_t>());
     });
   });
-  if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, f_in, k_in, j_in, w_in)) {
+  if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, s_in, w_in)) {
     n->save(gout_in);  // LstmGradSaved::kGout
-    n->save(f_in);     // kForget
-    n->save(k_in);     // kK
-    n->save(j_in);     // kJ
+    n->save(s_in);     // kSlopes
     n->save(w_in);     // kWeight
     n->save(out);      // kOutput
     n->save(us);       // kU

@@ -13,7 +13,8 @@
 /// A recorded backward (create_graph) is written in differentiable ops
 /// instead, so the gradients are differentiable again: for every cell type
 /// the recursion through time is an op of its own (gated_recurrence_grad,
-/// lstm_recurrence_grad), everything else is computed for all steps at once;
+/// lstm_recurrence_grad), everything else is computed for all steps at once
+/// (the LSTM's gate slopes in one op, lstm_gate_slopes);
 /// the LSTM and GRU also save xp, from which it recomputes the gates.
 ///
 /// Everything is time-major (T,B,...); gate order as torch.nn. A missing
@@ -30,12 +31,20 @@ Tensor rnn_tanh_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h
 /// -> (2,T,B,H): [h_t; c_t] with c_t = sig(f) c_{t-1} + sig(i) tanh(g), h_t = sig(o) tanh(c_t)
 Tensor lstm_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
 
+/// The slopes of one LSTM step that its backward recursion reads, for all
+/// steps at once, as a differentiable op (what lstm_recurrence's recorded
+/// backward builds on): a (T,B,4H) the pre-activation gates, c (T,B,H) the
+/// cell states c_t, c_prev (T,B,H) the states c_{t-1}; with i, f, o = sig and
+/// g = tanh of the gate blocks of a
+/// -> (T,B,6H): [f, k, j], k = o (1 - tanh^2 c_t),
+///    j = [g i(1-i), c_{t-1} f(1-f), i (1-g^2), tanh(c_t) o(1-o)].
+Tensor lstm_gate_slopes(const Tensor& a, const Tensor& c, const Tensor& c_prev);
+
 /// The backward recursion of lstm_recurrence as a differentiable op (what its
 /// recorded backward builds on): gout (2,T,B,H) the gradients of [h_t; c_t],
-/// f (T,B,H) the forget gates, k (T,B,H) = o (1 - tanh^2 c_t),
-/// j (T,B,4H) = [g i(1-i), c_{t-1} f(1-f), i (1-g^2), tanh(c_t) o(1-o)], w_hh (4H,H)
+/// s (T,B,6H) = lstm_gate_slopes(...) = [f, k, j], w_hh (4H,H)
 /// -> (T,B,5H): [dA_t; dc_t], dA_t the gradient of the pre-activation gates.
-Tensor lstm_recurrence_grad(const Tensor& gout, const Tensor& f, const Tensor& k, const Tensor& j, const Tensor& w_hh);
+Tensor lstm_recurrence_grad(const Tensor& gout, const Tensor& s, const Tensor& w_hh);
 
 /// The backward recursion of a one-state recurrence (the tanh RNN's, the
 /// GRU's) as a differentiable op, what their recorded backwards build on:
