@@ -7,6 +7,7 @@
 #include "autograd/ops/loop.h"
 #include "autograd/ops/view.h"
 #include "autograd/op.h"
+#include "autograd/parallel.h"
 #include "autograd/tape.h"
 
 namespace tg {
@@ -294,7 +295,13 @@ const Tensor& Tensor::mul_(double factor) const {
 Tensor empty(const Shape& shape, DType dtype) { return new_tensor(shape, dtype); }
 Tensor zeros(const Shape& shape, DType dtype) {
   Tensor t = new_tensor(shape, dtype);
-  std::memset(t.storage()->data, 0, static_cast<size_t>(t.numel()) * itemsize(dtype));
+  // Cleared on the pool when it is large (a slice's gradient has its
+  // input's full shape): as many bytes per thread as an elementwise chunk.
+  auto* p = static_cast<char*>(t.storage()->data);
+  const int64_t bytes = t.numel() * static_cast<int64_t>(itemsize(dtype));
+  parallel_for(bytes, detail::kElementwiseGrain * 4, [p](int64_t b, int64_t e) {
+    std::memset(p + b, 0, static_cast<size_t>(e - b));
+  });
   return t;
 }
 Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
