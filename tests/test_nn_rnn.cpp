@@ -296,6 +296,11 @@ BOOST_AUTO_TEST_CASE(errors_name_the_layer_and_shapes) {
                         says<ShapeError>({"GRUCell", "(3,4)", "(2,4)"}));
   nn::RNNCell rcell({.input = 3, .hidden = 4});
   BOOST_CHECK_EXCEPTION(rcell.forward(zeros({2, 3}, DType::f64)), DTypeError, says<DTypeError>({"float64"}));
+  // The LSTM's backward-recursion ops name themselves and the shapes.
+  BOOST_CHECK_EXCEPTION(lstm_gate_slopes(zeros({3, 2, 12}), zeros({3, 2, 4}), zeros({3, 2, 3})), ShapeError,
+                        says<ShapeError>({"lstm_gate_slopes", "(3,2,4)", "(3,2,3)", "(3,2,12)"}));
+  BOOST_CHECK_EXCEPTION(lstm_recurrence_grad(zeros({2, 3, 2, 4}), zeros({3, 2, 16}), zeros({16, 4})), ShapeError,
+                        says<ShapeError>({"lstm_recurrence_grad", "(3,2,16)", "(T,B,6H)"}));
   BOOST_CHECK_THROW(nn::LSTM({.input = 3, .hidden = 0}), ValueError);
   BOOST_CHECK_THROW(nn::GRU({.input = 3, .hidden = 4, .layers = 0}), ValueError);
   BOOST_CHECK_THROW(nn::RNN({.input = 3, .hidden = 4, .dropout = 1.0}), ValueError);
