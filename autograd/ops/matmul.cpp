@@ -119,8 +119,26 @@ void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const T* 
   GemmArg ga, gb, gc;
   gemm_layout(A, ga);
   gemm_layout(B, gb);
-  gemm_layout(C, gc);  // C is always one we allocated: row-major, inner stride 1
-  gemm(ga.trans, gb.trans, C.rows, C.cols, A.cols, T(1), pa, ga.ld, pb, gb.ld, beta, pc, gc.ld);
+  gemm_layout(C, gc);  // C is one we allocated: row-major, or column-major (gradient_like)
+  if (gc.trans)        // C^T = B^T A^T, row-major
+    gemm(!gb.trans, !ga.trans, C.cols, C.rows, A.cols, T(1), pb, gb.ld, pa, ga.ld, beta, pc, gc.ld);
+  else
+    gemm(ga.trans, gb.trans, C.rows, C.cols, A.cols, T(1), pa, ga.ld, pb, gb.ld, beta, pc, gc.ld);
+}
+
+// An uninitialised gradient for operand x of a product whose inner dim has
+// `inner` entries, laid out like x: column-major matrices where x is a
+// transposed view (the weight gradient of a recorded linear backward reads
+// g^T), so that the transpose's backward hands on a dense tensor and it is
+// accumulated at memory speed, not read across rows. Row-major otherwise.
+Tensor gradient_like(const Tensor& x, int64_t inner) {
+  const int r = x.dim();
+  const bool column_major = r >= 2 && inner > 0 && x.shape()[r - 2] > 1 && x.shape()[r - 1] > 1 &&
+                            x.strides()[r - 2] == 1 && x.strides()[r - 1] >= x.shape()[r - 2];
+  if (!column_major) return empty(x.shape(), x.dtype());
+  Shape swapped = x.shape();
+  std::swap(swapped[r - 2], swapped[r - 1]);
+  return empty(swapped, x.dtype()).transpose(r - 2, r - 1);
 }
 
 // C (batch..., M, N) = A (batch..., M, K) @ B (batch..., K, N), or += when
@@ -165,7 +183,7 @@ void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const 
   }
   // A loop over the batch. A summed-into C starts from zero, then accumulates.
   if ((c_reduced || K == 0) && !accumulate) {
-    int64_t span = (M - 1) * C.rs + N;  // C's extent: it is one we allocated, contiguous
+    int64_t span = (M - 1) * C.rs + (N - 1) * C.cs + 1;  // C's extent: one we allocated, dense
     for (int d = 0; d < batch.size(); ++d)
       if (C.bstride[d] != 0) span = std::max(span, C.bstride[d] * batch[d]);
     std::fill(pc, pc + span, T(0));
@@ -280,12 +298,13 @@ static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   }
   const Shape batch = matmul_batch(a, b);
   const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
+  const int64_t M = a_rows ? a.shape()[a.dim() - 2] : 1, N = b_cols ? b.shape()[b.dim() - 1] : 1;
   if (n.needs(0)) {
-    gin[0] = empty(a.shape(), a.dtype());
+    gin[0] = gradient_like(a, N);
     run_product(batch, {g, a_rows, b_cols}, {b, true, b_cols}, {gin[0], a_rows, true}, false, true, false);
   }
   if (n.needs(1)) {
-    gin[1] = empty(b.shape(), b.dtype());
+    gin[1] = gradient_like(b, M);
     run_product(batch, {a, a_rows, true}, {g, a_rows, b_cols}, {gin[1], true, b_cols}, true, false, false);
   }
 }
