@@ -149,6 +149,24 @@ BOOST_AUTO_TEST_CASE(matmul_gradients_accumulate_over_broadcast_batch) {
              boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(gradient_of_a_transposed_operand_is_dense_after_the_transpose) {
+  // The product's gradient for a transposed view is laid out like the view
+  // (column-major), so the transpose's backward hands on a dense tensor, which
+  // later contributions add into at memory speed. Batched and broadcast too.
+  Generator gen(23);
+  Tensor a = randn({2, 4, 3}, DType::f64, &gen).requires_grad_(), b = randn({5, 4}, DType::f64, &gen).requires_grad_();
+  Tensor w = randn({2, 3, 5}, DType::f64, &gen);
+  // (2,3,4) @ (4,5): a read as a^T, b as b^T broadcast over the batch.
+  std::vector<Tensor> g = grad({sum(mul(matmul(transpose(a, 1, 2), transpose(b, 0, 1)), w))}, {a, b});
+  BOOST_TEST(g[0].is_contiguous());
+  BOOST_TEST(g[1].is_contiguous());
+  // The values: the same sum with the operands made dense first.
+  Tensor at = transpose(a, 1, 2).contiguous(), bt = transpose(b, 0, 1).contiguous();
+  std::vector<Tensor> ref = grad({sum(mul(matmul(at, bt), w))}, {a, b});
+  check_close(g[0], ref[0], 1e-12);
+  check_close(g[1], ref[1], 1e-12);
+}
+
 BOOST_AUTO_TEST_CASE(only_needed_gradients_are_computed) {
   Tensor a = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).requires_grad_();
   Tensor b = from_vector(std::vector<double>{1, 0, 0, 1}, {2, 2});
