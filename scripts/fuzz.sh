@@ -33,6 +33,14 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
+# libFuzzer reads a bare argument as a corpus directory: a target name put
+# after -- would make every target run on it and exit at once.
+for arg in "${extra[@]}"; do
+  if [[ "$arg" != -* ]]; then
+    echo "fuzz.sh: '$arg' after -- is not a libFuzzer flag (targets go before --)" >&2
+    exit 2
+  fi
+done
 if ((${#targets[@]} == 0)); then
   for f in fuzz/fuzz_*.cpp; do t=${f#fuzz/fuzz_}; targets+=("${t%.cpp}"); done
 fi
