@@ -44,6 +44,7 @@ void reset(Node& n) {
   n.saved.clear();
   n.hooks.clear();
   n.retains.reset();
+  n.side_grads.clear();
   n.grad = Tensor();
   n.released = false;
   n.run = false;
@@ -84,9 +85,10 @@ Node* new_node() {
   return new Node();
 }
 
-// A tensor sharing t's data whose producer is `node`: how a saved output (or
-// a rebuilt one) rejoins the graph when a backward is itself recorded.
-Tensor attached(const Tensor& t, Node* node) {
+// A tensor sharing t's data that is output `output` of `node`: how a saved
+// output (or a rebuilt one, or a side output) rejoins the graph when a
+// backward is itself recorded.
+Tensor attached(const Tensor& t, Node* node, uint32_t output) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = t.storage();
   impl->shape = t.shape();
@@ -95,6 +97,7 @@ Tensor attached(const Tensor& t, Node* node) {
   impl->dtype = t.dtype();
   impl->requires_grad = true;
   impl->grad_fn = NodeRef(node);
+  impl->output_nr = output;
   return Tensor(std::move(impl));
 }
 
@@ -141,6 +144,7 @@ void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
 struct NodeState {
   Node* node;
   Tensor grad;
+  std::vector<Tensor> side_grads;
   uint64_t pass;
   bool run;
   int32_t capture;
@@ -170,6 +174,7 @@ class PassLevel {
   ~PassLevel() {
     for (auto it = s_.saved_nodes.rbegin(); it != s_.saved_nodes.rend(); ++it) {
       it->node->grad = std::move(it->grad);
+      it->node->side_grads = std::move(it->side_grads);
       it->node->pass = it->pass;
       it->node->run = it->run;
       it->node->capture = it->capture;
@@ -187,9 +192,11 @@ class PassLevel {
   std::vector<Node*>& nodes() { return s_.nodes; }
   // First visit of n in this pass: keeps an outer pass's state, then resets.
   void visit(Node* n, uint64_t pass, bool run) {
-    if (nested_ && n->pass != 0) s_.saved_nodes.push_back({n, std::move(n->grad), n->pass, n->run, n->capture});
+    if (nested_ && n->pass != 0)
+      s_.saved_nodes.push_back({n, std::move(n->grad), n->side_grads, n->pass, n->run, n->capture});
     n->pass = pass;
     n->grad = Tensor();
+    for (Tensor& g : n->side_grads) g = Tensor();
     n->run = run;
     n->capture = -1;
     s_.nodes.push_back(n);
@@ -288,6 +295,10 @@ class Pass {
       const Tensor& x = (*inputs_)[k];
       if (!x.defined() || !x.requires_grad())
         throw AutogradError(fmt::format("{}: input {} does not require grad", api_, k));
+      if (x.impl()->output_nr != 0)
+        throw AutogradError(fmt::format("{}: input {} is a side output of '{}' (an intermediate its recorded "
+                                        "backward reads), not a tensor to differentiate with respect to",
+                                        api_, k, x.impl()->grad_fn->op->name));
     }
   }
 
@@ -335,13 +346,16 @@ class Pass {
     for (size_t r = 0; r < roots_.size(); ++r) {
       TensorImpl* root = roots_[r].impl();
       if (Node* n = root->grad_fn.get())
-        accumulate(n->grad, seeds[r], false);
+        accumulate(slot(*n, root->output_nr), seeds[r], false);
       else if (inputs_)
         capture(root->capture, seeds[r]);
       else
         accumulate(root->grad, seeds[r], true);
     }
   }
+
+  // Where the gradient of output `output` of n accumulates.
+  static Tensor& slot(Node& n, uint32_t output) { return output == 0 ? n.grad : n.side_grads[output - 1]; }
 
   void capture(int32_t slot, const Tensor& g) {
     if (slot >= 0) accumulate(results_[static_cast<size_t>(slot)], g, false);
@@ -353,19 +367,32 @@ class Pass {
     // the only reference may write its result into it (fused_grad).
     Tensor g = std::move(n.grad);
     n.grad = Tensor();
-    if (!g.defined() || !(n.run || n.capture >= 0)) return;
-    if (!n.hooks.empty()) g = run_hooks(n.hooks, std::move(g), describe_node(n).c_str());
-    if (auto kept = n.retains.lock()) kept->grad = options_.create_graph ? g : g.detach();
-    capture(n.capture, g);
-    if (!n.run) return;
+    bool side = false, side_records = false;
+    for (const Tensor& s : n.side_grads) {
+      side |= s.defined();
+      side_records |= s.defined() && s.requires_grad();
+    }
+    if (!(g.defined() || side) || !(n.run || n.capture >= 0)) return clear_side_grads(n);
+    if (g.defined()) {
+      if (!n.hooks.empty()) g = run_hooks(n.hooks, std::move(g), describe_node(n).c_str());
+      if (auto kept = n.retains.lock()) kept->grad = options_.create_graph ? g : g.detach();
+      capture(n.capture, g);
+    }
+    if (!n.run) return clear_side_grads(n);
     check_runnable(n);
-    const bool g_records = options_.create_graph && g.requires_grad();
+    const bool g_records = options_.create_graph && ((g.defined() && g.requires_grad()) || side_records);
+    if (!g.defined()) g = zeros(n.out_shape, n.out_dtype);  // only a side output was reached
     {
       ProfileScope prof(n.op->name, ProfilePhase::backward);
       n.op->backward(n, g, grads);
     }
+    clear_side_grads(n);
     release_saved(n);
     check_input_grads(n, grads, g_records);
+  }
+
+  static void clear_side_grads(Node& n) {
+    for (Tensor& s : n.side_grads) s = Tensor();
   }
 
   // n's backward can run: what it saved is still there, and it is
@@ -427,7 +454,7 @@ class Pass {
       if (!edge.needs_grad) continue;
       Tensor& gi = grads[e];
       if (Node* p = edge.node.get()) {
-        if (gi.defined() && (p->run || p->capture >= 0)) accumulate(p->grad, gi, false);
+        if (gi.defined() && (p->run || p->capture >= 0)) accumulate(slot(*p, edge.output), gi, false);
         continue;
       }
       TensorImpl* leaf = edge.leaf.get();
@@ -491,17 +518,28 @@ void Node::save(const Tensor& t) {
     Node* producer = t.impl()->grad_fn.get();
     if (producer == this) {
       // Our own output: held without grad_fn, or the node would own itself.
-      saved.push_back({t.detach(), t.version(), NodeRef(), true});
+      saved.push_back({t.detach(), t.version(), NodeRef(), static_cast<int32_t>(t.impl()->output_nr)});
       return;
     }
     // Only while t still holds what its producer wrote: after an in-place
     // write (even one not recorded, under no_grad) a rebuild would differ.
     if (producer && producer->op->recompute && !producer->released && t.version() == producer->out_version) {
-      saved.push_back({Tensor(), 0, NodeRef(producer), false});
+      saved.push_back({Tensor(), 0, NodeRef(producer), -1});
       return;
     }
   }
-  saved.push_back({t, t.defined() ? t.version() : 0, NodeRef(), false});
+  saved.push_back({t, t.defined() ? t.version() : 0, NodeRef(), -1});
+}
+
+uint32_t Node::save_side_output(const Tensor& t) {
+  if (!t.defined() || t.requires_grad())
+    throw AutogradError(fmt::format("'{}': a side output is an intermediate the forward computed, defined and "
+                                    "not requiring grad",
+                                    op->name));
+  side_grads.emplace_back();
+  const auto k = static_cast<uint32_t>(side_grads.size());
+  saved.push_back({t, t.version(), NodeRef(), static_cast<int32_t>(k)});
+  return k;
 }
 
 void Node::bad_attrs(const char* asked) const {
@@ -530,14 +568,15 @@ Tensor Node::saved_tensor(size_t k) const {
       ProfileScope prof(p->op->name, ProfilePhase::recompute);
       s.tensor = p->op->recompute(*p);
     }
-    return grad_enabled() ? attached(s.tensor, p) : s.tensor;
+    return grad_enabled() ? attached(s.tensor, p, 0) : s.tensor;
   }
   if (s.tensor.defined() && s.tensor.version() != s.version)
     throw AutogradError(fmt::format(
         "backward of '{}': a tensor it saved (shape {}) was modified in place after it was saved "
         "(version {} now, {} when saved); clone it before writing to it",
         op->name, s.tensor.shape(), s.tensor.version(), s.version));
-  if (s.is_output && grad_enabled()) return attached(s.tensor, const_cast<Node*>(this));
+  if (s.output >= 0 && grad_enabled())
+    return attached(s.tensor, const_cast<Node*>(this), static_cast<uint32_t>(s.output));
   return s.tensor;
 }
 
@@ -564,14 +603,16 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
     TensorImpl* impl = in->impl();
     if (!impl->requires_grad) continue;
     e.needs_grad = true;
-    if (impl->grad_fn)
+    if (impl->grad_fn) {
       e.node = impl->grad_fn;
-    else
+      e.output = impl->output_nr;
+    } else
       e.leaf = in->impl_ptr();
   }
   TensorImpl* o = out.impl();
   o->requires_grad = true;
   o->grad_fn = NodeRef(n);
+  o->output_nr = 0;
   return n;
 }
 

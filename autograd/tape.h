@@ -23,6 +23,14 @@
 /// the gradients are recorded like any forward and can be differentiated
 /// again, to any order. A saved output is stored without its node (no cycle)
 /// and reattached to it when backward reads it in that mode.
+///
+/// Side outputs. A fused op may save an intermediate its recorded backward
+/// reads (the LSTM's gate activations) as a side output of its node: read in
+/// grad mode it is attached to the node like the output, and the gradient a
+/// later pass sends to it comes back to the node's own backward
+/// (Node::side_grad), which adds it where the intermediate was computed. A
+/// second-order pass then runs the fused backward once, instead of once for
+/// the output and again for a recomputation of the intermediate.
 #include <atomic>
 #include <cstdint>
 #include <cstddef>
@@ -46,6 +54,7 @@ struct Node;
 /// Where the gradient of one input goes.
 struct Edge {
   NodeRef node;                       ///< the input's producer, or null
+  uint32_t output = 0;                ///< which output of node: 0, or a side output
   std::shared_ptr<TensorImpl> leaf;   ///< a leaf requiring grad: its .grad (or grad()'s result)
   Shape shape;                        ///< the input's shape (backward must return exactly this)
   DType dtype = DType::f32;           ///< the input's dtype
@@ -58,7 +67,9 @@ struct SavedTensor {
   mutable Tensor tensor;   ///< the tensor; empty while saved by reference and not rebuilt
   uint64_t version = 0;    ///< storage version when saved
   NodeRef producer;        ///< saved by reference: producer->op->recompute rebuilds it
-  bool is_output = false;  ///< the saving node's own output, held without grad_fn
+  /// -1: an input or a stat; 0: the saving node's own output, k > 0: its
+  /// side output k; both held without grad_fn
+  int32_t output = -1;
 };
 
 /// One recorded op: what its backward needs (record() returns it to the
@@ -74,6 +85,7 @@ struct Node {
   bool released = false;              ///< saved tensors dropped by a backward without retain_graph
   std::vector<HookEntry> hooks;       ///< registered on the output tensor (Tensor::register_hook)
   std::weak_ptr<TensorImpl> retains;  ///< the output, when it retain_grad()s
+  std::vector<Tensor> side_grads;     ///< backward pass: gradient flowing into side output k at k-1
 
   // State of the backward pass running now (see tape.cpp).
   Tensor grad;                        ///< backward pass: gradient flowing into this node's output
@@ -110,6 +122,15 @@ struct Node {
   /// node is kept, and t's memory is freed with the last handle to it:
   /// backward rebuilds t from what that node saved.
   void save(const Tensor& t);
+  /// Saves t, an intermediate the forward computed (not requiring grad), as
+  /// the node's next side output (1, 2, ...; returns its number). Backward
+  /// reads it with saved_tensor like any saved tensor; in grad mode it comes
+  /// attached to this node, and what flows back into it arrives as
+  /// side_grad(k), which the op's backward must add to its gradients.
+  uint32_t save_side_output(const Tensor& t);
+  /// Backward: the gradient that reached side output k in this pass, or an
+  /// undefined tensor when none did.
+  const Tensor& side_grad(uint32_t k) const { return side_grads.at(k - 1); }
   /// The k-th saved tensor (rebuilt if saved by reference; with grad mode on,
   /// attached to its node so that a recorded backward differentiates through
   /// it). AutogradError if it was modified in place since it was saved.

@@ -143,10 +143,20 @@ void Tensor::zero_grad() const {
   impl()->grad = Tensor();
 }
 
+// Hooks and retain_grad belong to a node's output; a side output (an
+// intermediate that only a recorded backward reads) has neither.
+static void refuse_side_output(const TensorImpl& t, const char* api) {
+  if (t.output_nr != 0)
+    throw AutogradError(fmt::format("{}: this tensor (shape {}) is side output {} of '{}', an intermediate its "
+                                    "recorded backward reads; hooks and retain_grad apply to the op's output",
+                                    api, t.shape, t.output_nr, t.grad_fn->op->name));
+}
+
 HookHandle Tensor::register_hook(GradHook fn) const {
   TensorImpl& t = const_cast<TensorImpl&>(checked(*this, "register_hook"));
   if (!t.requires_grad)
     throw AutogradError(fmt::format("register_hook: tensor of shape {} does not require grad", t.shape));
+  refuse_side_output(t, "register_hook");
   HookHandle handle{std::make_shared<bool>(true)};
   if (t.grad_fn) {
     t.grad_fn->hooks.push_back({handle.active, std::move(fn)});
@@ -161,6 +171,7 @@ void Tensor::retain_grad() const {
   const TensorImpl& t = checked(*this, "retain_grad");
   if (!t.requires_grad)
     throw AutogradError(fmt::format("retain_grad: tensor of shape {} does not require grad", t.shape));
+  refuse_side_output(t, "retain_grad");
   if (t.grad_fn) t.grad_fn->retains = impl_;
 }
 

@@ -206,6 +206,76 @@ BOOST_AUTO_TEST_CASE(create_graph_through_a_once_differentiable_op_names_it) {
                               {"'test_unmarked_raw_double'", "not differentiable"});
 }
 
+// ---------------------------------------------------------------- side outputs
+// A fused op whose recorded backward reads an intermediate of its forward:
+// y = x^3, with s = 3x^2 saved as a side output. Backward returns g s (+ the
+// gradient that reached s, times ds/dx = 6x): in grad mode s comes attached
+// to the node, so a second pass sends its gradient back to this backward.
+enum class SideUse { add, ignore, hook };
+template <SideUse use>
+void side_cube_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor x = n.saved_tensor(0), s = n.saved_tensor(1);
+  if (use == SideUse::hook && grad_enabled()) s.register_hook([](const Tensor& t) { return t; });
+  gin[0] = mul(g, s);
+  if (const Tensor& ds = n.side_grad(1); ds.defined() && use != SideUse::ignore)
+    gin[0] = add(gin[0], mul(ds, mul(x, 6.0)));
+}
+const OpDef side_cube_op("test_side_cube", 1, "x^3, its slope 3x^2 a side output", "x, 3x^2 (side output)",
+                         side_cube_backward<SideUse::add>, nullptr);
+const OpDef side_cube_ignored_op("test_side_cube_ignored", 1, "x^3, whose backward drops its side output's gradient",
+                                 "x, 3x^2 (side output)", side_cube_backward<SideUse::ignore>, nullptr);
+const OpDef side_cube_hooked_op("test_side_cube_hooked", 1, "x^3, whose backward hooks its side output",
+                                "x, 3x^2 (side output)", side_cube_backward<SideUse::hook>, nullptr);
+Tensor side_cube(const Tensor& x, const OpDef& op = side_cube_op) {
+  Tensor out, s;
+  {
+    NoGradGuard ng;
+    out = mul(mul(x, x), x);
+    s = mul(mul(x, x), 3.0);
+  }
+  if (Node* n = record(op, out, x)) {
+    n->save(x);
+    BOOST_TEST(n->save_side_output(s) == 1u);
+  }
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(a_side_output_carries_higher_derivatives_back_to_its_op) {
+  // x^3 at 1.5: 3x^2, 6x, 6, 0, each order through the side output's gradient.
+  Tensor x = leaf({1.5});
+  Tensor y = side_cube(x);
+  const double want[] = {3 * 1.5 * 1.5, 6 * 1.5, 6, 0};
+  for (double w : want) {
+    y = grad({sum(y)}, {x}, {}, {.create_graph = true, .allow_unused = true})[0];
+    if (!y.defined()) y = zeros({1}, DType::f64);  // the fourth derivative reaches nothing
+    BOOST_TEST(y.item<double>() == w, boost::test_tools::tolerance(1e-12));
+  }
+  Tensor v = samples::uniform({4}, 31);
+  BOOST_TEST(gradgradcheck([](const std::vector<Tensor>& in) { return side_cube(in[0]); }, {v}).passed);
+  // A backward that drops what reached its side output has a wrong second derivative.
+  GradcheckReport r = gradgradcheck([](const std::vector<Tensor>& in) { return side_cube(in[0], side_cube_ignored_op); }, {v});
+  BOOST_TEST(!r.passed);
+}
+
+BOOST_AUTO_TEST_CASE(a_side_output_takes_no_hooks_and_is_not_a_grad_input) {
+  Tensor x = leaf({1.0, 2.0});
+  check_throws<AutogradError>(
+      [&] { grad({sum(side_cube(x, side_cube_hooked_op))}, {x}, {}, {.create_graph = true}); },
+      {"register_hook", "side output 1 of 'test_side_cube_hooked'"});
+  // A backward that asks grad() for its side output's gradient is refused too.
+  Tensor y = side_cube(x);
+  Tensor g = grad({sum(y)}, {x}, {}, {.create_graph = true})[0];  // 3x^2 = g * s, s attached
+  Node* mul_node = g.impl()->grad_fn.get();
+  BOOST_TEST_REQUIRE(mul_node != nullptr);
+  for (const Edge& e : mul_node->edges)
+    if (e.output == 1) {
+      // Rebuild the attached side output the way saved_tensor does, and ask for its gradient.
+      Tensor s = e.node->saved_tensor(1);
+      BOOST_TEST(s.impl()->output_nr == 1u);
+      check_throws<AutogradError>([&] { grad({sum(g)}, {s}); }, {"side output of 'test_side_cube'"});
+    }
+}
+
 // ---------------------------------------------------------------- hooks
 BOOST_AUTO_TEST_CASE(tensor_hooks_read_and_replace_gradients) {
   Tensor x = leaf({1.0, 2.0});

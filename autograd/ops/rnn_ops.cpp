@@ -209,8 +209,8 @@ Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* 
 
 // ---- Recorded backward (create_graph). Each backward also has a form in
 // differentiable ops, taken when it is recorded, with h_t (and c_t) read from
-// the output, which is then attached to this node, and the gates recomputed
-// from the saved xp. Whatever does not depend on the incoming gradient is
+// the output, which is then attached to this node; the GRU recomputes its
+// gates from the saved xp, the LSTM reads its activations, a side output. Whatever does not depend on the incoming gradient is
 // computed for all steps at once; the recursion through time is one op of its
 // own (gated_recurrence_grad, lstm_recurrence_grad) with a fused kernel for its
 // backward, so a Hessian-vector product costs a few fused passes. Every op
@@ -602,11 +602,13 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
 
 // ============================ lstm_recurrence ============================
 // act (T,B,4H) keeps the gate activations sig(i), sig(f), tanh(g), sig(o);
-// out (2,T,B,H) holds h_t then c_t, so backward finds c_{t-1} there. xp is
-// saved for the recorded backward, which recomputes the gates from it.
+// out (2,T,B,H) holds h_t then c_t, so backward finds c_{t-1} there. act is
+// a side output of the node: the recorded backward computes its slopes from
+// it, and a second-order pass sends their gradient back here, where the
+// fused backward adds it to the gates' gradient before the step's GEMM.
 namespace {
 struct LstmSaved {
-  enum : size_t { kWeight, kH0, kC0, kGates, kOutput, kXp };  // w_hh, h0, c0, xp as given
+  enum : size_t { kWeight, kH0, kC0, kGates, kOutput };  // w_hh, h0, c0 as given
 };
 }  // namespace
 
@@ -652,9 +654,12 @@ static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, co
 // all of dG_t; then, for c < T, the pointwise pass of step t - 1 on these
 // units. rec (3,B,H) is zero on entry: the gradients reaching h_t and c_t
 // from step t+1, and c_{-1} = 0.
+//
+// gact (T,B,4H), when given, is the gradient that reached the activations
+// (the side output act); it joins dG_t through the gates' slopes.
 template <class S>
-static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* c0,
-                               const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
+static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
+                               const S* c0, const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
   const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 4 * H;
   S* dh = rec;
   S* dc = dh + B * H;
@@ -687,6 +692,15 @@ static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout,
         dout[j] = dht * tc * o * (S(1) - o);
         dcb[j] = dct * f;
       }
+      if (!gact) continue;
+      const S *gi = gact + t * B * G + b * G + u.first, *gf = gi + H, *gg = gf + H, *go = gg + H;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        di[j] += gi[j] * ai[j] * (S(1) - ai[j]);
+        df[j] += gf[j] * af[j] * (S(1) - af[j]);
+        dgg[j] += gg[j] * (S(1) - ag[j] * ag[j]);
+        dout[j] += go[j] * ao[j] * (S(1) - ao[j]);
+      }
     }
   });
 }
@@ -694,20 +708,33 @@ static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout,
 // Recorded: a_t = xp_t + h_{t-1} W^T = [a_i a_f a_g a_o], i f o = sig(a_i a_f a_o),
 // g = tanh(a_g), c_t = f c_{t-1} + i g, h_t = o tanh(c_t). Everything that
 // does not depend on the gradient flowing back is computed for all steps at
-// once: the pre-activations (one GEMM for every step's h_{t-1} W^T) and from
-// them the slopes (one lstm_gate_slopes node); the recursion through time
-// itself is one lstm_recurrence_grad node.
+// once: the slopes, from the activations (the side output, so their
+// gradient in the next pass comes back to this node's fused backward) in
+// one lstm_gate_slopes node; the recursion through time itself is one
+// lstm_recurrence_grad node. When this backward is itself differentiated
+// with create_graph, a gradient gact has reached the activations: it adds
+// P = gact * slope to dA_t and P_t W to the gradient of h_{t-1}.
 static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(LstmSaved::kWeight), h0 = n.saved_tensor(LstmSaved::kH0);
   const Tensor c0 = n.saved_tensor(LstmSaved::kC0), out = n.saved_tensor(LstmSaved::kOutput);
-  const Tensor xp = n.saved_tensor(LstmSaved::kXp);
+  const Tensor act = n.saved_tensor(LstmSaved::kGates);
   const int64_t T = out.size(1), B = out.size(2), H = out.size(3);
   const Tensor cs = select(out, 0, 1);
   const Tensor hprev = previous_states(select(out, 0, 0), h0), cprev = previous_states(cs, c0);  // (T,B,H)
-  const Tensor a = add(xp, reshape(matmul(reshape(hprev, {T * B, H}), transpose(w, 0, 1)), {T, B, 4 * H}));
-  const Tensor s = lstm_gate_slopes(a, cs, cprev);     // (T,B,6H): [f, k, j]
-  const Tensor e = lstm_recurrence_grad(grad, s, w);  // (T,B,5H): [dA_t; dc_t]
-  const Tensor dA = narrow(e, 2, 0, 4 * H);
+  const Tensor s = lstm_gate_slopes(act, cs, cprev);  // (T,B,6H): [f, k, j]
+  Tensor gout = grad, P;
+  if (const Tensor& gact = n.side_grad(1); gact.defined()) {
+    const std::vector<Tensor> q = chunk(act, 4, 2);
+    P = mul(gact, concat({sigmoid_slope(q[0]), sigmoid_slope(q[1]), rsub(1.0, mul(q[2], q[2])), sigmoid_slope(q[3])},
+                         2));  // (T,B,4H)
+    if (T > 1) {
+      const Tensor into_h = reshape(matmul(reshape(narrow(P, 0, 1, T - 1), {(T - 1) * B, 4 * H}), w), {T - 1, B, H});
+      gout = stack({add(select(grad, 0, 0), concat({into_h, zeros({1, B, H}, out.dtype())}, 0)), select(grad, 0, 1)},
+                   0);
+    }
+  }
+  const Tensor e = lstm_recurrence_grad(gout, s, w);  // (T,B,5H): [dA_t; dc_t]
+  const Tensor dA = P.defined() ? add(narrow(e, 2, 0, 4 * H), P) : narrow(e, 2, 0, 4 * H);
   if (n.needs(0)) gin[0] = dA;
   if (n.needs(1)) gin[1] = weight_grad_recorded(dA, hprev);
   if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
@@ -719,6 +746,7 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
   const Tensor w = contig(n.saved_tensor(LstmSaved::kWeight)), h0 = contig(n.saved_tensor(LstmSaved::kH0));
   const Tensor c0 = contig(n.saved_tensor(LstmSaved::kC0));
   const Tensor act = n.saved_tensor(LstmSaved::kGates), out = n.saved_tensor(LstmSaved::kOutput);
+  const Tensor gact = n.side_grad(1).defined() ? n.side_grad(1).contiguous() : Tensor();
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t BH = d.B * d.H;
   Tensor g = grad.contiguous();
@@ -730,7 +758,8 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
     using scalar_t = decltype(tag);
     const scalar_t* hs = out.data<scalar_t>();
     backward_by_units(d, 4, [&](Units u, int64_t c) {
-      lstm_backward_call(d, u, c, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(c0), act.data<scalar_t>(),
+      lstm_backward_call(d, u, c, g.data<scalar_t>(), ptr<scalar_t>(gact), w.data<scalar_t>(), ptr<scalar_t>(c0),
+                         act.data<scalar_t>(),
                          hs + d.T * BH, dG.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0),
                          ptr<scalar_t>(dc0));
     });
@@ -742,7 +771,7 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
 }
 static const OpDef lstm_recurrence_op(
     "lstm_recurrence", 4, "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
-    "w_hh, h0, c0, gate activations (T,B,4H), output, xp", lstm_recurrence_backward,
+    "w_hh, h0, c0, gate activations (T,B,4H) as a side output, output", lstm_recurrence_backward,
     [] { return recurrence_samples(4, false, true); });
 
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
@@ -768,76 +797,66 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
     n->save(w_in);   // LstmSaved::kWeight
     n->save(h0_in);  // kH0
     n->save(c0_in);  // kC0
-    n->save(act);    // kGates
-    n->save(out);    // kOutput
-    n->save(xp_in);  // kXp
+    n->save_side_output(act);  // kGates
+    n->save(out);              // kOutput
   }
   return out;
 }
 
 // ============================ lstm_gate_slopes ============================
 // What the LSTM's backward recursion reads of each step, for all steps at
-// once in one pointwise pass (not a dozen ops on (T,B,4H) tensors):
-//   s = [f, k, j_i, j_f, j_g, j_o] (T,B,6H), with i f o = sig(a_i a_f a_o),
-//   g = tanh(a_g), tc = tanh(c_t):
+// once in one pointwise pass (not a dozen ops on (T,B,4H) tensors), from the
+// gate activations act = [i, f, g, o] and tc = tanh(c_t):
+//   s = [f, k, j_i, j_f, j_g, j_o] (T,B,6H),
 //   k = o (1-tc^2), j_i = g i(1-i), j_f = c_{t-1} f(1-f), j_g = i (1-g^2), j_o = tc o(1-o).
 // Its backward, with si = i(1-i), sf, so alike, tg = 1-g^2, tcc = 1-tc^2:
-//   da_i = si (dj_i g (1-2i) + dj_g tg)      da_f = sf (df + dj_f c_{t-1} (1-2f))
-//   da_g = tg (dj_i si - 2 dj_g i g)         da_o = so (dk tcc + dj_o tc (1-2o))
-//   dc_t = tcc (dj_o so - 2 dk o tc)         dc_{t-1} = dj_f sf
+//   di = dj_i g (1-2i) + dj_g tg          df = df + dj_f c_{t-1} (1-2f)
+//   dg = dj_i si - 2 dj_g i g             do = dk tcc + dj_o tc (1-2o)
+//   dc_t = tcc (dj_o so - 2 dk o tc)      dc_{t-1} = dj_f sf
 namespace {
 struct LstmSlopesSaved {
-  enum : size_t { kA, kC, kCPrev };
+  enum : size_t { kAct, kC, kCPrev };
 };
 }  // namespace
 
-// The gates of one unit from its pre-activations.
+// Rows [r0, r1) of the T*B rows: act (.,4H), c and cp (.,H) -> s (.,6H).
 template <class S>
-struct LstmGates {
-  S i, f, g, o;
-  LstmGates(S ai, S af, S ag, S ao)
-      : i(sigmoid_gate(ai)), f(sigmoid_gate(af)), g(tanh_gate(ag)), o(sigmoid_gate(ao)) {}
-};
-
-// Rows [r0, r1) of the T*B rows: a (.,4H), c and cp (.,H) -> s (.,6H).
-template <class S>
-static void lstm_slopes_forward(int64_t H, int64_t r0, int64_t r1, const S* a, const S* c, const S* cp, S* s) {
+static void lstm_slopes_forward(int64_t H, int64_t r0, int64_t r1, const S* act, const S* c, const S* cp, S* s) {
   for (int64_t r = r0; r < r1; ++r) {
-    const S *ar = a + r * 4 * H, *cr = c + r * H, *cpr = cp + r * H;
+    const S *ai = act + r * 4 * H, *af = ai + H, *ag = af + H, *ao = ag + H, *cr = c + r * H, *cpr = cp + r * H;
     S* sr = s + r * 6 * H;
 #pragma omp simd
     for (int64_t q = 0; q < H; ++q) {
-      const LstmGates<S> x(ar[q], ar[H + q], ar[2 * H + q], ar[3 * H + q]);
-      const S tc = tanh_gate(cr[q]);
-      sr[q] = x.f;
-      sr[H + q] = x.o * (S(1) - tc * tc);
-      sr[2 * H + q] = x.g * x.i * (S(1) - x.i);
-      sr[3 * H + q] = cpr[q] * x.f * (S(1) - x.f);
-      sr[4 * H + q] = x.i * (S(1) - x.g * x.g);
-      sr[5 * H + q] = tc * x.o * (S(1) - x.o);
+      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = tanh_gate(cr[q]);
+      sr[q] = f;
+      sr[H + q] = o * (S(1) - tc * tc);
+      sr[2 * H + q] = g * i * (S(1) - i);
+      sr[3 * H + q] = cpr[q] * f * (S(1) - f);
+      sr[4 * H + q] = i * (S(1) - g * g);
+      sr[5 * H + q] = tc * o * (S(1) - o);
     }
   }
 }
 
-// Rows [r0, r1): ds (.,6H) -> da (.,4H), dc and dcp (.,H).
+// Rows [r0, r1): ds (.,6H) -> dact (.,4H), dc and dcp (.,H).
 template <class S>
-static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds, const S* a, const S* c, const S* cp,
-                                 S* da, S* dc, S* dcp) {
+static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds, const S* act, const S* c,
+                                 const S* cp, S* dact, S* dc, S* dcp) {
   for (int64_t r = r0; r < r1; ++r) {
-    const S *ar = a + r * 4 * H, *cr = c + r * H, *cpr = cp + r * H, *d = ds + r * 6 * H;
-    S *dar = da + r * 4 * H, *dcr = dc + r * H, *dcpr = dcp + r * H;
+    const S *ai = act + r * 4 * H, *af = ai + H, *ag = af + H, *ao = ag + H, *cr = c + r * H, *cpr = cp + r * H;
+    const S* d = ds + r * 6 * H;
+    S *dar = dact + r * 4 * H, *dcr = dc + r * H, *dcpr = dcp + r * H;
 #pragma omp simd
     for (int64_t q = 0; q < H; ++q) {
-      const LstmGates<S> x(ar[q], ar[H + q], ar[2 * H + q], ar[3 * H + q]);
-      const S tc = tanh_gate(cr[q]);
-      const S si = x.i * (S(1) - x.i), sf = x.f * (S(1) - x.f), so = x.o * (S(1) - x.o);
-      const S tg = S(1) - x.g * x.g, tcc = S(1) - tc * tc;
+      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = tanh_gate(cr[q]);
+      const S si = i * (S(1) - i), sf = f * (S(1) - f), so = o * (S(1) - o);
+      const S tg = S(1) - g * g, tcc = S(1) - tc * tc;
       const S df = d[q], dk = d[H + q], dji = d[2 * H + q], djf = d[3 * H + q], djg = d[4 * H + q], djo = d[5 * H + q];
-      dar[q] = si * (dji * x.g * (S(1) - S(2) * x.i) + djg * tg);
-      dar[H + q] = sf * (df + djf * cpr[q] * (S(1) - S(2) * x.f));
-      dar[2 * H + q] = tg * (dji * si - S(2) * djg * x.i * x.g);
-      dar[3 * H + q] = so * (dk * tcc + djo * tc * (S(1) - S(2) * x.o));
-      dcr[q] = tcc * (djo * so - S(2) * dk * x.o * tc);
+      dar[q] = dji * g * (S(1) - S(2) * i) + djg * tg;
+      dar[H + q] = df + djf * cpr[q] * (S(1) - S(2) * f);
+      dar[2 * H + q] = dji * si - S(2) * djg * i * g;
+      dar[3 * H + q] = dk * tcc + djo * tc * (S(1) - S(2) * o);
+      dcr[q] = tcc * (djo * so - S(2) * dk * o * tc);
       dcpr[q] = djf * sf;
     }
   }
@@ -845,83 +864,83 @@ static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds,
 
 // Recorded (third and higher derivatives of the LSTM): the formulas above in tensor ops.
 static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor a = n.saved_tensor(LstmSlopesSaved::kA), c = n.saved_tensor(LstmSlopesSaved::kC);
+  const Tensor act = n.saved_tensor(LstmSlopesSaved::kAct), c = n.saved_tensor(LstmSlopesSaved::kC);
   const Tensor cp = n.saved_tensor(LstmSlopesSaved::kCPrev);
-  const std::vector<Tensor> z = chunk(a, 4, 2), d = chunk(grad, 6, 2);
-  const Tensor i = sigmoid(z[0]), f = sigmoid(z[1]), g = tanh(z[2]), o = sigmoid(z[3]), tc = tanh(c);
-  const Tensor si = sigmoid_slope(i), sf = sigmoid_slope(f), so = sigmoid_slope(o);
+  const std::vector<Tensor> z = chunk(act, 4, 2), d = chunk(grad, 6, 2);
+  const Tensor &i = z[0], &f = z[1], &g = z[2], &o = z[3], tc = tanh(c);
   const Tensor tg = rsub(1.0, mul(g, g)), tcc = rsub(1.0, mul(tc, tc));
   const Tensor &df = d[0], &dk = d[1], &dji = d[2], &djf = d[3], &djg = d[4], &djo = d[5];
   if (n.needs(0))
-    gin[0] = concat({mul(si, add(mul(mul(dji, g), rsub(1.0, mul(i, 2.0))), mul(djg, tg))),
-                     mul(sf, add(df, mul(mul(djf, cp), rsub(1.0, mul(f, 2.0))))),
-                     mul(tg, sub(mul(dji, si), mul(mul(djg, mul(i, g)), 2.0))),
-                     mul(so, add(mul(dk, tcc), mul(mul(djo, tc), rsub(1.0, mul(o, 2.0)))))},
+    gin[0] = concat({add(mul(mul(dji, g), rsub(1.0, mul(i, 2.0))), mul(djg, tg)),
+                     add(df, mul(mul(djf, cp), rsub(1.0, mul(f, 2.0)))),
+                     sub(mul(dji, sigmoid_slope(i)), mul(mul(djg, mul(i, g)), 2.0)),
+                     add(mul(dk, tcc), mul(mul(djo, tc), rsub(1.0, mul(o, 2.0))))},
                     2);
-  if (n.needs(1)) gin[1] = mul(tcc, sub(mul(djo, so), mul(mul(dk, mul(o, tc)), 2.0)));
-  if (n.needs(2)) gin[2] = mul(djf, sf);
+  if (n.needs(1)) gin[1] = mul(tcc, sub(mul(djo, sigmoid_slope(o)), mul(mul(dk, mul(o, tc)), 2.0)));
+  if (n.needs(2)) gin[2] = mul(djf, sigmoid_slope(f));
 }
 
 static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return lstm_slopes_backward_recorded(n, grad, gin);
-  const Tensor a = contig(n.saved_tensor(LstmSlopesSaved::kA)), c = contig(n.saved_tensor(LstmSlopesSaved::kC));
+  const Tensor act = contig(n.saved_tensor(LstmSlopesSaved::kAct)), c = contig(n.saved_tensor(LstmSlopesSaved::kC));
   const Tensor cp = contig(n.saved_tensor(LstmSlopesSaved::kCPrev));
   const Tensor ds = grad.contiguous();
   const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
   // All three in one pass (the LSTM's recorded backward needs them all).
-  Tensor da = empty(a.shape(), a.dtype()), dc = empty(c.shape(), c.dtype()), dcp = empty(cp.shape(), cp.dtype());
-  dispatch_float(a.dtype(), n.op->name, [&](auto tag) {
+  Tensor dact = empty(act.shape(), act.dtype()), dc = empty(c.shape(), c.dtype()), dcp = empty(cp.shape(), cp.dtype());
+  dispatch_float(act.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
     parallel_for(rows, row_grain(6 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
-      lstm_slopes_backward<scalar_t>(H, r0, r1, ds.data<scalar_t>(), a.data<scalar_t>(), c.data<scalar_t>(),
-                                     cp.data<scalar_t>(), da.data<scalar_t>(), dc.data<scalar_t>(), dcp.data<scalar_t>());
+      lstm_slopes_backward<scalar_t>(H, r0, r1, ds.data<scalar_t>(), act.data<scalar_t>(), c.data<scalar_t>(),
+                                     cp.data<scalar_t>(), dact.data<scalar_t>(), dc.data<scalar_t>(),
+                                     dcp.data<scalar_t>());
     });
   });
-  if (n.needs(0)) gin[0] = da;
+  if (n.needs(0)) gin[0] = dact;
   if (n.needs(1)) gin[1] = dc;
   if (n.needs(2)) gin[2] = dcp;
 }
 static const OpDef lstm_gate_slopes_op(
-    "lstm_gate_slopes", 3, "lstm_gate_slopes(a (T,B,4H), c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
-    "a, c, c_prev (the gates are recomputed)", lstm_gate_slopes_backward, [] {
+    "lstm_gate_slopes", 3, "lstm_gate_slopes(act (T,B,4H) [i, f, g, o], c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
+    "act, c, c_prev", lstm_gate_slopes_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_gate_slopes(x[0], x[1], x[2]); };
       return std::vector<OpSample>{
-          {"T=3 B=2 H=3", {uniform({T, B, 4 * H}, 221, -2, 2), uniform({T, B, H}, 222, -2, 2), uniform({T, B, H}, 223)},
-           fn},
-          {"non-contiguous a", {samples::strided({1, B, 4 * H}, 224, -2, 2), uniform({1, B, H}, 225), uniform({1, B, H}, 226)},
+          {"T=3 B=2 H=3", {uniform({T, B, 4 * H}, 221), uniform({T, B, H}, 222, -2, 2), uniform({T, B, H}, 223)}, fn},
+          {"non-contiguous act",
+           {samples::strided({1, B, 4 * H}, 224), uniform({1, B, H}, 225), uniform({1, B, H}, 226)},
            fn},
       };
     });
 
-Tensor lstm_gate_slopes(const Tensor& a_in, const Tensor& c_in, const Tensor& cp_in) {
+Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& cp_in) {
   ProfileScope prof(lstm_gate_slopes_op.name);
   const std::string_view op = lstm_gate_slopes_op.name;
-  detail::check_floating(op, a_in, "a");
-  check_same_dtypes(op, a_in, "a", {{&c_in, "c"}, {&cp_in, "c_prev"}});
+  detail::check_floating(op, act_in, "act");
+  check_same_dtypes(op, act_in, "act", {{&c_in, "c"}, {&cp_in, "c_prev"}});
   if (c_in.dim() != 3 || !(cp_in.shape() == c_in.shape()) ||
-      !(a_in.shape() == Shape{c_in.size(0), c_in.size(1), 4 * c_in.size(2)}))
-    throw ShapeError(fmt::format("{}: c {} and c_prev {} must be (T,B,H) and a {} (T,B,4H)", op, c_in.shape(),
-                                 cp_in.shape(), a_in.shape()));
-  Tensor a, c, cp;
+      !(act_in.shape() == Shape{c_in.size(0), c_in.size(1), 4 * c_in.size(2)}))
+    throw ShapeError(fmt::format("{}: c {} and c_prev {} must be (T,B,H) and act {} (T,B,4H)", op, c_in.shape(),
+                                 cp_in.shape(), act_in.shape()));
+  Tensor act, c, cp;
   {
     NoGradGuard ng;
-    a = a_in.contiguous(), c = c_in.contiguous(), cp = cp_in.contiguous();
+    act = act_in.contiguous(), c = c_in.contiguous(), cp = cp_in.contiguous();
   }
   const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
-  Tensor out = empty({c.size(0), c.size(1), 6 * H}, a.dtype());
-  dispatch_float(a.dtype(), op, [&](auto tag) {
+  Tensor out = empty({c.size(0), c.size(1), 6 * H}, act.dtype());
+  dispatch_float(act.dtype(), op, [&](auto tag) {
     using scalar_t = decltype(tag);
     parallel_for(rows, row_grain(6 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
-      lstm_slopes_forward<scalar_t>(H, r0, r1, a.data<scalar_t>(), c.data<scalar_t>(), cp.data<scalar_t>(),
+      lstm_slopes_forward<scalar_t>(H, r0, r1, act.data<scalar_t>(), c.data<scalar_t>(), cp.data<scalar_t>(),
                                     out.data<scalar_t>());
     });
   });
-  if (Node* n = record(lstm_gate_slopes_op, out, a_in, c_in, cp_in)) {
-    n->save(a_in);   // LstmSlopesSaved::kA
-    n->save(c_in);   // kC
-    n->save(cp_in);  // kCPrev
+  if (Node* n = record(lstm_gate_slopes_op, out, act_in, c_in, cp_in)) {
+    n->save(act_in);  // LstmSlopesSaved::kAct
+    n->save(c_in);    // kC
+    n->save(cp_in);   // kCPrev
   }
   return out;
 }

@@ -14,8 +14,9 @@
 /// instead, so the gradients are differentiable again: for every cell type
 /// the recursion through time is an op of its own (gated_recurrence_grad,
 /// lstm_recurrence_grad), everything else is computed for all steps at once
-/// (the LSTM's gate slopes in one op, lstm_gate_slopes);
-/// the LSTM and GRU also save xp, from which it recomputes the gates.
+/// (the LSTM's gate slopes in one op, lstm_gate_slopes, from its gate
+/// activations, a side output of its node); the GRU also saves xp, from
+/// which it recomputes the gates.
 ///
 /// Everything is time-major (T,B,...); gate order as torch.nn. A missing
 /// (undefined) initial state means zeros.
@@ -33,12 +34,12 @@ Tensor lstm_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = 
 
 /// The slopes of one LSTM step that its backward recursion reads, for all
 /// steps at once, as a differentiable op (what lstm_recurrence's recorded
-/// backward builds on): a (T,B,4H) the pre-activation gates, c (T,B,H) the
-/// cell states c_t, c_prev (T,B,H) the states c_{t-1}; with i, f, o = sig and
-/// g = tanh of the gate blocks of a
+/// backward builds on): act (T,B,4H) the gate activations [i, f, g, o]
+/// (i, f, o = sig and g = tanh of the pre-activations), c (T,B,H) the cell
+/// states c_t, c_prev (T,B,H) the states c_{t-1}
 /// -> (T,B,6H): [f, k, j], k = o (1 - tanh^2 c_t),
 ///    j = [g i(1-i), c_{t-1} f(1-f), i (1-g^2), tanh(c_t) o(1-o)].
-Tensor lstm_gate_slopes(const Tensor& a, const Tensor& c, const Tensor& c_prev);
+Tensor lstm_gate_slopes(const Tensor& act, const Tensor& c, const Tensor& c_prev);
 
 /// The backward recursion of lstm_recurrence as a differentiable op (what its
 /// recorded backward builds on): gout (2,T,B,H) the gradients of [h_t; c_t],
