@@ -208,39 +208,6 @@ BOOST_AUTO_TEST_CASE(modules_without_bias_gradcheck_float64) {
   }
 }
 
-// Second and third derivatives of the fused LSTM through its side output
-// (the gate activations its recorded backward reads). Differentiating the
-// first derivative sends a gradient into them, which the op's backward adds:
-// recorded (create_graph) and plain, the second derivatives must agree, and
-// gradgradcheck of the first derivative checks the third.
-BOOST_AUTO_TEST_CASE(lstm_third_derivatives_float64) {
-  const int64_t T = 3, B = 2, H = 2;
-  const Tensor u = samples::uniform({2, T, B, H}, 41).detach();
-  auto first = [&](const std::vector<Tensor>& in) {
-    // The finite differences evaluate it under no_grad, on inputs without grad.
-    EnableGradGuard with_grad;
-    std::vector<Tensor> x = in;
-    for (Tensor& t : x)
-      if (!t.requires_grad()) t = t.detach().requires_grad_();
-    const Tensor y = lstm_recurrence(x[0], x[1], x[2], x[3]);
-    const std::vector<Tensor> g = grad({y}, x, {u}, {.create_graph = true});
-    return flat(g);
-  };
-  const std::vector<Tensor> x = {samples::uniform({T, B, 4 * H}, 42, -2, 2), samples::uniform({4 * H, H}, 43),
-                                 samples::uniform({B, H}, 44), samples::uniform({B, H}, 45)};
-  const Tensor f = first(x), v = samples::uniform(f.shape(), 46).detach();
-  const std::vector<Tensor> recorded = grad({f}, x, {v}, {.retain_graph = true, .create_graph = true});
-  const std::vector<Tensor> plain = grad({f}, x, {v});
-  for (size_t k = 0; k < x.size(); ++k) {
-    const std::vector<double> a = recorded[k].contiguous().to_vector<double>();
-    const std::vector<double> b = plain[k].contiguous().to_vector<double>();
-    BOOST_TEST(recorded[k].requires_grad());
-    for (size_t e = 0; e < a.size(); ++e) BOOST_TEST(a[e] == b[e], boost::test_tools::tolerance(1e-12));
-  }
-  GradcheckReport r = gradgradcheck(first, x);
-  BOOST_TEST(r.passed, r.str());
-}
-
 BOOST_AUTO_TEST_CASE(module_equals_its_cell_stepped_over_time) {
   manual_seed(5);
   const int64_t B = 3, T = 6, I = 4, H = 5;

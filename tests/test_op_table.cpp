@@ -1,5 +1,5 @@
-// Walks the op table and gradchecks every op over every one of its samples in
-// float64. Ops registered later (in any op-family file) are picked up
+// Walks the op table and checks the first, second and third derivatives of
+// every op over every one of its samples in float64. Ops registered later (in any op-family file) are picked up
 // automatically: the table is the single source of truth. Which ops the table
 // holds (so that this walk is not over an empty or shrunken table) is pinned
 // name by name in test_op_names.cpp, for the static and the shared library.
@@ -101,41 +101,74 @@ std::string recorded_backward_differs(const OpSample& sample) {
   return {};
 }
 
-// Gradchecks (first derivatives) or gradgradchecks (second) every sample of
-// `op`; returns the failures, each described.
-std::vector<std::string> check_op(const OpDef& op, bool second_order) {
+// A sample's first derivative as a sample of its own: (inputs, u) -> the
+// gradients of fn(inputs) . u with respect to the inputs that require grad,
+// taken with create_graph and flattened into one tensor (u is an input, as in
+// gradgradcheck, so that the result depends on something even where the
+// op's gradient is constant). Its second derivatives are the op's third: a
+// backward pass through the recorded backward, itself recorded.
+OpSample first_derivative(const OpSample& sample) {
+  std::vector<size_t> wrt;
+  for (size_t k = 0; k < sample.inputs.size(); ++k)
+    if (sample.inputs[k].defined() && sample.inputs[k].requires_grad()) wrt.push_back(k);
+  std::vector<Tensor> inputs = sample.inputs;
+  inputs.push_back(samples::uniform(sample.fn(sample.inputs).shape(), 98));
+  auto fn = [fn = sample.fn, wrt](const std::vector<Tensor>& in) {
+    EnableGradGuard with_grad;  // finite differences evaluate it under no_grad, on inputs without grad
+    std::vector<Tensor> x(in.begin(), in.end() - 1), xs;
+    for (size_t k : wrt) {
+      if (!x[k].requires_grad()) x[k] = x[k].detach().requires_grad_();
+      xs.push_back(x[k]);
+    }
+    const std::vector<Tensor> g = grad({fn(x)}, xs, {in.back()}, {.create_graph = true, .allow_unused = true});
+    std::vector<Tensor> flat;
+    for (size_t k = 0; k < g.size(); ++k)
+      flat.push_back(g[k].defined() ? reshape(g[k], {-1}) : zeros({xs[k].numel()}, xs[k].dtype()));
+    return concat(flat, 0);
+  };
+  return {sample.desc, inputs, fn};
+}
+
+// Checks every sample of `op` to the given order of derivatives: 1 gradcheck,
+// 2 gradgradcheck, 3 gradgradcheck of the first derivative; from order 2 on,
+// the plain and the recorded backward must also agree. Returns the failures,
+// each described.
+std::vector<std::string> check_op(const OpDef& op, int order) {
   std::vector<std::string> failures;
-  for (const OpSample& sample : op.samples()) {
+  for (const OpSample& given : op.samples()) {
     try {
-      GradcheckReport r = second_order ? gradgradcheck(sample.fn, sample.inputs) : gradcheck(sample.fn, sample.inputs);
+      const OpSample sample = order == 3 ? first_derivative(given) : given;
+      GradcheckReport r = order == 1 ? gradcheck(sample.fn, sample.inputs) : gradgradcheck(sample.fn, sample.inputs);
       if (!r.passed) failures.push_back(fmt::format("{} / {}:\n{}", op.name, sample.desc, r.str()));
-      if (second_order) {
+      if (order >= 2) {
         std::string diff = recorded_backward_differs(sample);
         if (!diff.empty()) failures.push_back(fmt::format("{} / {}: {}", op.name, sample.desc, diff));
       }
     } catch (const std::exception& e) {
-      failures.push_back(fmt::format("{} / {}: threw {}", op.name, sample.desc, e.what()));
+      failures.push_back(fmt::format("{} / {}: threw {}", op.name, given.desc, e.what()));
     }
   }
   return failures;
 }
 
-void check_table(bool second_order) {
+void check_table(int order) {
   int ops = 0, passed = 0;
   for (const OpDef* op : op_table()) {
-    std::vector<std::string> failures = check_op(*op, second_order);
+    std::vector<std::string> failures = check_op(*op, order);
     for (const std::string& f : failures) BOOST_ERROR(f);
     ++ops;
     passed += failures.empty();
   }
-  BOOST_TEST_MESSAGE((second_order ? "gradgradcheck" : "gradcheck") << ": " << passed << " of " << ops
-                                                                    << " ops pass every sample");
+  const char* what[] = {"", "gradcheck", "gradgradcheck", "third derivatives (gradgradcheck of the gradient)"};
+  BOOST_TEST_MESSAGE(what[order] << ": " << passed << " of " << ops << " ops pass every sample");
   BOOST_TEST(passed == ops);
 }
 
-BOOST_AUTO_TEST_CASE(gradcheck_every_op_float64) { check_table(false); }
+BOOST_AUTO_TEST_CASE(gradcheck_every_op_float64) { check_table(1); }
 
-BOOST_AUTO_TEST_CASE(gradgradcheck_every_op_float64) { check_table(true); }
+BOOST_AUTO_TEST_CASE(gradgradcheck_every_op_float64) { check_table(2); }
+
+BOOST_AUTO_TEST_CASE(third_derivatives_of_every_op_float64) { check_table(3); }
 
 // The walk above must be able to fail: an op whose backward is a raw kernel
 // (right first derivatives, no recorded backward) fails its gradgradcheck.
@@ -162,8 +195,8 @@ BOOST_AUTO_TEST_CASE(gradgradcheck_walk_fails_for_a_once_differentiable_op) {
                                   }}};
   });
   square_op = &op;
-  BOOST_TEST(check_op(op, false).empty());          // first derivatives are right
-  std::vector<std::string> f = check_op(op, true);  // second ones are not there
+  BOOST_TEST(check_op(op, 1).empty());          // first derivatives are right
+  std::vector<std::string> f = check_op(op, 2);  // second ones are not there
   BOOST_TEST_REQUIRE(f.size() == 1u);
   BOOST_TEST(f[0].find("test_raw_square") != std::string::npos);
   BOOST_TEST_MESSAGE(f[0]);
