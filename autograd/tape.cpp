@@ -367,11 +367,8 @@ class Pass {
     // the only reference may write its result into it (fused_grad).
     Tensor g = std::move(n.grad);
     n.grad = Tensor();
-    bool side = false, side_records = false;
-    for (const Tensor& s : n.side_grads) {
-      side |= s.defined();
-      side_records |= s.defined() && s.requires_grad();
-    }
+    bool side = false;
+    for (const Tensor& s : n.side_grads) side |= s.defined();
     if (!(g.defined() || side) || !(n.run || n.capture >= 0)) return clear_side_grads(n);
     if (g.defined()) {
       if (!n.hooks.empty()) g = run_hooks(n.hooks, std::move(g), describe_node(n).c_str());
@@ -380,7 +377,10 @@ class Pass {
     }
     if (!n.run) return clear_side_grads(n);
     check_runnable(n);
-    const bool g_records = options_.create_graph && ((g.defined() && g.requires_grad()) || side_records);
+    // Checked against the output's gradient only: with side outputs, an
+    // input's gradient may depend on that one alone, and be a constant when
+    // only a side output was reached (it is zero then).
+    const bool g_records = options_.create_graph && g.defined() && g.requires_grad();
     if (!g.defined()) g = zeros(n.out_shape, n.out_dtype);  // only a side output was reached
     {
       ProfileScope prof(n.op->name, ProfilePhase::backward);
@@ -523,7 +523,9 @@ void Node::save(const Tensor& t) {
     }
     // Only while t still holds what its producer wrote: after an in-place
     // write (even one not recorded, under no_grad) a rebuild would differ.
-    if (producer && producer->op->recompute && !producer->released && t.version() == producer->out_version) {
+    // recompute rebuilds the output, not a side output.
+    if (producer && producer->op->recompute && !producer->released && t.impl()->output_nr == 0 &&
+        t.version() == producer->out_version) {
       saved.push_back({Tensor(), 0, NodeRef(producer), -1});
       return;
     }

@@ -220,8 +220,15 @@ void side_cube_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (const Tensor& ds = n.side_grad(1); ds.defined() && use != SideUse::ignore)
     gin[0] = add(gin[0], mul(ds, mul(x, 6.0)));
 }
+// With a recompute function, as an op whose output others save by reference
+// has: the side output s, saved by the mul in backward, must not be
+// "rebuilt" as the output.
+Tensor cube_recompute(const Node& n) {
+  const Tensor x = n.saved_tensor(0);
+  return mul(mul(x, x), x);
+}
 const OpDef side_cube_op("test_side_cube", 1, "x^3, its slope 3x^2 a side output", "x, 3x^2 (side output)",
-                         side_cube_backward<SideUse::add>, nullptr);
+                         side_cube_backward<SideUse::add>, nullptr, cube_recompute);
 const OpDef side_cube_ignored_op("test_side_cube_ignored", 1, "x^3, whose backward drops its side output's gradient",
                                  "x, 3x^2 (side output)", side_cube_backward<SideUse::ignore>, nullptr);
 const OpDef side_cube_hooked_op("test_side_cube_hooked", 1, "x^3, whose backward hooks its side output",

@@ -1,7 +1,10 @@
 // layer_norm: one node on the tape whose backward reuses the mean and rstd
 // forward saved; under create_graph it takes the same formulas in tensor ops
-// instead, so the gradient is recorded and differentiable again. Kernels work
-// on contiguous rows, split over threads by rows.
+// instead, so the gradient is recorded and differentiable again. mean and
+// rstd are side outputs of the node: the recorded backward reads them, and
+// what a later pass sends into them comes back to this op's backward (see
+// d mean and d rstd below). Kernels work on contiguous rows, split over
+// threads by rows.
 #include "autograd/ops/norm.h"
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/view.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
@@ -22,6 +26,8 @@ using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum;
 // with the biased variance. Backward (llm.c / PyTorch), per row with
 // n = (x - mean) * rstd and dn = g * w:
 //   dx = rstd * (dn - mean(dn) - n * mean(dn * n)),  dw = sum_rows g * n,  db = sum_rows g.
+// Gradients gm, gr (R) that reached the side outputs mean and rstd add
+//   dx += gm / C - gr * rstd^2 * n / C    (d mean/dx = 1/C, d rstd/dx = -rstd^3 (x - mean) / C).
 // dw and db are summed per block of kLayerNormBlock rows, then over blocks in
 // order, so the result does not depend on the thread count.
 constexpr int64_t kLayerNormBlock = 32;
@@ -32,24 +38,32 @@ struct LayerNormAttrs {
 };
 struct LayerNormSaved {
   // x and weight made contiguous (weight or bias may be undefined), mean and
-  // rstd (R), and the bias, which only layer_norm_recompute reads.
+  // rstd (R, side outputs 1 and 2), and the bias, which only
+  // layer_norm_recompute reads.
   enum : size_t { kX, kWeight, kMean, kRstd, kBias };
+  enum : uint32_t { kMeanOutput = 1, kRstdOutput = 2 };
 };
 }  // namespace
 
-// Recorded (create_graph): the same formulas in ops. mean and rstd are
-// recomputed from x with ops (the saved ones are not in the graph), so the
-// gradients are differentiable again, in x, weight and g.
+// Recorded (create_graph): the same formulas in ops, on the saved mean and
+// rstd, which come attached to this node as its side outputs.
 static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
                                          std::span<Tensor> gin) {
   const double inv_c = 1.0 / static_cast<double>(x.shape().back());
+  Shape rows = x.shape();  // (..., 1)
+  rows[rows.size() - 1] = 1;
+  const Tensor mean = reshape(n.saved_tensor(LayerNormSaved::kMean), rows);
+  const Tensor rstd = reshape(n.saved_tensor(LayerNormSaved::kRstd), rows);
   auto row_mean = [inv_c](const Tensor& t) { return mul(sum(t, {-1}, true), inv_c); };  // (..., 1)
-  const Tensor xm = sub(x, row_mean(x));
-  const Tensor rstd = rsqrt(add(row_mean(mul(xm, xm)), n.attrs<LayerNormAttrs>().eps));
-  const Tensor xhat = mul(xm, rstd);
+  const Tensor xhat = mul(sub(x, mean), rstd);
   if (n.needs(0)) {
     const Tensor dn = w.defined() ? mul(g, w) : g;
-    gin[0] = mul(rstd, sub(sub(dn, row_mean(dn)), mul(xhat, row_mean(mul(dn, xhat)))));
+    Tensor dx = mul(rstd, sub(sub(dn, row_mean(dn)), mul(xhat, row_mean(mul(dn, xhat)))));
+    if (const Tensor& gm = n.side_grad(LayerNormSaved::kMeanOutput); gm.defined())
+      dx = add(dx, mul(reshape(gm, rows), inv_c));
+    if (const Tensor& gr = n.side_grad(LayerNormSaved::kRstdOutput); gr.defined())
+      dx = sub(dx, mul(mul(reshape(gr, rows), mul(rstd, rstd)), mul(xhat, inv_c)));
+    gin[0] = dx;
   }
   if (n.needs(1)) gin[1] = sum_to(mul(g, xhat), n.edges[1].shape);
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape);
@@ -64,6 +78,9 @@ static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor
   const Tensor mean = n.saved_tensor(LayerNormSaved::kMean), rstd = n.saved_tensor(LayerNormSaved::kRstd);
   const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
   Tensor gc = dense(g);
+  const Tensor& gm = n.side_grad(LayerNormSaved::kMeanOutput);
+  const Tensor& gr = n.side_grad(LayerNormSaved::kRstdOutput);
+  const Tensor gmc = gm.defined() ? dense(gm) : Tensor(), grc = gr.defined() ? dense(gr) : Tensor();
   const bool need_dx = n.needs(0), need_dw = n.needs(1), need_db = n.needs(2);
   const int64_t blocks = (R + kLayerNormBlock - 1) / kLayerNormBlock;
   Tensor gx = need_dx ? empty(x.shape(), x.dtype()) : Tensor();
@@ -73,6 +90,8 @@ static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor
     using T = decltype(tag);
     const T *xp = x.data<T>(), *gp = gc.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>();
     const T* wp = w.defined() ? w.data<T>() : nullptr;
+    const T* gmp = gmc.defined() ? gmc.data<T>() : nullptr;
+    const T* grp = grc.defined() ? grc.data<T>() : nullptr;
     T* gxp = need_dx ? gx.data<T>() : nullptr;
     parallel_for(blocks, std::max<int64_t>(1, row_grain(C) / kLayerNormBlock), [&](int64_t b0, int64_t b1) {
       std::vector<T> dn(C);
@@ -112,6 +131,12 @@ static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor
           T* o = gxp + r * C;
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) o[c] = rs * (d[c] - a - (xr[c] - mu) * rs * bb);
+          if (gmp || grp) {  // what reached the side outputs mean and rstd
+            const T am = gmp ? gmp[r] / static_cast<T>(C) : T(0);
+            const T ar = grp ? grp[r] * rs * rs * rs / static_cast<T>(C) : T(0);
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) o[c] += am - ar * (xr[c] - mu);
+          }
         }
       }
     });
@@ -128,8 +153,8 @@ static Tensor layer_norm_recompute(const Node& n) {
 }
 static const OpDef layer_norm_op(
     "layer_norm", 3, "layer_norm(x (...,C), weight (C) or none, bias (C) or none, eps) over the last axis",
-    "x, weight, mean, rstd, bias (the output is recomputed for ops that save it); attrs: eps", layer_norm_backward,
-    [] {
+    "x, weight, mean and rstd (side outputs), bias (the output is recomputed for ops that save it); attrs: eps",
+    layer_norm_backward, [] {
       using samples::uniform;
       auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };
       return std::vector<OpSample>{
@@ -213,9 +238,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     n->attrs<LayerNormAttrs>() = {.eps = eps};
     n->save(xc);    // LayerNormSaved::kX
     n->save(wc);    // kWeight
-    n->save(mean);  // kMean
-    n->save(rstd);  // kRstd
-    n->save(bc);    // kBias, for layer_norm_recompute only
+    n->save_side_output(mean);  // kMean, kMeanOutput
+    n->save_side_output(rstd);  // kRstd, kRstdOutput
+    n->save(bc);                // kBias, for layer_norm_recompute only
   }
   return out;
 }
