@@ -209,8 +209,8 @@ Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* 
 
 // ---- Recorded backward (create_graph). Each backward also has a form in
 // differentiable ops, taken when it is recorded, with h_t (and c_t) read from
-// the output, which is then attached to this node; the GRU recomputes its
-// gates from the saved xp, the LSTM reads its activations, a side output. Whatever does not depend on the incoming gradient is
+// the output, which is then attached to this node, and the gates from the
+// activations, a side output of the node (tanh's slope needs only h_t). Whatever does not depend on the incoming gradient is
 // computed for all steps at once; the recursion through time is one op of its
 // own (gated_recurrence_grad, lstm_recurrence_grad) with a fused kernel for its
 // backward, so a Hessian-vector product costs a few fused passes. Every op
@@ -1150,11 +1150,13 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Ten
 }
 
 // ============================ gru_recurrence ============================
-// act (T,B,4H) keeps r, z, n and hn = h W_hn^T + b_hn (needed for dr). b_hh
-// and xp are saved for the recorded backward, which recomputes the gates.
+// act (T,B,4H) keeps r, z, n and hn = h W_hn^T + b_hn (needed for dr). It
+// is a side output of the node: the recorded backward computes its slopes
+// from it, and what a second-order pass sends into it comes back to the
+// fused backward, which adds it to dX and dP before the step's GEMM.
 namespace {
 struct GruSaved {
-  enum : size_t { kWeight, kH0, kGates, kOutput, kBias, kXp };  // w_hh, h0, b_hh, xp as given
+  enum : size_t { kWeight, kH0, kGates, kOutput };  // w_hh, h0 as given
 };
 }  // namespace
 
@@ -1199,10 +1201,11 @@ static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, con
 // step t = T - c, which adds these units' share of dP_t W to the gradient
 // reaching h_{t-1} (rec, or dh0 at t = 0); then, for c < T, the pointwise
 // pass of step t - 1 on these units. rec (2,B,H) is zero on entry: the
-// gradient reaching h_t from step t+1, and h_{-1} = 0.
+// gradient reaching h_t from step t+1, and h_{-1} = 0. gact (T,B,4H), when
+// given, is the gradient that reached the activations [r, z, n, hn].
 template <class S>
-static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* h0,
-                              const S* act, const S* hs, S* dX, S* dP, S* rec, S* dh0) {
+static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
+                              const S* h0, const S* act, const S* hs, S* dX, S* dP, S* rec, S* dh0) {
   const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 3 * H;
   S* dh = rec;
   const S* zero = rec + B * H;
@@ -1235,34 +1238,62 @@ static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, 
         dpn[j] = dan * r;
         dhb[j] = dht * z;  // the direct path z h_{t-1}; the next call's GEMM adds the rest
       }
+      if (!gact) continue;
+      const S *gr = gact + (t * B + b) * 4 * H + u.first, *gz = gr + H, *gn = gz + H, *ghn = gn + H;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S r = ar[j], z = az[j], nn = an[j];
+        const S dan = gn[j] * (S(1) - nn * nn);
+        const S dar = (gr[j] + dan * ahn[j]) * r * (S(1) - r);
+        const S daz = gz[j] * z * (S(1) - z);
+        dxr[j] += dar, dpr[j] += dar;
+        dxz[j] += daz, dpz[j] += daz;
+        dxn[j] += dan;
+        dpn[j] += ghn[j] + dan * r;
+      }
     }
   });
 }
 
-// Recorded: p = h_{t-1} W^T + b_hh = [p_r p_z p_n] for all steps in one GEMM,
-// r, z = sig(xp_rz + p_rz), n = tanh(xp_n + r p_n), h_t = (1 - z) n + z h_{t-1};
-// with c = (1 - z)(1 - n^2) and the slopes of p,
-//   j = [c p_n r(1-r), (h_{t-1} - n) z(1-z), c r],
+// Recorded: p = h_{t-1} W^T + b_hh = [p_r p_z p_n], r, z = sig(xp_rz + p_rz),
+// n = tanh(xp_n + r p_n), h_t = (1 - z) n + z h_{t-1}, with r, z, n and
+// hn = p_n read from the activations (the side output); with
+// c = (1 - z)(1 - n^2) and the slopes of p,
+//   j = [c hn r(1-r), (h_{t-1} - n) z(1-z), c r],
 // the gradient u_t reaching h_t is one gated_recurrence_grad node
 // (u_t = g_t + z_{t+1} u_{t+1} + (u_{t+1} j_{t+1}) W), and
 // dp = u j, dxp = [dp_r, dp_z, u c], dW = sum_t dp_t^T h_{t-1}, db_hh = sum dp,
-// dh0 = z_0 u_0 + dp_0 W.
+// dh0 = z_0 u_0 + dp_0 W. When this backward is itself differentiated with
+// create_graph, a gradient gact = [g_r, g_z, g_n, g_hn] has reached the
+// activations: with A_n = g_n (1-n^2), A_r = (g_r + A_n hn) r(1-r),
+// A_z = g_z z(1-z), it adds [A_r, A_z, A_n] to dxp, Q = [A_r, A_z, g_hn + A_n r]
+// to dp, and Q_t W to the gradient of h_{t-1}.
 static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(GruSaved::kWeight), h0 = n.saved_tensor(GruSaved::kH0);
-  const Tensor out = n.saved_tensor(GruSaved::kOutput), bias = n.saved_tensor(GruSaved::kBias);
-  const Tensor xp = n.saved_tensor(GruSaved::kXp);
+  const Tensor out = n.saved_tensor(GruSaved::kOutput), act = n.saved_tensor(GruSaved::kGates);
   const int64_t T = out.size(0), B = out.size(1), H = out.size(2), G = w.size(0);
   const Tensor hprev = previous_states(out, h0);
-  Tensor proj = reshape(matmul(reshape(hprev, {T * B, H}), transpose(w, 0, 1)), {T, B, G});
-  if (bias.defined()) proj = add(proj, bias);
-  const std::vector<Tensor> x = chunk(xp, 3, 2), p = chunk(proj, 3, 2);
-  const Tensor r = sigmoid(add(x[0], p[0])), z = sigmoid(add(x[1], p[1]));
-  const Tensor nn = tanh(add(x[2], mul(r, p[2])));
+  const std::vector<Tensor> a = chunk(act, 4, 2);
+  const Tensor &r = a[0], &z = a[1], &nn = a[2], &hn = a[3];
   const Tensor c = mul(rsub(1.0, z), rsub(1.0, mul(nn, nn)));
-  const Tensor j = concat({mul(mul(c, p[2]), sigmoid_slope(r)), mul(sub(hprev, nn), sigmoid_slope(z)), mul(c, r)}, 2);
-  const Tensor u = gated_recurrence_grad(grad, z, j, w);
-  const Tensor dP = spread_mul(u, j);  // (T,B,3H)
-  if (n.needs(0)) gin[0] = concat({narrow(dP, 2, 0, 2 * H), mul(u, c)}, 2);
+  const Tensor j = concat({mul(mul(c, hn), sigmoid_slope(r)), mul(sub(hprev, nn), sigmoid_slope(z)), mul(c, r)}, 2);
+  Tensor g = grad, Qx, Q;
+  if (const Tensor& gact = n.side_grad(1); gact.defined()) {
+    const std::vector<Tensor> ga = chunk(gact, 4, 2);
+    const Tensor An = mul(ga[2], rsub(1.0, mul(nn, nn)));
+    const Tensor Ar = mul(add(ga[0], mul(An, hn)), sigmoid_slope(r)), Az = mul(ga[1], sigmoid_slope(z));
+    Qx = concat({Ar, Az, An}, 2);
+    Q = concat({Ar, Az, add(ga[3], mul(An, r))}, 2);  // (T,B,3H)
+    if (T > 1)
+      g = add(grad, concat({reshape(matmul(reshape(narrow(Q, 0, 1, T - 1), {(T - 1) * B, G}), w), {T - 1, B, H}),
+                            zeros({1, B, H}, out.dtype())},
+                           0));
+  }
+  const Tensor u = gated_recurrence_grad(g, z, j, w);
+  Tensor dP = spread_mul(u, j);  // (T,B,3H)
+  Tensor dX = concat({narrow(dP, 2, 0, 2 * H), mul(u, c)}, 2);
+  if (Q.defined()) dP = add(dP, Q), dX = add(dX, Qx);
+  if (n.needs(0)) gin[0] = dX;
   if (n.needs(1)) gin[1] = weight_grad_recorded(dP, hprev);
   if (n.needs(2)) gin[2] = sum(reshape(dP, {-1, G}), {0});
   if (n.needs(3)) gin[3] = add(mul(select(z, 0, 0), select(u, 0, 0)), matmul(select(dP, 0, 0), w));
@@ -1272,6 +1303,7 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
   if (grad_enabled()) return gru_backward_recorded(n, grad, gin);
   const Tensor w = contig(n.saved_tensor(GruSaved::kWeight)), h0 = contig(n.saved_tensor(GruSaved::kH0));
   const Tensor act = n.saved_tensor(GruSaved::kGates), out = n.saved_tensor(GruSaved::kOutput);
+  const Tensor gact = n.side_grad(1).defined() ? n.side_grad(1).contiguous() : Tensor();
   const Dims d{out.size(0), out.size(1), out.size(2)};
   const int64_t G = 3 * d.H;
   Tensor g = grad.contiguous();
@@ -1283,7 +1315,8 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
     const scalar_t* hs = out.data<scalar_t>();
     Tensor rec = zeros({2, d.B, d.H}, out.dtype());
     backward_by_units(d, 3, [&](Units u, int64_t c) {
-      gru_backward_call(d, u, c, g.data<scalar_t>(), w.data<scalar_t>(), ptr<scalar_t>(h0), act.data<scalar_t>(),
+      gru_backward_call(d, u, c, g.data<scalar_t>(), ptr<scalar_t>(gact), w.data<scalar_t>(), ptr<scalar_t>(h0),
+                        act.data<scalar_t>(),
                         hs, dX.data<scalar_t>(), dP.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
     });
     if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, G, dP.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
@@ -1294,7 +1327,7 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
 }
 static const OpDef gru_recurrence_op("gru_recurrence", 4,
                                      "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
-                                     "w_hh, h0, gates r, z, n and h W_hn^T + b_hn (T,B,4H), output, b_hh, xp",
+                                     "w_hh, h0, gates r, z, n and h W_hn^T + b_hn (T,B,4H) as a side output, output",
                                      gru_recurrence_backward, [] { return recurrence_samples(3, true, false); });
 
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
@@ -1316,12 +1349,10 @@ Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_i
     });
   });
   if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
-    n->save(w_in);   // GruSaved::kWeight
-    n->save(h0_in);  // kH0
-    n->save(act);    // kGates
-    n->save(out);    // kOutput
-    n->save(b_in);   // kBias
-    n->save(xp_in);  // kXp
+    n->save(w_in);             // GruSaved::kWeight
+    n->save(h0_in);            // kH0
+    n->save_side_output(act);  // kGates
+    n->save(out);              // kOutput
   }
   return out;
 }

@@ -14,9 +14,8 @@
 /// instead, so the gradients are differentiable again: for every cell type
 /// the recursion through time is an op of its own (gated_recurrence_grad,
 /// lstm_recurrence_grad), everything else is computed for all steps at once
-/// (the LSTM's gate slopes in one op, lstm_gate_slopes, from its gate
-/// activations, a side output of its node); the GRU also saves xp, from
-/// which it recomputes the gates.
+/// (the LSTM's gate slopes in one op, lstm_gate_slopes); the LSTM and the
+/// GRU read their gate activations, a side output of their node.
 ///
 /// Everything is time-major (T,B,...); gate order as torch.nn. A missing
 /// (undefined) initial state means zeros.
