@@ -210,8 +210,9 @@ Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* 
 // ---- Recorded backward (create_graph). Each backward also has a form in
 // differentiable ops, taken when it is recorded, with h_t (and c_t) read from
 // the output, which is then attached to this node, and the gates from the
-// activations, a side output of the node (tanh's slope needs only h_t). Whatever does not depend on the incoming gradient is
-// computed for all steps at once; the recursion through time is one op of its
+// activations, a side output of the node (tanh's slope needs only h_t).
+// Whatever does not depend on the incoming gradient is computed for all
+// steps at once; the recursion through time is one op of its
 // own (gated_recurrence_grad, lstm_recurrence_grad) with a fused kernel for its
 // backward, so a Hessian-vector product costs a few fused passes. Every op
 // used is differentiable again, so the gradients are, to any order. Forward
@@ -225,6 +226,16 @@ Tensor previous_states(const Tensor& states, const Tensor& init) {
   const int64_t T = states.size(0), B = states.size(1), H = states.size(2);
   const Tensor first = reshape(init.defined() ? init : zeros({B, H}, states.dtype()), {1, B, H});
   return T == 1 ? first : concat({first, narrow(states, 0, 0, T - 1)}, 0);
+}
+// What a gradient D (T,B,G) of the pre-activations sends through
+// h_{t-1} W^T to the previous states, one row early: row t is D_{t+1} W, the
+// last row zero, (T,B,H).
+Tensor into_previous_states(const Tensor& D, const Tensor& w) {
+  const int64_t T = D.size(0), B = D.size(1), H = w.size(1);
+  const Tensor last = zeros({1, B, H}, D.dtype());
+  if (T == 1) return last;
+  return concat({reshape(matmul(reshape(narrow(D, 0, 1, T - 1), {(T - 1) * B, D.size(2)}), w), {T - 1, B, H}), last},
+                0);
 }
 // The derivative of the sigmoid from its value s: s (1 - s).
 Tensor sigmoid_slope(const Tensor& s) { return mul(s, rsub(1.0, s)); }
@@ -718,7 +729,7 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
   const Tensor w = n.saved_tensor(LstmSaved::kWeight), h0 = n.saved_tensor(LstmSaved::kH0);
   const Tensor c0 = n.saved_tensor(LstmSaved::kC0), out = n.saved_tensor(LstmSaved::kOutput);
   const Tensor act = n.saved_tensor(LstmSaved::kGates);
-  const int64_t T = out.size(1), B = out.size(2), H = out.size(3);
+  const int64_t H = out.size(3);
   const Tensor cs = select(out, 0, 1);
   const Tensor hprev = previous_states(select(out, 0, 0), h0), cprev = previous_states(cs, c0);  // (T,B,H)
   const Tensor s = lstm_gate_slopes(act, cs, cprev);  // (T,B,6H): [f, k, j]
@@ -727,11 +738,7 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
     const std::vector<Tensor> q = chunk(act, 4, 2);
     P = mul(gact, concat({sigmoid_slope(q[0]), sigmoid_slope(q[1]), rsub(1.0, mul(q[2], q[2])), sigmoid_slope(q[3])},
                          2));  // (T,B,4H)
-    if (T > 1) {
-      const Tensor into_h = reshape(matmul(reshape(narrow(P, 0, 1, T - 1), {(T - 1) * B, 4 * H}), w), {T - 1, B, H});
-      gout = stack({add(select(grad, 0, 0), concat({into_h, zeros({1, B, H}, out.dtype())}, 0)), select(grad, 0, 1)},
-                   0);
-    }
+    gout = stack({add(select(grad, 0, 0), into_previous_states(P, w)), select(grad, 0, 1)}, 0);
   }
   const Tensor e = lstm_recurrence_grad(gout, s, w);  // (T,B,5H): [dA_t; dc_t]
   const Tensor dA = P.defined() ? add(narrow(e, 2, 0, 4 * H), P) : narrow(e, 2, 0, 4 * H);
@@ -1040,15 +1047,11 @@ static void lstm_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* s,
 static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor gout = n.saved_tensor(LstmGradSaved::kGout), s = n.saved_tensor(LstmGradSaved::kSlopes);
   const Tensor w = n.saved_tensor(LstmGradSaved::kWeight), out = n.saved_tensor(LstmGradSaved::kOutput);
-  const int64_t T = out.size(0), B = out.size(1), H = out.size(2) / 5, G = 4 * H;
+  const int64_t T = out.size(0), H = out.size(2) / 5, G = 4 * H;
   const Tensor f = narrow(s, 2, 0, H), k = narrow(s, 2, H, H), j = narrow(s, 2, 2 * H, G);
   const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
   // u_t = gh_t + D_{t+1} W (no D_T).
-  Tensor u = select(gout, 0, 0);
-  if (T > 1) {
-    const Tensor later = reshape(matmul(reshape(narrow(D, 0, 1, T - 1), {(T - 1) * B, G}), w), {T - 1, B, H});
-    u = add(u, concat({later, zeros({1, B, H}, out.dtype())}, 0));
-  }
+  const Tensor u = add(select(gout, 0, 0), into_previous_states(D, w));
   const Tensor wt = transpose(w, 0, 1);
   std::vector<Tensor> dgh(T), dgc(T), ds(T);
   for (int64_t t = 0; t < T; ++t) {
@@ -1271,7 +1274,7 @@ static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, 
 static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(GruSaved::kWeight), h0 = n.saved_tensor(GruSaved::kH0);
   const Tensor out = n.saved_tensor(GruSaved::kOutput), act = n.saved_tensor(GruSaved::kGates);
-  const int64_t T = out.size(0), B = out.size(1), H = out.size(2), G = w.size(0);
+  const int64_t H = out.size(2), G = w.size(0);
   const Tensor hprev = previous_states(out, h0);
   const std::vector<Tensor> a = chunk(act, 4, 2);
   const Tensor &r = a[0], &z = a[1], &nn = a[2], &hn = a[3];
@@ -1284,10 +1287,7 @@ static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<T
     const Tensor Ar = mul(add(ga[0], mul(An, hn)), sigmoid_slope(r)), Az = mul(ga[1], sigmoid_slope(z));
     Qx = concat({Ar, Az, An}, 2);
     Q = concat({Ar, Az, add(ga[3], mul(An, r))}, 2);  // (T,B,3H)
-    if (T > 1)
-      g = add(grad, concat({reshape(matmul(reshape(narrow(Q, 0, 1, T - 1), {(T - 1) * B, G}), w), {T - 1, B, H}),
-                            zeros({1, B, H}, out.dtype())},
-                           0));
+    g = add(grad, into_previous_states(Q, w));
   }
   const Tensor u = gated_recurrence_grad(g, z, j, w);
   Tensor dP = spread_mul(u, j);  // (T,B,3H)
