@@ -274,13 +274,16 @@ BOOST_AUTO_TEST_CASE(a_side_output_takes_no_hooks_and_is_not_a_grad_input) {
   Tensor g = grad({sum(y)}, {x}, {}, {.create_graph = true})[0];  // 3x^2 = g * s, s attached
   Node* mul_node = g.impl()->grad_fn.get();
   BOOST_TEST_REQUIRE(mul_node != nullptr);
+  int side_edges = 0;
   for (const Edge& e : mul_node->edges)
     if (e.output == 1) {
+      ++side_edges;
       // Rebuild the attached side output the way saved_tensor does, and ask for its gradient.
       Tensor s = e.node->saved_tensor(1);
       BOOST_TEST(s.impl()->output_nr == 1u);
       check_throws<AutogradError>([&] { grad({sum(g)}, {s}); }, {"side output of 'test_side_cube'"});
     }
+  BOOST_TEST(side_edges == 1);
 }
 
 // ---------------------------------------------------------------- hooks
