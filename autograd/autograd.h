@@ -2,6 +2,7 @@
 /// \file
 /// Everything in autograd/: tensors, the tape, the ops (one header per op
 /// family), gradcheck.
+#include "autocast.h"
 #include "gradcheck.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"

@@ -1,33 +1,39 @@
 #pragma once
 /// \file
 /// Element types. f32 is the default; f64 is for gradient checking and users
-/// who need it; i64 holds token ids, targets and indices (never differentiable).
+/// who need it; i64 holds token ids, targets and indices (never differentiable);
+/// bf16 holds bfloat16 values (checkpoints, compact copies): it converts,
+/// copies and prints, and its compute happens in float32 under autocast
+/// (autocast.h), which runs the GEMMs on bfloat16 operands.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include <fmt/format.h>
 
+#include "bfloat16.h"
 #include "error.h"
 
 namespace tg {
 
-/// The element type of a tensor: float32, float64 or int64.
-enum class DType : uint8_t { f32, f64, i64 };
+/// The element type of a tensor: float32, float64, int64 or bfloat16.
+enum class DType : uint8_t { f32, f64, i64, bf16 };
 
-/// Bytes per element: 4 or 8.
-constexpr size_t itemsize(DType d) { return d == DType::f32 ? 4 : 8; }
-/// "float32", "float64" or "int64", as in error messages.
+/// Bytes per element: 4, 8 or 2.
+constexpr size_t itemsize(DType d) { return d == DType::f32 ? 4 : d == DType::bf16 ? 2 : 8; }
+/// "float32", "float64", "int64" or "bfloat16", as in error messages.
 constexpr std::string_view dtype_name(DType d) {
   switch (d) {
     case DType::f32: return "float32";
     case DType::f64: return "float64";
     case DType::i64: return "int64";
+    case DType::bf16: return "bfloat16";
   }
   return "?";
 }
-/// f32 or f64: the dtypes that can require grad.
-constexpr bool is_floating(DType d) { return d != DType::i64; }
+/// f32 or f64: the dtypes ops compute in and that can require grad
+/// (bfloat16 is computed on only inside autocast's GEMMs).
+constexpr bool is_floating(DType d) { return d == DType::f32 || d == DType::f64; }
 
 /// The DType of a C++ element type T (float, double, int64_t): dtype_of<T>::value.
 template <class T> struct dtype_of;
@@ -37,6 +43,8 @@ template <> struct dtype_of<float> { static constexpr DType value = DType::f32; 
 template <> struct dtype_of<double> { static constexpr DType value = DType::f64; /**< DType::f64 */ };
 /// int64_t is i64.
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; /**< DType::i64 */ };
+/// bfloat16 is bf16.
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; /**< DType::bf16 */ };
 /// dtype_of<T>::value.
 template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
 
@@ -51,18 +59,23 @@ void dispatch_float(DType dtype, std::string_view op, F&& f) {
     f(float{});
   else if (dtype == DType::f64)
     f(double{});
+  else if (dtype == DType::bf16)
+    throw DTypeError(fmt::format("{}: bfloat16 tensors only convert, copy and print; compute in float32 (under an "
+                                 "AutocastGuard the GEMMs run in bfloat16) or call .to(DType::f32) first", op));
   else
     throw DTypeError(fmt::format("{}: expected a floating tensor, got {}", op, dtype_name(dtype)));
 }
 
-/// Binds scalar_t to the C++ type of any dtype (integers included) and
-/// evaluates to the body's value.
+/// Binds scalar_t to the C++ type of any dtype (integers and bfloat16
+/// included) and evaluates to the body's value: for the loops that only move,
+/// convert or compare values (copies, fills, casts, printing).
 #define TG_DISPATCH_ALL(dtype, op, ...)                                            \
   [&] {                                                                          \
     switch (dtype) {                                                             \
       case ::tg::DType::f32: { using scalar_t = float; return __VA_ARGS__(); }     \
       case ::tg::DType::f64: { using scalar_t = double; return __VA_ARGS__(); }    \
       case ::tg::DType::i64: { using scalar_t = int64_t; return __VA_ARGS__(); }   \
+      case ::tg::DType::bf16: { using scalar_t = ::tg::bfloat16; return __VA_ARGS__(); } \
     }                                                                            \
     throw ::tg::DTypeError(::fmt::format("{}: unknown dtype", op));                \
   }()

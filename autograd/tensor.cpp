@@ -84,6 +84,7 @@ template <class T> T Tensor::item() const {
 template float Tensor::item<float>() const;
 template double Tensor::item<double>() const;
 template int64_t Tensor::item<int64_t>() const;
+template bfloat16 Tensor::item<bfloat16>() const;
 
 double Tensor::item() const {
   return TG_DISPATCH_ALL(dtype(), "item", [&] { return static_cast<double>(item<scalar_t>()); });
@@ -97,6 +98,7 @@ template <class T> std::vector<T> Tensor::to_vector() const {
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<bfloat16> Tensor::to_vector<bfloat16>() const;
 
 double Tensor::at(std::initializer_list<int64_t> index) const {
   if (static_cast<int>(index.size()) != dim())
@@ -342,6 +344,7 @@ Tensor arange(int64_t n, DType dtype) { return arange(0.0, static_cast<double>(n
 Tensor from_vector(const std::vector<float>& v, const Shape& s) { return from_values(v.data(), v.size(), s); }
 Tensor from_vector(const std::vector<double>& v, const Shape& s) { return from_values(v.data(), v.size(), s); }
 Tensor from_vector(const std::vector<int64_t>& v, const Shape& s) { return from_values(v.data(), v.size(), s); }
+Tensor from_vector(const std::vector<bfloat16>& v, const Shape& s) { return from_values(v.data(), v.size(), s); }
 Tensor tensor(std::initializer_list<float> v) { return from_values(v.begin(), v.size(), Shape{int64_t(v.size())}); }
 Tensor tensor(std::initializer_list<double> v) { return from_values(v.begin(), v.size(), Shape{int64_t(v.size())}); }
 Tensor tensor(std::initializer_list<int64_t> v) { return from_values(v.begin(), v.size(), Shape{int64_t(v.size())}); }

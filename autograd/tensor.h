@@ -66,7 +66,7 @@ struct HookHandle {
   }
 };
 
-/// A handle to an n-dimensional array of float32, float64 or int64 and its
+/// A handle to an n-dimensional array of float32, float64, int64 or bfloat16 and its
 /// autograd state. Copies share the data; the ops (autograd/ops/) and the
 /// methods below make new tensors or views, recorded on the tape when an
 /// input requires grad. Make one with a factory (zeros, randn, from_vector,
@@ -210,6 +210,7 @@ Tensor empty_like(const Tensor& t);  ///< contiguous, same shape and dtype
 Tensor from_vector(const std::vector<float>& values, const Shape& shape);
 Tensor from_vector(const std::vector<double>& values, const Shape& shape);   ///< float64, as above
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape);  ///< int64, as above
+Tensor from_vector(const std::vector<bfloat16>& values, const Shape& shape);  ///< bfloat16, as above
 /// 1-D tensors from literals: tensor({1.f, 2.f}), tensor({1.0, 2.0}), tensor({int64_t{1}, 2}). float32.
 Tensor tensor(std::initializer_list<float> values);
 Tensor tensor(std::initializer_list<double> values);   ///< float64, as above

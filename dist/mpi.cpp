@@ -73,6 +73,7 @@ MPI_Datatype mpi_type(DType d, const char* who) {
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::i64: return MPI_INT64_T;
+    case DType::bf16: break;  // MPI has no bfloat16 sum; gradients are float32
   }
   throw DTypeError(fmt::format("{}: no MPI type for {}", who, dtype_name(d)));
 }

@@ -1,0 +1,51 @@
+#pragma once
+/// \file
+/// Autocast: mixed precision the way torch.autocast("cpu", dtype=torch.bfloat16)
+/// does it. Under an AutocastGuard(DType::bf16) every float32 GEMM of the
+/// library (matmul, linear, attention's two products, the recurrences' input
+/// projections and per-step products, tied output heads — forward and
+/// backward) rounds its operands to bfloat16 and multiplies them with float32
+/// accumulation into a float32 result. Everything else stays float32:
+/// softmax and log_softmax, layer_norm, losses, reductions, exp and log, and
+/// the optimizer, which updates float32 master weights.
+///
+///     tg::AutocastGuard bf16(tg::DType::bf16);
+///     tg::Tensor loss = model.loss(tokens, targets);  // GEMMs in bfloat16
+///     loss.backward();  // a node recorded under autocast runs its backward under it too
+///
+/// Leaf tensors that require grad (parameters) are rounded once per version:
+/// the bfloat16 copy is made at a GEMM's first use and reused until an
+/// in-place write (the optimizer's step) bumps the tensor's version. float64
+/// GEMMs never change precision (gradcheck stays exact).
+#include "dtype.h"
+
+namespace tg {
+
+/// The precision this thread's float32 GEMMs compute in: f32 (autocast off,
+/// the default) or bf16.
+DType autocast_dtype();
+/// True while an AutocastGuard(DType::bf16) is in force on this thread.
+inline bool autocast_enabled() { return autocast_dtype() != DType::f32; }
+
+/// Sets this thread's GEMM precision for its lifetime (thread-local, like
+/// grad mode): DType::bf16 turns autocast on, DType::f32 turns it off inside
+/// an autocast region. Any other dtype is a DTypeError.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DType dtype = DType::bf16);
+  ~AutocastGuard();  ///< restores the precision it found
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  DType prev_;
+};
+
+namespace detail {
+// Sets the precision without checks: the engine (a node's backward runs
+// under the precision it was recorded with) and the pool's workers (which
+// take their caller's) use it.
+DType exchange_autocast_dtype(DType dtype);
+}  // namespace detail
+
+}  // namespace tg
