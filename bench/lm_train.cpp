@@ -4,10 +4,13 @@
 // steady-state tokens/s, the matmul GFLOP/s inside the step (from the
 // profiler, in a separate profiled pass so timing stays clean), heap
 // allocations per steady-state step, peak RSS and, with --eval, the
-// validation loss.
+// validation loss. --dtype bf16 runs each step's forward and loss (and the
+// evaluation) under bfloat16 autocast, as bench/torch_lm.py --dtype bf16 runs
+// PyTorch's under torch.autocast.
 //
 //   build/bench/lm_train --write-text out/bench/text          # the shared train.txt / val.txt
 //   build/bench/lm_train --workload gpt-s --text-dir out/bench/text --threads 1
+//   build/bench/lm_train --workload gpt-s --text-dir out/bench/text --dtype bf16
 //   build/bench/lm_train --gemm-peak --threads 2              # OpenBLAS sgemm peak, GFLOP/s
 //
 // Under `mpirun -np N` (same flags) it trains data-parallel: each rank takes
@@ -63,7 +66,7 @@ std::vector<std::u32string::value_type> code_points(const std::string& s) {
 }
 
 struct Options {
-  std::string workload = "gpt-s", text_dir = "out/bench/text", write_text, brown_dir;
+  std::string workload = "gpt-s", text_dir = "out/bench/text", write_text, brown_dir, dtype = "f32";
   int threads = 1;
   int64_t warmup = 5, steps = 30, peak_n = 1024;
   uint64_t seed = 1337;
@@ -78,6 +81,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--write-text", o.write_text, "Write the Brown corpus split as DIR/train.txt and DIR/val.txt, then exit");
   app.add_option("--brown-dir", o.brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus");
   app.add_option("--threads", o.threads, "Threads for kernels and OpenBLAS")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", o.dtype, "f32, or bf16 for bfloat16 autocast: GEMMs in bfloat16, float32 master weights")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--warmup", o.warmup, "Untimed steps first");
   app.add_option("--steps", o.steps, "Timed steps")->check(CLI::PositiveNumber);
   app.add_flag("--eval", o.eval, "Report the validation loss on 20 fixed batches after the run");
@@ -128,7 +133,9 @@ CharData load_char_data(const std::string& text_dir, int64_t block) {
 
 // Runs N recorded forwards that nobody backpropagates: each graph must go with
 // its loss, so the allocator's bytes in use and the live nodes stay flat.
+// Under the training step's precision (bf16 adds the weights' bfloat16 copies).
 void report_discarded_forwards(const Options& o, bench::Trainer& trainer, const data::LMBatch& b) {
+  AutocastGuard precision(trainer.autocast);
   trainer.model->loss(b.inputs, b.targets);  // warm the allocator's cache
   const AllocatorStats before = allocator_stats();
   const int64_t nodes_before = live_nodes();
@@ -140,16 +147,18 @@ void report_discarded_forwards(const Options& o, bench::Trainer& trainer, const 
   }
   const AllocatorStats after = allocator_stats();
   fmt::print(
-      "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"discarded_forwards\": {}, \"bytes_in_use_before\": {}, "
+      "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"dtype\": \"{}\", \"discarded_forwards\": {}, \"bytes_in_use_before\": {}, "
       "\"bytes_in_use_after\": {}, \"pool_peak_mb\": {:.1f}, \"live_nodes_before\": {}, \"live_nodes_after\": {}, "
       "\"live_nodes_max\": {}, \"peak_rss_mb\": {:.1f}}}\n",
-      o.workload, o.discarded, before.bytes_in_use, after.bytes_in_use, after.peak_bytes_in_use / 1048576.0,
+      o.workload, o.dtype, o.discarded, before.bytes_in_use, after.bytes_in_use, after.peak_bytes_in_use / 1048576.0,
       nodes_before, live_nodes(), max_nodes, report::peak_rss_mib());
 }
 
-// The validation loss on 20 fixed batches: each rank scores every N-th batch; the sums are reduced.
+// The validation loss on 20 fixed batches, at the training step's precision:
+// each rank scores every N-th batch; the sums are reduced.
 double validation_loss(bench::Trainer& trainer, const data::LMBatches& val, int64_t batch) {
   NoGradGuard ng;
+  AutocastGuard precision(trainer.autocast);
   trainer.model->eval();
   double total = 0;
   for (int64_t i = dist::rank(); i < 20; i += dist::world_size()) {
@@ -176,7 +185,11 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   for (int i = 0; i < 3; ++i) step();
   profiler_enable(false);
   ProfileTotals prof = profiler_totals();
-  if (o.profile && dist::is_main()) fmt::print(stderr, "{}\n", profiler_report());
+  if (o.profile && dist::is_main()) {
+    // The GEMM backend's line belongs first here (which kernel and ISA ran the
+    // f32 and bf16 GEMMs) once autograd/blas.h provides tg::gemm_backend_info().
+    fmt::print(stderr, "GEMM precision: {}\n{}\n", o.dtype, profiler_report());
+  }
   dist::barrier();  // the ranks start the timed steps together
   ddp.reset_stats();
   auto t0 = std::chrono::steady_clock::now();
@@ -198,10 +211,10 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   if (!dist::is_main()) return;
   const int64_t tokens = w.batch * w.model.block;
   fmt::print(
-      "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, "
+      "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"dtype\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, "
       "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
       "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
-      o.workload, o.threads, dist::world_size(), o.steps, tokens, o.steps * tokens / secs, last_loss, report::peak_rss_mib(),
+      o.workload, o.dtype, o.threads, dist::world_size(), o.steps, tokens, o.steps * tokens / secs, last_loss, report::peak_rss_mib(),
       prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
       prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
       (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);
@@ -220,6 +233,7 @@ void run(const Options& o) {
   CharData d = load_char_data(o.text_dir, w.model.block);
   manual_seed(o.seed);
   bench::Trainer trainer = bench::make_trainer(w, d.vocab);
+  trainer.autocast = o.dtype == "bf16" ? DType::bf16 : DType::f32;
   // Averages the gradients inside backward (the last parameter's hook
   // waits for the allreduces), so Trainer::step needs no change.
   dist::DistributedDataParallel ddp(*trainer.model, {.bucket_bytes = o.bucket_kb * 1024, .overlap = !o.no_overlap});

@@ -1,5 +1,7 @@
 #include "bench/workloads.h"
 
+#include "autograd/autocast.h"
+
 namespace tg::bench {
 
 const std::map<std::string, Workload>& workloads() {
@@ -25,7 +27,13 @@ double Trainer::step(const Tensor& inputs, const Tensor& targets) {
   // zero_grad first (drops the .grad tensors), so the previous step's
   // gradients are not held through this forward's activation peak.
   opt->zero_grad();
-  Tensor loss = model->loss(inputs, targets);
+  Tensor loss;
+  {
+    // Forward and loss only, as torch.autocast is used: each node's backward
+    // runs under the precision it was recorded with.
+    AutocastGuard precision(autocast);
+    loss = model->loss(inputs, targets);
+  }
   loss.backward();
   opt->step();
   return loss.item();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "autograd/dtype.h"
 #include "autograd/storage.h"
 #include "models/registry.h"
 
@@ -27,9 +28,13 @@ const std::map<std::string, Workload>& workloads();
 struct Trainer {
   std::shared_ptr<models::LanguageModel> model;
   std::unique_ptr<nn::Optimizer> opt;
+  // The precision of the step's GEMMs: f32, or bf16 for autocast (float32
+  // master weights, as torch.autocast on the PyTorch side).
+  DType autocast = DType::f32;
 
-  // One training step on inputs, targets (B,T): forward and loss, zero_grad,
-  // backward, optimizer step. Returns the loss before the update.
+  // One training step on inputs, targets (B,T): zero_grad, forward and loss
+  // (under `autocast`), backward, optimizer step. Returns the loss before the
+  // update.
   double step(const Tensor& inputs, const Tensor& targets);
 };
 
