@@ -5,6 +5,7 @@
 //   build/examples/charlm                      # Brown corpus, all three models
 //   build/examples/charlm --models gpt --steps 500 --data my.txt
 //   build/examples/charlm --resume             # continue an interrupted run
+//   build/examples/charlm --bf16               # GEMMs in bfloat16 (autocast), float32 weights
 //   mpirun -np 2 build/examples/charlm ...     # data-parallel: each rank trains on --batch/2 of every batch
 //
 // Writes into --out (default out/charlm): loss.csv and loss.png (curves),
@@ -48,8 +49,11 @@ struct Config {
   int64_t top_k = 0, warmup = 100, stop_after = 0;
   int threads = 0;
   uint64_t seed = 1337;
-  bool resume = false, profile = false;
+  bool resume = false, profile = false, bf16 = false;
 };
+
+// The precision of the GEMMs of training and evaluation (autocast.h).
+DType gemm_precision(const Config& c) { return c.bf16 ? DType::bf16 : DType::f32; }
 
 // The recurrent models' hidden size: as given, or matched to GPT's parameter count.
 int64_t hidden_of(const std::string& kind, const Config& c, int64_t V, int64_t gpt_params) {
@@ -109,9 +113,11 @@ struct Result {
 };
 
 // Under MPI each rank evaluates every N-th batch and the sums are reduced:
-// every rank returns the mean over all n_batches.
-double evaluate(LanguageModel& m, const data::LMBatches& val, int64_t n_batches, int64_t batch) {
+// every rank returns the mean over all n_batches. At the precision the model
+// trains in, so the curve's two losses are of the same computation.
+double evaluate(LanguageModel& m, const data::LMBatches& val, int64_t n_batches, int64_t batch, DType precision) {
   NoGradGuard no_grad;
+  AutocastGuard autocast(precision);
   m.eval();
   double total = 0;
   for (int64_t i = dist::rank(); i < n_batches; i += dist::world_size()) {
@@ -190,7 +196,12 @@ Result run_model(const models::ModelSpec& spec, const Config& c, const Text& tex
     auto t0 = std::chrono::steady_clock::now();  // training time only: evaluation and checkpoints are not counted
     schedule.step(*opt, st.step);
     data::LMBatch b = text.train.sample(c.batch, batch_gen);
-    Tensor loss = model->loss(dist::shard(b.inputs), dist::shard(b.targets));
+    Tensor loss;
+    {
+      // Forward and loss; each node's backward runs at the precision it was recorded with.
+      AutocastGuard autocast(gemm_precision(c));
+      loss = model->loss(dist::shard(b.inputs), dist::shard(b.targets));
+    }
     loss.backward();
     ddp.finish();
     if (c.clip > 0) nn::clip_grad_norm_(model->parameters(), c.clip);
@@ -202,7 +213,7 @@ Result run_model(const models::ModelSpec& spec, const Config& c, const Text& tex
     ++st.interval_steps;
     const double shown = st.interval_loss / st.interval_steps;  // mean training loss since the last evaluation
     if (st.step % c.eval_every == 0 || st.step == c.steps) {
-      const double vl = evaluate(*model, text.val, c.eval_batches, c.batch);
+      const double vl = evaluate(*model, text.val, c.eval_batches, c.batch, gemm_precision(c));
       st.curve.push_back({static_cast<double>(st.step),
                           dist::all_reduce_sum(st.interval_loss) / dist::world_size() / st.interval_steps, vl});
       st.interval_loss = 0, st.interval_steps = 0;
@@ -262,6 +273,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--out", c.out, "Output directory");
   app.add_flag("--resume", c.resume, "Continue from the checkpoints in --out");
   app.add_option("--stop-after", c.stop_after, "Stop each model after this many steps, as if interrupted (--resume continues)");
+  app.add_flag("--bf16", c.bf16, "bfloat16 autocast: GEMMs in bfloat16, float32 master weights");
   app.add_flag("--profile", c.profile, "Print a per-op profile of the last model's training and its MFU against the measured sgemm peak");
 }
 
@@ -269,8 +281,8 @@ void print_plan(const Config& c, const Text& text) {
   fmt::print("charlm: {} — {} train / {} validation documents, {} / {} tokens, vocabulary {} ({})\n",
              text.corpus.source, text.corpus.train.size(), text.corpus.val.size(), text.train.num_tokens(),
              text.val.num_tokens(), text.tok->vocab_size(), c.tokenizer);
-  fmt::print("charlm: {} steps x {} x {} = {:.2f}M tokens per model, {} threads{}\n\n", c.steps, c.batch, c.block,
-             c.steps * c.batch * c.block / 1e6, num_threads(),
+  fmt::print("charlm: {} steps x {} x {} = {:.2f}M tokens per model, {} threads{}{}\n\n", c.steps, c.batch, c.block,
+             c.steps * c.batch * c.block / 1e6, num_threads(), c.bf16 ? ", GEMMs in bfloat16 (autocast)" : "",
              dist::world_size() > 1 ? fmt::format(" x {} ranks of {} sequences", dist::world_size(), c.batch / dist::world_size()) : "");
 }
 
@@ -283,9 +295,10 @@ void write_report(const Config& c, const Text& text, const std::vector<Result>& 
                           fmt::format("{:.3f}", r.val_loss / std::log(2.0) / text.chars_per_token),
                           report::format_count(r.tokens_per_s), fmt::format("{:.1f}", r.peak_bytes / 1048576.0),
                           report::format_duration(r.seconds)});
-  fmt::print("\n{}\nlosses are nats/token (cross-entropy on the validation split, {} fixed batches); "
+  const std::string precision = c.bf16 ? "GEMMs in bfloat16 (autocast), float32 master weights" : "GEMMs in float32";
+  fmt::print("\n{}\nlosses are nats/token (cross-entropy on the validation split, {} fixed batches); {}; "
              "process peak RSS {:.0f} MiB\n",
-             table.text(), c.eval_batches, report::peak_rss_mib());
+             table.text(), c.eval_batches, precision, report::peak_rss_mib());
 
   std::string samples;
   for (const auto& r : results) samples += fmt::format("=== {} ===\n{}\n\n", r.spec.kind, r.sample);
@@ -305,7 +318,7 @@ void write_report(const Config& c, const Text& text, const std::vector<Result>& 
   }
   report::write_file(c.out + "/samples.txt", samples);
   report::write_file(c.out + "/loss.csv", csv);
-  report::write_file(c.out + "/results.md", table.markdown());
+  report::write_file(c.out + "/results.md", table.markdown() + "\n" + precision + ".\n");
   std::string why = report::plot_lines(c.out + "/loss.png", "validation loss (" + text.corpus.source + ")",
                                        "training tokens", "nats/token", curves);
   fmt::print("wrote {0}/loss.csv, {0}/results.md, {0}/samples.txt, checkpoints {0}/*.safetensors", c.out);
