@@ -7,6 +7,7 @@
 //   build/examples/study                  # every part, ~11 minutes on 2 cores
 //   build/examples/study --quick          # the same at small budgets, ~2 minutes
 //   build/examples/study --part cost      # one part (recall and gradients use part 1's models)
+//   build/examples/study --bf16           # training and timed steps with GEMMs in bfloat16 (autocast)
 //
 // Writes into --out (default out/study): results.md (verdicts, then every
 // part's tables and plots), CSV files, PNG plots, samples.txt, checkpoints.
@@ -35,18 +36,21 @@ const std::map<std::string, std::pair<std::string, study::PartOutput (*)(study::
     {"parallel", {"5. Parallelism", study::run_parallel}},
     {"verdicts", {"6. Verdicts", study::run_verdicts}}};
 
-// times.csv keeps the latest time of every part run into this directory.
+// times.csv keeps the latest time (and GEMM precision) of every part run into this directory.
 void record_time(const study::Study& s, const std::string& part, double seconds, const std::string& load_start,
                  const std::string& load_end) {
   std::map<std::string, std::string> rows;
   if (study::Csv::exists(s.path("times.csv"))) {
     study::Csv t(s.path("times.csv"));
+    // A file from before the dtype column: every part then ran in float32.
+    const bool has_dtype = t.has("dtype");
     for (size_t r = 0; r < t.size(); ++r)
-      rows[t.str(r, "part")] = fmt::format("{},{},{},{}", t.str(r, "part"), t.str(r, "seconds"), t.str(r, "load_start"),
-                                           t.str(r, "load_end"));
+      rows[t.str(r, "part")] = fmt::format("{},{},{},{},{}", t.str(r, "part"), t.str(r, "seconds"),
+                                           t.str(r, "load_start"), t.str(r, "load_end"),
+                                           has_dtype ? t.str(r, "dtype") : "f32");
   }
-  rows[part] = fmt::format("{},{:.1f},{},{}", part, seconds, load_start, load_end);
-  std::string csv = "part,seconds,load_start,load_end\n";
+  rows[part] = fmt::format("{},{:.1f},{},{},{}", part, seconds, load_start, load_end, study::part_dtype(s.c, part));
+  std::string csv = "part,seconds,load_start,load_end,dtype\n";
   for (const std::string& p : study::part_names())
     if (rows.count(p)) csv += rows[p] + "\n";
   report::write_file(s.path("times.csv"), csv);
@@ -92,6 +96,8 @@ void add_options(CLI::App& app, study::Config& c, std::vector<std::string>& part
   app.add_option("--grad-batch", c.grad_batch, "Part 4: validation windows averaged")->check(CLI::PositiveNumber);
   app.add_option("--parallel-steps", c.parallel_steps, "Part 5: timed training steps per thread count")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--bf16", c.bf16, "bfloat16 autocast: GEMMs in bfloat16, float32 master weights (parts 1, 2, 3 and 5 "
+               "train and time in it; measurements of trained models stay float32)");
 }
 
 // --quick: about 2 minutes on 2 cores; an option given explicitly stays.
@@ -135,17 +141,21 @@ void run_parts(const study::Config& c, const std::vector<std::string>& parts) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string load_end = study::load_average();
     if (part != "verdicts") {
+      const std::string precision = study::part_dtype(c, part) == "bf16"
+                                        ? "; training GEMMs in bfloat16 (autocast), float32 master weights"
+                                        : "";
       report::write_file(s.path(part + ".md"),
-                         fmt::format("## {}\n\n_Took {}; load average {} at the start, {} at the end._\n\n{}",
-                                     title, report::format_duration(seconds), load_start, load_end, out.markdown));
+                         fmt::format("## {}\n\n_Took {}; load average {} at the start, {} at the end{}._\n\n{}",
+                                     title, report::format_duration(seconds), load_start, load_end, precision,
+                                     out.markdown));
       record_time(s, part, seconds, load_start, load_end);
     }
     summaries.push_back(fmt::format("{:<9} {:>6}  {}", part, report::format_duration(seconds), out.summary));
     fmt::print("\n{}: done in {} — {}\n", part, report::format_duration(seconds), out.summary);
   }
-  fmt::print("\n=== summary ({} in all, {} threads) ===\n{}\n", report::format_duration(std::chrono::duration<double>(
-                                                                   std::chrono::steady_clock::now() - start).count()),
-             num_threads(), fmt::join(summaries, "\n"));
+  fmt::print("\n=== summary ({} in all, {} threads{}) ===\n{}\n", report::format_duration(std::chrono::duration<double>(
+                                                                     std::chrono::steady_clock::now() - start).count()),
+             num_threads(), c.bf16 ? ", GEMMs in bfloat16" : "", fmt::join(summaries, "\n"));
 }
 
 }  // namespace

@@ -109,10 +109,11 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST(log.find(fmt::format("{}: done in", part)) != std::string::npos, part);
 
   // Part 1: a sweep row per model and rate tried, one chosen per model; curves every 10 steps.
-  check_sweep(read_csv(out / "sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"}));
-  auto curve = read_csv(out / "tuning.csv", {"model", "lr", "step", "tokens", "seconds", "train_loss", "val_loss"});
+  check_sweep(read_csv(out / "sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"}));
+  auto curve = read_csv(out / "tuning.csv", {"model", "lr", "step", "tokens", "seconds", "train_loss", "val_loss", "dtype"});
   BOOST_TEST(curve.size() == 6u);
   for (auto& r : curve) {
+    BOOST_TEST(r["dtype"] == "f32");
     BOOST_TEST(num(r, "tokens") == num(r, "step") * 4 * 16);
     BOOST_TEST(num(r, "seconds") > 0);
     BOOST_TEST(std::isfinite(num(r, "val_loss")));
@@ -124,7 +125,8 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   // recurrence's do not; the prediction is anchored at the shortest T.
   auto cost = read_csv(out / "cost.csv", {"model", "T", "batch", "fwd_us_per_token", "bwd_us_per_token",
                                           "pred_fwd_us_per_token", "pred_bwd_us_per_token", "fwd_flops_per_token",
-                                          "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib", "step_mib"});
+                                          "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib", "step_mib",
+                                          "dtype"});
   BOOST_REQUIRE(cost.size() == 9u);
   for (size_t i = 0; i < cost.size(); i += 3) {
     const std::string m = cost[i]["model"];
@@ -147,7 +149,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
 
   // Part 3: distances 1, 2, 4, 8, 9 (3L/4), 11 (L-1) per model; its own learning-rate sweep;
   // the same 8 targets scored with 1, 2, 4, 8 and 16 characters of context.
-  auto recall = read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests", "chance"});
+  auto recall = read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests", "chance", "dtype"});
   BOOST_TEST(recall.size() == 18u);
   std::set<std::string> ks;
   for (auto& r : recall) {
@@ -156,7 +158,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST(num(r, "chance") == 0.125);
   }
   BOOST_TEST((ks == std::set<std::string>{"1", "2", "4", "8", "9", "11"}));
-  check_sweep(read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen"}));
+  check_sweep(read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"}));
   auto context = read_csv(out / "context.csv", {"model", "context", "val_loss", "targets"});
   BOOST_REQUIRE(context.size() == 15u);
   for (size_t i = 0; i < context.size(); ++i) {
@@ -177,7 +179,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     const double grow = num(steps[i + 2], "sequential_steps") - num(steps[i], "sequential_steps");
     BOOST_TEST(grow == (steps[i]["model"] == "gpt" ? 0.0 : 24.0), steps[i]["model"]);
   }
-  auto tput = read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s"});
+  auto tput = read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s", "dtype"});
   BOOST_TEST(tput.size() == 12u);
   for (auto& r : tput) BOOST_TEST(num(r, "tokens_per_s") > 0);
 
@@ -189,7 +191,8 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST(results.find(claim) != std::string::npos, claim);
   BOOST_TEST(results.find("not measured") == std::string::npos, results);
   BOOST_TEST(results.find("## 5. Parallelism") != std::string::npos);
-  BOOST_TEST(read_csv(out / "times.csv", {"part", "seconds", "load_start", "load_end"}).size() == 5u);
+  BOOST_TEST(read_csv(out / "times.csv", {"part", "seconds", "load_start", "load_end", "dtype"}).size() == 5u);
+  BOOST_TEST(results.find("bfloat16") == std::string::npos);
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0)
     for (const char* png : {"loss.png", "cost.png", "recall.png", "context.png", "gradients.png", "parallel.png"})
       BOOST_TEST(fs::file_size(out / png) > 1000u, png);
@@ -199,5 +202,44 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   auto [rc2, log2] = run(exe() + kTiny + " --part gradients --out " + empty.string());
   BOOST_TEST(rc2 == 1);
   BOOST_TEST(log2.find("run --part tuning first") != std::string::npos, log2);
+  fs::remove_all(out);
+}
+
+BOOST_AUTO_TEST_CASE(bf16_trains_and_times_under_autocast_and_says_so) {
+  // --bf16: the parts that train or time (tuning, cost, recall, parallel)
+  // record bf16 in their files and in part 1's checkpoints; gradients, which
+  // only measures trained models, stays float32; the verdicts' time table and
+  // each part's section name the precision.
+  fs::path out = fs::temp_directory_path() / fmt::format("tg_test_study_bf16_{}", ::getpid());
+  fs::remove_all(out);
+  auto [rc, log] = run(exe() + kTiny + " --bf16 --out " + out.string());
+  BOOST_REQUIRE_MESSAGE(rc == 0, log);
+  BOOST_TEST(log.find("GEMMs in bfloat16") != std::string::npos, log);
+  auto all_bf16 = [](const std::vector<std::map<std::string, std::string>>& rows) {
+    return !rows.empty() && std::all_of(rows.begin(), rows.end(), [](auto& r) { return r.at("dtype") == "bf16"; });
+  };
+  BOOST_TEST(all_bf16(read_csv(out / "sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"})));
+  auto curve = read_csv(out / "tuning.csv", {"model", "lr", "step", "tokens", "seconds", "train_loss", "val_loss", "dtype"});
+  BOOST_TEST(all_bf16(curve));
+  for (auto& r : curve) BOOST_TEST(std::isfinite(num(r, "val_loss")));
+  BOOST_TEST(all_bf16(read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"})));
+  BOOST_TEST(all_bf16(read_csv(out / "cost.csv", {"model", "T", "batch", "fwd_us_per_token", "bwd_us_per_token",
+                                                 "pred_fwd_us_per_token", "pred_bwd_us_per_token", "fwd_flops_per_token",
+                                                 "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib",
+                                                 "step_mib", "dtype"})));
+  BOOST_TEST(all_bf16(read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests", "chance", "dtype"})));
+  BOOST_TEST(all_bf16(read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s", "dtype"})));
+  for (auto& m : kModels)
+    BOOST_TEST(read_text(out / (m + ".safetensors")).find("\"gemm_dtype\":\"bf16\"") != std::string::npos, m);
+  std::map<std::string, std::string> part_dtype;
+  for (auto& r : read_csv(out / "times.csv", {"part", "seconds", "load_start", "load_end", "dtype"}))
+    part_dtype[r["part"]] = r["dtype"];
+  BOOST_TEST((part_dtype == std::map<std::string, std::string>{
+                  {"tuning", "bf16"}, {"cost", "bf16"}, {"recall", "bf16"}, {"gradients", "f32"}, {"parallel", "bf16"}}));
+  const std::string results = read_text(out / "results.md");
+  BOOST_TEST(results.find("| tuning | ") != std::string::npos);
+  BOOST_TEST(results.find("| bfloat16 (autocast) |") != std::string::npos, results);
+  BOOST_TEST(results.find("training GEMMs in bfloat16 (autocast), float32 master weights") != std::string::npos);
+  BOOST_TEST(results.find("not measured") == std::string::npos, results);
   fs::remove_all(out);
 }

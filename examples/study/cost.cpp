@@ -52,7 +52,8 @@ struct Measurement {
   Flops flops;
 };
 
-Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps, uint64_t seed) {
+// The forward records at `precision`, and its backward follows (autocast.h).
+Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps, uint64_t seed, DType precision) {
   Generator gen(seed);
   std::vector<int64_t> ids(B * T), targets(B * T);
   for (auto& i : ids) i = gen.randint(0, kCharVocab);
@@ -65,7 +66,11 @@ Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps
     const double base = static_cast<double>(allocator_stats().bytes_in_use);
     reset_peak_memory_stats();
     const auto t0 = std::chrono::steady_clock::now();
-    Tensor loss = m.loss(x, y);
+    Tensor loss;
+    {
+      AutocastGuard autocast(precision);
+      loss = m.loss(x, y);
+    }
     const auto t1 = std::chrono::steady_clock::now();
     r.fwd_mib = (allocator_stats().peak_bytes_in_use - base) / 1048576.0;
     loss.backward();
@@ -94,8 +99,9 @@ PartOutput run_cost(Study& s) {
              "its parameter count does not depend on T; fastest of {} timed repetitions; {} threads\n",
              c.cost_tokens, fmt::join(lengths, ", "), c.cost_reps, num_threads());
 
+  const std::string dtype = part_dtype(c, "cost");
   std::string csv = "model,T,batch,fwd_us_per_token,bwd_us_per_token,pred_fwd_us_per_token,pred_bwd_us_per_token,"
-                    "fwd_flops_per_token,bwd_flops_per_token,attention_flops_per_token,fwd_mib,step_mib\n";
+                    "fwd_flops_per_token,bwd_flops_per_token,attention_flops_per_token,fwd_mib,step_mib,dtype\n";
   report::Table table{{"model", "T", "B", "fwd us/tok", "bwd us/tok", "predicted fwd", "predicted bwd", "GFLOP/s",
                          "fwd MiB", "fwd+bwd MiB"}, {}};
   Panel time_panel{.title = "time per token, forward + backward (points: measured; dashed: predicted from FLOPs)",
@@ -115,7 +121,7 @@ PartOutput run_cost(Study& s) {
     if (auto* g = dynamic_cast<models::GPT*>(m.get())) attention_crossover = 72.0 * g->options.dim / 14.0;
     std::vector<Measurement> ms;
     for (int64_t T : lengths) {
-      ms.push_back(measure(*m, std::max<int64_t>(1, c.cost_tokens / T), T, c.cost_reps, c.seed + 3));
+      ms.push_back(measure(*m, std::max<int64_t>(1, c.cost_tokens / T), T, c.cost_reps, c.seed + 3, gemm_precision(c)));
       ++done;
       bar.update(done, static_cast<double>(done), fmt::format("{} T={}", kind, T));
     }
@@ -125,8 +131,9 @@ PartOutput run_cost(Study& s) {
     Series memory{kind, {}, {}, kind};
     for (const Measurement& r : ms) {
       const double pf = first.fwd_us * r.flops.fwd / first.flops.fwd, pb = first.bwd_us * r.flops.bwd / first.flops.bwd;
-      csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.0f},{:.3f},{:.3f}\n", kind, r.T, r.B,
-                         r.fwd_us, r.bwd_us, pf, pb, r.flops.fwd, r.flops.bwd, r.flops.attention, r.fwd_mib, r.step_mib);
+      csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.0f},{:.3f},{:.3f},{}\n", kind, r.T, r.B,
+                         r.fwd_us, r.bwd_us, pf, pb, r.flops.fwd, r.flops.bwd, r.flops.attention, r.fwd_mib, r.step_mib,
+                         dtype);
       table.rows.push_back({kind, std::to_string(r.T), std::to_string(r.B), fmt::format("{:.2f}", r.fwd_us), fmt::format("{:.2f}", r.bwd_us),
                             fmt::format("{:.2f}", pf), fmt::format("{:.2f}", pb),
                             fmt::format("{:.1f}", (r.flops.fwd + r.flops.bwd) / (r.fwd_us + r.bwd_us) / 1e3),

@@ -1,5 +1,6 @@
 // What the parts share besides models and training: the text, CSV files read
 // back by the verdicts, small formatting helpers.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -48,6 +49,10 @@ Csv::Csv(const std::string& path) : path_(path) {
 
 bool Csv::exists(const std::string& path) { return std::ifstream(path).good(); }
 
+bool Csv::has(const std::string& column) const {
+  return std::find(header_.begin(), header_.end(), column) != header_.end();
+}
+
 size_t Csv::col(const std::string& column) const {
   for (size_t i = 0; i < header_.size(); ++i)
     if (header_[i] == column) return i;
@@ -65,6 +70,12 @@ double Csv::num(size_t row, const std::string& column) const {
   } catch (const std::exception&) {
   }
   throw std::runtime_error(fmt::format("{} row {} column '{}': '{}' is not a number", path_, row + 1, column, s));
+}
+
+DType gemm_precision(const Config& c) { return c.bf16 ? DType::bf16 : DType::f32; }
+
+std::string part_dtype(const Config& c, const std::string& part) {
+  return c.bf16 && part != "gradients" && part != "verdicts" ? "bf16" : "f32";
 }
 
 std::string from_tuning(const Study& s, const std::string& name) {

@@ -70,7 +70,9 @@ PartOutput run_parallel(Study& s) {
   fmt::print("parallel: sequential steps of a forward at T = {}; training steps (forward, backward, AdamW) at 1 and 2 "
              "threads, {} timed steps each, interleaved, fastest\n", fmt::join(lengths, ", "), c.parallel_steps);
 
-  std::string steps_csv = "model,T,sequential_steps,graph_nodes\n", tput_csv = "model,regime,batch,T,threads,tokens_per_s\n";
+  const std::string dtype = part_dtype(c, "parallel");
+  std::string steps_csv = "model,T,sequential_steps,graph_nodes\n",
+              tput_csv = "model,regime,batch,T,threads,tokens_per_s,dtype\n";
   Panel steps_panel{.title = "steps that must run one after another (forward; backward the same)",
                     .xlabel = "context length T", .ylabel = "sequential steps", .logx = true, .logy = true, .xbase = 2,
                     .key = "top left"};
@@ -116,7 +118,12 @@ PartOutput run_parallel(Study& s) {
       auto step_seconds = [&](int n) {
         set_num_threads(n);
         const auto t0 = std::chrono::steady_clock::now();
-        m->loss(x, y).backward();
+        Tensor loss;
+        {
+          AutocastGuard autocast(gemm_precision(c));  // forward and loss; the backward follows
+          loss = m->loss(x, y);
+        }
+        loss.backward();
         opt.step();
         opt.zero_grad();
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -127,8 +134,8 @@ PartOutput run_parallel(Study& s) {
       // The fastest step of each: the one least slowed by other processes on the machine.
       const double tok = static_cast<double>(r.B * r.T);
       const double s1 = tok / *std::min_element(t1.begin(), t1.end()), s2 = tok / *std::min_element(t2.begin(), t2.end());
-      tput_csv += fmt::format("{},{},{},{},1,{:.1f}\n{},{},{},{},2,{:.1f}\n", kind, r.name, r.B, r.T, s1, kind, r.name,
-                              r.B, r.T, s2);
+      tput_csv += fmt::format("{},{},{},{},1,{:.1f},{}\n{},{},{},{},2,{:.1f},{}\n", kind, r.name, r.B, r.T, s1, dtype,
+                              kind, r.name, r.B, r.T, s2, dtype);
       tput_table.rows.push_back({kind, r.name, report::format_count(s1), report::format_count(s2),
                                  fmt::format("{:.2f}", s2 / s1)});
       tput_panel.series.push_back({fmt::format("{}, {}", kind, r.name), {1, 2}, {s1, s2}, kind,

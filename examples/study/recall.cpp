@@ -120,7 +120,8 @@ PartOutput run_recall(Study& s) {
              L, kKeys, kDistractors, c.recall_steps, c.recall_batch, fmt::join(c.lrs, ", "));
 
   // --- the synthetic task
-  std::string recall_csv = "model,k,accuracy,tests,chance\n";
+  const std::string dtype = part_dtype(c, "recall");  // of the task's training; the scoring is float32
+  std::string recall_csv = "model,k,accuracy,tests,chance,dtype\n";
   report::Table recall_table{{"model", "lr"}, {}};
   for (int64_t k : ks) recall_table.header.push_back(fmt::format("k={}", k));
   Panel recall_panel{.title = fmt::format("recall of a key k tokens back (sequences of {})", L), .xlabel = "distance k",
@@ -129,7 +130,7 @@ PartOutput run_recall(Study& s) {
   recall_panel.hline_label = "chance";
   recall_panel.key = "center right";
   std::string recall_summary;
-  std::string sweep_csv = "model,lr,steps,val_loss,chosen\n";
+  std::string sweep_csv = "model,lr,steps,val_loss,chosen,dtype\n";
   Generator val_gen(c.seed + 4);
   const data::LMBatch val = recall_batch(256, L, 0, val_gen);  // every distance, as in training
   auto loss = [](models::LanguageModel& m, const data::LMBatch& b) { return m.loss(b.inputs, b.targets); };
@@ -139,7 +140,8 @@ PartOutput run_recall(Study& s) {
     std::map<double, std::shared_ptr<models::LanguageModel>> trained;  // by learning rate
     const Sweep sw = sweep_lr(c.lrs, [&](double lr) {
       auto candidate = make_model(c, kind, kRecallVocab, L, c.seed);
-      TrainSpec spec{.label = fmt::format("{} recall lr {}", kind, format_lr(lr)), .lr = lr, .steps = c.recall_steps,
+      TrainSpec spec{.label = fmt::format("{} recall lr {}", kind, format_lr(lr)), .precision = gemm_precision(c),
+                     .lr = lr, .steps = c.recall_steps,
                      .warmup = std::max<int64_t>(1, c.recall_steps / 10), .eval_every = std::max<int64_t>(1, c.recall_steps / 4),
                      .tokens_per_step = c.recall_batch * L, .seed = c.seed + 5};
       auto next = [&](Generator& g) { return recall_batch(c.recall_batch, L, 0, g); };
@@ -154,12 +156,13 @@ PartOutput run_recall(Study& s) {
     const double lr = sw.lrs[sw.best];
     models::LanguageModel* m = trained.at(lr).get();
     for (size_t i = 0; i < sw.lrs.size(); ++i)
-      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, sw.lrs[i], c.recall_steps, sw.losses[i], i == sw.best ? 1 : 0);
+      sweep_csv += fmt::format("{},{},{},{:.6f},{},{}\n", kind, sw.lrs[i], c.recall_steps, sw.losses[i],
+                               i == sw.best ? 1 : 0, dtype);
     Series acc{kind, {}, {}, kind};
     std::vector<std::string> row = {kind, format_lr(lr)};
     for (int64_t k : ks) {
       const double a = accuracy(*m, L, k, c.recall_tests, c.seed + 6);
-      recall_csv += fmt::format("{},{},{:.4f},{},{:.4f}\n", kind, k, a, c.recall_tests, 1.0 / kKeys);
+      recall_csv += fmt::format("{},{},{:.4f},{},{:.4f},{}\n", kind, k, a, c.recall_tests, 1.0 / kKeys, dtype);
       row.push_back(fmt::format("{:.2f}", a));
       acc.x.push_back(static_cast<double>(k)), acc.y.push_back(a);
     }

@@ -18,7 +18,7 @@
 //              threads
 //   verdicts   the table of claims and verdicts                   results.md
 // Every part also writes <part>.md (its section of results.md); times.csv
-// keeps how long each part took.
+// keeps how long each part took and at what precision (part_dtype).
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/dtype.h"
 #include "autograd/generator.h"
 #include "data/lm_batches.h"
 #include "models/gpt.h"
@@ -58,7 +59,19 @@ struct Config {
   int64_t grad_batch = 32;
   // Part 5: timed training steps per model and thread count.
   int64_t parallel_steps = 10;
+  // bfloat16 autocast (--bf16): the GEMMs of every training run (parts 1, 3)
+  // and timed step (parts 2, 5) in bfloat16, float32 master weights. What
+  // measures a trained model (recall accuracy, loss against context,
+  // gradients) stays float32, so it tells the weights apart, not the arithmetic.
+  bool bf16 = false;
 };
+
+// The precision of the training runs' and timed steps' GEMMs: DType::bf16
+// under --bf16, else DType::f32.
+DType gemm_precision(const Config& c);
+// What the CSV files' dtype column says of a part's GEMMs: "bf16" or "f32";
+// "f32" always for the parts that only measure (gradients, verdicts).
+std::string part_dtype(const Config& c, const std::string& part);
 
 // The size of Brown's character vocabulary: parts 2 and 5 time models on
 // random ids over it, so their heads cost what part 1's do.
@@ -127,6 +140,7 @@ struct CurvePoint {
 
 struct TrainSpec {
   std::string label;           // progress bar
+  DType precision = DType::f32;  // of the GEMMs of each step's forward and loss, and of validate
   double lr = 1e-3;
   int64_t steps = 0, warmup = 0, eval_every = 0;
   int64_t tokens_per_step = 0; // for the curve's token axis and the rate
@@ -175,6 +189,7 @@ class Csv {
  public:
   explicit Csv(const std::string& path);
   static bool exists(const std::string& path);
+  bool has(const std::string& column) const;
   size_t size() const { return rows_.size(); }
   const std::string& str(size_t row, const std::string& column) const;
   double num(size_t row, const std::string& column) const;

@@ -29,7 +29,12 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
   for (int64_t step = 0; step < spec.steps;) {
     const auto t0 = std::chrono::steady_clock::now();  // training only: evaluation is not counted
     schedule.step(opt, step);
-    Tensor l = loss(m, next(batches));
+    Tensor l;
+    {
+      // Forward and loss; each node's backward runs at the precision it was recorded with.
+      AutocastGuard autocast(spec.precision);
+      l = loss(m, next(batches));
+    }
     l.backward();
     nn::clip_grad_norm_(m.parameters(), 1.0);
     opt.step();
@@ -39,7 +44,10 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
     ++interval_n;
     r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step % spec.eval_every == 0 || step == spec.steps) {
-      const double v = validate();
+      const double v = [&] {
+        AutocastGuard autocast(spec.precision);  // the curve's two losses of the same arithmetic
+        return validate();
+      }();
       m.train();
       r.curve.push_back({step, static_cast<double>(step * spec.tokens_per_step), r.seconds, interval_loss / interval_n, v});
       interval_loss = 0, interval_n = 0;

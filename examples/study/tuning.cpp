@@ -23,6 +23,7 @@ PartOutput run_tuning(Study& s) {
   const int64_t V = tok.vocab_size();
   const data::LMBatches train_set(tok.encode(text.train), c.block), val_set(tok.encode(text.val), c.block);
   const int64_t tokens_per_step = c.batch * c.block;
+  const std::string dtype = part_dtype(c, "tuning");
   fmt::print("tuning: {} — {} / {} training / validation characters, vocabulary {}; {} steps x {} x {} = {:.2f}M "
              "characters per model, learning rates {} tried for {} steps each\n",
              text.source, train_set.num_tokens(), val_set.num_tokens(), V, c.steps, c.batch, c.block,
@@ -33,14 +34,15 @@ PartOutput run_tuning(Study& s) {
   auto lm_loss = [](models::LanguageModel& m, const data::LMBatch& b) { return m.loss(b.inputs, b.targets); };
   auto run = [&](const std::string& kind, double lr, int64_t steps, const std::string& label) {
     auto m = make_model(c, kind, V, c.block, c.seed);
-    TrainSpec spec{.label = label, .lr = lr, .steps = steps, .warmup = std::max<int64_t>(1, c.warmup * steps / c.steps),
+    TrainSpec spec{.label = label, .precision = gemm_precision(c), .lr = lr, .steps = steps,
+                   .warmup = std::max<int64_t>(1, c.warmup * steps / c.steps),
                    .eval_every = std::min(c.eval_every, steps), .tokens_per_step = tokens_per_step, .seed = c.seed + 1};
     TrainResult r = train(*m, spec, next, lm_loss, [&] { return validation_loss(*m, val_set, c.eval_batches, c.batch); });
     return std::make_pair(m, r);
   };
 
-  std::string sweep_csv = "model,lr,steps,val_loss,chosen\n";
-  std::string curve_csv = "model,lr,step,tokens,seconds,train_loss,val_loss\n";
+  std::string sweep_csv = "model,lr,steps,val_loss,chosen,dtype\n";
+  std::string curve_csv = "model,lr,step,tokens,seconds,train_loss,val_loss,dtype\n";
   std::string samples, chosen_text, final_text, edges;
   report::Table table{{"model", "shape", "params", fmt::format("val loss after {} steps, by lr", c.sweep_steps), "lr",
                          "val loss", "bits/char", "tokens/s", "peak MiB", "train time"}, {}};
@@ -58,7 +60,8 @@ PartOutput run_tuning(Study& s) {
     const double lr = sw.lrs[sw.best];
     std::string sweep_cell;
     for (size_t i = 0; i < sw.lrs.size(); ++i) {
-      sweep_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, sw.lrs[i], c.sweep_steps, sw.losses[i], i == sw.best ? 1 : 0);
+      sweep_csv += fmt::format("{},{},{},{:.6f},{},{}\n", kind, sw.lrs[i], c.sweep_steps, sw.losses[i],
+                               i == sw.best ? 1 : 0, dtype);
       sweep_cell += fmt::format("{}{} {:.3f}{}", i ? ", " : "", format_lr(sw.lrs[i]), sw.losses[i], i == sw.best ? "*" : "");
     }
     sweep.series.push_back({kind, sw.lrs, sw.losses, kind});
@@ -66,14 +69,15 @@ PartOutput run_tuning(Study& s) {
     auto [m, r] = run(kind, lr, c.steps, kind);
     Series st{kind + " (lr " + format_lr(lr) + ")", {}, {}, kind, Series::line}, ss = st;
     for (const CurvePoint& p : r.curve) {
-      curve_csv += fmt::format("{},{},{},{},{:.6f},{:.6f},{:.6f}\n", kind, lr, p.step, p.tokens, p.seconds, p.train_loss,
-                               p.val_loss);
+      curve_csv += fmt::format("{},{},{},{},{:.6f},{:.6f},{:.6f},{}\n", kind, lr, p.step, p.tokens, p.seconds,
+                               p.train_loss, p.val_loss, dtype);
       st.x.push_back(p.tokens / 1e6), st.y.push_back(p.val_loss);
       ss.x.push_back(p.seconds), ss.y.push_back(p.val_loss);
     }
     by_tokens.series.push_back(st);
     by_seconds.series.push_back(ss);
-    save_model(*m, s.path(kind + ".safetensors"), {{"lr", fmt::format("{}", lr)}, {"steps", std::to_string(c.steps)}});
+    save_model(*m, s.path(kind + ".safetensors"),
+               {{"lr", fmt::format("{}", lr)}, {"steps", std::to_string(c.steps)}, {"gemm_dtype", dtype}});
     Generator sample_gen(c.seed + 2);
     const auto ids = models::generate(*m, tok.encode(prompt), {.max_new_tokens = 300, .temperature = 0.8}, sample_gen);
     samples += fmt::format("=== {} (lr {}) ===\n{}{}\n\n", kind, format_lr(lr), prompt, tok.decode(ids));

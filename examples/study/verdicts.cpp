@@ -337,12 +337,14 @@ PartOutput run_verdicts(Study& s) {
     table.rows.push_back({cl.claim, v.measured, v.verdict});
   }
 
-  std::string times = "| part | time | load average (start → end) |\n|------|-----:|------|\n";
+  std::string times = "| part | time | load average (start → end) | GEMMs |\n|------|-----:|------|------|\n";
   if (Csv::exists(s.path("times.csv"))) {
     const Csv t(s.path("times.csv"));
     for (size_t r = 0; r < t.size(); ++r)
-      times += fmt::format("| {} | {} | {} → {} |\n", t.str(r, "part"), report::format_duration(t.num(r, "seconds")),
-                           t.str(r, "load_start"), t.str(r, "load_end"));
+      times += fmt::format("| {} | {} | {} → {} | {} |\n", t.str(r, "part"), report::format_duration(t.num(r, "seconds")),
+                           t.str(r, "load_start"), t.str(r, "load_end"),
+                           // a times.csv from before the column: float32
+                           t.has("dtype") && t.str(r, "dtype") == "bf16" ? "bfloat16 (autocast)" : "float32");
   }
   std::string md = "# Transformers against recurrent networks: what holds at this scale\n\n" + table.markdown() +
                    "\n## Time per part\n\n" + times;
