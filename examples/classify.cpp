@@ -5,6 +5,7 @@
 // document is on both sides.
 //
 //   build/examples/classify --steps 800 --passage 128
+//   build/examples/classify --bf16             # GEMMs in bfloat16 (autocast), float32 weights
 //
 // BagOfEmbeddings below also shows how to write a model of your own against
 // the nn API: register submodules by name, write forward().
@@ -57,7 +58,14 @@ struct Config {
   double lr = 5e-3;
   int threads = 0;
   uint64_t seed = 3;
+  bool bf16 = false;
 };
+
+// The precision of the GEMMs of training and scoring (autocast.h).
+DType gemm_precision(const Config& c) { return c.bf16 ? DType::bf16 : DType::f32; }
+std::string precision_note(const Config& c) {
+  return c.bf16 ? "GEMMs in bfloat16 (autocast), float32 master weights" : "GEMMs in float32";
+}
 
 void add_options(CLI::App& app, Config& c) {
   app.add_option("--data", c.data, "Not supported: the genres come from the Brown corpus")->check([](const std::string& s) {
@@ -76,6 +84,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--threads", c.threads, "Threads for kernels and OpenBLAS");
   app.add_option("--seed", c.seed, "Seed");
   app.add_option("--out", c.out, "Output directory");
+  app.add_flag("--bf16", c.bf16, "bfloat16 autocast: GEMMs in bfloat16, float32 master weights");
 }
 
 // Genre names sorted, and their ids.
@@ -156,7 +165,12 @@ void train_model(const Entry& e, const Passages& train, const Config& c) {
     std::vector<size_t> rows;
     for (int64_t i = 0; i < c.batch; ++i) rows.push_back(gen.randint(0, static_cast<int64_t>(train.ids.size())));
     auto [x, y] = batch_of(train, rows);
-    Tensor loss = cross_entropy(e.forward(x, no_padding), y);
+    Tensor loss;
+    {
+      // Forward and loss; each node's backward runs at the precision it was recorded with.
+      AutocastGuard autocast(gemm_precision(c));
+      loss = cross_entropy(e.forward(x, no_padding), y);
+    }
     loss.backward();
     opt.step();
     opt.zero_grad();
@@ -168,11 +182,12 @@ void train_model(const Entry& e, const Passages& train, const Config& c) {
 
 using Confusion = std::vector<std::vector<int64_t>>;  // [true genre][predicted genre]
 
-// The fraction of passages classified right (in evaluation mode), counting
-// each into confusion when one is given.
-double accuracy(const Entry& e, const Passages& p, int64_t batch, Confusion* confusion) {
+// The fraction of passages classified right (in evaluation mode, at the
+// precision the model trained in), counting each into confusion when one is given.
+double accuracy(const Entry& e, const Passages& p, int64_t batch, DType precision, Confusion* confusion) {
   e.module->eval();
   NoGradGuard no_grad;
+  AutocastGuard autocast(precision);
   int64_t right = 0;
   for (size_t s = 0; s < p.ids.size(); s += batch) {
     std::vector<size_t> rows;
@@ -221,8 +236,8 @@ int main(int argc, char** argv) {
     if (train.ids.empty() || val.ids.empty())
       throw ValueError(fmt::format("classify: no passages of {} words (train {}, validation {})", c.passage,
                                    train.ids.size(), val.ids.size()));
-    fmt::print("classify: {} genres, {} train / {} validation passages of {} words, vocabulary {}\n\n", K,
-               train.ids.size(), val.ids.size(), c.passage, V);
+    fmt::print("classify: {} genres, {} train / {} validation passages of {} words, vocabulary {}; {}\n\n", K,
+               train.ids.size(), val.ids.size(), c.passage, V, precision_note(c));
 
     manual_seed(c.seed);
     auto transformer = std::make_shared<models::TransformerClassifier>(
@@ -238,7 +253,8 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();  // the time column: training and scoring
       train_model(e, train, c);
       Confusion confusion(K, std::vector<int64_t>(K, 0));
-      const double tr = accuracy(e, train, c.batch, nullptr), va = accuracy(e, val, c.batch, &confusion);
+      const double tr = accuracy(e, train, c.batch, gemm_precision(c), nullptr),
+                   va = accuracy(e, val, c.batch, gemm_precision(c), &confusion);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       table.rows.push_back({e.name, fmt::format("{}", e.module->num_parameters()), fmt::format("{:.1f}%", 100 * tr),
                             fmt::format("{:.1f}%", 100 * va), report::format_duration(seconds)});
@@ -246,7 +262,7 @@ int main(int argc, char** argv) {
                                 confusion_table(confusion, classes).text());
     }
     fmt::print("\n{}{}", table.text(), confusions);
-    report::write_file(c.out + "/results.md", table.markdown());
+    report::write_file(c.out + "/results.md", table.markdown() + "\n" + precision_note(c) + ".\n");
     report::write_file(c.out + "/confusion.txt", confusions);
     fmt::print("\nwrote {0}/results.md and {0}/confusion.txt\n", c.out);
   } catch (const std::exception& ex) {

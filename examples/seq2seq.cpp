@@ -9,6 +9,7 @@
 // accuracy falls as strings outgrow what one vector can hold.
 //
 //   build/examples/seq2seq --task reverse --min-len 4 --max-len 16 --steps 1500
+//   build/examples/seq2seq --bf16              # GEMMs in bfloat16 (autocast), float32 weights
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -37,7 +38,11 @@ struct Config {
   double lr = 2e-3;
   int threads = 0;
   uint64_t seed = 7;
+  bool bf16 = false;
 };
+
+// The precision of the GEMMs of training and evaluation (autocast.h).
+DType gemm_precision(const Config& c) { return c.bf16 ? DType::bf16 : DType::f32; }
 
 struct Example {
   std::vector<int64_t> src, tgt;  // token ids, without BOS/EOS
@@ -79,8 +84,10 @@ std::shared_ptr<models::Seq2SeqModel> make_model(const std::string& kind, const 
       models::Seq2SeqRNNOptions{.vocab = V, .embed = 32, .hidden = c.hidden, .attention = kind == "attention"});
 }
 
-// Exact-match accuracy per source length, on examples no model trained on.
+// Exact-match accuracy per source length, on examples no model trained on,
+// decoded at the precision the model trained in.
 std::vector<double> evaluate(models::Seq2SeqModel& m, const Config& c) {
+  AutocastGuard autocast(gemm_precision(c));
   std::vector<double> acc;
   for (int64_t len = c.min_len; len <= c.max_len; ++len) {
     Generator gen(c.seed * 1000003 + static_cast<uint64_t>(len));  // the same test set for every model
@@ -111,6 +118,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--threads", c.threads, "Threads for kernels and OpenBLAS");
   app.add_option("--seed", c.seed, "Seed");
   app.add_option("--out", c.out, "Output directory");
+  app.add_flag("--bf16", c.bf16, "bfloat16 autocast: GEMMs in bfloat16, float32 master weights");
 }
 
 // c.steps Adam steps with teacher forcing, each on a batch of one random
@@ -124,8 +132,13 @@ double train_model(models::Seq2SeqModel& m, const Config& c, report::Progress& b
     std::vector<Example> ex;
     for (int64_t i = 0; i < c.batch; ++i) ex.push_back(make_example(c.task, len, gen));
     Batch b = make_batch(ex);
-    Tensor logits = m.forward(b.src, b.tgt_in);  // (B,S+1,V)
-    Tensor loss = cross_entropy(logits.reshape({-1, V}), b.tgt_out.reshape({-1}));
+    Tensor loss;
+    {
+      // Forward and loss; each node's backward runs at the precision it was recorded with.
+      AutocastGuard autocast(gemm_precision(c));
+      Tensor logits = m.forward(b.src, b.tgt_in);  // (B,S+1,V)
+      loss = cross_entropy(logits.reshape({-1, V}), b.tgt_out.reshape({-1}));
+    }
     loss.backward();
     nn::clip_grad_norm_(m.parameters(), 1.0);
     opt.step();
@@ -135,6 +148,10 @@ double train_model(models::Seq2SeqModel& m, const Config& c, report::Progress& b
   }
   bar.finish(fmt::format("loss {:.3f}", loss_avg));
   return loss_avg;
+}
+
+std::string precision_note(const Config& c) {
+  return c.bf16 ? "GEMMs in bfloat16 (autocast), float32 master weights" : "GEMMs in float32";
 }
 
 // The accuracy of every model (acc[model][length - min_len]) as a table, a
@@ -167,7 +184,7 @@ void write_per_length(const Config& c, const std::vector<std::vector<double>>& a
   fmt::print("\nexact-match accuracy by source length ({} test strings each):\n{}\n{}", c.eval_per_len,
              per_len.text(), table.text());
   report::write_file(c.out + "/accuracy.csv", csv);
-  report::write_file(c.out + "/results.md", per_len.markdown() + "\n" + table.markdown());
+  report::write_file(c.out + "/results.md", per_len.markdown() + "\n" + table.markdown() + "\n" + precision_note(c) + ".\n");
   std::string why = report::plot_lines(c.out + "/accuracy.png", "exact match by length (" + c.task + ")",
                                        "source length", "accuracy (%)", curves);
   fmt::print("wrote {0}/accuracy.csv, {0}/results.md{1}\n", c.out,
@@ -186,8 +203,8 @@ int main(int argc, char** argv) {
     if (c.min_len > c.max_len) throw ValueError(fmt::format("--min-len {} is above --max-len {}", c.min_len, c.max_len));
     if (c.threads > 0) set_num_threads(c.threads);
     fs::create_directories(c.out);
-    fmt::print("seq2seq: {} digit strings of length {}..{}, {} steps x {} examples per model\n\n", c.task, c.min_len,
-               c.max_len, c.steps, c.batch);
+    fmt::print("seq2seq: {} digit strings of length {}..{}, {} steps x {} examples per model; {}\n\n", c.task,
+               c.min_len, c.max_len, c.steps, c.batch, precision_note(c));
     std::vector<std::vector<double>> acc;  // [model][length - min_len]
     report::Table table{{"model", "params", "final loss", "mean accuracy", "time"}, {}};
     for (const auto& kind : c.models) {
