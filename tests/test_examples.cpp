@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -209,6 +210,80 @@ BOOST_AUTO_TEST_CASE(classify_learns_genres) {
   BOOST_TEST(bad_log.find("missing") != std::string::npos, bad_log);
   fs::remove_all(out);
   fs::remove_all(brown);
+}
+
+namespace {
+
+// bench/lm_train: from meson when it passes LM_TRAIN, else beside examples/
+// in the same build tree.
+std::string lm_train() {
+  if (const char* p = std::getenv("LM_TRAIN"); p && *p) return p;
+  const fs::path p = fs::path(exe("CHARLM")).parent_path().parent_path() / "bench" / "lm_train";
+  BOOST_REQUIRE_MESSAGE(fs::exists(p), p << " is missing: build bench/lm_train");
+  return p.string();
+}
+
+// The number after `"key": ` in a JSON line.
+double json_number(const std::string& line, const std::string& key) {
+  const auto at = line.find("\"" + key + "\": ");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, key << " missing in " << line);
+  return std::stod(line.substr(at + key.size() + 4));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(bf16_autocast_trains_like_float32) {
+  // --bf16 rounds the GEMMs' operands to bfloat16 (8 significant bits, float32
+  // accumulation), so a short run lands within a few hundredths of the
+  // float32 one; each program says which precision ran.
+  fs::path out32 = fresh_dir("charlm_f32"), out16 = fresh_dir("charlm_bf16");
+  const std::string charlm = exe("CHARLM") + kCharlmTiny + " --models gpt --steps 40";
+  auto [r32, l32] = run(charlm + " --out " + out32.string());
+  BOOST_REQUIRE_MESSAGE(r32 == 0, l32);
+  auto [r16, l16] = run(charlm + " --bf16 --out " + out16.string());
+  BOOST_REQUIRE_MESSAGE(r16 == 0, l16);
+  auto c32 = read_curves(out32 / "loss.csv"), c16 = read_curves(out16 / "loss.csv");
+  BOOST_REQUIRE_EQUAL(c16["gpt"].size(), 4u);
+  BOOST_TEST(c16["gpt"].back()[2] < c16["gpt"].front()[2] - 0.1);
+  BOOST_TEST(std::abs(c16["gpt"].back()[2] - c32["gpt"].back()[2]) < 0.05,
+             c16["gpt"].back()[2] << " (bf16) against " << c32["gpt"].back()[2] << " (f32)");
+  BOOST_TEST(read_text(out16 / "results.md").find("GEMMs in bfloat16 (autocast)") != std::string::npos);
+  BOOST_TEST(read_text(out32 / "results.md").find("GEMMs in float32") != std::string::npos);
+
+  // lm_train: a few steps on the tiny text (as train and validation text):
+  // GPT-S for the step's loss, the LSTM (cheaper to evaluate) for --eval too.
+  fs::path text = fresh_dir("lm_train_text");
+  fs::copy_file(kTiny, text / "train.txt");
+  fs::copy_file(kTiny, text / "val.txt");
+  const std::string lm = lm_train() + " --text-dir " + text.string() + " --warmup 1 --steps 2 --threads 1";
+  for (const auto& [workload, eval] : {std::pair<std::string, bool>{"gpt-s", false}, {"lstm", true}}) {
+    const std::string cmd = lm + " --workload " + workload + (eval ? " --eval" : "");
+    auto [t32, j32] = run(cmd + " --dtype f32");
+    BOOST_REQUIRE_MESSAGE(t32 == 0, j32);
+    auto [t16, j16] = run(cmd + " --dtype bf16");
+    BOOST_REQUIRE_MESSAGE(t16 == 0, j16);
+    BOOST_TEST(j32.find("\"dtype\": \"f32\"") != std::string::npos, j32);
+    BOOST_TEST(j16.find("\"dtype\": \"bf16\"") != std::string::npos, j16);
+    for (const std::string key : {"last_loss", "val_loss"})
+      if (key == "last_loss" || eval)
+        BOOST_TEST(std::abs(json_number(j16, key) - json_number(j32, key)) < 0.05,
+                   workload << " " << key << ":\n" << j32 << j16);
+  }
+  auto [bad, bad_log] = run(lm + " --dtype f16");
+  BOOST_TEST(bad != 0);
+  BOOST_TEST(bad_log.find("--dtype") != std::string::npos, bad_log);
+
+  // seq2seq and classify take the flag and say so.
+  auto [rs, ls] = run(exe("SEQ2SEQ") + " --models transformer --steps 5 --batch 8 --min-len 2 --max-len 3 --eval-per-len 4"
+                      " --dim 16 --threads 1 --bf16 --out " + out16.string());
+  BOOST_REQUIRE_MESSAGE(rs == 0, ls);
+  BOOST_TEST(ls.find("GEMMs in bfloat16 (autocast)") != std::string::npos, ls);
+  fs::path brown = fake_brown(fresh_dir("bf16_brown"));
+  auto [rc, lc] = run(exe("CLASSIFY") + " --brown-dir " + brown.string() + " --steps 5 --batch 8 --passage 16 --dim 16"
+                      " --layers 1 --heads 2 --threads 1 --bf16 --out " + out16.string());
+  BOOST_REQUIRE_MESSAGE(rc == 0, lc);
+  BOOST_TEST(lc.find("GEMMs in bfloat16 (autocast)") != std::string::npos, lc);
+  for (const fs::path& d : {out32, out16, text, brown}) fs::remove_all(d);
 }
 
 BOOST_AUTO_TEST_CASE(word2vec_trains_and_writes_vectors) {
