@@ -17,20 +17,34 @@ sgns is examples/word2vec against gensim (bench/compare_word2vec.py --one).
 Then "same learning": GPT-S trained --learning-steps steps from the same
 settings on both sides, validation loss on 20 fixed batches.
 
+--dtype f32,bf16 adds bfloat16 mixed precision: `lm_train --dtype bf16`
+(AutocastGuard) against torch_lm.py --dtype bf16 (torch.autocast on the CPU),
+float32 master weights on both sides, each language model at both dtypes in
+the same alternation (and PyTorch's better thread setting picked per dtype).
+The table gains a dtype column, and a second table gives each side's bf16
+over f32 speedup and peak RSS at both, where both dtypes were run. sgns has
+no GEMMs: it runs in float32 only, when f32 is asked for. The same-learning
+check runs once per dtype.
+
     scripts/setup.sh && python3 bench/compare.py            # everything
     python3 bench/compare.py --workloads gpt-s --repeats 3 --learning-steps 0
+    python3 bench/compare.py --workloads gpt-s,lstm --dtype f32,bf16 --learning-steps 0
 
-Writes OUT/compare.md and OUT/compare.csv. Needs python3-torch and
-python3-gensim; installs them when run as root.
+Writes OUT/compare.md (headed by the date, the machine, the commit and the
+command) and OUT/compare.csv. Needs python3-torch and python3-gensim;
+installs them when run as root.
 """
 import argparse
+import datetime
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The programs of the build directory (--build sets it).
 LM_TRAIN = os.path.join(ROOT, "build", "bench", "lm_train")
 W2V = os.path.join(ROOT, "build", "examples", "word2vec")
 # Debian's interpreter, where python3-torch installs (a python3 earlier on PATH may lack torch).
@@ -60,6 +74,29 @@ def torch_settings(t):
     return [own] if t == 1 else [own, blas]
 
 
+def provenance():
+    """When, where and from what the table was made: date, CPU (and whether it has the AVX-512 BF16 and AMX
+    instructions a bf16 GEMM can use), cores, commit (marked when the tree has uncommitted changes) and command."""
+    cpu, flags = "unknown CPU", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                cpu = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    isa = ", ".join(name for flag, name in (("avx512f", "AVX-512"), ("avx512_bf16", "AVX512_BF16"), ("amx_bf16", "AMX-BF16"))
+                    if flag in flags) or "no AVX-512"
+    git = lambda *args: subprocess.run(["git", "-C", ROOT] + list(args), capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " with uncommitted changes"
+    command = " ".join(shlex.quote(x) for x in [os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
+    date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return f"_{date}; {cpu} ({isa}), {os.cpu_count()} cores; commit {commit}; `{command}`_\n\n"
+
+
 def lm_pair(w, t, text, extra=(), all_settings=True):
     """One tapegrad run and one PyTorch run per setting (or in its first) of language-model workload w at t threads."""
     common = ["--workload", w, "--text-dir", text] + list(extra)
@@ -82,17 +119,59 @@ def sgns_pair(t, a, sentences):
     return ours, {"gensim": theirs}
 
 
+def summarise(w, d, t, ours, by_setting, peak, rows):
+    """One table row: workload w at dtype d and t threads, from tapegrad's runs and the reference's by setting
+    (rows so far give the 1-thread median for the n/1 gain and the f32 median for the bf16 speedup)."""
+    # The reference at its best setting: the higher median.
+    setting = max(by_setting, key=lambda k: statistics.median(x["tokens_per_s"] for x in by_setting[k]))
+    theirs = by_setting[setting]
+    o = [x["tokens_per_s"] for x in ours]
+    p = [x["tokens_per_s"] for x in theirs]
+    one = [r for r in rows if r["workload"] == w and r["dtype"] == d and r["threads"] == 1]
+    f32 = [r for r in rows if r["workload"] == w and r["dtype"] == "f32" and r["threads"] == t] if d != "f32" else []
+    return dict(workload=w, dtype=d, threads=t, ours=statistics.median(o), ours_min=min(o), ours_max=max(o),
+                setting=setting, gain=statistics.median(o) / one[0]["ours"] if one and t > 1 else None,
+                other_settings=", ".join(f"{k} {statistics.median(x['tokens_per_s'] for x in v):.0f}"
+                                         for k, v in by_setting.items() if k != setting),
+                torch=statistics.median(p), torch_min=min(p), torch_max=max(p),
+                ratio=statistics.median(o) / statistics.median(p),
+                # bf16 over f32 on each side, at the same thread count (each side at its best setting of each dtype)
+                speedup_ours=statistics.median(o) / f32[0]["ours"] if f32 else None,
+                speedup_torch=statistics.median(p) / f32[0]["torch"] if f32 else None,
+                matmul_gflops=statistics.median(x["matmul_gflops"] for x in ours), sgemm_peak=peak,
+                rss_ours=max(x["peak_rss_mb"] for x in ours),
+                rss_torch=max(x["peak_rss_mb"] for x in theirs),
+                allocs=ours[-1]["system_allocs_per_step"],
+                # PyTorch 1.13 does not autocast nn.LSTM on the CPU: what its recurrence ran in
+                torch_recurrence=theirs[0].get("recurrence_dtype", ""),
+                spearman_ours=statistics.median(x.get("spearman", float("nan")) for x in ours),
+                spearman_ref=statistics.median(x.get("spearman", float("nan")) for x in theirs))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default="gpt-s,gpt-m,rnn,lstm,sgns")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--dtype", default="f32",
+                    help="f32, bf16 or both (f32,bf16): the language models' GEMM precision, bf16 being autocast on both sides")
     ap.add_argument("--learning-steps", type=int, default=500, help="GPT-S steps of the same-learning check (0: skip)")
     ap.add_argument("--wordsim", help="WordSim-353 file: adds the Spearman of both sgns runs")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="the build directory whose programs run")
     a = ap.parse_args()
+    global LM_TRAIN, W2V
+    LM_TRAIN, W2V = os.path.join(a.build, "bench", "lm_train"), os.path.join(a.build, "examples", "word2vec")
     workloads = a.workloads.split(",")
+    dtypes = a.dtype.split(",")
+    if not dtypes or any(d not in ("f32", "bf16") for d in dtypes) or len(set(dtypes)) != len(dtypes):
+        sys.exit(f"compare: --dtype {a.dtype}: give f32, bf16 or f32,bf16")
+    dtypes = [d for d in ("f32", "bf16") if d in dtypes]  # f32 first: a bf16 row's speedup reads the f32 row
+    if "sgns" in workloads and "f32" not in dtypes:
+        print("compare: sgns has no GEMMs and runs in float32 only: skipped (ask for --dtype f32,bf16 to include it)",
+              file=sys.stderr)
+        workloads.remove("sgns")
     ensure("torch", "python3-torch")
     if "sgns" in workloads:
         ensure("gensim", "python3-gensim")
@@ -111,45 +190,36 @@ def main():
     for t in [int(x) for x in a.threads.split(",")]:
         peak = run([LM_TRAIN, "--gemm-peak", "--threads", str(t)])["sgemm_gflops"]
         for w in workloads:
-            ours, by_setting = [], {}
+            # Per dtype: tapegrad's runs and the reference's by setting. Every repeat runs each dtype's pair in
+            # turn, so a busy spell on the machine falls on both dtypes and both sides alike.
+            runs = {d: ([], {}) for d in (["f32"] if w == "sgns" else dtypes)}
             for r in range(a.repeats):
-                o, ps = sgns_pair(t, a, sentences) if w == "sgns" else lm_pair(w, t, text, ["--steps", str(a.steps)])
-                ours.append(o)
-                for name, p in ps.items():
-                    by_setting.setdefault(name, []).append(p)
-                unit = "words/s" if w == "sgns" else "tok/s"
-                print(f"{w} threads={t} rep {r + 1}: tapegrad {o['tokens_per_s']:.0f} {unit}, "
-                      + ", ".join(f"{name} {p['tokens_per_s']:.0f}" for name, p in ps.items()), file=sys.stderr)
-            # The reference at its best setting: the higher median.
-            setting = max(by_setting, key=lambda k: statistics.median(x["tokens_per_s"] for x in by_setting[k]))
-            theirs = by_setting[setting]
-            o = [x["tokens_per_s"] for x in ours]
-            p = [x["tokens_per_s"] for x in theirs]
-            one = [r for r in rows if r["workload"] == w and r["threads"] == 1]
-            rows.append(dict(workload=w, threads=t, ours=statistics.median(o), ours_min=min(o), ours_max=max(o),
-                             setting=setting, gain=statistics.median(o) / one[0]["ours"] if one and t > 1 else None,
-                             other_settings=", ".join(f"{k} {statistics.median(x['tokens_per_s'] for x in v):.0f}"
-                                                      for k, v in by_setting.items() if k != setting),
-                             torch=statistics.median(p), torch_min=min(p), torch_max=max(p),
-                             ratio=statistics.median(o) / statistics.median(p),
-                             matmul_gflops=statistics.median(x["matmul_gflops"] for x in ours), sgemm_peak=peak,
-                             rss_ours=max(x["peak_rss_mb"] for x in ours),
-                             rss_torch=max(x["peak_rss_mb"] for x in theirs),
-                             allocs=ours[-1]["system_allocs_per_step"],
-                             spearman_ours=statistics.median(x.get("spearman", float("nan")) for x in ours),
-                             spearman_ref=statistics.median(x.get("spearman", float("nan")) for x in theirs)))
+                for d, (ours, by_setting) in runs.items():
+                    o, ps = (sgns_pair(t, a, sentences) if w == "sgns"
+                             else lm_pair(w, t, text, ["--steps", str(a.steps), "--dtype", d]))
+                    ours.append(o)
+                    for name, p in ps.items():
+                        by_setting.setdefault(name, []).append(p)
+                    unit = "words/s" if w == "sgns" else "tok/s"
+                    print(f"{w} {d} threads={t} rep {r + 1}: tapegrad {o['tokens_per_s']:.0f} {unit}, "
+                          + ", ".join(f"{name} {p['tokens_per_s']:.0f}" for name, p in ps.items()), file=sys.stderr)
+            for d, (ours, by_setting) in runs.items():
+                rows.append(summarise(w, d, t, ours, by_setting, peak, rows))
     os.makedirs(a.out, exist_ok=True)
-    head = ("| workload | threads | tapegrad tok/s (min–max) | tapegrad n/1 threads | reference tok/s (min–max), best setting "
-            "| ratio | matmul GFLOP/s | sgemm peak | matmul % of peak | RSS MiB tapegrad / reference | mallocs/step |\n"
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+    head = ("| workload | dtype | threads | tapegrad tok/s (min–max) | tapegrad n/1 threads "
+            "| reference tok/s (min–max), best setting | ratio | matmul GFLOP/s | sgemm peak | matmul % of peak "
+            "| RSS MiB tapegrad / reference | mallocs/step |\n"
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 
     def gemm(r):
         if r["workload"] == "sgns":
             return "– | " + f"{r['sgemm_peak']:.1f} | –"
-        return f"{r['matmul_gflops']:.1f} | {r['sgemm_peak']:.1f} | {100 * r['matmul_gflops'] / r['sgemm_peak']:.0f}%"
+        # The sgemm peak is float32's: a share of it says nothing of a bfloat16 GEMM.
+        share = "–" if r["dtype"] != "f32" else f"{100 * r['matmul_gflops'] / r['sgemm_peak']:.0f}%"
+        return f"{r['matmul_gflops']:.1f} | {r['sgemm_peak']:.1f} | {share}"
 
-    md = head + "".join(
-        f"| {r['workload']} | {r['threads']} | {r['ours']:.0f} ({r['ours_min']:.0f}–{r['ours_max']:.0f}) "
+    md = provenance() + head + "".join(
+        f"| {r['workload']} | {r['dtype']} | {r['threads']} | {r['ours']:.0f} ({r['ours_min']:.0f}–{r['ours_max']:.0f}) "
         f"| {'–' if r['gain'] is None else format(r['gain'], '.2f') + '×'} "
         f"| {r['torch']:.0f} ({r['torch_min']:.0f}–{r['torch_max']:.0f}), {r['setting']}"
         f"{' (' + r['other_settings'] + ')' if r['other_settings'] else ''} | {r['ratio']:.2f}× "
@@ -157,6 +227,26 @@ def main():
     md += ("\nReference: PyTorch " + subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
                                                   capture_output=True, text=True).stdout.strip()
            + " for the language models; gensim for sgns (words/s over raw words × epochs).\n")
+    if "bf16" in dtypes:
+        md += ("bf16: each step's forward and loss under autocast (tapegrad's AutocastGuard, PyTorch's "
+               "torch.autocast(\"cpu\", dtype=torch.bfloat16)), float32 master weights on both sides; matmul % of peak "
+               "is left out for bf16, the sgemm peak being float32's.\n")
+        fp32_recurrence = sorted({r["workload"] for r in rows if r["dtype"] == "bf16" and r["torch_recurrence"] == "float32"})
+        if fp32_recurrence:
+            md += (f"PyTorch's {', '.join(fp32_recurrence)} recurrence ran in float32 under autocast (PyTorch does not "
+                   "autocast it on the CPU; its output head did run in bfloat16), tapegrad's in bfloat16.\n")
+    both = [r for r in rows if r["speedup_ours"] is not None]
+    if both:
+        f32_of = lambda r: next(x for x in rows if (x["workload"], x["threads"], x["dtype"]) == (r["workload"], r["threads"], "f32"))
+        md += ("\nbf16 against f32, medians at the same thread count (PyTorch at its best setting of each):\n\n"
+               "| workload | threads | tapegrad tok/s f32 → bf16 | tapegrad bf16/f32 | PyTorch tok/s f32 → bf16 "
+               "| PyTorch bf16/f32 | RSS MiB tapegrad f32 / bf16 | RSS MiB PyTorch f32 / bf16 |\n"
+               "|---|--:|--:|--:|--:|--:|--:|--:|\n")
+        md += "".join(
+            f"| {r['workload']} | {r['threads']} | {f32_of(r)['ours']:.0f} → {r['ours']:.0f} | {r['speedup_ours']:.2f}× "
+            f"| {f32_of(r)['torch']:.0f} → {r['torch']:.0f} | {r['speedup_torch']:.2f}× "
+            f"| {f32_of(r)['rss_ours']:.0f} / {r['rss_ours']:.0f} | {f32_of(r)['rss_torch']:.0f} / {r['rss_torch']:.0f} |\n"
+            for r in both)
     sg = [r for r in rows if r["workload"] == "sgns" and r["spearman_ours"] == r["spearman_ours"]]
     for r in sg:
         md += (f"sgns threads={r['threads']}: WordSim-353 Spearman tapegrad {r['spearman_ours']:.4f}, "
@@ -164,11 +254,15 @@ def main():
     if a.learning_steps > 0:
         # Same settings and seed on both sides, 2 threads (or the largest asked for): only the loss matters here.
         t = max(int(x) for x in a.threads.split(","))
-        o, ps = lm_pair("gpt-s", t, text, ["--warmup", "0", "--steps", str(a.learning_steps), "--eval"], False)
-        p = next(iter(ps.values()))
-        md += (f"\nSame learning: GPT-S after {a.learning_steps} steps, validation loss on 20 fixed batches: "
-               f"tapegrad {o['val_loss']:.4f}, PyTorch {p['val_loss']:.4f} nats/char "
-               f"(diff {o['val_loss'] - p['val_loss']:+.4f}).\n")
+        md += "\n"
+        for d in dtypes:
+            o, ps = lm_pair("gpt-s", t, text, ["--warmup", "0", "--steps", str(a.learning_steps), "--eval", "--dtype", d],
+                            False)
+            p = next(iter(ps.values()))
+            md += (f"Same learning{' (bf16 autocast on both sides)' if d == 'bf16' else ''}: GPT-S after "
+                   f"{a.learning_steps} steps, validation loss on 20 fixed batches: "
+                   f"tapegrad {o['val_loss']:.4f}, PyTorch {p['val_loss']:.4f} nats/char "
+                   f"(diff {o['val_loss'] - p['val_loss']:+.4f}).\n")
     with open(os.path.join(a.out, "compare.md"), "w") as f:
         f.write(md)
     with open(os.path.join(a.out, "compare.csv"), "w") as f:

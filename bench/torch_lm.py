@@ -7,7 +7,16 @@ validation loss after the run. Both sides read the same train.txt / val.txt
 (written by `lm_train --write-text DIR`) and build the same character
 vocabulary (sorted distinct characters of both files).
 
-Workloads (bench/workloads.h): fp32, AdamW lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+--dtype bf16 runs each step's forward and loss (and the evaluation) under
+torch.autocast("cpu", dtype=torch.bfloat16), as `lm_train --dtype bf16` runs
+tapegrad's under AutocastGuard; parameters, gradients and the optimizer stay
+float32 on both sides. What autocast rounds is PyTorch's choice: its GEMMs,
+and in 1.13 also the ops that take their bfloat16 outputs (softmax, GELU);
+nn.LSTM is not autocast on the CPU in 1.13 and keeps its recurrence float32.
+The JSON line says what ran: "dtype", and for the recurrent models
+"recurrence_dtype", the dtype of the recurrence's output.
+
+Workloads (bench/workloads.h): fp32 weights, AdamW lr 1e-3, betas (0.9, 0.999), eps 1e-8,
 weight decay 0.01 on matrices only, constant LR, no dropout, no clipping.
   gpt-s  2 layers, 4 heads, d 128, block 64, batch 32
   gpt-m  4 layers, 4 heads, d 256, block 128, batch 16
@@ -103,6 +112,8 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eval", action="store_true", help="report the validation loss on 20 fixed batches after the run")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"],
+                    help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), float32 master weights")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -125,12 +136,16 @@ def main():
         opt = torch.optim.Adam(model.parameters(), lr=2e-3)
     g = torch.Generator().manual_seed(a.seed)
 
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16")
+
     def step():
         off = torch.randint(0, len(tr) - T - 1, (B,), generator=g)
         x = torch.stack([tr[o:o + T] for o in off])
         y = torch.stack([tr[o + 1:o + T + 1] for o in off])
         opt.zero_grad(set_to_none=True)  # before forward, as tapegrad's step: no stale grads at the peak
-        loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+        with autocast():  # forward and loss only, as the autocast docs say; backward follows the recorded dtypes
+            loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
         loss.backward()
         opt.step()
         return loss.item()
@@ -141,12 +156,17 @@ def main():
     for _ in range(a.steps):
         loss = step()
     secs = time.perf_counter() - t0
-    out = dict(side="pytorch", workload=a.workload, threads=a.threads, steps=a.steps,
+    out = dict(side="pytorch", workload=a.workload, dtype=a.dtype, threads=a.threads, steps=a.steps,
                tokens_per_s=a.steps * B * T / secs, last_loss=loss,
                peak_rss_mb=peak_rss_mib())
+    if w["kind"] != "gpt":
+        # What the recurrence computed in, probed after the timing (PyTorch 1.13 leaves nn.LSTM float32 under autocast).
+        with torch.no_grad(), autocast():
+            h = model.rnn(model.embedding(tr[:T].unsqueeze(0)))[0]
+        out["recurrence_dtype"] = str(h.dtype).replace("torch.", "")
     if a.eval:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             n, count = 20, 20 * B
             stride = (len(va) - T - 1) / max(1, count - 1)
             offs = [int(i * stride) for i in range(count)]
