@@ -30,13 +30,30 @@ constexpr uint64_t kMaxHeader = 100'000'000;
 // Metadata key under which save(Optimizer) records the optimizer's name.
 constexpr const char* kOptimizerKey = "tapegrad.optimizer";
 
-std::string_view st_dtype(DType d) {
-  switch (d) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::i64: return "I64";
+// The safetensors dtypes read and written: the name in the header, bytes per
+// element, the dtype a tensor of it loads as (F16 has no DType: it widens to
+// float32, exactly) and its name in messages, as dtype_name() spells them.
+struct StoredType {
+  std::string_view name;
+  size_t size;
+  DType loads_as;
+  std::string_view human;
+};
+constexpr StoredType kF32{"F32", 4, DType::f32, "float32"}, kF64{"F64", 8, DType::f64, "float64"},
+    kI64{"I64", 8, DType::i64, "int64"}, kBF16{"BF16", 2, DType::bf16, "bfloat16"},
+    kF16{"F16", 2, DType::f32, "float16"};
+constexpr const StoredType* kStoredTypes[] = {&kF32, &kF64, &kI64, &kBF16, &kF16};
+
+// What a tensor of dtype d is stored as under `floats`.
+const StoredType& stored_type(DType d, FloatStorage floats) {
+  if (d == DType::i64) return kI64;
+  if (d == DType::bf16) return kBF16;  // never narrowed to F16: it would lose float32's range
+  switch (floats) {
+    case FloatStorage::as_is: return d == DType::f64 ? kF64 : kF32;
+    case FloatStorage::bf16: return kBF16;
+    case FloatStorage::f16: return kF16;
   }
-  return "?";
+  throw ValueError("save_tensors: unknown FloatStorage");
 }
 
 [[noreturn]] void fail_errno(const std::string& path, const std::string& what) {
@@ -142,7 +159,7 @@ std::string read_file(const std::string& path) {
 
 struct Entry {
   std::string name;
-  DType dtype = DType::f32;
+  const StoredType* stored = &kF32;
   Shape shape;
   uint64_t begin = 0, end = 0;
 };
@@ -220,10 +237,12 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   e.name = name;
   const auto& dt = v["dtype"];
   std::string dts = dt.is_string() ? dt.get<std::string>() : dt.dump();
-  if (dts == "F32") e.dtype = DType::f32;
-  else if (dts == "F64") e.dtype = DType::f64;
-  else if (dts == "I64") e.dtype = DType::i64;
-  else throw CheckpointError(fmt::format("{}: tensor '{}': dtype {} is not supported (F32, F64, I64)", path, name, dt.dump()));
+  e.stored = nullptr;
+  for (const StoredType* s : kStoredTypes)
+    if (dt.is_string() && dts == s->name) e.stored = s;
+  if (!e.stored)
+    throw CheckpointError(fmt::format("{}: tensor '{}': dtype {} is not supported (F32, F64, I64, BF16, F16)", path,
+                                      name, dt.dump()));
 
   const auto& shape = v["shape"];
   if (!shape.is_array()) throw CheckpointError(fmt::format("{}: tensor '{}': shape must be an array, got {}", path, name, shape.dump()));
@@ -238,7 +257,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
     e.shape.push_back(static_cast<int64_t>(std::min<uint64_t>(n, INT64_MAX)));
   }
   uint64_t bytes = 0;
-  overflow |= __builtin_mul_overflow(numel, itemsize(e.dtype), &bytes) || numel > static_cast<uint64_t>(INT64_MAX);
+  overflow |= __builtin_mul_overflow(numel, e.stored->size, &bytes) || numel > static_cast<uint64_t>(INT64_MAX);
   if (overflow)
     throw CheckpointError(fmt::format("{}: tensor '{}': shape {} has more elements than can be addressed", path, name,
                                       shape.dump()));
@@ -257,13 +276,69 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   return e;
 }
 
+// ---- conversions to and from the 16-bit formats
+
+// Values converted per chunk: 256 KiB of float32, so a 16-bit save or an F16
+// load needs no second full-size copy.
+constexpr int64_t kChunk = 1 << 16;
+
+// Writes c (contiguous) as `stored`: its own bytes, or its values rounded to
+// BF16 or F16 (float64 rounds to float32 first, as PyTorch's conversions do).
+void write_data(TempFile& file, const Tensor& c, const StoredType& stored) {
+  const int64_t n = c.numel();
+  if (n == 0) return;
+  const char* src = static_cast<const char*>(c.storage()->data) + c.offset() * itemsize(c.dtype());
+  if (stored.size == itemsize(c.dtype())) {  // as it is (a bfloat16 tensor is always stored so)
+    file.write(src, static_cast<size_t>(n) * stored.size);
+    return;
+  }
+  std::vector<float> wide(c.dtype() == DType::f64 ? static_cast<size_t>(std::min(n, kChunk)) : 0);
+  std::vector<uint16_t> narrow(static_cast<size_t>(std::min(n, kChunk)));
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t k = std::min(kChunk, n - i);
+    const float* f = reinterpret_cast<const float*>(src) + i;
+    if (c.dtype() == DType::f64) {
+      const double* d = reinterpret_cast<const double*>(src) + i;
+      for (int64_t j = 0; j < k; ++j) wide[j] = static_cast<float>(d[j]);
+      f = wide.data();
+    }
+    if (&stored == &kBF16)
+      float_to_bf16(f, reinterpret_cast<bfloat16*>(narrow.data()), k);
+    else
+      float_to_f16(f, narrow.data(), k);
+    file.write(narrow.data(), static_cast<size_t>(k) * 2);
+  }
+}
+
+// dst[i] = the F16 value at src + 2 i, widened to float32 (exactly), n values;
+// through an aligned copy, since the data may start at any byte of the file.
+void read_f16(const char* src, float* dst, int64_t n) {
+  std::vector<uint16_t> half(static_cast<size_t>(std::min(n, kChunk)));
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t k = std::min(kChunk, n - i);
+    std::memcpy(half.data(), src + 2 * i, static_cast<size_t>(k) * 2);
+    f16_to_float(half.data(), dst + i, k);
+  }
+}
+
+// ---- what load(Module) allows
+
+// float32, float64 and bfloat16 convert into each other; int64 into nothing.
+bool holds_reals(DType d) { return d != DType::i64; }
+
+const StoredType& stored_by_name(const std::string& name) {
+  for (const StoredType* s : kStoredTypes)
+    if (s->name == name) return *s;
+  throw CheckpointError(fmt::format("no safetensors dtype '{}'", name));  // load_tensors names only these
+}
+
 }  // namespace
 
 void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
-                  const std::map<std::string, std::string>& metadata) {
+                  const std::map<std::string, std::string>& metadata, const SaveOptions& options) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<Tensor> data;
+  std::vector<std::pair<Tensor, const StoredType*>> data;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     if (name.empty() || name == "__metadata__" || header.contains(name))
@@ -272,10 +347,11 @@ void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, co
                                         path, name));
     if (!t.defined()) throw CheckpointError(fmt::format("{}: tensor '{}' is undefined", path, name));
     Tensor c = t.contiguous();
-    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * itemsize(c.dtype());
-    header[name] = {{"dtype", st_dtype(c.dtype())}, {"shape", c.shape().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    const StoredType& stored = stored_type(c.dtype(), options.floats);
+    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * stored.size;
+    header[name] = {{"dtype", stored.name}, {"shape", c.shape().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    data.push_back(c);
+    data.emplace_back(c, &stored);
   }
   std::string text;
   try {
@@ -290,9 +366,7 @@ void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, co
   TempFile file(path);
   file.write(&n, sizeof n);
   file.write(text.data(), text.size());
-  for (const Tensor& c : data)
-    if (c.numel() > 0) file.write(static_cast<const char*>(c.storage()->data) + c.offset() * itemsize(c.dtype()),
-                                  c.numel() * itemsize(c.dtype()));
+  for (const auto& [c, stored] : data) write_data(file, c, *stored);
   file.commit(path);
 }
 
@@ -356,23 +430,28 @@ TensorFile load_tensors(const std::string& path) {
   const char* base = bytes.data() + 8 + n;
   out.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
-    Tensor t = empty(e.shape, e.dtype);
-    if (e.end > e.begin) std::memcpy(t.storage()->data, base + e.begin, e.end - e.begin);
+    Tensor t = empty(e.shape, e.stored->loads_as);
+    if (e.stored == &kF16)
+      read_f16(base + e.begin, static_cast<float*>(t.storage()->data), t.numel());
+    else if (e.end > e.begin)
+      std::memcpy(t.storage()->data, base + e.begin, e.end - e.begin);
+    out.stored_dtypes[e.name] = std::string(e.stored->name);
     out.tensors.emplace_back(e.name, t);
   }
   return out;
 }
 
-void save(const Module& m, const std::string& path, const std::map<std::string, std::string>& metadata) {
-  save_tensors(m.state_dict(), path, metadata);
+void save(const Module& m, const std::string& path, const std::map<std::string, std::string>& metadata,
+          const SaveOptions& options) {
+  save_tensors(m.state_dict(), path, metadata, options);
 }
 
-std::map<std::string, std::string> load(Module& m, const std::string& path) {
+std::map<std::string, std::string> load(Module& m, const std::string& path, const LoadOptions& options) {
   TensorFile file = load_tensors(path);
   auto state = m.state_dict();
   std::map<std::string, const Tensor*> in_file;
   for (const auto& [name, t] : file.tensors) in_file[name] = &t;
-  std::vector<std::string> missing, unexpected, mismatched;
+  std::vector<std::string> missing, unexpected, mismatched, refused;
   std::set<std::string> in_module;
   for (const auto& [name, t] : state) {
     in_module.insert(name);
@@ -382,21 +461,27 @@ std::map<std::string, std::string> load(Module& m, const std::string& path) {
       continue;
     }
     const Tensor& src = *it->second;
-    if (!(src.shape() == t.shape()) || is_floating(src.dtype()) != is_floating(t.dtype()))
-      mismatched.push_back(fmt::format("{} (checkpoint {} {}, module {} {})", name, src.shape(),
-                                       dtype_name(src.dtype()), t.shape(), dtype_name(t.dtype())));
+    const StoredType& stored = stored_by_name(file.stored_dtypes.at(name));
+    if (!(src.shape() == t.shape()) || holds_reals(src.dtype()) != holds_reals(t.dtype()))
+      mismatched.push_back(fmt::format("{} (checkpoint {} {}, module {} {})", name, src.shape(), stored.human,
+                                       t.shape(), dtype_name(t.dtype())));
+    else if (!options.convert_dtype && &stored != &stored_type(t.dtype(), FloatStorage::as_is))
+      refused.push_back(fmt::format("{} (checkpoint {}, module {})", name, stored.human, dtype_name(t.dtype())));
   }
   for (const auto& [name, t] : file.tensors)
     if (!in_module.count(name)) unexpected.push_back(name);
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty() || !refused.empty()) {
     std::vector<std::string> parts;
     if (!missing.empty()) parts.push_back(fmt::format("missing keys: {}", fmt::join(missing, ", ")));
     if (!unexpected.empty()) parts.push_back(fmt::format("unexpected keys: {}", fmt::join(unexpected, ", ")));
     if (!mismatched.empty()) parts.push_back(fmt::format("mis-shaped keys: {}", fmt::join(mismatched, ", ")));
+    if (!refused.empty())
+      parts.push_back(fmt::format("keys of another dtype, not converted (LoadOptions::convert_dtype is false): {}",
+                                  fmt::join(refused, ", ")));
     throw CheckpointError(fmt::format("{}: does not match {}: {}", path, m.type_name(), fmt::join(parts, "; ")));
   }
   NoGradGuard no_grad;
-  for (const auto& [name, t] : state) t.copy_(*in_file.at(name));  // converts the dtype to the module's
+  for (const auto& [name, t] : state) t.copy_(*in_file.at(name));  // converts the dtype to the module's (RNE)
   return file.metadata;
 }
 
