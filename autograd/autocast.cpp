@@ -1,12 +1,46 @@
 #include "autograd/autocast.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "autograd/error.h"
+#include "autograd/parallel.h"
+#include "autograd/tensor.h"
 
 namespace tg {
 namespace {
+
 thread_local DType current = DType::f32;
+
+// The bfloat16 copies of kept storages, by the address of their float32
+// data. An entry holds its storage weakly: a freed storage's memory can come
+// back from the allocator as another tensor, so an expired entry never answers.
+struct Copy {
+  std::weak_ptr<Storage> storage;
+  const float* end = nullptr;
+  uint64_t version = ~uint64_t{0};  // of the storage when rounded; ~0: not yet
+  std::vector<bfloat16> values;     // nbytes / 4 of them
+};
+
+struct Cache {
+  std::mutex mutex;
+  std::map<const float*, Copy> copies;  // by start address
+  size_t pruned_at = 0;                 // size after the last sweep of expired entries
+};
+
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: GEMMs may run during static destruction
+  return *c;
+}
+
+void round_into(const float* src, bfloat16* dst, int64_t n) {
+  parallel_for(n, int64_t{1} << 15, [&](int64_t b, int64_t e) { float_to_bf16(src + b, dst + b, e - b); });
+}
+
 }  // namespace
 
 DType autocast_dtype() { return current; }
@@ -19,11 +53,49 @@ AutocastGuard::AutocastGuard(DType dtype) : prev_(current) {
 AutocastGuard::~AutocastGuard() { current = prev_; }
 
 namespace detail {
+
 DType exchange_autocast_dtype(DType dtype) {
   DType prev = current;
   current = dtype;
   return prev;
 }
-}  // namespace detail
 
+void autocast_keep(const Tensor& leaf) {
+  if (leaf.dtype() != DType::f32) return;
+  const std::shared_ptr<Storage>& s = leaf.storage();
+  const auto* begin = static_cast<const float*>(s->data);
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  auto it = c.copies.find(begin);
+  if (it != c.copies.end() && it->second.storage.lock() == s) return;
+  // Sweep expired entries once the map has doubled since the last sweep.
+  if (c.copies.size() >= 2 * c.pruned_at + 16) {
+    std::erase_if(c.copies, [](const auto& kv) { return kv.second.storage.expired(); });
+    c.pruned_at = c.copies.size();
+    it = c.copies.find(begin);
+  }
+  Copy& copy = it != c.copies.end() ? it->second : c.copies[begin];
+  copy = Copy{s, begin + s->nbytes / sizeof(float), ~uint64_t{0}, {}};
+}
+
+const bfloat16* autocast_cached(const float* p) {
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  auto it = c.copies.upper_bound(p);
+  if (it == c.copies.begin()) return nullptr;
+  --it;
+  Copy& copy = it->second;
+  if (p >= copy.end) return nullptr;
+  std::shared_ptr<Storage> s = copy.storage.lock();
+  if (!s || s->data != it->first) return nullptr;
+  if (copy.version != s->version) {
+    const int64_t n = copy.end - it->first;
+    copy.values.resize(n);
+    round_into(it->first, copy.values.data(), n);
+    copy.version = s->version;
+  }
+  return copy.values.data() + (p - it->first);
+}
+
+}  // namespace detail
 }  // namespace tg

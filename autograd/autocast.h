@@ -41,7 +41,17 @@ class AutocastGuard {
   DType prev_;
 };
 
+class Tensor;
+struct bfloat16;
+
 namespace detail {
+// Keeps a float32 leaf's storage in autocast's cache of bfloat16 copies (the
+// engine calls it for the leaves a node records under autocast).
+void autocast_keep(const Tensor& leaf);
+// The bfloat16 copy of the float32 at p when p lies in a kept storage
+// (rounded again first if the storage's version moved on since), else null.
+// The copy mirrors the whole storage, so strides carry over unchanged.
+const bfloat16* autocast_cached(const float* p);
 // Sets the precision without checks: the engine (a node's backward runs
 // under the precision it was recorded with) and the pool's workers (which
 // take their caller's) use it.

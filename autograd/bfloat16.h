@@ -15,7 +15,7 @@ namespace tg {
 /// (rounded to nearest even), so generic element loops (copies, fills,
 /// printing) work on it; arithmetic happens in float.
 struct bfloat16 {
-  uint16_t bits = 0;  ///< the raw 16 bits
+  uint16_t bits;  ///< the raw 16 bits (trivial type: a vector of them is plain memory)
 
   bfloat16() = default;
   /// f rounded to nearest even (NaN stays a quiet NaN).

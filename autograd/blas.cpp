@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "autograd/autocast.h"
 #include "autograd/error.h"
+#include "autograd/onednn.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
@@ -40,11 +43,30 @@ void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, 
               beta, C, to_blasint(ldc, "ldc"));
 }
 
+// A stored (rows, cols) bfloat16 block widened into float32 `out` (leading dimension cols).
+const float* widen(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
+  out.resize(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) bf16_to_float(x + r * ld, out.data() + r * cols, cols);
+  return out.data();
+}
+
+void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+               const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (detail::onednn_has_bf16()) return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // No bfloat16 kernels on this CPU: the same products (exact in float32)
+  // and float32 sums, by OpenBLAS on widened copies.
+  thread_local std::vector<float> a32, b32;
+  const int64_t a_cols = ta ? M : K, b_cols = tb ? K : N;
+  const float* a = widen(A, ta ? K : M, a_cols, lda, a32);
+  const float* b = widen(B, tb ? N : K, b_cols, ldb, b32);
+  blas_gemm(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
+}
+
 // C (M,N) split into parts of rows (A's rows: op(A) is (M,K), so a row offset
 // of A is m*lda, or m when A is stored transposed) or of columns (B's columns:
 // n, or n*ldb when B is stored transposed); each part is one OpenBLAS call.
-template <class S>
-void split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const S* A, int64_t lda, const S* B,
+template <class S, class In>
+void split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const In* A, int64_t lda, const In* B,
                 int64_t ldb, S beta, S* C, int64_t ldc) {
   constexpr int64_t kMinWork = int64_t{1} << 18, kMinSide = 16;
   const bool by_rows = M >= N;
@@ -64,10 +86,43 @@ void split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, cons
     for (int64_t p = 0; p < parts; ++p) part(p);
 }
 
+// An operand of an autocast GEMM as bfloat16: a kept parameter's copy (same
+// strides), or its stored (rows, cols) block rounded into this thread's
+// buffer `scratch` (leading dimension cols).
+struct Rounded {
+  const bfloat16* p;
+  int64_t ld;
+};
+Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<bfloat16>& scratch) {
+  if (const bfloat16* kept = detail::autocast_cached(x)) return {kept, ld};
+  scratch.resize(rows * cols);
+  bfloat16* out = scratch.data();
+  parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) float_to_bf16(x + r * ld, out + r * cols, cols);
+  });
+  return {out, cols};
+}
+
+void autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  thread_local std::vector<bfloat16> a_scratch, b_scratch;
+  // Stored as (M,K), or (K,M) when transposed; B likewise.
+  const Rounded a = round_operand(A, ta ? K : M, ta ? M : K, lda, a_scratch);
+  const Rounded b = round_operand(B, tb ? N : K, tb ? K : N, ldb, b_scratch);
+  split_gemm(ta, tb, M, N, K, alpha, a.p, a.ld, b.p, b.ld, beta, C, ldc);
+}
+
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc) {
+  count_flops(M, N, K);
+  if (autocast_enabled() && M > 0 && N > 0 && K > 0) return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+          const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   count_flops(M, N, K);
   split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -82,6 +137,14 @@ SerialGemm::SerialGemm() : saved_(serial) { serial = true; }
 SerialGemm::~SerialGemm() { serial = saved_; }
 
 void blas_set_num_threads(int n) { openblas_set_num_threads(n); }
+
+std::string gemm_backend_info() {
+  std::string bf16 = detail::onednn_has_bf16()
+                         ? fmt::format("oneDNN {} {}", detail::onednn_isa(), detail::onednn_kernel(true))
+                         : fmt::format("oneDNN {} has no bfloat16 matmul: OpenBLAS on widened operands",
+                                       detail::onednn_isa());
+  return fmt::format("float32: OpenBLAS {} ({}); bfloat16: {}", openblas_get_corename(), openblas_get_config(), bf16);
+}
 int blas_num_threads() { return openblas_get_num_threads(); }
 
 }  // namespace tg

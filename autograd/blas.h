@@ -1,8 +1,15 @@
 #pragma once
-// The library's only door to OpenBLAS (blas.cpp is the only file that
-// includes <cblas.h>). Row-major GEMM: C(M,N) = alpha * op(A) op(B) + beta * C,
-// op(A) (M,K), op(B) (K,N); transposes are flags, never copies.
+// The library's GEMMs (blas.cpp is the only file that includes <cblas.h>).
+// Row-major GEMM: C(M,N) = alpha * op(A) op(B) + beta * C, op(A) (M,K),
+// op(B) (K,N); transposes are flags, never copies. float32 and float64 go to
+// OpenBLAS; bfloat16 operands (float32 accumulation and result) go to oneDNN
+// (onednn.h). Under autocast (autocast.h) the float32 GEMM rounds its
+// operands to bfloat16 (a parameter's copy is kept until it changes) and
+// runs the bfloat16 one.
 #include <cstdint>
+#include <string>
+
+#include "autograd/bfloat16.h"
 
 namespace tg {
 
@@ -10,6 +17,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+          const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// What runs the GEMMs on this CPU, for reports: OpenBLAS's core, oneDNN's
+// instruction set and the kernel of its last bfloat16 GEMM.
+std::string gemm_backend_info();
 
 // Threading: OpenBLAS runs every GEMM on the calling thread (it is set to one
 // thread once and for all), and gemm() splits a GEMM worth it (from 2^18

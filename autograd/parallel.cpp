@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "autograd/autocast.h"
 #include "autograd/blas.h"
 #include "autograd/error.h"
 
@@ -54,6 +55,7 @@ class Pool {
     if (!lock.owns_lock() || in_pool_thread) return false;
     resize(static_cast<int>(chunks) - 1);
     body_ = body, ctx_ = ctx, chunks_ = chunks, error_ = nullptr;
+    autocast_ = autocast_dtype();  // the workers' GEMMs compute in the caller's precision
     pending_.store(workers_, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
     generation_.notify_all();
@@ -86,11 +88,13 @@ class Pool {
       generation_.wait(seen, std::memory_order_acquire);
       seen = generation_.load(std::memory_order_acquire);
       if (index < chunks_) {
+        const DType precision = detail::exchange_autocast_dtype(autocast_);
         try {
           body_(ctx_, index);
         } catch (...) {
           record(std::current_exception());
         }
+        detail::exchange_autocast_dtype(precision);
       }
       if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
     }
@@ -108,6 +112,7 @@ class Pool {
   void (*body_)(void*, int64_t) = nullptr;
   void* ctx_ = nullptr;
   int64_t chunks_ = 0;
+  DType autocast_ = DType::f32;
   std::mutex error_mutex_;
   std::exception_ptr error_;
 };

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "autograd/autocast.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/profiler.h"
@@ -384,6 +385,7 @@ class Pass {
     if (!g.defined()) g = zeros(n.out_shape, n.out_dtype);  // only a side output was reached
     {
       ProfileScope prof(n.op->name, ProfilePhase::backward);
+      AutocastGuard precision(n.autocast);
       n.op->backward(n, g, grads);
     }
     clear_side_grads(n);
@@ -597,6 +599,7 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
   n->out_dtype = out.dtype();
   n->out_version = out.version();
   n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
+  n->autocast = autocast_dtype();
   for (const Tensor* in : inputs) {
     Edge& e = n->edges.emplace_back();
     if (!in->defined()) continue;
@@ -608,8 +611,11 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
     if (impl->grad_fn) {
       e.node = impl->grad_fn;
       e.output = impl->output_nr;
-    } else
+    } else {
       e.leaf = in->impl_ptr();
+      // A parameter: autocast's GEMMs keep its bfloat16 copy until it changes.
+      if (n->autocast == DType::bf16) detail::autocast_keep(*in);
+    }
   }
   TensorImpl* o = out.impl();
   o->requires_grad = true;

@@ -83,6 +83,7 @@ struct Node {
   uint64_t out_version = 0;           ///< the output's storage version when recorded
   uint64_t seq = 0;                   ///< creation order: inputs' nodes have smaller seq
   bool released = false;              ///< saved tensors dropped by a backward without retain_graph
+  DType autocast = DType::f32;        ///< the GEMM precision it was recorded under; its backward runs under it
   std::vector<HookEntry> hooks;       ///< registered on the output tensor (Tensor::register_hook)
   std::weak_ptr<TensorImpl> retains;  ///< the output, when it retain_grad()s
   std::vector<Tensor> side_grads;     ///< backward pass: gradient flowing into side output k at k-1

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(g++ meson ninja-build pkg-config libopenblas-dev libfmt-dev libboost-test-dev
+PACKAGES=(g++ meson ninja-build pkg-config libopenblas-dev libdnnl-dev libfmt-dev libboost-test-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev gnuplot-nox libopenmpi-dev openmpi-bin
           cmake doxygen)
 # cmake and doxygen: the tests build examples/standalone with CMake too, and

@@ -1,0 +1,189 @@
+#include "autograd/onednn.h"
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <dnnl.hpp>
+#include <fmt/format.h>
+
+#include "autograd/error.h"
+
+// oneDNN (Debian's build) threads with OpenMP. The library splits GEMMs over
+// its own pool, so every thread that calls oneDNN sets its OpenMP team to one
+// thread: declared here rather than through <omp.h>, which would need
+// -fopenmp for the whole build.
+extern "C" void omp_set_num_threads(int);
+
+namespace tg::detail {
+namespace {
+
+// A primitive is fixed to its shapes, strides and scalars; making one costs
+// ~100 us (far more than running a small GEMM), so they are kept by all of
+// these. A training step meets a few dozen shapes.
+struct Key {
+  bool bf16, ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  uint32_t alpha, beta;  // bits
+  bool operator==(const Key&) const = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = k.bf16 | k.ta << 1 | k.tb << 2;
+    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.alpha} << 32 | k.beta})
+      h = h * 0x9e3779b97f4a7c15ull + static_cast<size_t>(v);
+    return h;
+  }
+};
+struct Primitive {
+  dnnl::matmul matmul;
+  dnnl::memory::desc a, b, c, scratch;
+  std::string kernel;  // oneDNN's name for the implementation it chose
+};
+
+dnnl::engine& engine() {
+  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *e;
+}
+
+struct Cache {
+  std::mutex mutex;
+  std::unordered_map<Key, std::shared_ptr<const Primitive>, KeyHash> primitives;
+  std::string kernel[2];  // impl_info_str of the last f32 / bf16 primitive made
+};
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: GEMMs may run during static destruction
+  return *c;
+}
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+std::shared_ptr<const Primitive> make(const Key& k) {
+  using dt = dnnl::memory::data_type;
+  const dt in = k.bf16 ? dt::bf16 : dt::f32;
+  // Row-major (rows, cols) with leading dimension ld; a transposed operand is
+  // the same dims with the strides swapped.
+  auto desc = [](int64_t rows, int64_t cols, int64_t ld, bool trans, dt type) {
+    return dnnl::memory::desc({rows, cols}, type, trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
+  };
+  auto p = std::make_shared<Primitive>();
+  p->a = desc(k.M, k.K, k.lda, k.ta, in);
+  p->b = desc(k.K, k.N, k.ldb, k.tb, in);
+  p->c = desc(k.M, k.N, k.ldc, false, dt::f32);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per thread, below: a primitive runs on many at once
+  if (k.alpha != 0x3f800000u) attr.set_output_scales(0, {from_bits(k.alpha)});
+  if (k.beta != 0) {
+    dnnl::post_ops ops;
+    ops.append_sum(from_bits(k.beta));
+    attr.set_post_ops(ops);
+  }
+  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), attr, engine());
+  p->scratch = pd.scratchpad_desc();
+  p->matmul = dnnl::matmul(pd);
+  p->kernel = pd.impl_info_str();
+  return p;
+}
+
+std::shared_ptr<const Primitive> primitive(const Key& k) {
+  Cache& c = cache();
+  {
+    std::lock_guard lock(c.mutex);
+    if (auto it = c.primitives.find(k); it != c.primitives.end()) return it->second;
+  }
+  auto p = make(k);  // outside the lock: another thread's GEMMs go on meanwhile
+  std::lock_guard lock(c.mutex);
+  c.kernel[k.bf16] = p->kernel;
+  return c.primitives.emplace(k, std::move(p)).first->second;
+}
+
+// What one calling thread keeps: its stream, its scratchpad.
+struct ThreadState {
+  ThreadState() : stream(engine()) { omp_set_num_threads(1); }
+  dnnl::stream stream;
+  std::vector<std::byte> scratch;
+};
+
+template <class In>
+void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda, const In* B,
+         int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // oneDNN refuses empty reductions; C = beta * C
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0 ? 0.f : beta * C[i * ldc + j];
+    return;
+  }
+  uint32_t a_bits, b_bits;
+  std::memcpy(&a_bits, &alpha, 4);
+  std::memcpy(&b_bits, &beta, 4);
+  const Key key{std::is_same_v<In, bfloat16>, ta, tb, M, N, K, lda, ldb, ldc, a_bits, beta == 0 ? 0u : b_bits};
+  std::shared_ptr<const Primitive> p;
+  try {
+    p = primitive(key);
+  } catch (const dnnl::error& e) {
+    throw ValueError(fmt::format("gemm: oneDNN has no matmul for {}x{}x{} (lda {}, ldb {}, ldc {}): {}", M, N, K,
+                                 lda, ldb, ldc, e.what()));
+  }
+  thread_local ThreadState state;
+  const dnnl::engine& eng = engine();
+  if (state.scratch.size() < p->scratch.get_size()) state.scratch.resize(p->scratch.get_size());
+  dnnl::memory a(p->a, eng, const_cast<In*>(A)), b(p->b, eng, const_cast<In*>(B)), c(p->c, eng, C),
+      s(p->scratch, eng, state.scratch.data());
+  p->matmul.execute(state.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, s}});
+  state.stream.wait();
+}
+
+}  // namespace
+
+void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    try {
+      primitive(Key{true, false, false, 16, 16, 16, 16, 16, 16, 0x3f800000u, 0});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+std::string onednn_isa() {
+  using isa = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case isa::sse41: return "sse41";
+    case isa::avx: return "avx";
+    case isa::avx2: return "avx2";
+    case isa::avx512_mic: return "avx512_mic";
+    case isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case isa::avx512_core: return "avx512_core";
+    case isa::avx512_core_vnni: return "avx512_core_vnni";
+    case isa::avx512_core_bf16: return "avx512_core_bf16";
+    case isa::avx512_core_amx: return "avx512_core_amx";
+    case isa::avx2_vnni: return "avx2_vnni";
+    default: return "other";
+  }
+}
+
+std::string onednn_kernel(bool bf16) {
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  return c.kernel[bf16];
+}
+
+}  // namespace tg::detail

@@ -1,0 +1,27 @@
+#pragma once
+// The library's only door to oneDNN (onednn.cpp is the only file that
+// includes <dnnl.hpp>): its matmul primitive as a row-major GEMM with the
+// same flags as blas.h's, C(M,N) float32 = alpha * op(A) op(B) + beta * C,
+// on the calling thread. bfloat16 operands accumulate in float32; oneDNN
+// picks the kernel for the CPU it finds (AVX512_BF16, AMX, or a conversion
+// where the CPU has no bfloat16 instructions: see onednn_has_bf16).
+#include <cstdint>
+#include <string>
+
+#include "autograd/bfloat16.h"
+
+namespace tg::detail {
+
+void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
+                 int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// Whether oneDNN has a bfloat16 matmul on this CPU (it needs AVX-512; with
+// ONEDNN_MAX_CPU_ISA=AVX2, or on an AVX2 CPU, it has none).
+bool onednn_has_bf16();
+// The instruction set oneDNN dispatches to on this CPU ("avx512_core_bf16", ...)
+// and the kernel of the last bfloat16 / float32 primitive it made ("" before any).
+std::string onednn_isa();
+std::string onednn_kernel(bool bf16);
+
+}  // namespace tg::detail

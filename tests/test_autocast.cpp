@@ -1,0 +1,302 @@
+#define BOOST_TEST_MODULE autocast
+#include <boost/test/unit_test.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "autograd/autocast.h"
+#include "autograd/autograd.h"
+#include "autograd/blas.h"
+#include "autograd/op.h"
+#include "autograd/ops/samples.h"
+#include "testing.h"
+
+using namespace tg;
+using namespace tg::testing;
+
+namespace {
+
+float bits_float(uint32_t u) { return std::bit_cast<float>(u); }
+double round_bf16(double x) { return static_cast<float>(bfloat16(static_cast<float>(x))); }
+
+// The product of a (M,K) and b (K,N), float64 values, in float64, with both
+// rounded to bfloat16 first when `rounded`: what a bfloat16 GEMM computes up
+// to its float32 accumulation.
+Tensor product(const Tensor& a, const Tensor& b, bool rounded) {
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  std::vector<double> va = a.to(DType::f64).contiguous().to_vector<double>(),
+                      vb = b.to(DType::f64).contiguous().to_vector<double>(), out(M * N, 0.0);
+  if (rounded) {
+    for (double& v : va) v = round_bf16(v);
+    for (double& v : vb) v = round_bf16(v);
+  }
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) out[i * N + j] += va[i * K + k] * vb[k * N + j];
+  return from_vector(out, {M, N});
+}
+
+Tensor random(const Shape& s, uint64_t seed) {
+  Generator g(seed);
+  return randn(s, DType::f32, &g);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the dtype
+
+BOOST_AUTO_TEST_CASE(bfloat16_rounds_to_nearest_even) {
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even one (1).
+  BOOST_TEST(bfloat16(bits_float(0x3f808000u)).bits == 0x3f80u);
+  BOOST_TEST(bfloat16(bits_float(0x3f818000u)).bits == 0x3f82u);  // tie, odd below: up
+  BOOST_TEST(bfloat16(bits_float(0x3f808001u)).bits == 0x3f81u);  // past the tie: up
+  BOOST_TEST(bfloat16(bits_float(0x7f7fffffu)).bits == 0x7f80u);  // float's max rounds to infinity
+  BOOST_TEST(bfloat16(bits_float(0x00010001u)).bits == 0x0001u);  // subnormals are kept, not flushed
+  BOOST_TEST(bfloat16(-0.0f).bits == 0x8000u);
+  BOOST_TEST(std::isnan(static_cast<float>(bfloat16(bits_float(0x7f800001u)))));  // a NaN stays NaN
+  BOOST_TEST(std::isinf(static_cast<float>(bfloat16(INFINITY))));
+}
+
+BOOST_AUTO_TEST_CASE(vectorised_conversion_equals_the_scalar_one) {
+  std::vector<float> x;
+  Generator g(3);
+  for (uint32_t u = 0; u < 200000; ++u) x.push_back(bits_float(static_cast<uint32_t>(g.next_u64())));
+  for (uint32_t u : {0x7fc00000u, 0xff800001u, 0x7f800000u, 0x00000001u, 0x80000000u}) x.push_back(bits_float(u));
+  std::vector<bfloat16> v(x.size());
+  float_to_bf16(x.data(), v.data(), static_cast<int64_t>(x.size()));
+  std::vector<float> back(x.size());
+  bf16_to_float(v.data(), back.data(), static_cast<int64_t>(x.size()));
+  size_t bad = 0;
+  for (size_t k = 0; k < x.size(); ++k) {
+    bad += v[k].bits != bfloat16(x[k]).bits;
+    bad += std::bit_cast<uint32_t>(back[k]) != static_cast<uint32_t>(v[k].bits) << 16;
+  }
+  BOOST_TEST(bad == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(bf16_tensors_convert_copy_and_print) {
+  Tensor x = from_vector(std::vector<float>{1.0f, 1.00390625f, -2.5f, 3e-39f}, {2, 2});
+  Tensor b = x.to(DType::bf16);
+  BOOST_TEST((b.dtype() == DType::bf16));
+  BOOST_TEST(itemsize(b.dtype()) == 2u);
+  std::vector<float> back = b.to(DType::f32).to_vector<float>();
+  for (int k = 0; k < 4; ++k) BOOST_TEST(back[k] == static_cast<float>(bfloat16(x.to_vector<float>()[k])));
+  BOOST_TEST(b.at({1, 0}) == -2.5);
+  BOOST_TEST(b.t().contiguous().at({0, 1}) == -2.5);  // views copy
+  BOOST_TEST(b.str().find("dtype=bfloat16") != std::string::npos);
+  Tensor c = from_vector(std::vector<bfloat16>{bfloat16(0.5f), bfloat16(2.0f)}, {2});
+  BOOST_TEST(c.to(DType::f64).to_vector<double>() == std::vector<double>({0.5, 2.0}));
+  // Compute on bfloat16 tensors is refused with a reason, and they cannot require grad.
+  check_throws<DTypeError>([&] { exp(b); }, {"exp", "bfloat16", "AutocastGuard"});
+  check_throws<DTypeError>([&] { matmul(b, b); }, {"bfloat16"});
+  check_throws<DTypeError>([&] { b.requires_grad_(); }, {"bfloat16"});
+  check_throws<DTypeError>([] { AutocastGuard g(DType::f64); }, {"AutocastGuard", "float64"});
+}
+
+// ---------------------------------------------------------------- the GEMM
+
+// The bfloat16 GEMM against float64 loops over the rounded operands, for
+// every transpose, ragged shapes, padded leading dimensions, alpha and beta,
+// and split over the pool: the only differences left are float32's
+// accumulation, ~K * 2^-24 of sum |a||b|.
+BOOST_AUTO_TEST_CASE(bf16_gemm_against_float64) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {130, 70, 300}, {300, 129, 64}, {64, 600, 40}};
+  int checked = 0;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (auto [M, N, K] : shapes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (float beta : {0.0f, 1.0f, 0.25f}) {
+            const float alpha = beta == 0.25f ? 0.5f : 1.0f;
+            const int64_t pad = 3;
+            const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+            Tensor a = random({a_rows, a_cols + pad}, 10 + M), b = random({b_rows, b_cols + pad}, 20 + N);
+            Tensor c0 = random({M, N + pad}, 30 + K);
+            Tensor ab = a.to(DType::bf16), bb = b.to(DType::bf16), c = c0.clone();
+            gemm(ta, tb, M, N, K, alpha, ab.data<bfloat16>(), a_cols + pad, bb.data<bfloat16>(), b_cols + pad, beta,
+                 c.data<float>(), N + pad);
+            Tensor op_a = a.narrow(1, 0, a_cols), op_b = b.narrow(1, 0, b_cols);
+            if (ta) op_a = op_a.t();
+            if (tb) op_b = op_b.t();
+            Tensor expect = product(op_a, op_b, true) * double(alpha) + c0.narrow(1, 0, N).to(DType::f64) * double(beta);
+            Tensor bound = product(abs(op_a), abs(op_b), true);
+            const double err = max_abs_diff(c.narrow(1, 0, N), expect);
+            BOOST_TEST(err <= 1e-5 * (1.0 + max(bound).item()), "M,N,K " << M << "," << N << "," << K << " ta " << ta
+                                                                         << " tb " << tb << " beta " << beta);
+            // The padding columns are never written.
+            BOOST_TEST(max_abs_diff(c.narrow(1, N, pad), c0.narrow(1, N, pad)) == 0.0);
+            ++checked;
+          }
+  }
+  set_num_threads(2);
+  BOOST_TEST(checked == 2 * 6 * 4 * 3);
+  BOOST_TEST_MESSAGE("GEMMs: " << gemm_backend_info());
+}
+
+// Run with ONEDNN_MAX_CPU_ISA=AVX2 (meson test autocast_avx2): oneDNN must
+// then use no bfloat16 instructions, and the GEMM above still passes.
+BOOST_AUTO_TEST_CASE(isa_limit_is_honoured) {
+  const char* limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (!limit) return;
+  BOOST_TEST(gemm_backend_info().find("oneDNN avx2 has no bfloat16 matmul") != std::string::npos, gemm_backend_info());
+}
+
+// ---------------------------------------------------------------- autocast
+
+BOOST_AUTO_TEST_CASE(autocast_matmul_forward_and_backward_in_bf16) {
+  Tensor x = random({48, 96}, 1).requires_grad_(), w = random({96, 40}, 2).requires_grad_();
+  Tensor g = random({48, 40}, 3);
+  Tensor y32 = matmul(x, w);
+  Tensor y;
+  {
+    AutocastGuard bf16(DType::bf16);
+    BOOST_TEST(autocast_enabled());
+    y = matmul(x, w);
+  }
+  BOOST_TEST(!autocast_enabled());
+  BOOST_TEST((y.dtype() == DType::f32));
+  BOOST_TEST(max_abs_diff(y, product(x, w, true)) < 1e-4);
+  BOOST_TEST(max_abs_diff(y32, product(x, w, true)) > 1e-3);  // float32 did not round
+  // Backward runs outside the guard, in the precision the node was recorded in.
+  y.backward(g);
+  BOOST_TEST(max_abs_diff(x.grad(), product(g, w.t(), true)) < 1e-4);
+  BOOST_TEST(max_abs_diff(w.grad(), product(x.t(), g, true)) < 1e-4);
+  // A guard of f32 turns it off inside an autocast region.
+  AutocastGuard bf16(DType::bf16);
+  {
+    AutocastGuard off(DType::f32);
+    BOOST_TEST(max_abs_diff(matmul(x, w), y32) == 0.0);
+  }
+}
+
+// A parameter's bfloat16 copy is made once and follows its version: an
+// optimizer's in-place update (and a raw write that bumps the version) is
+// seen by the next GEMM.
+BOOST_AUTO_TEST_CASE(parameter_copy_follows_the_version) {
+  Tensor x = random({32, 64}, 4), w = random({64, 24}, 5).requires_grad_();
+  AutocastGuard bf16(DType::bf16);
+  Tensor y1 = matmul(x, w);  // records the node: w's storage is kept from here on
+  Tensor y2 = matmul(x, w);  // served from the copy
+  BOOST_TEST(max_abs_diff(y1, y2) == 0.0);
+  {
+    NoGradGuard ng;
+    w.add_(ones_like(w));  // bumps the version
+  }
+  BOOST_TEST(max_abs_diff(matmul(x, w), product(x, w, true)) < 1e-4);
+  w.data<float>()[0] += 100.0f;
+  w.bump_version();
+  BOOST_TEST(max_abs_diff(matmul(x, w), product(x, w, true)) < 1e-4);
+  // Views of the parameter (a tied output head multiplies by its transpose) are served too.
+  Tensor h = random({8, 24}, 6);
+  BOOST_TEST(max_abs_diff(matmul(h, w.t()), product(h, w.t(), true)) < 1e-4);
+}
+
+// GEMMs that run on the pool's workers (attention's heads, the recurrences'
+// parts) take the caller's precision: 2 threads give 1 thread's result, and
+// both differ from float32's.
+BOOST_AUTO_TEST_CASE(pool_workers_take_the_callers_precision) {
+  Tensor q = random({2, 4, 64, 32}, 7), k = random({2, 4, 64, 32}, 8), v = random({2, 4, 64, 32}, 9);
+  Tensor xp = random({6, 8, 4 * 64}, 10), w_hh = random({4 * 64, 64}, 11) * 0.1;
+  w_hh.requires_grad_();
+  auto run = [&](int threads, bool bf16) {
+    set_num_threads(threads);
+    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+    return std::pair{scaled_dot_product_attention(q, k, v, true), lstm_recurrence(xp, w_hh)};
+  };
+  auto [a1, l1] = run(1, true);
+  auto [a2, l2] = run(2, true);
+  auto [a32, l32] = run(2, false);
+  BOOST_TEST(max_abs_diff(a1, a2) < 1e-6);
+  BOOST_TEST(max_abs_diff(l1, l2) < 1e-6);
+  BOOST_TEST(max_abs_diff(a1, a32) > 1e-4);
+  BOOST_TEST(max_abs_diff(l1, l32) > 1e-4);
+  BOOST_TEST(max_abs_diff(a1, a32) < 5e-2);
+  BOOST_TEST(max_abs_diff(l1, l32) < 5e-2);
+  set_num_threads(2);
+}
+
+// grad() with create_graph under autocast: a Hessian-vector product of a
+// small MLP, within bfloat16's tolerance of float32's.
+BOOST_AUTO_TEST_CASE(create_graph_under_autocast) {
+  Tensor x = random({16, 32}, 12), w1 = (random({32, 48}, 13) * 0.2).requires_grad_(),
+         w2 = (random({48, 1}, 14) * 0.2).requires_grad_(), v1 = random({32, 48}, 15), v2 = random({48, 1}, 16);
+  auto hvp = [&](bool bf16) {
+    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+    Tensor loss = sum(pow(matmul(tanh(matmul(x, w1)), w2), 2.0));
+    auto g = grad({loss}, {w1, w2}, {}, {.create_graph = true});
+    Tensor dot = add(sum(mul(g[0], v1)), sum(mul(g[1], v2)));
+    return grad({dot}, {w1, w2});
+  };
+  auto h16 = hvp(true), h32 = hvp(false);
+  for (int k = 0; k < 2; ++k) {
+    const double scale = max(abs(h32[k])).item();
+    BOOST_TEST(max_abs_diff(h16[k], h32[k]) < 3e-2 * scale);
+    BOOST_TEST(max_abs_diff(h16[k], h32[k]) > 0.0);
+  }
+}
+
+// ---------------------------------------------------------------- the op table
+
+// Every sample of every op, in float32 under autocast, against float64: the
+// value and the gradient (a backward with a fixed cotangent) within
+// bfloat16's tolerance: each operand of a GEMM rounded loses 2^-9, a product
+// 2^-8, and the samples' reductions are short, so 2^-6 of the result's scale.
+// Ops without GEMMs must give float32's results bit for bit. The ops whose
+// results autocast changes are listed: the README's table comes from this.
+BOOST_AUTO_TEST_CASE(every_op_under_autocast_against_float64) {
+  std::set<std::string> changed;
+  int samples = 0, in_float64_only = 0;
+  for (const OpDef* op : op_table()) {
+    int ran = 0;
+    for (const OpSample& s : op->samples()) {
+      auto run = [&](DType dtype, bool bf16) {
+        std::vector<Tensor> in, wrt;
+        for (const Tensor& t : s.inputs) {
+          if (!t.defined() || !is_floating(t.dtype())) {
+            in.push_back(t);
+            continue;
+          }
+          Tensor c = t.detach().to(dtype);
+          if (t.requires_grad()) wrt.push_back(c.requires_grad_());
+          in.push_back(c);
+        }
+        AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+        Tensor out = s.fn(in);
+        std::vector<Tensor> result{out.detach().to(DType::f64)};
+        Tensor u = samples::uniform(out.shape(), 97).to(out.dtype());
+        for (const Tensor& gk : grad({out}, wrt, {u}, {.allow_unused = true}))
+          result.push_back(gk.defined() ? gk.to(DType::f64) : Tensor());
+        return result;
+      };
+      std::vector<Tensor> ref = run(DType::f64, false), f32, ac;
+      try {
+        f32 = run(DType::f32, false);
+      } catch (const DTypeError&) {
+        ++in_float64_only;  // the sample builds float64 constants of its own
+        continue;
+      }
+      ac = run(DType::f32, true);
+      ++ran;
+      for (size_t k = 0; k < ref.size(); ++k) {
+        if (!ref[k].defined()) continue;
+        const double scale = 1.0 + max(abs(ref[k])).item();
+        const double err = max_abs_diff(ac[k], ref[k]);
+        BOOST_TEST(err <= std::ldexp(scale, -6), op->name << " / " << s.desc << (k ? " gradient " : " value ") << k
+                                                          << ": off by " << err << " at scale " << scale);
+        if (max_abs_diff(ac[k], f32[k]) > 0) changed.insert(std::string(op->name));
+      }
+      ++samples;
+    }
+    BOOST_TEST(ran > 0, op->name << ": no sample runs in float32");
+  }
+  std::string list;
+  for (const std::string& n : changed) list += (list.empty() ? "" : ", ") + n;
+  BOOST_TEST_MESSAGE(samples << " samples in float32 (" << in_float64_only << " are float64 only); ops whose results autocast changes: " << list);
+  // The GEMM ops must be among them (else autocast did nothing).
+  for (const char* gemm_op : {"matmul", "linear", "scaled_dot_product_attention", "lstm_recurrence",
+                              "rnn_tanh_recurrence", "gru_recurrence"})
+    BOOST_TEST(changed.count(gemm_op) == 1u, gemm_op << " ran in float32 under autocast");
+}
