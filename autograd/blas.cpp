@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,8 +31,27 @@ void count_flops(int64_t M, int64_t N, int64_t K) {
 
 thread_local bool serial = false;  // a SerialGemm lives on this thread
 
+// OpenBLAS picks its kernels by CPU model, and on a model it does not know
+// (a Xeon of a newer generation in a virtual machine) it falls back to
+// "Prescott", SSE3: float32 GEMMs 4x slower than the CPU can go. The CPU's
+// own flags say what it can run; where it has AVX2 and FMA but OpenBLAS chose
+// no core with AVX2 kernels, float32 GEMMs go to oneDNN, which dispatches on
+// those flags itself (as fast as OpenBLAS's right kernels: ~100 GFLOP/s a
+// core on AVX-512, bench_gemm). float64 GEMMs (gradcheck) stay on OpenBLAS.
+bool openblas_core_is_fallback() {
+  static const bool fallback = [] {
+    const std::string_view core = openblas_get_corename();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    for (std::string_view ok : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"})
+      if (core == ok) return false;
+    return avx2;
+  }();
+  return fallback;
+}
+
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (openblas_core_is_fallback()) return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, to_blasint(M, "M"),
               to_blasint(N, "N"), to_blasint(K, "K"), alpha, A, to_blasint(lda, "lda"), B, to_blasint(ldb, "ldb"),
               beta, C, to_blasint(ldc, "ldc"));
@@ -143,7 +163,11 @@ std::string gemm_backend_info() {
                          ? fmt::format("oneDNN {} {}", detail::onednn_isa(), detail::onednn_kernel(true))
                          : fmt::format("oneDNN {} has no bfloat16 matmul: OpenBLAS on widened operands",
                                        detail::onednn_isa());
-  return fmt::format("float32: OpenBLAS {} ({}); bfloat16: {}", openblas_get_corename(), openblas_get_config(), bf16);
+  std::string f32 = openblas_core_is_fallback()
+                        ? fmt::format("oneDNN {} (OpenBLAS chose {}, a core without the CPU's AVX2)",
+                                      detail::onednn_isa(), openblas_get_corename())
+                        : fmt::format("OpenBLAS {}", openblas_get_corename());
+  return fmt::format("float32: {}; bfloat16: {}", f32, bf16);
 }
 int blas_num_threads() { return openblas_get_num_threads(); }
 

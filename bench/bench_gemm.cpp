@@ -1,17 +1,27 @@
 // GEMM through the library (matmul, linear) against raw cblas_sgemm at
-// transformer-shaped sizes, with 1 and 2 threads, plus elementwise and
+// transformer-shaped sizes, with 1 and 2 threads; the bfloat16 GEMM three
+// ways in the same run: matmul of float32 tensors under autocast (operands
+// rounded each call), tg::gemm on bfloat16 operands, and a raw oneDNN
+// primitive made once (the library's ceiling); plus elementwise and
 // last-axis reduction throughput. Every benchmark validates its result
 // against an independent computation before timing; a mismatch skips it
 // with an error. Compare the GFLOP/s counters of lib_* and cblas_* rows:
 //   build/bench/bench_gemm --benchmark_filter=gemm --benchmark_repetitions=5
 //       (add --benchmark_report_aggregates_only=true for medians alone)
+// The context line "gemm_backend" says what ran (OpenBLAS core, oneDNN ISA and kernel).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <dnnl.hpp>
 
+#include <array>
 #include <cmath>
+#include <optional>
 #include <vector>
 
+#include <omp.h>
+
 #include "autograd/autograd.h"
+#include "autograd/blas.h"
 
 using namespace tg;
 
@@ -130,6 +140,100 @@ void BM_linear_cblas(benchmark::State& state) {
   gemm_counters(state, M, N, K);
 }
 
+// ---- bfloat16: x (M,K) @ w (K,N) with float32 accumulation.
+
+// The largest |c - ref| relative to max(1, max |ref|), ref from float64 loops
+// over the bfloat16-rounded operands (sampled rows).
+bool bf16_product_ok(const Tensor& a, const Tensor& b, const float* c) {
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  for (int64_t i = 0; i < M; i += 37)
+    for (int64_t j = 0; j < N; j += 11) {
+      double acc = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double t = double(float(tg::bfloat16(pa[i * K + k]))) * double(float(tg::bfloat16(pb[k * N + j])));
+        acc += t, mag += std::abs(t);
+      }
+      if (std::abs(c[i * N + j] - acc) > 1e-5 * (1 + mag)) return false;
+    }
+  return true;
+}
+
+// matmul of float32 tensors under autocast: what a model's GEMM costs,
+// rounding both operands included (neither is a parameter here).
+void BM_gemm_bf16_autocast(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  set_num_threads(static_cast<int>(state.range(3)));
+  NoGradGuard ng;
+  AutocastGuard bf16(DType::bf16);
+  Tensor a = random({M, K}, 1), b = random({K, N}, 2);
+  if (!bf16_product_ok(a, b, matmul(a, b).data<float>())) {
+    state.SkipWithError("autocast matmul disagrees with the float64 product of rounded operands");
+    return;
+  }
+  for (auto _ : state) {
+    Tensor out = matmul(a, b);
+    benchmark::DoNotOptimize(out.data<float>());
+  }
+  gemm_counters(state, M, N, K);
+}
+
+// tg::gemm on bfloat16 operands: the library's GEMM (cached primitive, split over the pool).
+void BM_gemm_bf16_lib(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  set_num_threads(static_cast<int>(state.range(3)));
+  NoGradGuard ng;
+  Tensor a = random({M, K}, 1), b = random({K, N}, 2), c = empty({M, N});
+  Tensor ab = a.to(DType::bf16), bb = b.to(DType::bf16);
+  auto run = [&] { gemm(false, false, M, N, K, 1.0f, ab.data<tg::bfloat16>(), K, bb.data<tg::bfloat16>(), N, 0.0f, c.data<float>(), N); };
+  run();
+  if (!bf16_product_ok(a, b, c.data<float>())) {
+    state.SkipWithError("bf16 gemm disagrees with the float64 product of rounded operands");
+    return;
+  }
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(c.data<float>());
+  }
+  gemm_counters(state, M, N, K);
+  state.SetLabel(gemm_backend_info().substr(gemm_backend_info().find("bfloat16:")));
+}
+
+// A raw oneDNN bfloat16 matmul made once, run on oneDNN's own threads: the ceiling.
+void BM_gemm_bf16_onednn(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  set_num_threads(static_cast<int>(state.range(3)));
+  NoGradGuard ng;
+  Tensor a = random({M, K}, 1), b = random({K, N}, 2), c = empty({M, N});
+  Tensor ab = a.to(DType::bf16), bb = b.to(DType::bf16);
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  dnnl::memory::desc da({M, K}, dt::bf16, tag::ab), db({K, N}, dt::bf16, tag::ab), dc({M, N}, dt::f32, tag::ab);
+  std::optional<dnnl::matmul> mm;
+  try {
+    mm.emplace(dnnl::matmul::primitive_desc(dnnl::matmul::desc(da, db, dc), eng));
+  } catch (const dnnl::error&) {
+    state.SkipWithError("oneDNN has no bfloat16 matmul on this CPU");
+    return;
+  }
+  dnnl::memory ma(da, eng, ab.data<tg::bfloat16>()), mb(db, eng, bb.data<tg::bfloat16>()), mc(dc, eng, c.data<float>());
+  omp_set_num_threads(static_cast<int>(state.range(3)));
+  auto run = [&] {
+    mm->execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    stream.wait();
+  };
+  run();
+  if (!bf16_product_ok(a, b, c.data<float>())) {
+    state.SkipWithError("raw oneDNN disagrees with the float64 product of rounded operands");
+    return;
+  }
+  for (auto _ : state) run();
+  omp_set_num_threads(1);
+  gemm_counters(state, M, N, K);
+}
+
 void gemm_args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     b->Args({256, 256, 256, threads});
@@ -138,8 +242,21 @@ void gemm_args(benchmark::internal::Benchmark* b) {
   }
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
-BENCHMARK(BM_gemm_lib)->Apply(gemm_args);
-BENCHMARK(BM_gemm_cblas)->Apply(gemm_args);
+// The float32 shapes plus those of the workloads: GPT-M's projections and
+// MLP (2048x1024x256, 2048x256x1024), the recurrences' input projection and
+// per-step product (2048x1024x64, 32x1024x256), one attention head of GPT-M (128x128x64).
+void gemm_bf16_args(benchmark::internal::Benchmark* b) {
+  gemm_args(b);
+  for (int threads : {1, 2})
+    for (auto [M, N, K] : {std::array<int64_t, 3>{2048, 1024, 256}, {2048, 256, 1024}, {2048, 1024, 64}, {32, 1024, 256},
+                           {128, 128, 64}})
+      b->Args({M, N, K, threads});
+}
+BENCHMARK(BM_gemm_lib)->Apply(gemm_bf16_args);
+BENCHMARK(BM_gemm_cblas)->Apply(gemm_bf16_args);
+BENCHMARK(BM_gemm_bf16_autocast)->Apply(gemm_bf16_args);
+BENCHMARK(BM_gemm_bf16_lib)->Apply(gemm_bf16_args);
+BENCHMARK(BM_gemm_bf16_onednn)->Apply(gemm_bf16_args);
 BENCHMARK(BM_linear_lib)->Apply(gemm_args);
 BENCHMARK(BM_linear_cblas)->Apply(gemm_args);
 
@@ -229,4 +346,9 @@ BENCHMARK(BM_logsumexp_last_axis)->Apply(thread_args);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("gemm_backend", tg::gemm_backend_info());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}

@@ -1,8 +1,10 @@
 #define BOOST_TEST_MODULE matmul
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstdlib>
 
 #include "autograd/autograd.h"
+#include "autograd/blas.h"
 #include "autograd/gradcheck.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
@@ -210,4 +212,15 @@ BOOST_AUTO_TEST_CASE(linear_errors) {
   BOOST_CHECK_THROW(linear(zeros({4, 3}), zeros({2, 3}), zeros({3})), ShapeError);
   BOOST_CHECK_THROW(linear(zeros({4, 3}), zeros({2, 3}), zeros({2}, DType::f64)), DTypeError);
   BOOST_CHECK_THROW(linear(scalar(1.0), zeros({2, 1})), ShapeError);
+}
+
+// Run with OPENBLAS_CORETYPE=Prescott too (meson test matmul_prescott): on a
+// CPU with AVX2, OpenBLAS's SSE3 fallback must not run the float32 GEMMs
+// (oneDNN does, at the CPU's speed), and every test above still passes.
+BOOST_AUTO_TEST_CASE(float32_gemm_avoids_a_fallback_openblas_core) {
+  const std::string info = gemm_backend_info();
+  BOOST_TEST_MESSAGE("GEMMs: " << info);
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  const bool forced_fallback = core && std::string(core) == "Prescott" && __builtin_cpu_supports("avx2");
+  BOOST_TEST((info.find("float32: oneDNN") != std::string::npos) == forced_fallback, info);
 }
