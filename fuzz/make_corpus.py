@@ -12,7 +12,20 @@ import struct
 from pathlib import Path
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
-FORMATS = {"F32": "f", "F64": "d", "I64": "q"}
+FORMATS = {"F32": "f", "F64": "d", "I64": "q", "F16": "e"}
+
+
+def pack(dtype, values):
+    """values as dtype's little-endian bytes; BF16 keeps float32's high half (rounded to nearest even)."""
+    if dtype == "BF16":
+        out = b""
+        for v in values:
+            (u,) = struct.unpack("<I", struct.pack("<f", v))
+            if (u & 0x7F800000) != 0x7F800000:  # inf and NaN keep their bits
+                u += 0x7FFF + ((u >> 16) & 1)
+            out += struct.pack("<H", (u >> 16) & 0xFFFF)
+        return out
+    return struct.pack("<%d%s" % (len(values), FORMATS[dtype]), *values)
 
 
 def safetensors(tensors, metadata=None, pad=True):
@@ -21,7 +34,7 @@ def safetensors(tensors, metadata=None, pad=True):
     if metadata is not None:
         header["__metadata__"] = metadata
     for name, dtype, shape, values in tensors:
-        blob = struct.pack("<%d%s" % (len(values), FORMATS[dtype]), *values)
+        blob = pack(dtype, values)
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(blob)]}
         data += blob
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -71,6 +84,13 @@ def seeds():
     yield "safetensors", "unpadded", safetensors(two, pad=False)
     yield "safetensors", "truncated", safetensors(two)[:-3]
     yield "safetensors", "f16", safetensors(two).replace(b'"F64"', b'"F16"')
+    half = [("a", "BF16", [2, 3], values(6)), ("b", "F16", [2], values(2)), ("c", "I64", [], [7]),
+            ("d", "F32", [1], [1.0])]
+    yield "safetensors", "bf16_f16", safetensors(half, {"step": "100"})
+    yield "safetensors", "bf16_f16_special", safetensors([("z", "F16", [0, 4], []),
+                                                          ("x", "F16", [5], [6e-8, -0.0, 65504.0, math.inf, math.nan]),
+                                                          ("y", "BF16", [4], [3e38, -math.inf, math.nan, 1e-40])])
+    yield "safetensors", "bf16_misspan", safetensors(half).replace(b'"BF16"', b'"F32" ', 1)  # same length: the span is off
     yield "safetensors", "overlap", safetensors(two).replace(b'"data_offsets":[24,40]', b'"data_offsets":[20,36]')
     yield "safetensors_module", "f32", safetensors(module_state(), {"step": "3"})
     yield "safetensors_module", "f64", safetensors(module_state("F64"))
