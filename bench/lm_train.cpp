@@ -186,9 +186,7 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   profiler_enable(false);
   ProfileTotals prof = profiler_totals();
   if (o.profile && dist::is_main()) {
-    // The GEMM backend's line belongs first here (which kernel and ISA ran the
-    // f32 and bf16 GEMMs) once autograd/blas.h provides tg::gemm_backend_info().
-    fmt::print(stderr, "GEMM precision: {}\n{}\n", o.dtype, profiler_report());
+    fmt::print(stderr, "GEMM precision: {}\nGEMMs: {}\n{}\n", o.dtype, gemm_backend_info(), profiler_report());
   }
   dist::barrier();  // the ranks start the timed steps together
   ddp.reset_stats();
