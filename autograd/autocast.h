@@ -32,7 +32,7 @@ inline bool autocast_enabled() { return autocast_dtype() != DType::f32; }
 /// an autocast region. Any other dtype is a DTypeError.
 class AutocastGuard {
  public:
-  explicit AutocastGuard(DType dtype = DType::bf16);
+  explicit AutocastGuard(DType dtype = DType::bf16);  ///< GEMMs in `dtype` (f32 or bf16) until destroyed
   ~AutocastGuard();  ///< restores the precision it found
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
