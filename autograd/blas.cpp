@@ -137,7 +137,8 @@ void autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc) {
   count_flops(M, N, K);
-  if (autocast_enabled() && M > 0 && N > 0 && K > 0) return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (autocast_enabled() && M > 0 && N > 0 && K > 0)
+    return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -158,6 +159,8 @@ SerialGemm::~SerialGemm() { serial = saved_; }
 
 void blas_set_num_threads(int n) { openblas_set_num_threads(n); }
 
+int blas_num_threads() { return openblas_get_num_threads(); }
+
 std::string gemm_backend_info() {
   std::string bf16 = detail::onednn_has_bf16()
                          ? fmt::format("oneDNN {} {}", detail::onednn_isa(), detail::onednn_kernel(true))
@@ -169,6 +172,5 @@ std::string gemm_backend_info() {
                         : fmt::format("OpenBLAS {}", openblas_get_corename());
   return fmt::format("float32: {}; bfloat16: {}", f32, bf16);
 }
-int blas_num_threads() { return openblas_get_num_threads(); }
 
 }  // namespace tg

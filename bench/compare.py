@@ -14,8 +14,9 @@ names it. tapegrad's own gain from n threads (n-thread median over 1-thread
 median) is a column of its own.
 The language models are bench/lm_train (tapegrad) and bench/torch_lm.py;
 sgns is examples/word2vec against gensim (bench/compare_word2vec.py --one).
-Then "same learning": GPT-S trained --learning-steps steps from the same
-settings on both sides, validation loss on 20 fixed batches.
+Then "same learning": each of --learning-workloads (GPT-S by default) trained
+--learning-steps steps from the same settings on both sides, at each dtype,
+validation loss on 20 fixed batches.
 
 --dtype f32,bf16 adds bfloat16 mixed precision: `lm_train --dtype bf16`
 (AutocastGuard) against torch_lm.py --dtype bf16 (torch.autocast on the CPU),
@@ -156,7 +157,9 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--dtype", default="f32",
                     help="f32, bf16 or both (f32,bf16): the language models' GEMM precision, bf16 being autocast on both sides")
-    ap.add_argument("--learning-steps", type=int, default=500, help="GPT-S steps of the same-learning check (0: skip)")
+    ap.add_argument("--learning-steps", type=int, default=500, help="steps of the same-learning check (0: skip)")
+    ap.add_argument("--learning-workloads", default="gpt-s",
+                    help="the workloads of the same-learning check, e.g. gpt-s,gpt-m,lstm")
     ap.add_argument("--wordsim", help="WordSim-353 file: adds the Spearman of both sgns runs")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="the build directory whose programs run")
@@ -254,15 +257,22 @@ def main():
     if a.learning_steps > 0:
         # Same settings and seed on both sides, 2 threads (or the largest asked for): only the loss matters here.
         t = max(int(x) for x in a.threads.split(","))
-        md += "\n"
-        for d in dtypes:
-            o, ps = lm_pair("gpt-s", t, text, ["--warmup", "0", "--steps", str(a.learning_steps), "--eval", "--dtype", d],
-                            False)
-            p = next(iter(ps.values()))
-            md += (f"Same learning{' (bf16 autocast on both sides)' if d == 'bf16' else ''}: GPT-S after "
-                   f"{a.learning_steps} steps, validation loss on 20 fixed batches: "
-                   f"tapegrad {o['val_loss']:.4f}, PyTorch {p['val_loss']:.4f} nats/char "
-                   f"(diff {o['val_loss'] - p['val_loss']:+.4f}).\n")
+        loss = {}  # (workload, dtype) -> (tapegrad, PyTorch) validation loss
+        for w in a.learning_workloads.split(","):
+            for d in dtypes:
+                o, ps = lm_pair(w, t, text, ["--warmup", "0", "--steps", str(a.learning_steps), "--eval", "--dtype", d],
+                                False)
+                loss[w, d] = (o["val_loss"], next(iter(ps.values()))["val_loss"])
+        md += (f"\nSame learning: {a.learning_steps} steps from the same settings and seed, {t} threads, "
+               "validation loss on 20 fixed batches (nats/char)"
+               + (", bf16 being autocast on both sides" if "bf16" in dtypes else "") + ":\n\n")
+        md += "| workload | dtype | tapegrad | PyTorch | tapegrad − PyTorch |" + (
+            " tapegrad bf16 − f32 |" if len(dtypes) > 1 else "") + "\n"
+        md += "|---|---|--:|--:|--:|" + ("--:|" if len(dtypes) > 1 else "") + "\n"
+        for (w, d), (o, p) in loss.items():
+            gap = f" {o - loss[w, 'f32'][0]:+.4f} |" if d == "bf16" and (w, "f32") in loss else (
+                " – |" if len(dtypes) > 1 else "")
+            md += f"| {w} | {d} | {o:.4f} | {p:.4f} | {o - p:+.4f} |{gap}\n"
     with open(os.path.join(a.out, "compare.md"), "w") as f:
         f.write(md)
     with open(os.path.join(a.out, "compare.csv"), "w") as f:
