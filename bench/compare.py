@@ -263,7 +263,8 @@ def main():
                 o, ps = lm_pair(w, t, text, ["--warmup", "0", "--steps", str(a.learning_steps), "--eval", "--dtype", d],
                                 False)
                 loss[w, d] = (o["val_loss"], next(iter(ps.values()))["val_loss"])
-        md += (f"\nSame learning: {a.learning_steps} steps from the same settings and seed, {t} thread{'s' if t > 1 else ''}, "
+        md += (f"\nSame learning: {a.learning_steps} steps from the same settings and seed, "
+               f"{t} thread{'s' if t > 1 else ''}, "
                "validation loss on 20 fixed batches (nats/char)"
                + (", bf16 being autocast on both sides" if "bf16" in dtypes else "") + ":\n\n")
         md += "| workload | dtype | tapegrad | PyTorch | tapegrad − PyTorch |" + (
