@@ -23,7 +23,10 @@ namespace {
 
 // A primitive is fixed to its shapes, strides and scalars; making one costs
 // ~100 us (far more than running a small GEMM), so they are kept by all of
-// these. A training step meets a few dozen shapes.
+// these. A training step meets a few dozen shapes; generation with a growing
+// KV cache meets new ones at every token, so the caches start over past
+// kMaxKept entries rather than grow without bound.
+constexpr size_t kMaxKept = 1024;
 struct Key {
   bool bf16, ta, tb;
   int64_t M, N, K, lda, ldb, ldc;
@@ -101,6 +104,7 @@ std::shared_ptr<const Primitive> primitive(const Key& k) {
   auto p = make(k);  // outside the lock: another thread's GEMMs go on meanwhile
   std::lock_guard lock(c.mutex);
   c.kernel[k.bf16] = p->kernel;
+  if (c.primitives.size() >= kMaxKept) c.primitives.clear();  // the threads' Bound entries keep theirs alive
   return c.primitives.emplace(k, std::move(p)).first->second;
 }
 
@@ -145,6 +149,7 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
     const dnnl::engine& eng = engine();
     ThreadState::Bound b{p, dnnl::memory(p->a, eng, DNNL_MEMORY_NONE), dnnl::memory(p->b, eng, DNNL_MEMORY_NONE),
                          dnnl::memory(p->c, eng, DNNL_MEMORY_NONE), dnnl::memory(p->scratch, eng, DNNL_MEMORY_NONE)};
+    if (state.bound.size() >= kMaxKept) state.bound.clear();
     it = state.bound.emplace(key, std::move(b)).first;
   }
   ThreadState::Bound& b = it->second;

@@ -136,6 +136,20 @@ BOOST_AUTO_TEST_CASE(bf16_gemm_against_float64) {
   BOOST_TEST_MESSAGE("GEMMs: " << gemm_backend_info());
 }
 
+// More shapes than the primitive caches keep (generation meets a new one per
+// token): they start over, and every product stays right.
+BOOST_AUTO_TEST_CASE(bf16_gemm_past_the_cache_bound) {
+  Tensor b = random({8, 5}, 40), bb = b.to(DType::bf16);
+  double worst = 0;
+  for (int64_t M = 1; M <= 1100; ++M) {
+    Tensor a = random({M, 8}, 41 + M), c = empty({M, 5});
+    Tensor ab = a.to(DType::bf16);
+    gemm(false, false, M, 5, 8, 1.0f, ab.data<bfloat16>(), 8, bb.data<bfloat16>(), 5, 0.0f, c.data<float>(), 5);
+    if (M % 100 == 0 || M > 1020) worst = std::max(worst, max_abs_diff(c, product(a, b, true)));
+  }
+  BOOST_TEST(worst < 1e-5);
+}
+
 // Run with ONEDNN_MAX_CPU_ISA=AVX2 (meson test autocast_avx2): oneDNN must
 // then use no bfloat16 instructions, and the GEMM above still passes.
 BOOST_AUTO_TEST_CASE(isa_limit_is_honoured) {
