@@ -14,9 +14,10 @@
 ///     loss.backward();  // a node recorded under autocast runs its backward under it too
 ///
 /// Leaf tensors that require grad (parameters) are rounded once per version:
-/// the bfloat16 copy is made at a GEMM's first use and reused until an
-/// in-place write (the optimizer's step) bumps the tensor's version. float64
-/// GEMMs never change precision (gradcheck stays exact).
+/// once an op under autocast has recorded one, its bfloat16 copy is made at
+/// its next GEMM and reused until an in-place write (the optimizer's step)
+/// bumps the tensor's version. float64 GEMMs never change precision
+/// (gradcheck stays exact).
 #include "dtype.h"
 
 namespace tg {
