@@ -64,7 +64,7 @@ PartOutput run_gradients(Study& s) {
               .xlabel = "distance k", .ylabel = "|dL_t / dx_(t-k)|", .logy = true,
               .key = "bottom left"};  // the decaying recurrent curves leave the lower left empty
   report::Table table{{"model", "state", "k=0", "k=1..4", fmt::format("k={}..{}", T - T / 4, T - 1),
-                         "far / near (decades)", "max / near"}, {}};
+                         "log10(far / near)", "max / near"}, {}};
   std::string summary;
   report::Progress bar("grads", static_cast<int64_t>(2 * c.models.size()), "models");
   int64_t done = 0;
@@ -83,10 +83,10 @@ PartOutput run_gradients(Study& s) {
       double peak = 0;
       for (int64_t k = 1; k < T; ++k) peak = std::max(peak, g[k]);
       table.rows.push_back({kind, state, fmt::format("{:.2e}", g[0]), fmt::format("{:.2e}", near),
-                            fmt::format("{:.2e}", far), fmt::format("{:.1f}", std::log10(far / near)),
+                            fmt::format("{:.2e}", far), fmt::format("{:+.1f}", std::log10(far / near)),
                             fmt::format("{:.2f}", peak / near)});
       if (state == "trained")
-        summary += fmt::format("{}{} {:.1f}", summary.empty() ? "" : ", ", kind, std::log10(far / near));
+        summary += fmt::format("{}{} {:+.1f}", summary.empty() ? "" : ", ", kind, std::log10(far / near));
       panel.series.push_back(series);
       ++done;
       bar.update(done, static_cast<double>(done), kind + " " + state);
@@ -99,14 +99,14 @@ PartOutput run_gradients(Study& s) {
   fmt::print("\n{}", table.text());
   std::string md = fmt::format(
       "Gradient of the loss at the last position t = {} of a validation window with respect to the token embedding "
-      "k positions earlier, |dL_t / dx_(t-k)| (L2 norm over the embedding), mean over {} windows. *far / near* is "
-      "log10 of the mean over the last quarter of distances over the mean over k = 1..4: 0 means no decay, -3 means "
+      "k positions earlier, |dL_t / dx_(t-k)| (L2 norm over the embedding), mean over {} windows. *log10(far / near)* is "
+      "the log10 of the mean over the last quarter of distances over the mean over k = 1..4: 0 means no decay, -3 means "
       "a thousandfold, -inf that the far gradients are exactly 0 in float32; *max / near* is the largest gradient at any "
       "k >= 1 over the near mean (about 2 for a curve that falls from k = 1 on; the verdict calls gradients growing "
       "with distance only above 10).\n\n{}\n"
       "![gradients](gradients.png)\n",
       T - 1, c.grad_batch, table.markdown());
-  return {"decades of decay from near to far inputs, trained: " + summary, md};
+  return {"log10(far / near input gradient), trained (negative: far inputs get less): " + summary, md};
 }
 
 }  // namespace tg::study

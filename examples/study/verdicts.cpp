@@ -118,7 +118,7 @@ Verdict gradients(const Study& s) {
   const Csv csv(s.path("gradients.csv"));
   const auto rec = recurrent(s.c);
   // log10 of the mean over the last quarter of distances over the mean over k = 1..4 (as part 4's table).
-  auto decades = [&](const std::string& m, const std::string& state) {
+  auto log_far_near = [&](const std::string& m, const std::string& state) {
     auto g = by_model(csv, "k", "grad_norm", "state", state).at(m).second;
     const size_t T = g.size();
     return std::log10(mean_between(g, T - T / 4, T) / mean_between(g, 1, std::min<size_t>(5, T)));
@@ -132,13 +132,14 @@ Verdict gradients(const Study& s) {
   };
   std::vector<bool> keeps_better;
   for (const std::string state : {"init", "trained"}) {
-    v.measured += fmt::format("{}decades lost from near to far inputs, {}: gpt {:.1f}", state == "init" ? "" : "; ",
-                              state == "init" ? "at init" : "trained", decades("gpt", state));
+    // Signed log10(far / near): -2 reads "far inputs get a hundredth of the near ones' gradient".
+    v.measured += fmt::format("{}log10(far / near input gradient), {}: gpt {:+.1f}", state == "init" ? "" : "; ",
+                              state == "init" ? "at init" : "trained", log_far_near("gpt", state));
     for (const auto& m : rec)
-      v.measured += std::isinf(decades(m, state)) ? fmt::format(", {} all (the far gradients are 0 in float32)", m)
-                                                  : fmt::format(", {} {:.1f}", m, decades(m, state));
+      v.measured += std::isinf(log_far_near(m, state)) ? fmt::format(", {} -inf (the far gradients are 0 in float32)", m)
+                                                  : fmt::format(", {} {:+.1f}", m, log_far_near(m, state));
   }
-  for (const auto& m : rec) keeps_better.push_back(decades("gpt", "trained") > decades(m, "trained") + 1);
+  for (const auto& m : rec) keeps_better.push_back(log_far_near("gpt", "trained") > log_far_near(m, "trained") + 1);
   std::vector<std::string> exploding;
   for (const auto& m : s.c.models)
     for (const std::string state : {"init", "trained"})
@@ -146,9 +147,9 @@ Verdict gradients(const Study& s) {
   v.verdict = combine(rec, keeps_better, "does not hold at this scale");
   v.verdict += exploding.empty() ? "; no model's gradients grow with distance"
                                  : fmt::format("; gradients grow with distance for {}", fmt::join(exploding, ", "));
-  if (decades("gpt", "trained") < -1 && decades("gpt", "init") > -0.5)
+  if (log_far_near("gpt", "trained") < -1 && log_far_near("gpt", "init") > -0.5)
     v.verdict += fmt::format("; trained GPT's fall {:.0f}x with distance, flat at init: what its attention learnt to "
-                             "look at, not a path that vanishes", std::pow(10.0, -decades("gpt", "trained")));
+                             "look at, not a path that vanishes", std::pow(10.0, -log_far_near("gpt", "trained")));
   return v;
 }
 
