@@ -64,7 +64,7 @@ const std::string kTiny =
     " --data tests/fixtures/tiny.txt --threads 1 --gpt-dim 16 --gpt-layers 1 --gpt-heads 2 --embed 8 --block 16"
     " --batch 4 --steps 20 --sweep-steps 5 --lrs 3e-3,1e-2 --eval-every 10 --eval-batches 2 --warmup 2"
     " --cost-lengths 8,16,32 --cost-tokens 64 --cost-reps 1 --recall-length 12 --recall-steps 10 --recall-batch 8"
-    " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 1";
+    " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 3";
 
 // A learning-rate sweep of the tiny run (grid 3e-3, 1e-2): per model, the
 // grid's rates in ascending order, one chosen, the lowest loss; rates past the
@@ -179,9 +179,21 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     const double grow = num(steps[i + 2], "sequential_steps") - num(steps[i], "sequential_steps");
     BOOST_TEST(grow == (steps[i]["model"] == "gpt" ? 0.0 : 24.0), steps[i]["model"]);
   }
-  auto tput = read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s", "dtype"});
+  auto tput = read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s",
+                                              "tokens_per_s_q1", "tokens_per_s_q3", "dtype"});
   BOOST_TEST(tput.size() == 12u);
-  for (auto& r : tput) BOOST_TEST(num(r, "tokens_per_s") > 0);
+  for (auto& r : tput) {
+    BOOST_TEST(num(r, "tokens_per_s") > 0);
+    BOOST_TEST(num(r, "tokens_per_s_q1") <= num(r, "tokens_per_s"));
+    BOOST_TEST(num(r, "tokens_per_s") <= num(r, "tokens_per_s_q3"));
+  }
+  // A speedup per model and regime, from 3 pairs of steps, inside its quartiles.
+  auto speedup = read_csv(out / "speedup.csv", {"model", "regime", "speedup", "speedup_q1", "speedup_q3", "pairs"});
+  BOOST_TEST(speedup.size() == 6u);
+  for (auto& r : speedup) {
+    BOOST_TEST(num(r, "pairs") == 3.0);
+    BOOST_TEST((num(r, "speedup_q1") <= num(r, "speedup") && num(r, "speedup") <= num(r, "speedup_q3")));
+  }
 
   // Part 6: a verdict per claim, none missing its measurements.
   const std::string results = read_text(out / "results.md");
@@ -228,7 +240,8 @@ BOOST_AUTO_TEST_CASE(bf16_trains_and_times_under_autocast_and_says_so) {
                                                  "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib",
                                                  "step_mib", "dtype"})));
   BOOST_TEST(all_bf16(read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests", "chance", "dtype"})));
-  BOOST_TEST(all_bf16(read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s", "dtype"})));
+  BOOST_TEST(all_bf16(read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s",
+                                                     "tokens_per_s_q1", "tokens_per_s_q3", "dtype"})));
   for (auto& m : kModels)
     BOOST_TEST(read_text(out / (m + ".safetensors")).find("\"gemm_dtype\":\"bf16\"") != std::string::npos, m);
   std::map<std::string, std::string> part_dtype;

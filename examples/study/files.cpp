@@ -99,6 +99,17 @@ std::string format_lr(double lr) {
   return std::fabs(m - std::round(m)) < 1e-6 ? fmt::format("{}e{}", std::lround(m), e) : fmt::format("{:.2g}", lr);
 }
 
+Spread spread(std::vector<double> sample) {
+  if (sample.empty()) throw std::invalid_argument("spread: an empty sample");
+  std::sort(sample.begin(), sample.end());
+  auto at = [&](double q) {  // the q-quantile, between the order statistics around q (n - 1)
+    const double pos = q * static_cast<double>(sample.size() - 1);
+    const size_t lo = static_cast<size_t>(std::floor(pos)), hi = std::min(lo + 1, sample.size() - 1);
+    return sample[lo] + (pos - static_cast<double>(lo)) * (sample[hi] - sample[lo]);
+  };
+  return {at(0.5), at(0.25), at(0.75)};
+}
+
 std::optional<double> crossing(const std::vector<double>& xs, const std::vector<double>& a, const std::vector<double>& b) {
   for (size_t i = 1; i < xs.size(); ++i) {
     const double d0 = a[i - 1] - b[i - 1], d1 = a[i] - b[i];

@@ -68,18 +68,21 @@ PartOutput run_parallel(Study& s) {
                                        {fmt::format("one sequence of {}", max_T), 1, max_T}};
   const int threads_before = num_threads();
   fmt::print("parallel: sequential steps of a forward at T = {}; training steps (forward, backward, AdamW) at 1 and 2 "
-             "threads, {} timed steps each, interleaved, fastest\n", fmt::join(lengths, ", "), c.parallel_steps);
+             "threads, {} timed pairs, median and quartiles\n", fmt::join(lengths, ", "), c.parallel_steps);
 
   const std::string dtype = part_dtype(c, "parallel");
   std::string steps_csv = "model,T,sequential_steps,graph_nodes\n",
-              tput_csv = "model,regime,batch,T,threads,tokens_per_s,dtype\n";
+              tput_csv = "model,regime,batch,T,threads,tokens_per_s,tokens_per_s_q1,tokens_per_s_q3,dtype\n",
+              speedup_csv = "model,regime,speedup,speedup_q1,speedup_q3,pairs\n";
   Panel steps_panel{.title = "steps that must run one after another (forward; backward the same)",
                     .xlabel = "context length T", .ylabel = "sequential steps", .logx = true, .logy = true, .xbase = 2,
                     .key = "top left"};
-  Panel tput_panel{.title = fmt::format("training throughput (load average {} when this part began)", load_average()),
+  Panel tput_panel{.title = fmt::format("training throughput, median and quartiles (load average {} when this part began)",
+                                            load_average()),
                    .xlabel = "threads", .ylabel = "tokens per second", .logy = true, .xtics = {1, 2},
                    .key = "outside right top"};
-  report::Table steps_table{{"model"}, {}}, tput_table{{"model", "regime", "tok/s 1 thread", "tok/s 2 threads", "speedup"}, {}};
+  report::Table steps_table{{"model"}, {}},
+      tput_table{{"model", "regime", "tok/s 1 thread", "tok/s 2 threads", "speedup (quartiles)"}, {}};
   for (int64_t T : lengths) steps_table.header.push_back(fmt::format("T={}", T));
   std::string summary;
   report::Progress bar("parallel", static_cast<int64_t>(c.models.size() * (1 + regimes.size())), "parts");
@@ -129,19 +132,27 @@ PartOutput run_parallel(Study& s) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       };
       step_seconds(1), step_seconds(2);  // warm-up: the allocator's cache, the thread pool
-      std::vector<double> t1, t2;
-      for (int64_t i = 0; i < c.parallel_steps; ++i) t1.push_back(step_seconds(1)), t2.push_back(step_seconds(2));
-      // The fastest step of each: the one least slowed by other processes on the machine.
+      // Steps at 1 and 2 threads in pairs, one right after the other, so that
+      // each pair's ratio is one speedup measured under the same conditions.
       const double tok = static_cast<double>(r.B * r.T);
-      const double s1 = tok / *std::min_element(t1.begin(), t1.end()), s2 = tok / *std::min_element(t2.begin(), t2.end());
-      tput_csv += fmt::format("{},{},{},{},1,{:.1f},{}\n{},{},{},{},2,{:.1f},{}\n", kind, r.name, r.B, r.T, s1, dtype,
-                              kind, r.name, r.B, r.T, s2, dtype);
+      std::vector<double> r1, r2, speedups;
+      for (int64_t i = 0; i < c.parallel_steps; ++i) {
+        const double a = step_seconds(1), b = step_seconds(2);
+        r1.push_back(tok / a), r2.push_back(tok / b), speedups.push_back(a / b);
+      }
+      const Spread q1 = spread(r1), q2 = spread(r2), sp = spread(speedups);
+      tput_csv += fmt::format("{},{},{},{},1,{:.1f},{:.1f},{:.1f},{}\n{},{},{},{},2,{:.1f},{:.1f},{:.1f},{}\n", kind,
+                              r.name, r.B, r.T, q1.median, q1.q1, q1.q3, dtype, kind, r.name, r.B, r.T, q2.median,
+                              q2.q1, q2.q3, dtype);
+      speedup_csv += fmt::format("{},{},{:.4f},{:.4f},{:.4f},{}\n", kind, r.name, sp.median, sp.q1, sp.q3,
+                                 c.parallel_steps);
+      const double s1 = q1.median, s2 = q2.median;
       tput_table.rows.push_back({kind, r.name, report::format_count(s1), report::format_count(s2),
-                                 fmt::format("{:.2f}", s2 / s1)});
+                                 fmt::format("{:.2f} ({:.2f}-{:.2f})", sp.median, sp.q1, sp.q3)});
       tput_panel.series.push_back({fmt::format("{}, {}", kind, r.name), {1, 2}, {s1, s2}, kind,
-                                   ri == 0 ? Series::linepoints : Series::dashed});
+                                   ri == 0 ? Series::linepoints : Series::dashed, {q1.q1, q2.q1}, {q1.q3, q2.q3}});
       if (ri == 0) summary += fmt::format("{}{} {}->{} steps, x{:.2f} at 2 threads", summary.empty() ? "" : "; ", kind,
-                                          first.sequential, last.sequential, s2 / s1);
+                                          first.sequential, last.sequential, sp.median);
       ++done;
       bar.update(done, static_cast<double>(done), kind + " " + r.name);
     }
@@ -150,13 +161,15 @@ PartOutput run_parallel(Study& s) {
   bar.finish("");
   report::write_file(s.path("steps.csv"), steps_csv);
   report::write_file(s.path("parallel.csv"), tput_csv);
+  report::write_file(s.path("speedup.csv"), speedup_csv);
   if (std::string why = plot(s.path("parallel.png"), {steps_panel, tput_panel}, 1300, 500); !why.empty())
     fmt::print("parallel: no plot: {}\n", why);
   fmt::print("\nsequential steps of a forward:\n{}\ntraining throughput:\n{}", steps_table.text(), tput_table.text());
   std::string md = fmt::format(
       "*Sequential steps*: the longest chain of ops in the recorded graph of one forward (one sequence), a fused "
       "recurrence counting its T time steps; the backward runs the same chain in reverse. *tok/s*: training steps "
-      "(forward, backward, AdamW) at 1 and 2 threads, {} steps each, interleaved, the fastest of each. The models are part 2's "
+      "(forward, backward, AdamW), {} pairs of one step at 1 thread and one at 2, the median of each; the speedup is "
+      "the median of the pairs' ratios, with its quartiles. The models are part 2's "
       "(GPT with fixed positions, so it takes any T up to {}).\n\nSequential steps of a forward:\n\n{}\nTraining "
       "throughput:\n\n{}\n![parallel](parallel.png)\n",
       c.parallel_steps, max_T, steps_table.markdown(), tput_table.markdown());

@@ -36,9 +36,14 @@ std::string quoted(const std::string& s) {
   return out + "'";
 }
 
+bool has_bars(const Series& s) { return !s.ylo.empty() && s.ylo.size() == s.y.size() && s.yhi.size() == s.y.size(); }
+
 std::string style_of(const Series& s) {
   const Look l = look(s.model);
   const std::string lc = fmt::format("lc rgb '{}'", l.colour);
+  if (has_bars(s))  // columns x y ylo yhi
+    return fmt::format("with yerrorlines pt {} ps 0.6 lw {} {}{}", l.point, l.width, lc,
+                       s.style == Series::dashed ? " dt 2" : "");
   switch (s.style) {
     case Series::line: return fmt::format("with lines lw {} {}", l.width, lc);
     case Series::points: return fmt::format("with points pt {} ps 1.0 {}", l.point, lc);
@@ -123,7 +128,9 @@ std::string plot(const std::string& png, const std::vector<Panel>& panels, int w
     for (const Series& s : p.series) {
       dat += fmt::format("# {}\n", s.title);
       for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
-        if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && !(p.logy && s.y[i] <= 0)) dat += fmt::format("{:.9g} {:.9g}\n", s.x[i], s.y[i]);
+        if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && !(p.logy && s.y[i] <= 0))
+          dat += has_bars(s) ? fmt::format("{:.9g} {:.9g} {:.9g} {:.9g}\n", s.x[i], s.y[i], s.ylo[i], s.yhi[i])
+                             : fmt::format("{:.9g} {:.9g}\n", s.x[i], s.y[i]);
       dat += "\n\n";  // gnuplot separates data blocks by two blank lines
       items.push_back(fmt::format("{} index {} {} {}", quoted(stem + ".dat"), block++, style_of(s),
                                   s.title.empty() ? "notitle" : "title " + quoted(s.title)));

@@ -208,6 +208,12 @@ std::string from_tuning(const Study& s, const std::string& name);
 // The one-minute load average now: every part states it with its time, since
 // timings on a shared machine mean little without it.
 std::string load_average();
+// The median and quartiles of a sample (linear interpolation between its order
+// statistics, as numpy's default); all three equal for one value.
+struct Spread {
+  double median = 0, q1 = 0, q3 = 0;
+};
+Spread spread(std::vector<double> sample);
 // "3e-3" for 0.003, "1e-2" for 0.01
 std::string format_lr(double lr);
 // The first x at which a rises above b (from at or below it), interpolated

@@ -205,7 +205,7 @@ std::optional<std::string> busy_during(const Study& s, const std::string& part) 
 
 Verdict parallelism(const Study& s) {
   Verdict v;
-  const Csv steps(s.path("steps.csv")), tput(s.path("parallel.csv"));
+  const Csv steps(s.path("steps.csv"));
   auto depth = by_model(steps, "T", "sequential_steps");
   const auto rec = recurrent(s.c);
   const auto& g = depth.at("gpt");
@@ -218,31 +218,41 @@ Verdict parallelism(const Study& s) {
     v.measured += fmt::format(", {} {:.0f} / {:.0f}", m, d.front(), d.back());
     grows.push_back(d.back() > 2 * d.front());
   }
-  // Speedup from 1 to 2 threads per model and regime.
-  std::map<std::string, std::map<std::string, std::map<std::string, double>>> rate;  // regime -> model -> threads
+  // Speedup from 1 to 2 threads per model and regime: the median of the
+  // paired steps' ratios and its quartiles. GPT's is larger (or smaller)
+  // than a recurrence's only when the two interquartile ranges do not meet.
+  const Csv sp(s.path("speedup.csv"));
+  std::map<std::string, std::map<std::string, Spread>> speedup;  // regime -> model
   std::vector<std::string> regimes;
-  for (size_t r = 0; r < tput.size(); ++r) {
-    const std::string& regime = tput.str(r, "regime");
+  for (size_t r = 0; r < sp.size(); ++r) {
+    const std::string& regime = sp.str(r, "regime");
     if (std::find(regimes.begin(), regimes.end(), regime) == regimes.end()) regimes.push_back(regime);
-    rate[regime][tput.str(r, "model")][tput.str(r, "threads")] = tput.num(r, "tokens_per_s");
+    speedup[regime][sp.str(r, "model")] = {sp.num(r, "speedup"), sp.num(r, "speedup_q1"), sp.num(r, "speedup_q3")};
   }
-  std::vector<std::string> gpt_scales_more;  // regimes where 2 threads help GPT more than every recurrence
+  std::vector<std::string> judged;  // per regime: how GPT's speedup compares with the recurrences'
   for (const auto& regime : regimes) {
-    auto speedup = [&](const std::string& m) { return rate[regime][m]["2"] / rate[regime][m]["1"]; };
-    v.measured += fmt::format("; 2-thread speedup, {}: gpt x{:.2f}", regime, speedup("gpt"));
-    bool more = true;
+    auto& by = speedup[regime];
+    const Spread g = by.at("gpt");
+    v.measured += fmt::format("; 2-thread speedup (median, quartiles), {}: gpt x{:.2f} ({:.2f}-{:.2f})", regime,
+                              g.median, g.q1, g.q3);
+    std::vector<std::string> larger, smaller, level;
     for (const auto& m : rec) {
-      v.measured += fmt::format(", {} x{:.2f}", m, speedup(m));
-      more = more && speedup("gpt") > speedup(m) + 0.05;
+      const Spread o = by.at(m);
+      v.measured += fmt::format(", {} x{:.2f} ({:.2f}-{:.2f})", m, o.median, o.q1, o.q3);
+      (g.q1 > o.q3 ? larger : g.q3 < o.q1 ? smaller : level).push_back(m);
     }
-    if (more) gpt_scales_more.push_back(regime);
+    std::vector<std::string> parts;
+    if (!larger.empty()) parts.push_back(fmt::format("larger than the {}'s", fmt::join(larger, " and ")));
+    if (!smaller.empty()) parts.push_back(fmt::format("smaller than the {}'s", fmt::join(smaller, " and ")));
+    if (!level.empty())
+      parts.push_back(fmt::format("not distinguishable from the {}'s at {} pairs", fmt::join(level, " and "),
+                                  s.c.parallel_steps));
+    judged.push_back(fmt::format("{}: GPT's {}", regime, fmt::join(parts, ", ")));
   }
   const std::string structure = gpt_flat ? combine(rec, grows, "does not hold") : "does not hold (GPT's chain grows with T)";
   const std::optional<std::string> busy = busy_during(s, "parallel");
   const std::string threads = busy ? fmt::format("not judged ({}: other processes held the cores)", *busy)
-                              : gpt_scales_more.size() == regimes.size() ? "larger for GPT in every regime"
-                              : gpt_scales_more.empty()                  ? "no larger for GPT than for the recurrences"
-                                  : fmt::format("larger for GPT only for {}", fmt::join(gpt_scales_more, ", "));
+                                    : fmt::format("{}", fmt::join(judged, "; "));
   v.verdict = fmt::format("step count: {}; speedup at 2 threads: {}", structure, threads);
   return v;
 }
