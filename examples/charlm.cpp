@@ -25,7 +25,7 @@
 #include "data/corpus.h"
 #include "data/lm_batches.h"
 #include "data/tokenizer.h"
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 #include "models/generate.h"
 #include "models/registry.h"
 #include "models/training_state.h"
