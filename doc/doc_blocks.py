@@ -18,6 +18,7 @@ by the generated main, which fails when any returns non-zero.
 
     doc_blocks.py OUT.cpp DOC.md...
 """
+import os
 import re
 import sys
 
@@ -49,9 +50,10 @@ def main():
     out, docs = sys.argv[1], sys.argv[2:]
     includes, bodies, mains = [], [], []
     for doc in docs:
+        name = os.path.normpath(doc)
         for line_no, lines in blocks(doc):
-            ns = "doc_" + re.sub(r"\W", "_", doc.split("/")[-1]) + f"_line{line_no}"
-            body = [f'#line {line_no} "{doc}"']
+            ns = "doc_" + re.sub(r"\W", "_", os.path.basename(doc)) + f"_line{line_no}"
+            body = [f'#line {line_no} "{name}"']
             for line in lines:
                 if line.startswith("#include"):
                     if line not in includes:
@@ -61,7 +63,7 @@ def main():
                     body.append(line)
             bodies.append(f"namespace {ns} {{\n" + "\n".join(body) + f"\n}}  // namespace {ns}\n")
             if re.search(r"^int main\(\)", "\n".join(lines), re.M):
-                mains.append((ns, f"{doc}:{line_no}"))
+                mains.append((ns, f"{name}:{line_no}"))
     if not bodies:
         sys.exit("doc_blocks: no block marked " + MARKER + " in " + " ".join(docs))
     with open(out, "w", encoding="utf-8") as f:
