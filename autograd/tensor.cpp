@@ -345,8 +345,6 @@ Tensor from_vector(const std::vector<float>& v, const Shape& s) { return from_va
 Tensor from_vector(const std::vector<double>& v, const Shape& s) { return from_values(v.data(), v.size(), s); }
 Tensor from_vector(const std::vector<int64_t>& v, const Shape& s) { return from_values(v.data(), v.size(), s); }
 Tensor from_vector(const std::vector<bfloat16>& v, const Shape& s) { return from_values(v.data(), v.size(), s); }
-Tensor tensor(std::initializer_list<float> v) { return from_values(v.begin(), v.size(), Shape{int64_t(v.size())}); }
-Tensor tensor(std::initializer_list<double> v) { return from_values(v.begin(), v.size(), Shape{int64_t(v.size())}); }
 Tensor tensor(std::initializer_list<int64_t> v) { return from_values(v.begin(), v.size(), Shape{int64_t(v.size())}); }
 
 Tensor rand(const Shape& shape, DType dtype, Generator* gen, double low, double high) {

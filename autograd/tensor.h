@@ -3,6 +3,7 @@
 /// Tensor: a reference-counted handle to (storage, shape, strides, offset,
 /// dtype) plus autograd state. Copies share the data, like torch::Tensor.
 /// Views (reshape, transpose, slice, expand, ...) share storage and never copy.
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -211,10 +212,19 @@ Tensor from_vector(const std::vector<float>& values, const Shape& shape);
 Tensor from_vector(const std::vector<double>& values, const Shape& shape);   ///< float64, as above
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape);  ///< int64, as above
 Tensor from_vector(const std::vector<bfloat16>& values, const Shape& shape);  ///< bfloat16, as above
-/// 1-D tensors from literals: tensor({1.f, 2.f}), tensor({1.0, 2.0}), tensor({int64_t{1}, 2}). float32.
-Tensor tensor(std::initializer_list<float> values);
-Tensor tensor(std::initializer_list<double> values);   ///< float64, as above
-Tensor tensor(std::initializer_list<int64_t> values);  ///< int64, as above
+/// A 1-D float32 tensor from a list of floats: tensor({1.f, 2.f}).
+// The two floating overloads are templates: a list of integer literals converts
+// to float, double and int64_t equally well, and would be ambiguous among three
+// plain overloads; here it deduces neither template and reaches the int64 one.
+template <std::same_as<float> T> Tensor tensor(std::initializer_list<T> values) {
+  return from_vector(std::vector<float>(values), Shape{static_cast<int64_t>(values.size())});
+}
+/// A 1-D float64 tensor from a list of doubles: tensor({1.0, 2.0}).
+template <std::same_as<double> T> Tensor tensor(std::initializer_list<T> values) {
+  return from_vector(std::vector<double>(values), Shape{static_cast<int64_t>(values.size())});
+}
+/// A 1-D int64 tensor from a list of integers: tensor({1, 2}), tensor({int64_t{1}, 2}).
+Tensor tensor(std::initializer_list<int64_t> values);
 /// Random tensors from an explicit generator (default_generator() if omitted).
 /// rand: uniform in [low, high).
 Tensor rand(const Shape& shape, DType dtype = DType::f32, Generator* gen = nullptr, double low = 0.0, double high = 1.0);

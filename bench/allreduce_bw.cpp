@@ -20,7 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 
 using namespace tg;
 

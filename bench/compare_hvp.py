@@ -10,6 +10,10 @@ being measured; at n > 1 threads both of its settings, the better median per
 column), so that "1 thread" means one core on both sides.
 
     /usr/bin/python3 bench/compare_hvp.py --workloads gpt-s rnn --rounds 3
+    /usr/bin/python3 bench/compare_hvp.py --out doc/bench/hvp.md   # the file the docs link
+
+With --out it also writes the table to a Markdown file, headed by the date,
+the machine, the commit and the command.
 """
 import argparse
 import json
@@ -20,7 +24,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare import torch_settings  # noqa: E402
+from compare import provenance, torch_settings  # noqa: E402
 
 
 def run(cmd, env=None):
@@ -35,6 +39,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", help="also write the table to this Markdown file")
     a = ap.parse_args()
     rows = []
     for w in a.workloads:
@@ -51,15 +56,20 @@ def main():
         best = lambda k: min(med(runs, k) for runs in theirs.values())
         rows.append((w, med(ours, "grad_s"), med(ours, "hvp_s"), best("grad_s"), best("hvp_s"),
                      best("functional_hvp_s")))
-    print(f"\nHessian-vector products, {a.threads} thread(s), medians of {a.rounds} alternating rounds "
-          f"(each a median of {a.reps}), milliseconds; PyTorch in its better thread setting per column:\n")
-    print("| workload | tapegrad grad | tapegrad HVP | HVP / grad | PyTorch grad | PyTorch HVP | HVP / grad "
-          "| functional.hvp | tapegrad speedup on HVP |")
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    lines = [f"Hessian-vector products, {a.threads} thread(s), medians of {a.rounds} alternating rounds "
+             f"(each a median of {a.reps}), milliseconds; PyTorch in its better thread setting per column:", "",
+             "| workload | tapegrad grad | tapegrad HVP | HVP / grad | PyTorch grad | PyTorch HVP | HVP / grad "
+             "| functional.hvp | tapegrad speedup on HVP |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for w, g, h, tg_, th, tf in rows:
-        print(f"| {w} | {g * 1e3:.1f} | {h * 1e3:.1f} | {h / g:.2f}x | {tg_ * 1e3:.1f} | {th * 1e3:.1f} | "
-              f"{th / tg_:.2f}x | {tf * 1e3:.1f} | {th / h:.2f}x |")
-
+        lines.append(f"| {w} | {g * 1e3:.1f} | {h * 1e3:.1f} | {h / g:.2f}x | {tg_ * 1e3:.1f} | {th * 1e3:.1f} | "
+                     f"{th / tg_:.2f}x | {tf * 1e3:.1f} | {th / h:.2f}x |")
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(provenance() + text)
+        print(f"wrote {a.out}")
 
 if __name__ == "__main__":
     main()

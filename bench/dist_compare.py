@@ -8,9 +8,12 @@ thread on GPT-S and GPT-M; and the allreduce time against message size
 
 Every configuration runs in a fresh process, all of a workload's
 configurations alternate `--repeats` times, and the tables give medians
-(min-max). Writes OUT/dist_compare.md and OUT/dist_compare.json.
+(min-max). Writes OUT/dist_compare.md, headed by the date, the machine, the
+commit and the command (doc/distributed.md reads doc/bench/dist_compare.md),
+and OUT/dist_compare.json.
 
     python3 bench/dist_compare.py                         # everything, 3 repeats
+    python3 bench/dist_compare.py --out doc/bench         # the file the docs link
     python3 bench/dist_compare.py --workloads gpt-s --repeats 1 --no-torch
 """
 import argparse
@@ -21,6 +24,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from compare import provenance  # noqa: E402
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 # No pinning: the ranks share the cores with the pool threads and everything else.
 MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
@@ -193,7 +198,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(a.out, "dist_compare.md"), "w") as f:
-        f.write(text)
+        f.write(provenance() + text)
     with open(os.path.join(a.out, "dist_compare.json"), "w") as f:
         json.dump({"runs": results, "allreduce": bw}, f, indent=1)
 

@@ -36,7 +36,7 @@
 #include "bench/workloads.h"
 #include "data/lm_batches.h"
 #include "data/corpus.h"
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 #include "report/report.h"
 
 using namespace tg;

@@ -25,7 +25,7 @@
 #include "data/corpus.h"
 #include "data/lm_batches.h"
 #include "data/tokenizer.h"
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 #include "models/generate.h"
 #include "models/registry.h"
 #include "models/training_state.h"
@@ -318,7 +318,7 @@ void write_report(const Config& c, const Text& text, const std::vector<Result>& 
   }
   report::write_file(c.out + "/samples.txt", samples);
   report::write_file(c.out + "/loss.csv", csv);
-  report::write_file(c.out + "/results.md", table.markdown() + "\n" + precision + ".\n");
+  report::write_file(c.out + "/results.md", report::provenance() + table.markdown() + "\n" + precision + ".\n");
   std::string why = report::plot_lines(c.out + "/loss.png", "validation loss (" + text.corpus.source + ")",
                                        "training tokens", "nats/token", curves);
   fmt::print("wrote {0}/loss.csv, {0}/results.md, {0}/samples.txt, checkpoints {0}/*.safetensors", c.out);

@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
                                 confusion_table(confusion, classes).text());
     }
     fmt::print("\n{}{}", table.text(), confusions);
-    report::write_file(c.out + "/results.md", table.markdown() + "\n" + precision_note(c) + ".\n");
+    report::write_file(c.out + "/results.md", report::provenance() + table.markdown() + "\n" + precision_note(c) + ".\n");
     report::write_file(c.out + "/confusion.txt", confusions);
     fmt::print("\nwrote {0}/results.md and {0}/confusion.txt\n", c.out);
   } catch (const std::exception& ex) {

@@ -1,4 +1,4 @@
-// custom_model — the README's API example: a model of your own with two
+// custom_model — the README's example at more length: a model of your own with two
 // submodules, trained for a few steps with AdamW, checkpointed and reloaded.
 // It learns y = sin(x0) + x1^2 on random points.
 #include <cmath>

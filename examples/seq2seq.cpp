@@ -184,7 +184,7 @@ void write_per_length(const Config& c, const std::vector<std::vector<double>>& a
   fmt::print("\nexact-match accuracy by source length ({} test strings each):\n{}\n{}", c.eval_per_len,
              per_len.text(), table.text());
   report::write_file(c.out + "/accuracy.csv", csv);
-  report::write_file(c.out + "/results.md", per_len.markdown() + "\n" + table.markdown() + "\n" + precision_note(c) + ".\n");
+  report::write_file(c.out + "/results.md", report::provenance() + per_len.markdown() + "\n" + table.markdown() + "\n" + precision_note(c) + ".\n");
   std::string why = report::plot_lines(c.out + "/accuracy.png", "exact match by length (" + c.task + ")",
                                        "source length", "accuracy (%)", curves);
   fmt::print("wrote {0}/accuracy.csv, {0}/results.md{1}\n", c.out,

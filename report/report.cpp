@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -105,6 +109,55 @@ double peak_rss_mib() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+namespace {
+// What a shell command printed, trailing newline dropped ("" when it failed).
+std::string shell_output(const std::string& command) {
+  std::string out;
+  if (FILE* p = popen(command.c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    if (pclose(p) != 0) return "";
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+}  // namespace
+
+std::string provenance() {
+  std::string cpu = "unknown CPU", flags;
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);) {
+    const std::string key = line.substr(0, line.find(':'));
+    const std::string value = line.find(": ") == std::string::npos ? "" : line.substr(line.find(": ") + 2);
+    if (key.starts_with("model name") && cpu == "unknown CPU") cpu = value;
+    if (key.starts_with("flags")) {
+      flags = " " + value + " ";
+      break;
+    }
+  }
+  std::string isa;
+  for (auto [flag, name] : {std::pair{"avx512f", "AVX-512"}, {"avx512_bf16", "AVX512_BF16"}, {"amx_bf16", "AMX-BF16"}})
+    if (flags.find(fmt::format(" {} ", flag)) != std::string::npos) isa += (isa.empty() ? "" : ", ") + std::string(name);
+  if (isa.empty()) isa = "no AVX-512";
+
+  // TG_SOURCE_ROOT: set by report/meson.build to the tree this was built from.
+  const std::string git = fmt::format("git -C '{}' ", TG_SOURCE_ROOT);
+  std::string commit = shell_output(git + "rev-parse --short HEAD 2>/dev/null");
+  if (commit.empty()) commit = "unknown";
+  else if (!shell_output(git + "status --porcelain --untracked-files=no 2>/dev/null").empty())
+    commit += " with uncommitted changes";
+
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::string command, arg;
+  while (std::getline(cmdline, arg, '\0')) command += (command.empty() ? "" : " ") + arg;
+
+  char date[64];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M %Z", std::localtime(&now));
+  return fmt::format("_{}; {} ({}), {} cores; commit {}; `{}`_\n\n", date, cpu, isa,
+                     std::thread::hardware_concurrency(), commit, command);
 }
 
 }  // namespace tg::report

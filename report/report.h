@@ -30,6 +30,14 @@ std::string plot_lines(const std::string& png_path, const std::string& title, co
 // so a benchmark script holding a corpus would inflate it.
 double peak_rss_mib();
 
+// The line that heads a table written for people to read later, as
+// bench/compare.py heads its own: when (local date and time), on what (CPU,
+// whether it has AVX-512 and the bfloat16 instructions, cores), from what
+// (the commit of the source tree this program was built from, marked when the
+// tree has uncommitted changes) and how (this process's command line).
+// Measurements quoted in docs come with it, so that a reader can tell their age.
+std::string provenance();
+
 // Writes text to path atomically (temporary file + rename); throws
 // std::runtime_error naming the path on failure.
 void write_file(const std::string& path, const std::string& text);

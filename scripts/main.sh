@@ -2,7 +2,7 @@
 # Sets everything up and runs the main job: the claims made for transformers
 # against recurrent networks, each measured for an RNN, an LSTM and a GPT at
 # matched parameter counts on the Brown corpus and on a synthetic recall task,
-# with a verdict table at the end (see README). Extra arguments go to the
+# with a verdict table at the end (see doc/study.md). Extra arguments go to the
 # study (build/examples/study --help), e.g. --quick or --part cost.
 set -euo pipefail
 cd "$(dirname "$0")/.."

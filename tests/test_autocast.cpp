@@ -259,7 +259,7 @@ BOOST_AUTO_TEST_CASE(create_graph_under_autocast) {
 // bfloat16's tolerance: each operand of a GEMM rounded loses 2^-9, a product
 // 2^-8, and the samples' reductions are short, so 2^-6 of the result's scale.
 // Ops without GEMMs must give float32's results bit for bit. The ops whose
-// results autocast changes are listed: the README's table comes from this.
+// results autocast changes are listed: doc/autograd.md's table comes from this.
 BOOST_AUTO_TEST_CASE(every_op_under_autocast_against_float64) {
   std::set<std::string> changed;
   int samples = 0;
@@ -302,7 +302,7 @@ BOOST_AUTO_TEST_CASE(every_op_under_autocast_against_float64) {
   std::string list;
   for (const std::string& n : changed) list += (list.empty() ? "" : ", ") + n;
   BOOST_TEST_MESSAGE(samples << " samples in float32; ops whose results autocast changes: " << list);
-  // Exactly the ops with GEMMs inside (the README's table lists them): one
+  // Exactly the ops with GEMMs inside (doc/autograd.md's table lists them): one
   // missing ran in float32, one extra lost precision outside a GEMM.
   const std::set<std::string> gemm_ops{"gated_recurrence_grad", "gru_recurrence", "linear", "lstm_recurrence",
                                        "lstm_recurrence_grad", "matmul", "rnn_tanh_recurrence",

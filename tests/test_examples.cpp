@@ -74,6 +74,8 @@ BOOST_AUTO_TEST_CASE(charlm_trains_all_models_and_writes_its_outputs) {
   for (const char* m : {"=== rnn ===", "=== lstm ===", "=== gpt ==="}) BOOST_TEST(samples.find(m) != std::string::npos);
   BOOST_TEST(log.find("val bits/char") != std::string::npos);  // the table
   BOOST_TEST(fs::exists(out / "results.md"));
+  // Headed by when, where and from which commit it was measured (report::provenance).
+  BOOST_TEST(read_text(out / "results.md").find(" cores; commit ") != std::string::npos);
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) BOOST_TEST(fs::file_size(out / "loss.png") > 1000u);
 
   // generate rebuilds the model from the checkpoint and samples reproducibly.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs examples/standalone, a project outside tapegrad's tree, the
-# ways a user's project would; the commands are those of the README's "Use
-# tapegrad in your project", run in a temporary directory.
+# ways a user's project would; the commands are those of doc/install.md,
+# run in a temporary directory.
 #   tests/test_standalone.sh installed BUILDDIR   installs BUILDDIR into a
 #       temporary DESTDIR, checks the installed tree, then builds the project
 #       with meson + pkg-config (shared and static) and with CMake

@@ -198,6 +198,8 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   // Part 6: a verdict per claim, none missing its measurements.
   const std::string results = read_text(out / "results.md");
   BOOST_TEST(results.find("| claim") != std::string::npos);
+  // Headed by when, where and from which commit it was measured (report::provenance).
+  BOOST_TEST(results.find(" cores; commit ") != std::string::npos, results.substr(0, 300));
   for (const char* claim : {"long-range dependencies", "neither vanish nor explode", "fewer training steps",
                             "do not grow with sequence length", "O(n^2 d)"})
     BOOST_TEST(results.find(claim) != std::string::npos, claim);

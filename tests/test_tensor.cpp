@@ -46,6 +46,12 @@ BOOST_AUTO_TEST_CASE(factories) {
   BOOST_TEST(v.at({-1, 0}) == 5.0);
   BOOST_TEST((tensor({1.0, 2.0}).dtype() == DType::f64));
   BOOST_TEST((tensor({int64_t{1}, int64_t{2}}).dtype() == DType::i64));
+  // Integer literals alone, or mixed with an int64_t, make int64 (as torch.tensor([1, 2]) does).
+  BOOST_TEST((tensor({int64_t{1}, 2}).to_vector<int64_t>() == std::vector<int64_t>{1, 2}), tt::per_element());
+  BOOST_TEST((tensor({3, -4}).to_vector<int64_t>() == std::vector<int64_t>{3, -4}), tt::per_element());
+  BOOST_TEST((tensor({1.5f, 2.f}).dtype() == DType::f32));
+  BOOST_TEST(tensor({1.5f, 2.f}).to_vector<float>() == (std::vector<float>{1.5f, 2.f}), tt::per_element());
+  BOOST_TEST(tensor({0.25, 2.0}).to_vector<double>() == (std::vector<double>{0.25, 2.0}), tt::per_element());
   BOOST_TEST(zeros_like(v).shape() == v.shape());
   BOOST_TEST(values(ones_like(v)) == std::vector<double>(6, 1.0), tt::per_element());
   BOOST_TEST(empty({0, 3}).numel() == 0);

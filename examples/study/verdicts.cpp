@@ -357,7 +357,7 @@ PartOutput run_verdicts(Study& s) {
                            // a times.csv from before the column: float32
                            t.has("dtype") && t.str(r, "dtype") == "bf16" ? "bfloat16 (autocast)" : "float32");
   }
-  std::string md = "# Transformers against recurrent networks: what holds at this scale\n\n" + table.markdown() +
+  std::string md = "# Transformers against recurrent networks: what holds at this scale\n\n" + report::provenance() + table.markdown() +
                    "\n## Time per part\n\n" + times;
   for (const std::string& part : part_names()) {
     std::ifstream f(s.path(part + ".md"));

@@ -1,4 +1,4 @@
-// The MPI side of dist/dist.h (built when meson finds MPI; dist/local.cpp otherwise).
+// The MPI side of distributed/dist.h (built when meson finds MPI; distributed/local.cpp otherwise).
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "dist/mpi_util.h"
+#include "distributed/mpi_util.h"
 
 namespace tg::dist {
 

@@ -13,7 +13,7 @@
 //     }
 //   }
 //
-// Data-parallel training itself is DistributedDataParallel (dist/ddp.h).
+// Data-parallel training itself is DistributedDataParallel (distributed/ddp.h).
 #include <cstdint>
 #include <span>
 #include <stdexcept>

@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "nn/module.h"
 
 namespace tg::dist {

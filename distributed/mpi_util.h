@@ -1,9 +1,9 @@
 #pragma once
-// What dist/mpi.cpp shares with dist/ddp.cpp (MPI builds only).
+// What distributed/mpi.cpp shares with distributed/ddp.cpp (MPI builds only).
 #define OMPI_SKIP_MPICXX 1  // the C API only: OpenMPI's deprecated C++ bindings warn
 #include <mpi.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 
 namespace tg::dist {
 

@@ -1,12 +1,12 @@
-// Data-parallel training over MPI (tg::dist): 2 ranks with half a batch each
+// Data-parallel training over MPI (distributed/, tg::dist): 2 ranks with half a batch each
 // take the same 20 steps as one process with the whole batch (GPT and LSTM,
 // float64 and float32); different models across ranks are named at start; a
 // rank that throws or is killed ends the job within seconds; charlm under
 // mpirun prints once, resumes exactly and learns what one process learns.
 //
-// The same executable is the MPI worker: `test_dist --worker MODE DIR` runs
+// The same executable is the MPI worker: `test_distributed --worker MODE DIR` runs
 // one rank (the test cases start it under mpirun). Built only with MPI.
-#define BOOST_TEST_MODULE dist
+#define BOOST_TEST_MODULE distributed
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
@@ -22,7 +22,7 @@
 
 #include <fmt/format.h>
 
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 #include "models/gpt.h"
 #include "models/rnn_lm.h"
 #include "nn/nn.h"
@@ -264,7 +264,7 @@ BOOST_AUTO_TEST_CASE(a_rank_that_throws_ends_the_job_within_seconds) {
   testing::TempDir dir;
   Outcome o = run(fmt::format("{} {} --worker throw {}", mpirun(), self_exe(), dir.path.string()));
   BOOST_TEST(o.status != 0);
-  BOOST_TEST(o.output.find("[rank 1/2] test_dist worker: injected failure at step 3") != std::string::npos, o.output);
+  BOOST_TEST(o.output.find("[rank 1/2] test_distributed worker: injected failure at step 3") != std::string::npos, o.output);
   const int64_t delay = stop_delay_ms(o);
   BOOST_TEST_MESSAGE("stopped " << delay << " ms after the exception");
   BOOST_TEST(delay < 10000);
@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
     try {
       worker(argv[2], argv[3]);
     } catch (const std::exception& e) {
-      dist::abort(fmt::format("test_dist worker: {}", e.what()));
+      dist::abort(fmt::format("test_distributed worker: {}", e.what()));
     }
     return 0;
   }

@@ -1,12 +1,12 @@
-// DistributedDataParallel over MPI (see dist/ddp.h).
-#include "dist/ddp.h"
+// DistributedDataParallel over MPI (see distributed/ddp.h).
+#include "distributed/ddp.h"
 
 #include <chrono>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "dist/mpi_util.h"
+#include "distributed/mpi_util.h"
 
 namespace tg::dist {
 

@@ -1,4 +1,4 @@
-// dist/dist.h and dist/ddp.h in a build without MPI (meson found none, or
+// distributed/dist.h and distributed/ddp.h in a build without MPI (meson found none, or
 // -Dmpi=disabled): every process is the only rank of a world of one, so
 // programs written for N ranks run unchanged as one.
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 
 namespace tg::dist {
 

@@ -1,8 +1,9 @@
-// Recurrent cells and modules: PyTorch parity (tests/fixtures/nn_rnn.json,
+// The fused recurrence ops (autograd/ops/rnn_ops) and the recurrent cells and
+// modules built on them (nn/rnn): PyTorch parity (tests/fixtures/nn_rnn.json,
 // made by make_nn_rnn.py), float64 gradchecks through time w.r.t. input,
 // initial state and every named parameter, the fused recurrence ops' own
 // samples, dropout between layers, and error messages.
-#define BOOST_TEST_MODULE nn_rnn
+#define BOOST_TEST_MODULE rnn_ops
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/autograd.h"
