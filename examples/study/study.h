@@ -14,8 +14,8 @@
 //              the same characters against context length t       recall.png, context.png
 //              (part 1's models)
 //   gradients  |dL_t / dx_(t-k)| against k, init and trained      gradients.csv, gradients.png
-//   parallel   sequential steps against T; tokens/s, 1 and 2      steps.csv, parallel.csv, parallel.png
-//              threads
+//   parallel   sequential steps against T; tokens/s, 1 and 2      steps.csv, parallel.csv, speedup.csv,
+//              threads (paired steps: medians, quartiles)          parallel.png
 //   verdicts   the table of claims and verdicts                   results.md
 // Every part also writes <part>.md (its section of results.md); times.csv
 // keeps how long each part took and at what precision (part_dtype).
