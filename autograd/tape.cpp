@@ -6,14 +6,21 @@
 #include <fmt/format.h>
 
 #include "autograd/autocast.h"
+#include "autograd/forward_ad.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
 namespace {
 
 thread_local bool t_grad_enabled = true;
+thread_local uint64_t t_fw_level = 0;  // the open forward-AD level; 0: none
+std::atomic<uint64_t> g_next_fw_level{1};
+// Leaves given a tangent in place by make_dual (parameters): cleared when the level closes.
+thread_local std::vector<std::shared_ptr<TensorImpl>> t_dual_leaves;
 std::atomic<uint64_t> g_next_seq{1};
 std::atomic<uint64_t> g_next_pass{1};
 std::atomic<int64_t> g_live_nodes{0};
@@ -51,6 +58,9 @@ void reset(Node& n) {
   n.run = false;
   n.capture = -1;
   n.pass = 0;
+  n.fw_level = 0;
+  n.tangents_in.clear();
+  n.tangents.clear();
 }
 
 void free_node(Node* n) {
@@ -584,6 +594,165 @@ Tensor Node::saved_tensor(size_t k) const {
   return s.tensor;
 }
 
+// ---------------------------------------------------------------- forward mode
+namespace {
+
+// Forward mode is off while a tangent rule runs: its ops take primals and
+// tangents, and no tangent of theirs is wanted.
+class SuspendForwardAD {
+ public:
+  SuspendForwardAD() : prev_(t_fw_level) { t_fw_level = 0; }
+  ~SuspendForwardAD() { t_fw_level = prev_; }
+  SuspendForwardAD(const SuspendForwardAD&) = delete;
+  SuspendForwardAD& operator=(const SuspendForwardAD&) = delete;
+
+ private:
+  uint64_t prev_;
+};
+
+// The shape of side output k of n (what it saved as that side output).
+const Shape& side_output_shape(const Node& n, uint32_t k) {
+  for (const SavedTensor& s : n.saved)
+    if (s.output == static_cast<int32_t>(k)) return s.tensor.shape();
+  throw AutogradError(fmt::format("'{}': side output {} was not saved", n.op->name, k));
+}
+
+// Runs n's tangent rule: the tangents of its output and side outputs.
+void compute_tangents(Node& n) {
+  if (!n.op->tangent)
+    throw AutogradError(fmt::format("forward-mode AD reached {}, which has no tangent rule (OpDef::tangent)",
+                                    describe_node(n)));
+  if (n.released)
+    throw AutogradError(fmt::format("forward-mode AD: cannot compute the tangent of {}: what it saved was freed by "
+                                    "a backward without retain_graph=true",
+                                    describe_node(n)));
+  std::vector<Tensor> out(1 + n.side_grads.size());
+  {
+    SuspendForwardAD off;
+    EnableGradGuard with_grad;  // recorded: a tangent can be differentiated in reverse
+    AutocastGuard precision(n.autocast);
+    ProfileScope prof(n.op->name, ProfilePhase::backward);
+    n.op->tangent(n, n.tangents_in, out);
+  }
+  n.drop_recomputed();
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (!out[k].defined()) continue;
+    const Shape& want = k == 0 ? n.out_shape : side_output_shape(n, static_cast<uint32_t>(k));
+    if (!(out[k].shape() == want) || out[k].dtype() != n.out_dtype)
+      throw AutogradError(fmt::format("tangent rule of '{}' returned a tangent of shape {} {} for output {} of shape {} {}",
+                                      n.op->name, out[k].shape(), dtype_name(out[k].dtype()), k, want,
+                                      dtype_name(n.out_dtype)));
+  }
+  n.tangents = std::move(out);
+}
+
+// The tangent of t at the open level (undefined: zero).
+Tensor tangent_of(const TensorImpl& t) {
+  if (!t_fw_level) return Tensor();
+  if (t.tangent_level == t_fw_level) return t.tangent;
+  Node* n = t.grad_fn.get();
+  if (!n || n->fw_level != t_fw_level) return Tensor();
+  if (n->tangents.empty()) compute_tangents(*n);
+  return n->tangents[t.output_nr];
+}
+
+// record(), under a forward-AD level: the inputs' tangents, kept in n when one
+// is not zero. Reading them runs the rules of the ops that made the inputs,
+// whose forwards have returned: so tangents follow the forward one op behind.
+void keep_tangents(Node& n, std::span<const Tensor* const> inputs) {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& in = *inputs[k];
+    if (!in.defined() || !in.requires_grad()) continue;
+    Tensor t = tangent_of(*in.impl());
+    if (!t.defined()) continue;
+    if (n.tangents_in.empty()) n.tangents_in.resize(inputs.size());
+    n.tangents_in[k] = std::move(t);
+  }
+  if (!n.tangents_in.empty()) n.fw_level = t_fw_level;
+}
+
+}  // namespace
+
+ForwardADGuard::ForwardADGuard() {
+  if (t_fw_level)
+    throw AutogradError("ForwardADGuard: a forward-AD level is already open on this thread (one level at a time)");
+  t_fw_level = g_next_fw_level.fetch_add(1, std::memory_order_relaxed);
+}
+ForwardADGuard::~ForwardADGuard() {
+  for (const auto& leaf : t_dual_leaves) {
+    leaf->tangent = Tensor();
+    leaf->tangent_level = 0;
+  }
+  t_dual_leaves.clear();
+  t_fw_level = 0;
+}
+
+bool forward_ad_enabled() { return t_fw_level != 0; }
+
+Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
+  if (!t_fw_level) throw AutogradError("make_dual: no forward-AD level is open (make a ForwardADGuard)");
+  if (!primal.defined() || !tangent.defined()) throw ValueError("make_dual: primal and tangent must be defined");
+  if (!is_floating(primal.dtype()))
+    throw DTypeError(fmt::format("make_dual: primal {} is {}, not floating", primal.shape(), dtype_name(primal.dtype())));
+  if (!(primal.shape() == tangent.shape()))
+    throw ShapeError(fmt::format("make_dual: tangent of shape {} for a primal of shape {}", tangent.shape(),
+                                 primal.shape()));
+  if (primal.dtype() != tangent.dtype())
+    throw DTypeError(fmt::format("make_dual: tangent is {} for a primal of {}", dtype_name(tangent.dtype()),
+                                 dtype_name(primal.dtype())));
+  Tensor dual;
+  if (primal.requires_grad() && primal.is_leaf()) {
+    // A parameter carries the tangent itself: a module that holds it sees it.
+    dual = primal;
+    t_dual_leaves.push_back(primal.impl_ptr());
+  } else if (primal.requires_grad()) {
+    EnableGradGuard with_grad;
+    dual = view(primal, primal.shape());
+  } else {
+    dual = make_view(primal, primal.shape(), primal.strides(), primal.offset());
+    dual.requires_grad_();
+  }
+  dual.impl()->tangent = tangent;
+  dual.impl()->tangent_level = t_fw_level;
+  return dual;
+}
+
+Tensor tangent(const Tensor& t) {
+  if (!t.defined()) throw ValueError("tangent: tensor is undefined");
+  return tangent_of(*t.impl());
+}
+
+Dual unpack_dual(const Tensor& t) { return {t, tangent(t)}; }
+
+void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out) {
+  // The backward reads side outputs' cotangents from the node's pass state,
+  // which no pass uses while a tangent rule runs; it is put back after.
+  Node& n = const_cast<Node&>(node);
+  std::vector<Tensor> u{zeros(n.out_shape, n.out_dtype).requires_grad_()};
+  std::vector<Tensor> outer_side = n.side_grads;
+  for (size_t k = 0; k < n.side_grads.size(); ++k) {
+    u.push_back(zeros(side_output_shape(n, static_cast<uint32_t>(k + 1)), n.out_dtype).requires_grad_());
+    n.side_grads[k] = u.back();
+  }
+  std::vector<Tensor> vjp(n.edges.size());
+  try {
+    n.op->backward(n, u[0], vjp);
+  } catch (...) {
+    n.side_grads = std::move(outer_side);
+    throw;
+  }
+  n.side_grads = std::move(outer_side);
+  Tensor inner;  // <J^T u, v>
+  for (size_t k = 0; k < vjp.size(); ++k) {
+    if (k >= tangent_in.size() || !tangent_in[k].defined() || !vjp[k].defined()) continue;
+    Tensor term = sum(mul(vjp[k], tangent_in[k]));
+    inner = inner.defined() ? add(inner, term) : term;
+  }
+  if (!inner.defined() || !inner.requires_grad()) return;  // no tangent reaches an output
+  std::vector<Tensor> jv = grad({inner}, u, {}, {.create_graph = true, .allow_unused = true});
+  for (size_t k = 0; k < jv.size(); ++k) tangent_out[k] = std::move(jv[k]);
+}
+
 // ---------------------------------------------------------------- recording
 Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
   if (!t_grad_enabled) return nullptr;
@@ -617,6 +786,7 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
       if (n->autocast == DType::bf16) detail::autocast_keep(*in);
     }
   }
+  if (t_fw_level) keep_tangents(*n, inputs);
   TensorImpl* o = out.impl();
   o->requires_grad = true;
   o->grad_fn = NodeRef(n);
