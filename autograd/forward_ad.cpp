@@ -61,7 +61,7 @@ JvpResult jvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const 
   // and tangents stay on the tape.
   const bool keep = any_requires_grad(primals) || any_requires_grad(tangents);
   EnableGradGuard with_grad;
-  ForwardADGuard level;
+  ForwardADGuard level(keep);
   std::vector<Tensor> duals;
   for (size_t k = 0; k < primals.size(); ++k)
     duals.push_back(tangents[k].defined() ? make_dual(primals[k], tangents[k]) : primals[k]);
@@ -98,7 +98,7 @@ VjpResult vjp(const TensorListFn& fn, const std::vector<Tensor>& primals, const 
 HvpResult hvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& v) {
   check_count("hvp", "directions", v.size(), primals.size());
   EnableGradGuard with_grad;
-  ForwardADGuard level;
+  ForwardADGuard level(false);  // H v is not differentiated again: no graph of the tangents
   std::vector<Tensor> xs;
   // Parameters (leaves requiring grad) carry the tangent themselves, so fn may
   // reach them through a module; anything else is differentiated as a fresh leaf.

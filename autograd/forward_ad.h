@@ -16,10 +16,10 @@
 ///     Tensor y = f(x);
 ///     Tensor jv = tg::tangent(y);   // J(x0) v
 ///
-/// Tangent rules are written in tensor ops and run with grad mode on, so a
-/// tangent can be differentiated in reverse, and the tangent of a gradient
-/// computed with create_graph is a Hessian-vector product (forward over
-/// reverse: hvp()). One forward-AD level at a time per thread.
+/// Tangent rules are written in tensor ops and (by default) run with grad mode
+/// on, so a tangent can be differentiated in reverse; the tangent of a
+/// gradient computed with create_graph is a Hessian-vector product (forward
+/// over reverse: hvp()). One forward-AD level at a time per thread.
 #include <functional>
 #include <vector>
 
@@ -32,7 +32,10 @@ namespace tg {
 /// one while one is open is an AutogradError.
 class ForwardADGuard {
  public:
-  ForwardADGuard();   ///< opens the level
+  /// Opens the level. With differentiable_tangents the tangent rules are
+  /// recorded (in grad mode), so tangents can be differentiated in reverse;
+  /// without, they run under no_grad and keep no graph (what hvp needs).
+  explicit ForwardADGuard(bool differentiable_tangents = true);
   ~ForwardADGuard();  ///< closes it
   ForwardADGuard(const ForwardADGuard&) = delete;
   ForwardADGuard& operator=(const ForwardADGuard&) = delete;

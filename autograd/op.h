@@ -25,10 +25,11 @@ using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<
 /// outputs, tangent_out[k] (side output k's shape) with the tangent of each
 /// output given the tangents of the inputs, tangent_in[k] for input k
 /// (undefined: zero; an output's tangent may be left undefined when it is
-/// zero). Reads what the op saved, like its backward. Runs with grad mode on
-/// and forward mode off: written with tensor ops, the tangent is recorded, so
-/// it can be differentiated in reverse (reverse-over-forward), and the rule
-/// applied to a recorded backward gives forward-over-reverse.
+/// zero). Reads what the op saved, like its backward. Runs with forward mode
+/// off, and with grad mode on when the level records its tangents
+/// (ForwardADGuard): written with tensor ops, the tangent is then recorded and
+/// can be differentiated in reverse (reverse-over-forward). Applied to the
+/// ops of a recorded backward, the rules give forward-over-reverse.
 using TangentFn = void (*)(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out);
 /// Rebuilds the op's output, bit for bit, from what its node saved. An op with
 /// a cheap one (layer_norm, gelu) lets a later op that saves this output keep a

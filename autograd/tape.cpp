@@ -18,6 +18,7 @@ namespace {
 
 thread_local bool t_grad_enabled = true;
 thread_local uint64_t t_fw_level = 0;  // the open forward-AD level; 0: none
+thread_local bool t_fw_record = true;  // the open level records its tangent rules (differentiable tangents)
 std::atomic<uint64_t> g_next_fw_level{1};
 // Leaves given a tangent in place by make_dual (parameters): cleared when the level closes.
 thread_local std::vector<std::shared_ptr<TensorImpl>> t_dual_leaves;
@@ -629,12 +630,20 @@ void compute_tangents(Node& n) {
   std::vector<Tensor> out(1 + n.side_grads.size());
   {
     SuspendForwardAD off;
-    EnableGradGuard with_grad;  // recorded: a tangent can be differentiated in reverse
+    // Recorded, a tangent can be differentiated in reverse; a level that needs
+    // no such thing (hvp) keeps no graph of its tangents.
+    std::optional<EnableGradGuard> with_grad;
+    std::optional<NoGradGuard> no_grad;
+    if (t_fw_record)
+      with_grad.emplace();
+    else
+      no_grad.emplace();
     AutocastGuard precision(n.autocast);
     ProfileScope prof(n.op->name, ProfilePhase::backward);
     n.op->tangent(n, n.tangents_in, out);
   }
   n.drop_recomputed();
+  n.tangents_in.clear();  // read once: the inputs' tangents need not outlive the rule
   for (size_t k = 0; k < out.size(); ++k) {
     if (!out[k].defined()) continue;
     const Shape& want = k == 0 ? n.out_shape : side_output_shape(n, static_cast<uint32_t>(k));
@@ -673,10 +682,11 @@ void keep_tangents(Node& n, std::span<const Tensor* const> inputs) {
 
 }  // namespace
 
-ForwardADGuard::ForwardADGuard() {
+ForwardADGuard::ForwardADGuard(bool differentiable_tangents) {
   if (t_fw_level)
     throw AutogradError("ForwardADGuard: a forward-AD level is already open on this thread (one level at a time)");
   t_fw_level = g_next_fw_level.fetch_add(1, std::memory_order_relaxed);
+  t_fw_record = differentiable_tangents;
 }
 ForwardADGuard::~ForwardADGuard() {
   for (const auto& leaf : t_dual_leaves) {
@@ -685,6 +695,7 @@ ForwardADGuard::~ForwardADGuard() {
   }
   t_dual_leaves.clear();
   t_fw_level = 0;
+  t_fw_record = true;
 }
 
 bool forward_ad_enabled() { return t_fw_level != 0; }
@@ -728,6 +739,7 @@ void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in,
   // The backward reads side outputs' cotangents from the node's pass state,
   // which no pass uses while a tangent rule runs; it is put back after.
   Node& n = const_cast<Node&>(node);
+  EnableGradGuard with_grad;  // the backward in ops, differentiated in u (detached below unless recorded)
   std::vector<Tensor> u{zeros(n.out_shape, n.out_dtype).requires_grad_()};
   std::vector<Tensor> outer_side = n.side_grads;
   for (size_t k = 0; k < n.side_grads.size(); ++k) {
@@ -749,7 +761,7 @@ void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in,
     inner = inner.defined() ? add(inner, term) : term;
   }
   if (!inner.defined() || !inner.requires_grad()) return;  // no tangent reaches an output
-  std::vector<Tensor> jv = grad({inner}, u, {}, {.create_graph = true, .allow_unused = true});
+  std::vector<Tensor> jv = grad({inner}, u, {}, {.create_graph = t_fw_record, .allow_unused = true});
   for (size_t k = 0; k < jv.size(); ++k) tangent_out[k] = std::move(jv[k]);
 }
 

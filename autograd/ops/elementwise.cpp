@@ -236,7 +236,7 @@ static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 fo
   // step it below 0, where a^b log a is undefined.
   Tensor b = from_vector(std::vector<double>{2.0}, Shape{});
   b.requires_grad_();
-  s.push_back({"constant a (3) with a zero, learnable scalar b = 2",
+  s.push_back({"a (3) with a 0, learnable b () = 2",
                {from_vector(std::vector<double>{0.0, 0.5, 2.0}, {3}), b}, [](auto& x) { return pow(x[0], x[1]); }});
   return s;
 });
