@@ -109,11 +109,11 @@ HvpResult hvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const 
   const Tensor y = scalar_output("hvp", fn(xs));
   HvpResult r;
   r.value = y.detach();
-  // The backward is recorded, so its nodes carry tangents: the tangent of the gradient is H v.
-  std::vector<Tensor> g = grad({y}, xs, {}, {.create_graph = true, .allow_unused = true});
+  // The tangent of the gradient along v is H v.
+  GradTangents g = grad_and_tangents({y}, xs);
   for (size_t k = 0; k < xs.size(); ++k) {
-    r.grads.push_back(or_zeros(g[k], xs[k]).detach());
-    r.hvp.push_back(or_zeros(g[k].defined() ? tangent(g[k]) : Tensor(), xs[k]).detach());
+    r.grads.push_back(or_zeros(g.grads[k], xs[k]).detach());
+    r.hvp.push_back(or_zeros(g.tangents[k], xs[k]).detach());
   }
   return r;
 }

@@ -63,6 +63,21 @@ struct Dual {
 /// t and its tangent.
 Dual unpack_dual(const Tensor& t);
 
+/// What grad_and_tangents() returns, one entry per input.
+struct GradTangents {
+  std::vector<Tensor> grads;     ///< the gradients, as grad() (undefined where the outputs do not reach)
+  std::vector<Tensor> tangents;  ///< their tangents at the open level (undefined: zero)
+};
+/// Forward over reverse without a graph of the backward: the gradients of the
+/// outputs with respect to the inputs (as grad() with create_graph, unused
+/// inputs allowed) and their tangents at the open forward-AD level. The
+/// backward's ops compute their tangents as they run and record nothing, so
+/// its intermediates (and their tangents) are freed as the pass goes; the
+/// gradients do not require grad. With the inputs' tangents v, the tangents
+/// are H v. AutogradError outside a ForwardADGuard.
+GradTangents grad_and_tangents(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& grad_outputs = {});
+
 /// A function of several tensors to several tensors.
 using TensorListFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
@@ -94,9 +109,8 @@ struct HvpResult {
   std::vector<Tensor> hvp;    ///< H v per primal, H the Hessian of fn over all primals
 };
 /// Hessian-vector product of a scalar function, forward over reverse: the
-/// tangent, along v, of the gradient computed with create_graph. Costs about
-/// three gradients, like reverse over reverse, without differentiating the
-/// recorded backward again. A primal that is a parameter (a leaf requiring
+/// tangent, along v, of its gradient (grad_and_tangents). Costs about three
+/// gradients, like reverse over reverse, without recording the backward. A primal that is a parameter (a leaf requiring
 /// grad) is differentiated as itself, so fn may reach it through a module and
 /// ignore its argument; the others as fresh leaves.
 HvpResult hvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& v);

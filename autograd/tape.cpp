@@ -22,6 +22,12 @@ thread_local bool t_fw_record = true;  // the open level records its tangent rul
 std::atomic<uint64_t> g_next_fw_level{1};
 // Leaves given a tangent in place by make_dual (parameters): cleared when the level closes.
 thread_local std::vector<std::shared_ptr<TensorImpl>> t_dual_leaves;
+// grad_and_tangents(): the backward's ops compute tangents without being
+// recorded. Each op's node lives until the next op (or a tangent read) runs
+// its rule and gives the output its tangent, then goes.
+thread_local bool t_tangents_only = false;
+thread_local NodeRef t_pending;
+thread_local std::weak_ptr<TensorImpl> t_pending_out;
 std::atomic<uint64_t> g_next_seq{1};
 std::atomic<uint64_t> g_next_pass{1};
 std::atomic<int64_t> g_live_nodes{0};
@@ -599,16 +605,17 @@ Tensor Node::saved_tensor(size_t k) const {
 namespace {
 
 // Forward mode is off while a tangent rule runs: its ops take primals and
-// tangents, and no tangent of theirs is wanted.
+// tangents, no tangent of theirs is wanted, and they record as usual.
 class SuspendForwardAD {
  public:
-  SuspendForwardAD() : prev_(t_fw_level) { t_fw_level = 0; }
-  ~SuspendForwardAD() { t_fw_level = prev_; }
+  SuspendForwardAD() : level_(t_fw_level), tangents_only_(t_tangents_only) { t_fw_level = 0, t_tangents_only = false; }
+  ~SuspendForwardAD() { t_fw_level = level_, t_tangents_only = tangents_only_; }
   SuspendForwardAD(const SuspendForwardAD&) = delete;
   SuspendForwardAD& operator=(const SuspendForwardAD&) = delete;
 
  private:
-  uint64_t prev_;
+  uint64_t level_;
+  bool tangents_only_;
 };
 
 // The shape of side output k of n (what it saved as that side output).
@@ -655,9 +662,12 @@ void compute_tangents(Node& n) {
   n.tangents = std::move(out);
 }
 
+void flush_pending();
+
 // The tangent of t at the open level (undefined: zero).
 Tensor tangent_of(const TensorImpl& t) {
   if (!t_fw_level) return Tensor();
+  if (t_pending) flush_pending();
   if (t.tangent_level == t_fw_level) return t.tangent;
   Node* n = t.grad_fn.get();
   if (!n || n->fw_level != t_fw_level) return Tensor();
@@ -678,6 +688,50 @@ void keep_tangents(Node& n, std::span<const Tensor* const> inputs) {
     n.tangents_in[k] = std::move(t);
   }
   if (!n.tangents_in.empty()) n.fw_level = t_fw_level;
+}
+
+// Tangents only: runs the pending node's rule into its output's tangent (when
+// the output is still held), then drops the node.
+void flush_pending() {
+  NodeRef n = std::move(t_pending);
+  t_pending = NodeRef();
+  std::shared_ptr<TensorImpl> out = t_pending_out.lock();
+  t_pending_out.reset();
+  if (!n || !out) return;
+  compute_tangents(*n.get());
+  out->tangent = n->tangents[0];
+  out->tangent_level = t_fw_level;
+}
+
+// record() in tangents-only mode: a node, not linked into any graph, for the
+// op to save what its tangent rule reads, when an input has a tangent.
+Node* record_tangent(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
+  flush_pending();
+  std::vector<Tensor> tangents(inputs.size());
+  bool any = false;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (inputs[k]->defined()) any |= (tangents[k] = tangent_of(*inputs[k]->impl())).defined();
+  if (!any || !is_floating(out.dtype())) return nullptr;
+  Node* n = new_node();
+  reset_attrs(*n);
+  n->op = &op;
+  n->out_shape = out.shape();
+  n->out_dtype = out.dtype();
+  n->out_version = out.version();
+  n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
+  n->autocast = autocast_dtype();
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Edge& e = n->edges.emplace_back();
+    if (!inputs[k]->defined()) continue;
+    e.shape = inputs[k]->shape();
+    e.dtype = inputs[k]->dtype();
+    e.needs_grad = tangents[k].defined();
+  }
+  n->tangents_in = std::move(tangents);
+  n->fw_level = t_fw_level;
+  t_pending = NodeRef(n);
+  t_pending_out = out.impl_ptr();
+  return n;
 }
 
 }  // namespace
@@ -735,6 +789,31 @@ Tensor tangent(const Tensor& t) {
 
 Dual unpack_dual(const Tensor& t) { return {t, tangent(t)}; }
 
+GradTangents grad_and_tangents(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& grad_outputs) {
+  if (!t_fw_level) throw AutogradError("grad_and_tangents: no forward-AD level is open (make a ForwardADGuard)");
+  if (inputs.empty()) throw AutogradError("grad_and_tangents: no inputs given");
+  class TangentsOnly {
+   public:
+    TangentsOnly() { t_tangents_only = true; }
+    ~TangentsOnly() {
+      t_tangents_only = false;
+      t_pending = NodeRef();
+      t_pending_out.reset();
+    }
+  } only;
+  // create_graph: the backward functions take their forms in ops, whose
+  // record() computes tangents here instead of recording.
+  std::vector<Tensor> g = Pass(outputs, &inputs, {.create_graph = true, .allow_unused = true}, "grad_and_tangents")
+                              .run(grad_outputs);
+  GradTangents r;
+  for (Tensor& gk : g) {
+    r.tangents.push_back(gk.defined() ? tangent_of(*gk.impl()) : Tensor());
+    r.grads.push_back(std::move(gk));
+  }
+  return r;
+}
+
 void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out) {
   // The backward reads side outputs' cotangents from the node's pass state,
   // which no pass uses while a tangent rule runs; it is put back after.
@@ -768,6 +847,7 @@ void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in,
 // ---------------------------------------------------------------- recording
 Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
   if (!t_grad_enabled) return nullptr;
+  if (t_tangents_only) return record_tangent(op, inputs, out);
   bool any = false;
   for (const Tensor* in : inputs) any |= in->defined() && in->requires_grad();
   if (!any) return nullptr;
