@@ -13,12 +13,6 @@
 namespace tg {
 namespace {
 
-bool any_requires_grad(const std::vector<Tensor>& ts) {
-  for (const Tensor& t : ts)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
-}
-
 void check_count(const char* api, const char* what, size_t got, size_t want) {
   if (got != want) throw ValueError(fmt::format("{}: {} {} for {} primals", api, got, what, want));
 }
@@ -55,11 +49,10 @@ Tensor jacobian_block(const std::vector<Tensor>& parts, const Tensor& out, const
 
 }  // namespace
 
-JvpResult jvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& tangents) {
+JvpResult jvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& tangents,
+              bool create_graph) {
   check_count("jvp", "tangents", tangents.size(), primals.size());
-  // Reverse-over-forward: when a primal or tangent requires grad, the outputs
-  // and tangents stay on the tape.
-  const bool keep = any_requires_grad(primals) || any_requires_grad(tangents);
+  const bool keep = create_graph;  // the tangent rules recorded, the results left on the tape
   EnableGradGuard with_grad;
   ForwardADGuard level(keep);
   std::vector<Tensor> duals;
@@ -74,8 +67,9 @@ JvpResult jvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const 
   return r;
 }
 
-VjpResult vjp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& cotangents) {
-  const bool keep = any_requires_grad(primals) || any_requires_grad(cotangents);
+VjpResult vjp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& cotangents,
+              bool create_graph) {
+  const bool keep = create_graph;
   EnableGradGuard with_grad;
   std::vector<Tensor> xs;
   for (const Tensor& p : primals) xs.push_back(p.requires_grad() ? p : p.detach().requires_grad_());

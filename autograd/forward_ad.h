@@ -93,14 +93,17 @@ struct VjpResult {
 };
 
 /// Jacobian-vector product: fn(primals) and its directional derivative along
-/// `tangents` (one per primal, its shape and dtype), in one forward pass.
-/// Where a primal requires grad, the tangents are recorded and can be
-/// differentiated in reverse (reverse-over-forward).
-JvpResult jvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& tangents);
+/// `tangents` (one per primal, its shape and dtype; undefined: none), in one
+/// forward pass. With create_graph the outputs and tangents stay on the tape,
+/// differentiable with respect to the primals and tangents that require grad
+/// (reverse over forward); without, they are detached.
+JvpResult jvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& tangents,
+              bool create_graph = false);
 /// Vector-Jacobian product: fn(primals) and the gradients of
 /// sum_k <outputs[k], cotangents[k]> with respect to the primals, by one
-/// backward pass.
-VjpResult vjp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& cotangents);
+/// backward pass; recorded with create_graph, as grad()'s.
+VjpResult vjp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& cotangents,
+              bool create_graph = false);
 
 /// What hvp() returns.
 struct HvpResult {

@@ -242,7 +242,8 @@ BOOST_AUTO_TEST_CASE(reverse_over_forward_equals_forward_over_reverse) {
   const Tensor x0 = samples::uniform({4}, 21).detach(), v = samples::uniform({4}, 22).detach();
   auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{sum(mul(tanh(in[0]), mul(in[0], in[0])))}; };
   const Tensor x = x0.clone().requires_grad_();
-  const JvpResult r = jvp(f, {x}, {v});
+  BOOST_TEST(!jvp(f, {x}, {v}).tangents[0].requires_grad());  // detached without create_graph
+  const JvpResult r = jvp(f, {x}, {v}, true);
   BOOST_TEST_REQUIRE(r.tangents[0].requires_grad());
   const Tensor rof = grad({r.tangents[0]}, {x})[0];
   const HvpResult h = hvp(f, {x0}, {v});
