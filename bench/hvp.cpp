@@ -18,6 +18,7 @@
 // Before timing, the two HVPs are compared (max relative difference).
 #include <algorithm>
 #include <chrono>
+#include <functional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--workload", workload, "gpt-s, gpt-m, rnn or lstm")->check(CLI::IsMember({"gpt-s", "gpt-m", "rnn", "lstm"}));
   app.add_option("--threads", threads, "Threads for kernels and OpenBLAS")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "Timed repetitions (the median is reported)")->check(CLI::PositiveNumber);
-  app.add_flag("--profile", profile, "Print the op profile of one Hessian-vector product");
+  app.add_flag("--profile", profile, "Print the op profile of one Hessian-vector product in each order");
   CLI11_PARSE(app, argc, argv);
   try {
     set_num_threads(threads);
@@ -103,11 +104,14 @@ int main(int argc, char** argv) {
     const double rev_peak = peak_mib(hvp), fwd_peak = peak_mib(fwd_hvp);
     jvp();
     if (profile) {
-      profiler_reset();
-      profiler_enable(true);
-      hvp();
-      profiler_enable(false);
-      fmt::print("{}\n", profiler_report());
+      for (const auto& [name, product] : {std::pair<const char*, std::function<std::vector<Tensor>()>>{"reverse over reverse", hvp},
+                                          {"forward over reverse", fwd_hvp}}) {
+        profiler_reset();
+        profiler_enable(true);
+        product();
+        profiler_enable(false);
+        fmt::print("{}:\n{}\n", name, profiler_report());
+      }
     }
     const double t_grad = median_seconds(reps, gradient);
     const double t_hvp = median_seconds(reps, hvp);
