@@ -625,8 +625,13 @@ const Shape& side_output_shape(const Node& n, uint32_t k) {
   throw AutogradError(fmt::format("'{}': side output {} was not saved", n.op->name, k));
 }
 
-// Runs n's tangent rule: the tangents of its output and side outputs.
-void compute_tangents(Node& n) {
+// Runs n's tangent rule: the tangents of its output and side outputs. The
+// node keeps them only when they are not recorded: a recorded tangent's graph
+// reaches back to the node (through the saved tensors its rule read), and
+// would own it in a cycle. The tensor that asked keeps it instead (see
+// tangent_of), and the node its inputs' tangents, to run the rule again for a
+// saved output read later.
+std::vector<Tensor> compute_tangents(Node& n) {
   if (!n.op->tangent)
     throw AutogradError(fmt::format("forward-mode AD reached {}, which has no tangent rule (OpDef::tangent)",
                                     describe_node(n)));
@@ -650,7 +655,6 @@ void compute_tangents(Node& n) {
     n.op->tangent(n, n.tangents_in, out);
   }
   n.drop_recomputed();
-  n.tangents_in.clear();  // read once: the inputs' tangents need not outlive the rule
   for (size_t k = 0; k < out.size(); ++k) {
     if (!out[k].defined()) continue;
     const Shape& want = k == 0 ? n.out_shape : side_output_shape(n, static_cast<uint32_t>(k));
@@ -659,20 +663,25 @@ void compute_tangents(Node& n) {
                                       n.op->name, out[k].shape(), dtype_name(out[k].dtype()), k, want,
                                       dtype_name(n.out_dtype)));
   }
-  n.tangents = std::move(out);
+  if (!t_fw_record) {
+    n.tangents = out;
+    n.tangents_in.clear();  // read once: the inputs' tangents need not outlive the rule
+  }
+  return out;
 }
 
 void flush_pending();
 
-// The tangent of t at the open level (undefined: zero).
-Tensor tangent_of(const TensorImpl& t) {
+// The tangent of t at the open level (undefined: zero), kept in t.
+Tensor tangent_of(TensorImpl& t) {
   if (!t_fw_level) return Tensor();
   if (t_pending) flush_pending();
   if (t.tangent_level == t_fw_level) return t.tangent;
   Node* n = t.grad_fn.get();
   if (!n || n->fw_level != t_fw_level) return Tensor();
-  if (n->tangents.empty()) compute_tangents(*n);
-  return n->tangents[t.output_nr];
+  t.tangent = n->tangents.empty() ? compute_tangents(*n)[t.output_nr] : n->tangents[t.output_nr];
+  t.tangent_level = t_fw_level;
+  return t.tangent;
 }
 
 // record(), under a forward-AD level: the inputs' tangents, kept in n when one
@@ -698,8 +707,7 @@ void flush_pending() {
   std::shared_ptr<TensorImpl> out = t_pending_out.lock();
   t_pending_out.reset();
   if (!n || !out) return;
-  compute_tangents(*n.get());
-  out->tangent = n->tangents[0];
+  out->tangent = compute_tangents(*n.get())[0];
   out->tangent_level = t_fw_level;
 }
 
