@@ -1,8 +1,9 @@
 #pragma once
 /// \file
 /// Everything in autograd/: tensors, the tape, the ops (one header per op
-/// family), gradcheck.
+/// family), gradcheck, forward mode and the functional API.
 #include "autocast.h"
+#include "forward_ad.h"
 #include "gradcheck.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"

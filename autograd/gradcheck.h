@@ -74,6 +74,13 @@ using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
 /// throws GradcheckError on failure with options.raise.
 GradcheckReport gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
 
+/// jvpcheck: gradcheck of forward mode. Compares J v computed by jvp() (the
+/// ops' tangent rules) with the central difference of fn along v, for every
+/// input that requires grad: v runs over the input's elements (the whole
+/// Jacobian, a column per jvp), or over options.directions random
+/// directions in fast mode. Reports like gradcheck ("analytic" is J v).
+GradcheckReport jvpcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
+
 /// gradgradcheck: gradcheck of the backward. The function (inputs, u) ->
 /// gradients of fn(inputs) . u, computed with create_graph, is compared with
 /// finite differences, so the second derivatives (and the first ones, with

@@ -14,8 +14,10 @@ std::vector<const OpDef*>& registry() {
 }  // namespace
 
 OpDef::OpDef(std::string_view name_, int arity_, std::string_view signature_, std::string_view saves_,
-             BackwardFn backward_, SampleFn samples_, RecomputeFn recompute_, bool once_differentiable_)
-    : name(name_), arity(arity_), signature(signature_), saves(saves_), backward(backward_), samples(samples_),
+             BackwardFn backward_, TangentFn tangent_, SampleFn samples_, RecomputeFn recompute_,
+             bool once_differentiable_)
+    : name(name_), arity(arity_), signature(signature_), saves(saves_), backward(backward_), tangent(tangent_),
+      samples(samples_),
       recompute(recompute_), once_differentiable(once_differentiable_) {
   for (const OpDef* op : registry())
     if (op->name == name)

@@ -21,6 +21,16 @@ namespace tg {
 /// and can itself be differentiated (double backward). A fused kernel is
 /// fine on the plain path; under grad_enabled() take a differentiable form.
 using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in);
+/// Forward mode: fills tangent_out[0] (output shape) and, for an op with side
+/// outputs, tangent_out[k] (side output k's shape) with the tangent of each
+/// output given the tangents of the inputs, tangent_in[k] for input k
+/// (undefined: zero; an output's tangent may be left undefined when it is
+/// zero). Reads what the op saved, like its backward. Runs with forward mode
+/// off, and with grad mode on when the level records its tangents
+/// (ForwardADGuard): written with tensor ops, the tangent is then recorded and
+/// can be differentiated in reverse (reverse-over-forward). Applied to the
+/// ops of a recorded backward, the rules give forward-over-reverse.
+using TangentFn = void (*)(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out);
 /// Rebuilds the op's output, bit for bit, from what its node saved. An op with
 /// a cheap one (layer_norm, gelu) lets a later op that saves this output keep a
 /// reference to the node instead of the tensor (see Node::save), so e.g. a
@@ -36,8 +46,8 @@ struct OpSample {
 /// Returns an op's gradcheck cases (OpDef::samples).
 using SampleFn = std::vector<OpSample> (*)();
 
-/// A differentiable op: its name, forward signature, backward and gradcheck
-/// samples. Define one as a static object beside the op's forward, which
+/// A differentiable op: its name, forward signature, backward, tangent rule
+/// and gradcheck samples. Define one as a static object beside the op's forward, which
 /// passes it to record(); it registers itself in op_table().
 struct OpDef {
   std::string_view name;       ///< as in error messages and the profiler
@@ -45,6 +55,7 @@ struct OpDef {
   std::string_view signature;  ///< the forward, e.g. "mul(a, b) -> a * b, broadcasting"
   std::string_view saves;      ///< what forward saves for backward
   BackwardFn backward;         ///< the gradients of the inputs
+  TangentFn tangent;           ///< forward mode; null: forward mode through the op is an AutogradError naming it
   SampleFn samples;            ///< the cases gradchecked for this op (null: none)
   RecomputeFn recompute;       ///< null: the output cannot be rebuilt
   /// True for an op whose backward is raw kernels only: create_graph through
@@ -54,11 +65,22 @@ struct OpDef {
 
   /// Registers the op; a name already registered is a ValueError.
   OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
-        BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false);
+        BackwardFn backward, TangentFn tangent, SampleFn samples, RecomputeFn recompute = nullptr,
+        bool once_differentiable = false);
+  /// An op without a tangent rule (reverse mode only).
+  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
+        BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false)
+      : OpDef(name, arity, signature, saves, backward, nullptr, samples, recompute, once_differentiable) {}
   ~OpDef();  ///< unregisters
   OpDef(const OpDef&) = delete;
   OpDef& operator=(const OpDef&) = delete;
 };
+
+/// A tangent rule for any op whose backward is written in tensor ops: with
+/// the backward applied to a cotangent u (and, for side outputs, u_k) that
+/// requires grad, J v = d/du <J^T u, v>. It costs two backward passes of the
+/// op; an op on a hot path gives a rule of its own instead.
+void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out);
 
 /// Every registered op, sorted by name.
 std::vector<const OpDef*> op_table();

@@ -6,14 +6,28 @@
 #include <fmt/format.h>
 
 #include "autograd/autocast.h"
+#include "autograd/forward_ad.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
 namespace {
 
 thread_local bool t_grad_enabled = true;
+thread_local uint64_t t_fw_level = 0;  // the open forward-AD level; 0: none
+thread_local bool t_fw_record = true;  // the open level records its tangent rules (differentiable tangents)
+std::atomic<uint64_t> g_next_fw_level{1};
+// Leaves given a tangent in place by make_dual (parameters): cleared when the level closes.
+thread_local std::vector<std::shared_ptr<TensorImpl>> t_dual_leaves;
+// grad_and_tangents(): the backward's ops compute tangents without being
+// recorded. Each op's node lives until the next op (or a tangent read) runs
+// its rule and gives the output its tangent, then goes.
+thread_local bool t_tangents_only = false;
+thread_local NodeRef t_pending;
+thread_local std::weak_ptr<TensorImpl> t_pending_out;
 std::atomic<uint64_t> g_next_seq{1};
 std::atomic<uint64_t> g_next_pass{1};
 std::atomic<int64_t> g_live_nodes{0};
@@ -51,6 +65,9 @@ void reset(Node& n) {
   n.run = false;
   n.capture = -1;
   n.pass = 0;
+  n.fw_level = 0;
+  n.tangents_in.clear();
+  n.tangents.clear();
 }
 
 void free_node(Node* n) {
@@ -584,9 +601,261 @@ Tensor Node::saved_tensor(size_t k) const {
   return s.tensor;
 }
 
+// ---------------------------------------------------------------- forward mode
+namespace {
+
+// Forward mode is off while a tangent rule runs: its ops take primals and
+// tangents, no tangent of theirs is wanted, and they record as usual.
+class SuspendForwardAD {
+ public:
+  SuspendForwardAD() : level_(t_fw_level), tangents_only_(t_tangents_only) { t_fw_level = 0, t_tangents_only = false; }
+  ~SuspendForwardAD() { t_fw_level = level_, t_tangents_only = tangents_only_; }
+  SuspendForwardAD(const SuspendForwardAD&) = delete;
+  SuspendForwardAD& operator=(const SuspendForwardAD&) = delete;
+
+ private:
+  uint64_t level_;
+  bool tangents_only_;
+};
+
+// The shape of side output k of n (what it saved as that side output).
+const Shape& side_output_shape(const Node& n, uint32_t k) {
+  for (const SavedTensor& s : n.saved)
+    if (s.output == static_cast<int32_t>(k)) return s.tensor.shape();
+  throw AutogradError(fmt::format("'{}': side output {} was not saved", n.op->name, k));
+}
+
+// Runs n's tangent rule: the tangents of its output and side outputs. The
+// node keeps them only when they are not recorded: a recorded tangent's graph
+// reaches back to the node (through the saved tensors its rule read), and
+// would own it in a cycle. The tensor that asked keeps it instead (see
+// tangent_of), and the node its inputs' tangents, to run the rule again for a
+// saved output read later.
+std::vector<Tensor> compute_tangents(Node& n) {
+  if (!n.op->tangent)
+    throw AutogradError(fmt::format("forward-mode AD reached {}, which has no tangent rule (OpDef::tangent)",
+                                    describe_node(n)));
+  if (n.released)
+    throw AutogradError(fmt::format("forward-mode AD: cannot compute the tangent of {}: what it saved was freed by "
+                                    "a backward without retain_graph=true",
+                                    describe_node(n)));
+  std::vector<Tensor> out(1 + n.side_grads.size());
+  {
+    SuspendForwardAD off;
+    // Recorded, a tangent can be differentiated in reverse; a level that needs
+    // no such thing (hvp) keeps no graph of its tangents.
+    std::optional<EnableGradGuard> with_grad;
+    std::optional<NoGradGuard> no_grad;
+    if (t_fw_record)
+      with_grad.emplace();
+    else
+      no_grad.emplace();
+    AutocastGuard precision(n.autocast);
+    ProfileScope prof(n.op->name, ProfilePhase::backward);
+    n.op->tangent(n, n.tangents_in, out);
+  }
+  n.drop_recomputed();
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (!out[k].defined()) continue;
+    const Shape& want = k == 0 ? n.out_shape : side_output_shape(n, static_cast<uint32_t>(k));
+    if (!(out[k].shape() == want) || out[k].dtype() != n.out_dtype)
+      throw AutogradError(fmt::format("tangent rule of '{}' returned a tangent of shape {} {} for output {} of shape {} {}",
+                                      n.op->name, out[k].shape(), dtype_name(out[k].dtype()), k, want,
+                                      dtype_name(n.out_dtype)));
+  }
+  if (!t_fw_record) {
+    n.tangents = out;
+    n.tangents_in.clear();  // read once: the inputs' tangents need not outlive the rule
+  }
+  return out;
+}
+
+void flush_pending();
+
+// The tangent of t at the open level (undefined: zero), kept in t.
+Tensor tangent_of(TensorImpl& t) {
+  if (!t_fw_level) return Tensor();
+  if (t_pending) flush_pending();
+  if (t.tangent_level == t_fw_level) return t.tangent;
+  Node* n = t.grad_fn.get();
+  if (!n || n->fw_level != t_fw_level) return Tensor();
+  t.tangent = n->tangents.empty() ? compute_tangents(*n)[t.output_nr] : n->tangents[t.output_nr];
+  t.tangent_level = t_fw_level;
+  return t.tangent;
+}
+
+// record(), under a forward-AD level: the inputs' tangents, kept in n when one
+// is not zero. Reading them runs the rules of the ops that made the inputs,
+// whose forwards have returned: so tangents follow the forward one op behind.
+void keep_tangents(Node& n, std::span<const Tensor* const> inputs) {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& in = *inputs[k];
+    if (!in.defined() || !in.requires_grad()) continue;
+    Tensor t = tangent_of(*in.impl());
+    if (!t.defined()) continue;
+    if (n.tangents_in.empty()) n.tangents_in.resize(inputs.size());
+    n.tangents_in[k] = std::move(t);
+  }
+  if (!n.tangents_in.empty()) n.fw_level = t_fw_level;
+}
+
+// Tangents only: runs the pending node's rule into its output's tangent (when
+// the output is still held), then drops the node.
+void flush_pending() {
+  NodeRef n = std::move(t_pending);
+  t_pending = NodeRef();
+  std::shared_ptr<TensorImpl> out = t_pending_out.lock();
+  t_pending_out.reset();
+  if (!n || !out) return;
+  out->tangent = compute_tangents(*n.get())[0];
+  out->tangent_level = t_fw_level;
+}
+
+// record() in tangents-only mode: a node, not linked into any graph, for the
+// op to save what its tangent rule reads, when an input has a tangent.
+Node* record_tangent(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
+  flush_pending();
+  std::vector<Tensor> tangents(inputs.size());
+  bool any = false;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (inputs[k]->defined()) any |= (tangents[k] = tangent_of(*inputs[k]->impl())).defined();
+  if (!any || !is_floating(out.dtype())) return nullptr;
+  Node* n = new_node();
+  reset_attrs(*n);
+  n->op = &op;
+  n->out_shape = out.shape();
+  n->out_dtype = out.dtype();
+  n->out_version = out.version();
+  n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
+  n->autocast = autocast_dtype();
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Edge& e = n->edges.emplace_back();
+    if (!inputs[k]->defined()) continue;
+    e.shape = inputs[k]->shape();
+    e.dtype = inputs[k]->dtype();
+    e.needs_grad = tangents[k].defined();
+  }
+  n->tangents_in = std::move(tangents);
+  n->fw_level = t_fw_level;
+  t_pending = NodeRef(n);
+  t_pending_out = out.impl_ptr();
+  return n;
+}
+
+}  // namespace
+
+ForwardADGuard::ForwardADGuard(bool differentiable_tangents) {
+  if (t_fw_level)
+    throw AutogradError("ForwardADGuard: a forward-AD level is already open on this thread (one level at a time)");
+  t_fw_level = g_next_fw_level.fetch_add(1, std::memory_order_relaxed);
+  t_fw_record = differentiable_tangents;
+}
+ForwardADGuard::~ForwardADGuard() {
+  for (const auto& leaf : t_dual_leaves) {
+    leaf->tangent = Tensor();
+    leaf->tangent_level = 0;
+  }
+  t_dual_leaves.clear();
+  t_fw_level = 0;
+  t_fw_record = true;
+}
+
+bool forward_ad_enabled() { return t_fw_level != 0; }
+
+Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
+  if (!t_fw_level) throw AutogradError("make_dual: no forward-AD level is open (make a ForwardADGuard)");
+  if (!primal.defined() || !tangent.defined()) throw ValueError("make_dual: primal and tangent must be defined");
+  if (!is_floating(primal.dtype()))
+    throw DTypeError(fmt::format("make_dual: primal {} is {}, not floating", primal.shape(), dtype_name(primal.dtype())));
+  if (!(primal.shape() == tangent.shape()))
+    throw ShapeError(fmt::format("make_dual: tangent of shape {} for a primal of shape {}", tangent.shape(),
+                                 primal.shape()));
+  if (primal.dtype() != tangent.dtype())
+    throw DTypeError(fmt::format("make_dual: tangent is {} for a primal of {}", dtype_name(tangent.dtype()),
+                                 dtype_name(primal.dtype())));
+  Tensor dual;
+  if (primal.requires_grad() && primal.is_leaf()) {
+    // A parameter carries the tangent itself: a module that holds it sees it.
+    dual = primal;
+    t_dual_leaves.push_back(primal.impl_ptr());
+  } else if (primal.requires_grad()) {
+    EnableGradGuard with_grad;
+    dual = view(primal, primal.shape());
+  } else {
+    dual = make_view(primal, primal.shape(), primal.strides(), primal.offset());
+    dual.requires_grad_();
+  }
+  dual.impl()->tangent = tangent;
+  dual.impl()->tangent_level = t_fw_level;
+  return dual;
+}
+
+Tensor tangent(const Tensor& t) {
+  if (!t.defined()) throw ValueError("tangent: tensor is undefined");
+  return tangent_of(*t.impl());
+}
+
+Dual unpack_dual(const Tensor& t) { return {t, tangent(t)}; }
+
+GradTangents grad_and_tangents(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& grad_outputs) {
+  if (!t_fw_level) throw AutogradError("grad_and_tangents: no forward-AD level is open (make a ForwardADGuard)");
+  if (inputs.empty()) throw AutogradError("grad_and_tangents: no inputs given");
+  class TangentsOnly {
+   public:
+    TangentsOnly() { t_tangents_only = true; }
+    ~TangentsOnly() {
+      t_tangents_only = false;
+      t_pending = NodeRef();
+      t_pending_out.reset();
+    }
+  } only;
+  // create_graph: the backward functions take their forms in ops, whose
+  // record() computes tangents here instead of recording.
+  std::vector<Tensor> g = Pass(outputs, &inputs, {.create_graph = true, .allow_unused = true}, "grad_and_tangents")
+                              .run(grad_outputs);
+  GradTangents r;
+  for (Tensor& gk : g) {
+    r.tangents.push_back(gk.defined() ? tangent_of(*gk.impl()) : Tensor());
+    r.grads.push_back(std::move(gk));
+  }
+  return r;
+}
+
+void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out) {
+  // The backward reads side outputs' cotangents from the node's pass state,
+  // which no pass uses while a tangent rule runs; it is put back after.
+  Node& n = const_cast<Node&>(node);
+  EnableGradGuard with_grad;  // the backward in ops, differentiated in u (detached below unless recorded)
+  std::vector<Tensor> u{zeros(n.out_shape, n.out_dtype).requires_grad_()};
+  std::vector<Tensor> outer_side = n.side_grads;
+  for (size_t k = 0; k < n.side_grads.size(); ++k) {
+    u.push_back(zeros(side_output_shape(n, static_cast<uint32_t>(k + 1)), n.out_dtype).requires_grad_());
+    n.side_grads[k] = u.back();
+  }
+  std::vector<Tensor> vjp(n.edges.size());
+  try {
+    n.op->backward(n, u[0], vjp);
+  } catch (...) {
+    n.side_grads = std::move(outer_side);
+    throw;
+  }
+  n.side_grads = std::move(outer_side);
+  Tensor inner;  // <J^T u, v>
+  for (size_t k = 0; k < vjp.size(); ++k) {
+    if (k >= tangent_in.size() || !tangent_in[k].defined() || !vjp[k].defined()) continue;
+    Tensor term = sum(mul(vjp[k], tangent_in[k]));
+    inner = inner.defined() ? add(inner, term) : term;
+  }
+  if (!inner.defined() || !inner.requires_grad()) return;  // no tangent reaches an output
+  std::vector<Tensor> jv = grad({inner}, u, {}, {.create_graph = t_fw_record, .allow_unused = true});
+  for (size_t k = 0; k < jv.size(); ++k) tangent_out[k] = std::move(jv[k]);
+}
+
 // ---------------------------------------------------------------- recording
 Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
   if (!t_grad_enabled) return nullptr;
+  if (t_tangents_only) return record_tangent(op, inputs, out);
   bool any = false;
   for (const Tensor* in : inputs) any |= in->defined() && in->requires_grad();
   if (!any) return nullptr;
@@ -617,6 +886,7 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
       if (n->autocast == DType::bf16) detail::autocast_keep(*in);
     }
   }
+  if (t_fw_level) keep_tangents(*n, inputs);
   TensorImpl* o = out.impl();
   o->requires_grad = true;
   o->grad_fn = NodeRef(n);

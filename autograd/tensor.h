@@ -194,6 +194,10 @@ struct TensorImpl {
   uint64_t pass = 0;     ///< the backward pass that counted pending
   int32_t pending = 0;   ///< edges of that pass still to deliver a gradient here
   int32_t capture = -1;  ///< grad(): index of this leaf among the inputs
+  /// Forward mode (forward_ad.h): the tangent make_dual gave this tensor,
+  /// valid while tangent_level is the thread's forward-AD level.
+  Tensor tangent;
+  uint64_t tangent_level = 0;  ///< the level `tangent` belongs to; 0: none
 };
 
 // --- factories. Shapes are given as {d0, d1, ...}; dtype defaults to float32.

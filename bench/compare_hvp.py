@@ -2,9 +2,13 @@
 """Hessian-vector product cost, tapegrad against PyTorch in the same run.
 
 Runs build/bench/hvp and bench/torch_hvp.py alternately (rounds of each
-workload), takes medians and prints a Markdown table: the time of one
-gradient, of a Hessian-vector product by double backward, their ratio, and
-PyTorch's torch.autograd.functional.hvp on the same loss. PyTorch's threads
+workload), takes medians and prints two Markdown tables. Hessian-vector
+products: the time of one gradient, of H v by reverse over reverse (double
+backward) and forward over reverse (tg::hvp), their costs in gradients and
+tapegrad's peak memory of each, against PyTorch's double backward,
+torch.autograd.functional.hvp and functorch's jvp(grad) on the same loss;
+the speedup is over PyTorch's fastest of the three. Forward mode: the time
+of a Jacobian-vector product of the loss over one plain forward. PyTorch's threads
 are set as in bench/compare.py (OpenBLAS at one thread unless it is the pool
 being measured; at n > 1 threads both of its settings, the better median per
 column), so that "1 thread" means one core on both sides.
@@ -54,22 +58,44 @@ def main():
                         env=dict(os.environ, **env)))
         med = lambda runs, k: statistics.median(x[k] for x in runs)
         best = lambda k: min(med(runs, k) for runs in theirs.values())
-        rows.append((w, med(ours, "grad_s"), med(ours, "hvp_s"), best("grad_s"), best("hvp_s"),
-                     best("functional_hvp_s")))
+        # functorch's jvp(grad) where PyTorch can run it (None: it cannot).
+        ft = [med(runs, "functorch_hvp_s") for runs in theirs.values()
+              if all(x["functorch_hvp_s"] is not None for x in runs)]
+        errors = {x["functorch_error"] for runs in theirs.values() for x in runs if x["functorch_error"]}
+        rows.append(dict(w=w, grad=med(ours, "grad_s"), hvp=med(ours, "hvp_s"), fwd=med(ours, "fwd_hvp_s"),
+                         peak=med(ours, "hvp_peak_mib"), fwd_peak=med(ours, "fwd_hvp_peak_mib"),
+                         diff=max(x["hvp_rel_diff"] for x in ours), fwd_s=med(ours, "forward_s"),
+                         jvp=med(ours, "jvp_s"), t_grad=best("grad_s"), t_hvp=best("hvp_s"),
+                         t_fhvp=best("functional_hvp_s"), t_ft=min(ft) if ft else None,
+                         ft_error="; ".join(sorted(errors))))
     lines = [f"Hessian-vector products, {a.threads} thread(s), medians of {a.rounds} alternating rounds "
-             f"(each a median of {a.reps}), milliseconds; PyTorch in its better thread setting per column:", "",
-             "| workload | tapegrad grad | tapegrad HVP | HVP / grad | PyTorch grad | PyTorch HVP | HVP / grad "
-             "| functional.hvp | tapegrad speedup on HVP |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for w, g, h, tg_, th, tf in rows:
-        lines.append(f"| {w} | {g * 1e3:.1f} | {h * 1e3:.1f} | {h / g:.2f}x | {tg_ * 1e3:.1f} | {th * 1e3:.1f} | "
-                     f"{th / tg_:.2f}x | {tf * 1e3:.1f} | {th / h:.2f}x |")
+             f"(each a median of {a.reps}), milliseconds; PyTorch in its better thread setting per column:", ""]
+    lines.append("| workload | grad | rev-over-rev | fwd-over-rev | in grads (rev / fwd) | peak MiB (rev / fwd) "
+                 "| PyTorch grad | double backward | functional.hvp | functorch jvp(grad) | fwd-over-rev speedup over "
+                 "PyTorch's fastest |")
+    lines.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for r in rows:
+        torch_best = min(t for t in (r["t_hvp"], r["t_fhvp"], r["t_ft"]) if t is not None)
+        ft = f"{r['t_ft'] * 1e3:.1f}" if r["t_ft"] is not None else "fails"
+        lines.append(f"| {r['w']} | {r['grad'] * 1e3:.1f} | {r['hvp'] * 1e3:.1f} | {r['fwd'] * 1e3:.1f} | "
+                     f"{r['hvp'] / r['grad']:.2f} / {r['fwd'] / r['grad']:.2f} | {r['peak']:.1f} / {r['fwd_peak']:.1f} | "
+                     f"{r['t_grad'] * 1e3:.1f} | {r['t_hvp'] * 1e3:.1f} | {r['t_fhvp'] * 1e3:.1f} | {ft} | "
+                     f"{torch_best / r['fwd']:.2f}x |")
+    lines += ["", "The two orders agree to a relative " + ", ".join(f"{r['w']} {r['diff']:.1e}" for r in rows) + "."]
+    for r in rows:
+        if r["ft_error"]:
+            lines.append(f"functorch jvp(grad) on {r['w']}: {r['ft_error']}")
+    lines += ["", "Forward mode, tapegrad: a Jacobian-vector product of the loss along v over one forward (no_grad):", "",
+              "| workload | forward | jvp | jvp / forward |", "|---|--:|--:|--:|"]
+    for r in rows:
+        lines.append(f"| {r['w']} | {r['fwd_s'] * 1e3:.1f} | {r['jvp'] * 1e3:.1f} | {r['jvp'] / r['fwd_s']:.2f}x |")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if a.out:
         with open(a.out, "w") as f:
             f.write(provenance() + text)
         print(f"wrote {a.out}")
+
 
 if __name__ == "__main__":
     main()

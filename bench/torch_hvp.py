@@ -5,12 +5,16 @@ bench/torch_lm.py, random tokens), printed as one JSON line.
 
 hvp_s is the double-backward product (grad of g . v, as tapegrad's
 bench/hvp does); functional_hvp_s is torch.autograd.functional.hvp on the
-same loss as a function of all parameters.
+same loss as a function of all parameters; functorch_hvp_s is functorch's
+forward over reverse, jvp(grad(loss)), or null where PyTorch cannot run it
+(1.13's forward mode has no formula for some backward ops, e.g.
+native_layer_norm_backward; functorch_error says which).
 """
 import argparse
 import json
 import time
 
+import functorch
 import torch
 import torch.nn.functional as F
 from torch.nn.utils import stateless
@@ -62,13 +66,24 @@ def main():
     def functional_hvp():
         return torch.autograd.functional.hvp(loss_of, tuple(p.detach() for p in params), tuple(v))
 
+    def functorch_hvp():
+        return functorch.jvp(functorch.grad(lambda ps: loss_of(*ps)), (tuple(p.detach() for p in params),),
+                             (tuple(v),))[1]
+
     gradient(), hvp(), functional_hvp()
     t_grad = median_seconds(a.reps, gradient)
     t_hvp = median_seconds(a.reps, hvp)
     t_fhvp = median_seconds(a.reps, functional_hvp)
+    t_ft, ft_error = None, None
+    try:
+        functorch_hvp()
+        t_ft = median_seconds(a.reps, functorch_hvp)
+    except (NotImplementedError, RuntimeError) as e:
+        ft_error = str(e).splitlines()[0]
     print(json.dumps(dict(side="pytorch", workload=a.workload, threads=a.threads,
                           params=sum(p.numel() for p in params), grad_s=t_grad, hvp_s=t_hvp,
-                          hvp_over_grad=t_hvp / t_grad, functional_hvp_s=t_fhvp)))
+                          hvp_over_grad=t_hvp / t_grad, functional_hvp_s=t_fhvp, functorch_hvp_s=t_ft,
+                          functorch_error=ft_error)))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
 // Defining a brand-new differentiable op outside the library, in three steps:
 //
 //   1. a backward: given the gradient of the output, fill the gradient of each
-//      input that needs one (node.needs(k)), reading what forward saved;
-//   2. an OpDef: the op's name, arity, signature, what it saves, its backward;
+//      input that needs one (node.needs(k)), reading what forward saved; and a
+//      tangent rule (forward mode): given the tangents of the inputs, the
+//      tangent of the output;
+//   2. an OpDef: the op's name, arity, signature, what it saves, its backward,
+//      its tangent rule;
 //   3. a forward that computes the output without recording its inner ops,
 //      then record()s itself on the tape and saves what backward needs.
 //
-// Then gradcheck compares the backward with finite differences in float64.
+// Then gradcheck compares the backward with finite differences in float64,
+// and jvpcheck the tangent rule.
 // The op here is swish(x) = x * sigmoid(x) (a.k.a. SiLU), recorded as a single
 // node instead of the two (mul, sigmoid) the library would otherwise record.
 #include <fmt/format.h>
@@ -29,9 +33,19 @@ void swish_backward(const tg::Node& node, const tg::Tensor& grad_out, std::span<
   grad_in[0] = grad_out * (s + x * s * (1.0 - s));
 }
 
+// 1b. The tangent rule: the same derivative times the input's tangent (an
+// elementwise op's Jacobian is diagonal). Written with library ops, it can be
+// differentiated in reverse too (forward-over-reverse Hessian-vector products).
+void swish_tangent(const tg::Node& node, std::span<const tg::Tensor> tangent_in, std::span<tg::Tensor> tangent_out) {
+  const tg::Tensor x = node.saved_tensor(kX);
+  tg::Tensor s = tg::sigmoid(x);
+  tangent_out[0] = tangent_in[0] * (s + x * s * (1.0 - s));
+}
+
 // 2. The OpDef. Defining it registers the op; a static one lives for the program.
 // No samples: user ops are not part of the library's own op table test.
-const tg::OpDef swish_op("swish", /*arity=*/1, "swish(x) -> x * sigmoid(x)", "x", swish_backward, nullptr);
+const tg::OpDef swish_op("swish", /*arity=*/1, "swish(x) -> x * sigmoid(x)", "x", swish_backward, swish_tangent,
+                         nullptr);
 
 // 3. The forward.
 tg::Tensor swish(const tg::Tensor& x) {
@@ -58,13 +72,16 @@ int main() {
   // Second derivatives come free with a backward written in ops.
   tg::GradcheckReport twice = tg::gradgradcheck(fn, {x});
   fmt::print("gradgradcheck of swish:\n{}", twice.str());
+  // Forward mode: J v from the tangent rule against finite differences.
+  tg::GradcheckReport forward = tg::jvpcheck(fn, {x});
+  fmt::print("jvpcheck of swish:\n{}", forward.str());
 
   // The op works like any other: compose it, call backward, read .grad.
   tg::Tensor loss = tg::sum(swish(x * 2.0));
   loss.backward();
   fmt::print("loss = {:.6f}, |grad| sum = {:.6f}\n", loss.item<double>(), tg::sum(tg::abs(x.grad())).item<double>());
 
-  const bool ok = report.passed && twice.passed;
-  fmt::print("{}\n", ok ? "swish: gradcheck and gradgradcheck passed" : "swish: gradcheck FAILED");
+  const bool ok = report.passed && twice.passed && forward.passed;
+  fmt::print("{}\n", ok ? "swish: gradcheck, gradgradcheck and jvpcheck passed" : "swish: a check FAILED");
   return ok ? 0 : 1;
 }

@@ -3,6 +3,8 @@
 // are short compositions of stable primitives, so their gradients come free.
 #include "nn/loss.h"
 
+#include <limits>
+
 #include <fmt/format.h>
 
 namespace tg::nn {
@@ -82,7 +84,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, int64_t ignore_i
   Tensor picked = gather(log_probs, 1, from_vector(ids, targets.shape()).unsqueeze(1)).squeeze(1);
   Tensor loss = mul(picked, from_vector(weight, targets.shape()).to(log_probs.dtype()));
   if (reduction != Reduction::mean) return reduce(loss, reduction);
-  return mul(sum(loss), 1.0 / static_cast<double>(count));  // 0/0 = NaN when all are ignored, as torch
+  // Every target ignored: the mean is 0/0 = NaN and its gradient zero, both as
+  // torch (whose backward writes nothing for an ignored target). NaN is added,
+  // not reached by multiplying by 1/0, which would send inf * 0 = NaN back.
+  if (count == 0) return add(mul(sum(loss), 0.0), std::numeric_limits<double>::quiet_NaN());
+  return mul(sum(loss), 1.0 / static_cast<double>(count));
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {

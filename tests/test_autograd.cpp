@@ -527,3 +527,21 @@ BOOST_AUTO_TEST_CASE(profiler_counts_the_work_of_every_gemm) {
   profiler_enable(false);
   profiler_reset();
 }
+
+// pow with a learnable exponent and a zero base: d/db a^b = a^b log a -> 0 at a = 0.
+BOOST_AUTO_TEST_CASE(pow_gradient_at_a_zero_base) {
+  const Tensor a = from_vector(std::vector<double>{0.0, 0.5, 2.0}, {3});
+  const Tensor b = from_vector(std::vector<double>{2.0}, Shape{}).requires_grad_();
+  const double want = 0.25 * std::log(0.5) + 4 * std::log(2.0);  // 2.5993
+  for (bool create_graph : {false, true}) {
+    const Tensor g = grad({sum(pow(a, b))}, {b}, {}, {.create_graph = create_graph})[0];
+    BOOST_TEST(g.item<double>() == want, boost::test_tools::tolerance(1e-15));
+  }
+  // 0 ** 0: both gradients 0, as in PyTorch (not NaN and -inf).
+  const Tensor z = zeros({}, DType::f64).requires_grad_(), e = zeros({}, DType::f64).requires_grad_();
+  for (bool create_graph : {false, true}) {
+    const std::vector<Tensor> g = grad({pow(z, e)}, {z, e}, {}, {.create_graph = create_graph});
+    BOOST_TEST(g[0].item<double>() == 0.0);
+    BOOST_TEST(g[1].item<double>() == 0.0);
+  }
+}

@@ -331,3 +331,11 @@ BOOST_AUTO_TEST_CASE(higher_order_checks_hvp_and_compares_maml) {
     BOOST_TEST(log.find(row) != std::string::npos, row << " missing:\n" << log);
   BOOST_TEST(log.find("mean |df/dx|") != std::string::npos, log);  // the gradient-penalty table
 }
+
+BOOST_AUTO_TEST_CASE(forward_mode_tracks_sharpness_and_compares_jacobians) {
+  auto [rc, log] = run(exe("FORWARD_MODE") + " --quick --threads 1");
+  BOOST_REQUIRE_MESSAGE(rc == 0, log);  // exits 1 when the forward and reverse Jacobians disagree
+  BOOST_TEST(log.find("lambda_1") != std::string::npos, log);
+  BOOST_TEST(log.find("max |J_forward - J_reverse|") != std::string::npos, log);
+  BOOST_TEST(log.find(": ok") != std::string::npos, log);
+}

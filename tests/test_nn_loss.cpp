@@ -145,6 +145,23 @@ BOOST_AUTO_TEST_CASE(reductions_and_ignored_targets) {
   BOOST_TEST(none.at({1}) == 0.0);
   // All ignored: torch's 0/0 = NaN.
   BOOST_TEST(std::isnan(nn::nll_loss(lp, from_vector(std::vector<int64_t>{-100, -100}, {2})).item()));
+}
+
+// Every target ignored under the mean: the loss is NaN, and the gradient zero
+// on both backward paths (plain and create_graph), as torch's, for nll_loss and
+// cross_entropy.
+BOOST_AUTO_TEST_CASE(every_target_ignored_gives_zero_gradients) {
+  const Tensor x = from_vector(std::vector<double>{0.3, -1.2, 2.0, 0.5, 0.1, -0.7}, {2, 3}).requires_grad_();
+  const Tensor ignored = from_vector(std::vector<int64_t>{-100, -100}, {2});
+  const std::function<Tensor()> losses[] = {[&] { return nn::nll_loss(log_softmax(x, 1), ignored); },
+                                            [&] { return nn::cross_entropy(x, ignored); }};
+  for (const auto& loss : losses)
+    for (bool create_graph : {false, true}) {
+      const Tensor l = loss();
+      BOOST_TEST(std::isnan(l.item()));
+      const Tensor g = tg::grad({l}, {x}, {}, {.create_graph = create_graph})[0];
+      for (double v : g.contiguous().to_vector<double>()) BOOST_TEST(v == 0.0, "create_graph " << create_graph);
+    }
   Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3}), b = from_vector(std::vector<double>{1, 4, 0}, {3});
   BOOST_TEST(nn::mse_loss(a, b).item() == 13.0 / 3);
   BOOST_TEST(nn::mse_loss(a, b, Reduction::sum).item() == 13.0);

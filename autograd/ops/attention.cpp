@@ -23,6 +23,7 @@
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/view.h"
 #include "autograd/parallel.h"
@@ -146,9 +147,8 @@ std::vector<uint8_t> padding_bytes(const Tensor& key_padding_mask) {
 // The masks are constants (B,1,Tq,Tk) and (B,1,Tq,1); a row that sees no key
 // keeps its finite scores for the softmax and is zeroed after it, so no NaN
 // reaches the gradients.
-void attention_backward_recorded(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const std::vector<uint8_t>& pad, const Tensor& g, bool need_q, bool need_k,
-                                 bool need_v, std::span<Tensor> gin) {
+Tensor attention_probabilities_recorded(const AttentionDims& a, const Tensor& q, const Tensor& k,
+                                        const std::vector<uint8_t>& pad) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
   Tensor s = mul(matmul(q, transpose(k, 2, 3)), scale);  // (B,H,Tq,Tk)
   std::vector<int64_t> hidden(a.B * a.Tq * a.Tk), blind(a.B * a.Tq);  // masked key; row with no visible key
@@ -172,6 +172,14 @@ void attention_backward_recorded(const AttentionDims& a, const Tensor& q, const 
     s = masked_fill(s, from_vector(hidden, {a.B, 1, a.Tq, a.Tk}), -std::numeric_limits<double>::infinity());
   Tensor p = softmax(s, -1);
   if (any_blind) p = masked_fill(p, from_vector(blind, {a.B, 1, a.Tq, 1}), 0.0);
+  return p;
+}
+
+void attention_backward_recorded(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const std::vector<uint8_t>& pad, const Tensor& g, bool need_q, bool need_k,
+                                 bool need_v, std::span<Tensor> gin) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
+  const Tensor p = attention_probabilities_recorded(a, q, k, pad);
   if (need_v) gin[2] = matmul(transpose(p, 2, 3), g);
   if (!need_q && !need_k) return;
   Tensor dp = matmul(g, transpose(v, 2, 3));
@@ -182,13 +190,38 @@ void attention_backward_recorded(const AttentionDims& a, const Tensor& q, const 
 
 }  // namespace
 
-static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor q = n.saved_tensor(AttentionSaved::kQ), k = n.saved_tensor(AttentionSaved::kK);
-  const Tensor v = n.saved_tensor(AttentionSaved::kV);
+// The dimensions of a recorded attention, from what it saved.
+static AttentionDims saved_dims(const Node& n, const Tensor& q, const Tensor& k, const Tensor& v) {
   AttentionDims a;
   a.B = q.shape()[0], a.H = q.shape()[1], a.Tq = q.shape()[2], a.D = q.shape()[3];
   a.Tk = k.shape()[2], a.Dv = v.shape()[3];
   a.causal = n.attrs<AttentionAttrs>().causal;
+  return a;
+}
+
+// Forward mode, with P recomputed in ops as the recorded backward does:
+//   dS = (tq k^T + q tk^T) / sqrt(D), dP = P (dS - rowsum(dS P)), d out = dP v + P tv.
+// Masked keys and blind rows have P = 0, so their dP is 0 too.
+static void attention_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor q = n.saved_tensor(AttentionSaved::kQ), k = n.saved_tensor(AttentionSaved::kK);
+  const Tensor v = n.saved_tensor(AttentionSaved::kV);
+  const AttentionDims a = saved_dims(n, q, k, v);
+  const Tensor p = attention_probabilities_recorded(a, q, k, padding_bytes(n.saved_tensor(AttentionSaved::kKeyPaddingMask)));
+  Tensor d_out = t[2].defined() ? matmul(p, t[2]) : Tensor();
+  if (t[0].defined() || t[1].defined()) {
+    Tensor ds = t[0].defined() ? matmul(t[0], transpose(k, 2, 3)) : Tensor();
+    if (t[1].defined()) ds = detail::tangent_add(ds, matmul(q, transpose(t[1], 2, 3)));
+    ds = mul(ds, 1.0 / std::sqrt(static_cast<double>(a.D)));
+    const Tensor dp = mul(p, sub(ds, sum(mul(ds, p), {-1}, true)));
+    d_out = detail::tangent_add(d_out, matmul(dp, v));
+  }
+  out[0] = d_out;
+}
+
+static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor q = n.saved_tensor(AttentionSaved::kQ), k = n.saved_tensor(AttentionSaved::kK);
+  const Tensor v = n.saved_tensor(AttentionSaved::kV);
+  const AttentionDims a = saved_dims(n, q, k, v);
   const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(AttentionSaved::kKeyPaddingMask));
   const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
   if (grad_enabled()) {
@@ -241,7 +274,8 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
 static const OpDef attention_op(
     "scaled_dot_product_attention", 3,
     "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
-    "q, k, v, key_padding_mask (backward recomputes the probabilities); attrs: causal", attention_backward, [] {
+    "q, k, v, key_padding_mask (backward recomputes the probabilities); attrs: causal", attention_backward,
+    attention_tangent, [] {
       using samples::uniform;
       auto attend = [](bool causal, Tensor mask = Tensor()) {
         return [=](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal, mask); };

@@ -34,7 +34,11 @@ static void dropout_backward(const Node& n, const Tensor& g, std::span<Tensor> g
 }
 
 static const OpDef dropout_op("dropout", 1, "dropout(x, p, training, generator) -> x * mask / (1 - p)",
-                              "mask (0 or 1/(1-p))", dropout_backward, [] {
+                              "mask (0 or 1/(1-p))", dropout_backward,
+                              [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                                out[0] = mul(t[0], n.saved_tensor(DropoutSaved::kMask));
+                              },
+                              [] {
   // A fresh generator per call: every gradcheck evaluation sees the same mask.
   auto drop = [](double p, uint64_t seed) {
     return [p, seed](const std::vector<Tensor>& x) {

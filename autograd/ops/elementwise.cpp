@@ -13,10 +13,14 @@
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/profiler.h"
 
 namespace tg {
+using detail::broadcast_tangent;
 using detail::check_same_dtype;
+using detail::scaled_tangent;
+using detail::tangent_add;
 
 namespace {
 
@@ -113,7 +117,10 @@ static void add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   if (n.needs(0)) gin[0] = sum_to(g, n.edges[0].shape);
   if (n.needs(1)) gin[1] = sum_to(g, n.edges[1].shape);
 }
-static const OpDef add_op("add", 2, "add(a, b) -> a + b, broadcasting", "nothing", add_backward,
+static void add_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = broadcast_tangent(tangent_add(t[0], t[1]), n.out_shape);
+}
+static const OpDef add_op("add", 2, "add(a, b) -> a + b, broadcasting", "nothing", add_backward, add_tangent,
                           [] { return binary_samples(add, -1, 1); });
 Tensor add(const Tensor& a, const Tensor& b) {
   ProfileScope prof(add_op.name);
@@ -126,7 +133,10 @@ static void sub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   if (n.needs(0)) gin[0] = sum_to(g, n.edges[0].shape);
   if (n.needs(1)) gin[1] = sum_to(neg(g), n.edges[1].shape);
 }
-static const OpDef sub_op("sub", 2, "sub(a, b) -> a - b, broadcasting", "nothing", sub_backward,
+static void sub_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = broadcast_tangent(tangent_add(t[0], t[1].defined() ? neg(t[1]) : Tensor()), n.out_shape);
+}
+static const OpDef sub_op("sub", 2, "sub(a, b) -> a - b, broadcasting", "nothing", sub_backward, sub_tangent,
                           [] { return binary_samples(sub, -1, 1); });
 Tensor sub(const Tensor& a, const Tensor& b) {
   ProfileScope prof(sub_op.name);
@@ -151,7 +161,12 @@ static void mul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   if (n.needs(0)) gin[0] = sum_to(mul(g, n.saved_tensor(BinarySaved::kB)), n.edges[0].shape);
   if (n.needs(1)) gin[1] = sum_to(mul(g, n.saved_tensor(BinarySaved::kA)), n.edges[1].shape);
 }
-static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting", "a, b", mul_backward,
+static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], n.saved_tensor(BinarySaved::kB)),
+                                         scaled_tangent(t[1], n.saved_tensor(BinarySaved::kA))),
+                             n.out_shape);
+}
+static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting", "a, b", mul_backward, mul_tangent,
                           [] { return binary_samples(mul, -1, 1); });
 Tensor mul(const Tensor& a, const Tensor& b) {
   ProfileScope prof(mul_op.name);
@@ -169,7 +184,13 @@ static void div_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   if (n.needs(1))  // -g * out / b
     gin[1] = sum_to(neg(div(mul(g, n.saved_tensor(BinaryOutputSaved::kOutput)), b)), n.edges[1].shape);
 }
-static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting", "a, b, output", div_backward,
+static void div_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  // (ta - out * tb) / b
+  const Tensor tb = t[1].defined() ? neg(mul(n.saved_tensor(BinaryOutputSaved::kOutput), t[1])) : Tensor();
+  const Tensor num = tangent_add(t[0], tb);
+  out[0] = broadcast_tangent(num.defined() ? div(num, n.saved_tensor(BinaryOutputSaved::kB)) : Tensor(), n.out_shape);
+}
+static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting", "a, b, output", div_backward, div_tangent,
                           [] { return binary_samples(div, 0.5, 2); });
 Tensor div(const Tensor& a, const Tensor& b) {
   ProfileScope prof(div_op.name);
@@ -183,13 +204,42 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 // ============================ pow ============================
-static void pow_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+// The partial derivatives of a ** b, in tensor ops: b a^(b-1), 0 where b == 0
+// (a ** 0 is constant, also at a = 0 where b a^(b-1) is 0 * inf); and
+// a^b log a, 0 where a == 0 (its limit for b > 0, and torch's value at 0 ** 0,
+// where 0 * log 0 would be NaN). log reads a with its zeros replaced by 1, so
+// that no NaN reaches the gradient of the derivative either.
+static Tensor pow_slope_base(const Node& n) {
   const Tensor a = n.saved_tensor(BinaryOutputSaved::kA), b = n.saved_tensor(BinaryOutputSaved::kB);
-  if (n.needs(0)) gin[0] = sum_to(mul(g, mul(b, pow(a, add(b, -1.0)))), n.edges[0].shape);
-  if (n.needs(1)) gin[1] = sum_to(mul(g, mul(n.saved_tensor(BinaryOutputSaved::kOutput), log(a))), n.edges[1].shape);
+  const Tensor zero = zeros({}, b.dtype());
+  return where(eq(b, zero), zero, mul(b, pow(a, add(b, -1.0))));
+}
+static Tensor pow_slope_exponent(const Node& n) {
+  const Tensor a = n.saved_tensor(BinaryOutputSaved::kA);
+  const Tensor a_zero = eq(a, zeros({}, a.dtype()));
+  return mul(n.saved_tensor(BinaryOutputSaved::kOutput), log(where(a_zero, ones({}, a.dtype()), a)));
+}
+static void pow_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (n.needs(0)) gin[0] = sum_to(mul(g, pow_slope_base(n)), n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(mul(g, pow_slope_exponent(n)), n.edges[1].shape);
+}
+static void pow_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = broadcast_tangent(tangent_add(t[0].defined() ? mul(t[0], pow_slope_base(n)) : Tensor(),
+                                         t[1].defined() ? mul(t[1], pow_slope_exponent(n)) : Tensor()),
+                             n.out_shape);
 }
 static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)", "a, b, output",
-                          pow_backward, [] { return binary_samples(pow, 0.5, 2); });
+                          pow_backward, pow_tangent, [] {
+  std::vector<OpSample> s = binary_samples(pow, 0.5, 2);
+  // A learnable exponent over a constant base with a zero: d/db there is 0
+  // (0 * log 0 would be NaN). The base is constant: finite differences would
+  // step it below 0, where a^b log a is undefined.
+  Tensor b = from_vector(std::vector<double>{2.0}, Shape{});
+  b.requires_grad_();
+  s.push_back({"a (3) with a 0, learnable b () = 2",
+               {from_vector(std::vector<double>{0.0, 0.5, 2.0}, {3}), b}, [](auto& x) { return pow(x[0], x[1]); }});
+  return s;
+});
 Tensor pow(const Tensor& a, const Tensor& b) {
   ProfileScope prof(pow_op.name);
   Tensor out = binary("pow", a, b, [](auto x, auto y) { return std::pow(x, y); }, true);
@@ -203,8 +253,9 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 // ============================ minimum / maximum ============================
 // Where a == b the gradient is split in half, as PyTorch does.
+// The weight of a in the result (1, 0, or 0.5 on ties); b's is 1 - it.
 template <bool Max>
-static void minmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+static Tensor minmax_weight(const Node& n) {
   const Tensor a = n.saved_tensor(BinarySaved::kA), b = n.saved_tensor(BinarySaved::kB);
   Shape s = broadcast_shapes(a.shape(), b.shape(), Max ? "maximum" : "minimum");
   Tensor wa = empty(s, a.dtype());
@@ -214,12 +265,24 @@ static void minmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
       return x == y ? scalar_t(0.5) : ((Max ? x > y : x < y) ? scalar_t(1) : scalar_t(0));
     });
   });
+  return wa;
+}
+template <bool Max>
+static void minmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor wa = minmax_weight<Max>(n);
   if (n.needs(0)) gin[0] = sum_to(mul(g, wa), n.edges[0].shape);
   if (n.needs(1)) gin[1] = sum_to(mul(g, rsub(1.0, wa)), n.edges[1].shape);
 }
+template <bool Max>
+static void minmax_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor wa = minmax_weight<Max>(n);
+  out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], wa), scaled_tangent(t[1], rsub(1.0, wa))), n.out_shape);
+}
 static const OpDef minimum_op("minimum", 2, "minimum(a, b), broadcasting", "a, b", minmax_backward<false>,
+                              minmax_tangent<false>,
                               [] { return binary_samples(minimum, -1, 1); });
 static const OpDef maximum_op("maximum", 2, "maximum(a, b), broadcasting", "a, b", minmax_backward<true>,
+                              minmax_tangent<true>,
                               [] { return binary_samples(maximum, -1, 1); });
 Tensor minimum(const Tensor& a, const Tensor& b) {
   ProfileScope prof(minimum_op.name);
@@ -236,7 +299,9 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 
 // ============================ with a scalar ============================
 static void add_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
-static const OpDef add_scalar_op("add_scalar", 1, "add(a, c) -> a + c", "nothing", add_scalar_backward, [] {
+static void add_scalar_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; }
+static const OpDef add_scalar_op("add_scalar", 1, "add(a, c) -> a + c", "nothing", add_scalar_backward,
+                                 add_scalar_tangent, [] {
   return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
 });
 Tensor add(const Tensor& a, double c) {
@@ -260,7 +325,11 @@ struct ScalarAttrs {
 static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = mul(g, n.attrs<ScalarAttrs>().c);
 }
-static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", "nothing; attrs: c", mul_scalar_backward, [] {
+static void mul_scalar_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = mul(t[0], n.attrs<ScalarAttrs>().c);
+}
+static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", "nothing; attrs: c", mul_scalar_backward,
+                                 mul_scalar_tangent, [] {
   return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
 });
 Tensor mul(const Tensor& a, double c) {
@@ -299,7 +368,13 @@ static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
     return gy * static_cast<T>(c) * std::pow(x, static_cast<T>(c - 1));
   });
 }
-static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c", "a; attrs: c", pow_scalar_backward, [] {
+// Elementwise, so the tangent is the gradient formula applied to the tangent.
+static void pow_scalar_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const double c = n.attrs<ScalarAttrs>().c;
+  out[0] = c == 0.0 ? Tensor() : t[0] * (pow(n.saved_tensor(UnaryInputSaved::kX), c - 1) * c);
+}
+static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c", "a; attrs: c", pow_scalar_backward,
+                                 pow_scalar_tangent, [] {
   return std::vector<OpSample>{
       {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
       {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }},
@@ -320,7 +395,8 @@ Tensor pow(const Tensor& a, double c) {
 }
 
 static void rsub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
-static const OpDef rsub_op("rsub", 1, "rsub(c, b) -> c - b", "nothing", rsub_backward, [] {
+static void rsub_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = neg(t[0]); }
+static const OpDef rsub_op("rsub", 1, "rsub(c, b) -> c - b", "nothing", rsub_backward, rsub_tangent, [] {
   return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
 });
 Tensor rsub(double c, const Tensor& b) {
@@ -349,7 +425,10 @@ static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
   }
   gin[0] = fused_grad(g, ratio, [](auto gy, auto r) { return -gy * r; });
 }
-static const OpDef rdiv_op("rdiv", 1, "rdiv(c, b) -> c / b", "b, output", rdiv_backward, [] {
+static void rdiv_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = -(t[0] * div(n.saved_tensor(RdivSaved::kOutput), n.saved_tensor(RdivSaved::kB)));
+}
+static const OpDef rdiv_op("rdiv", 1, "rdiv(c, b) -> c / b", "b, output", rdiv_backward, rdiv_tangent, [] {
   return std::vector<OpSample>{{"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
 });
 Tensor rdiv(double c, const Tensor& b) {
@@ -361,8 +440,9 @@ Tensor rdiv(double c, const Tensor& b) {
 
 // ============================ unary ============================
 // Each unary op: forward kernel, fused backward kernel (grad_out, saved) ->
-// grad_in, the same backward in tensor ops (recorded under create_graph),
-// OpDef, samples. It saves one tensor: x, or the output when SAVE_OUTPUT.
+// grad_in, the same backward in tensor ops (recorded under create_graph; an
+// elementwise Jacobian is diagonal, so applied to a tangent it is also the
+// tangent rule), OpDef, samples. It saves one tensor: x, or the output when SAVE_OUTPUT.
 namespace {
 struct UnarySaved {
   enum : size_t { kXOrOutput };
@@ -373,7 +453,11 @@ struct UnarySaved {
     const Tensor s = n.saved_tensor(UnarySaved::kXOrOutput);                                            \
     gin[0] = grad_enabled() ? (RECORDED_BACKWARD)(g, s) : fused_grad(g, s, BACKWARD);                   \
   }                                                                                                     \
-  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, SAVES, NAME##_backward, [] { return SAMPLES; });    \
+  static void NAME##_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {         \
+    out[0] = (RECORDED_BACKWARD)(t[0], n.saved_tensor(UnarySaved::kXOrOutput));                         \
+  }                                                                                                     \
+  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, SAVES, NAME##_backward, NAME##_tangent,             \
+                               [] { return SAMPLES; });                                                 \
   Tensor NAME(const Tensor& x) {                                                                        \
     ProfileScope prof(NAME##_op.name);                                                                  \
     Tensor out = unary(NAME##_op.name, x, FORWARD);                                                     \
@@ -479,9 +563,12 @@ static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
 static Tensor gelu_recompute(const Node& n) {
   return gelu(n.saved_tensor(UnaryInputSaved::kX), n.attrs<GeluAttrs>().tanh_approximation);
 }
+static void gelu_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = gelu_grad(t[0], n.saved_tensor(UnaryInputSaved::kX), n.attrs<GeluAttrs>().tanh_approximation);
+}
 static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)",
                            "x (the output is recomputed); attrs: tanh_approximation",
-                           gelu_backward, [] {
+                           gelu_backward, gelu_tangent, [] {
   return std::vector<OpSample>{
       {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
       {"tanh (3,4)", {uniform({3, 4}, 32, -3, 3)}, [](auto& x) { return gelu(x[0], true); }},
@@ -523,6 +610,14 @@ struct GeluGradSaved {
   enum : size_t { kGrad, kX };
 };
 }  // namespace
+// gelu''(x) in tensor ops (see gelu_curvature_exact / _tanh).
+static Tensor gelu_curvature(const Tensor& x, bool tanh_approximation) {
+  if (!tanh_approximation)
+    return exp(x * x * -0.5) * (0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2) * (2.0 - x * x);
+  const Tensor t = tanh((x + x * x * x * kGeluC) * kGeluK);
+  const Tensor du = (x * x * (3 * kGeluC) + 1.0) * kGeluK;
+  return (1.0 - t * t) * (du + x * 0.5 * (x * (6 * kGeluK * kGeluC) - t * du * du * 2.0));
+}
 static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor> gin) {
   const Tensor g = n.saved_tensor(GeluGradSaved::kGrad), x = n.saved_tensor(GeluGradSaved::kX);
   const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
@@ -534,18 +629,18 @@ static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor
                                 : fused_grad(p, x, [](auto v, auto x) { return v * gelu_curvature_exact(x); });
     return;
   }
-  Tensor curvature;
-  if (!tanh_approximation) {
-    curvature = exp(x * x * -0.5) * (0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2) * (2.0 - x * x);
-  } else {
-    const Tensor t = tanh((x + x * x * x * kGeluC) * kGeluK);
-    const Tensor du = (x * x * (3 * kGeluC) + 1.0) * kGeluK;
-    curvature = (1.0 - t * t) * (du + x * 0.5 * (x * (6 * kGeluK * kGeluC) - t * du * du * 2.0));
-  }
-  gin[1] = gg * g * curvature;
+  gin[1] = gg * g * gelu_curvature(x, tanh_approximation);
+}
+// d/d(g, x) of g * gelu'(x) along (tg, tx): gelu'(x) tg + g gelu''(x) tx.
+static void gelu_grad_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor x = n.saved_tensor(GeluGradSaved::kX);
+  const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
+  out[0] = tangent_add(
+      t[0].defined() ? gelu_grad(t[0], x, tanh_approximation) : Tensor(),
+      t[1].defined() ? t[1] * n.saved_tensor(GeluGradSaved::kGrad) * gelu_curvature(x, tanh_approximation) : Tensor());
 }
 static const OpDef gelu_grad_op("gelu_grad", 2, "gelu_grad(g, x, tanh_approximation=false) -> g * gelu'(x)",
-                                "g, x; attrs: tanh_approximation", gelu_grad_backward, [] {
+                                "g, x; attrs: tanh_approximation", gelu_grad_backward, gelu_grad_tangent, [] {
   return std::vector<OpSample>{
       {"exact (3,4)", {uniform({3, 4}, 35), uniform({3, 4}, 36, -3, 3)},
        [](auto& x) { return gelu_grad(x[0], x[1]); }},
@@ -594,7 +689,12 @@ static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   }
   gin[0] = fused_grad(g, x, [lo, hi](auto gy, auto x) { return (x >= lo && x <= hi) ? gy : decltype(gy)(0); });
 }
-static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", "x; attrs: low, high", clamp_backward, [] {
+// The slope is 1 inside [low, high], 0 outside: tangent and gradient alike.
+static void clamp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
+  out[0] = t[0] * slope_of(n.saved_tensor(UnaryInputSaved::kX), [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
+}
+static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", "x; attrs: low, high", clamp_backward, clamp_tangent, [] {
   return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
                                 [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
 });
@@ -614,7 +714,10 @@ Tensor clamp(const Tensor& x, double low, double high) {
 
 // ============================ cast ============================
 static void cast_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = cast(g, n.edges[0].dtype); }
-static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)", "nothing", cast_backward, [] {
+static void cast_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = cast(t[0], n.out_dtype);
+}
+static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)", "nothing", cast_backward, cast_tangent, [] {
   return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
                                 [](auto& x) { return cast(x[0], DType::f64); }}};
 });
@@ -663,7 +766,15 @@ static void where_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   if (n.needs(1)) gin[1] = sum_to(select(g, zero), n.edges[1].shape);
   if (n.needs(2)) gin[2] = sum_to(select(zero, g), n.edges[2].shape);
 }
-static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting", "mask", where_backward, [] {
+static void where_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  if (!t[1].defined() && !t[2].defined()) return;
+  const Tensor zero = zeros({}, n.out_dtype);
+  out[0] = broadcast_tangent(where(n.saved_tensor(MaskSaved::kMask), t[1].defined() ? t[1] : zero,
+                                   t[2].defined() ? t[2] : zero),
+                             n.out_shape);
+}
+static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting", "mask", where_backward,
+                            where_tangent, [] {
   auto fn = [](const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
   return std::vector<OpSample>{
       {"(3,4) mask", {samples::indices({3, 4}, 2, 41), uniform({3, 4}, 42), uniform({3, 4}, 43)}, fn},
@@ -682,7 +793,11 @@ static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tenso
   const Tensor mask = n.saved_tensor(MaskSaved::kMask);
   gin[0] = grad_enabled() ? masked_fill(g, mask, 0.0) : mask_where(mask, zeros({}, g.dtype()), g, "masked_fill");
 }
-static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)", "mask", masked_fill_backward, [] {
+static void masked_fill_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = masked_fill(t[0], n.saved_tensor(MaskSaved::kMask), 0.0);
+}
+static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)", "mask", masked_fill_backward,
+                                  masked_fill_tangent, [] {
   return std::vector<OpSample>{{"(3,4) with mask (4)", {uniform({3, 4}, 47)}, [](auto& x) {
                                   return masked_fill(x[0], samples::indices({4}, 2, 48), -1e9);
                                 }}};

@@ -13,6 +13,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
@@ -197,6 +198,12 @@ struct IndexSaved {
 
 }  // namespace
 
+// Each op here is linear in its float inputs: the tangent is the op applied
+// to the tangents (zeros where one is zero).
+static Tensor tangent_or_zeros(const Node& n, std::span<const Tensor> t, size_t k) {
+  return t[k].defined() ? t[k] : zeros(n.edges[k].shape, n.out_dtype);
+}
+
 // ============================ index_select ============================
 static void index_select_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& xs = n.edges[0].shape;
@@ -217,7 +224,12 @@ static void index_select_backward(const Node& n, const Tensor& g, std::span<Tens
 }
 static const OpDef index_select_op("index_select", 2, "index_select(x, axis, index) -> x's rows at index",
                                    "index; attrs: axis",
-                                   index_select_backward, [] {
+                                   index_select_backward,
+                                   [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                                     out[0] = index_select(t[0], n.attrs<IndexAttrs>().axis,
+                                                           n.saved_tensor(IndexSaved::kIndex));
+                                   },
+                                   [] {
                                      return std::vector<OpSample>{
                                          {"axis 0 of (5,3), index (4) with repeats",
                                           {uniform({5, 3}, 401), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4})},
@@ -257,7 +269,13 @@ static void index_add_backward(const Node& n, const Tensor& g, std::span<Tensor>
 }
 static const OpDef index_add_op(
     "index_add", 3, "index_add(x, axis, index, src) -> x with src's rows added at index", "index; attrs: axis",
-    index_add_backward, [] {
+    index_add_backward,
+    [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = t[2].defined() ? index_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
+                                          n.saved_tensor(IndexSaved::kIndex), t[2])
+                              : t[0];
+    },
+    [] {
       return std::vector<OpSample>{
           {"axis 0 of (5,3), index (4) with repeats, src (4,3)",
            {uniform({5, 3}, 451), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4}), uniform({4, 3}, 452)},
@@ -328,7 +346,19 @@ static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor>
 }
 static const OpDef embedding_op("embedding", 2, "embedding(weight (V,C), ids, padding_idx) -> (..., C)",
                                 "ids; attrs: padding_idx",
-                                embedding_backward, [] {
+                                embedding_backward,
+                                // The padding row is constant, as backward has it: its tangent is dropped.
+                                [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                                  const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
+                                  Tensor tw = t[0];
+                                  if (padding_idx >= 0) {
+                                    Tensor keep = ones({tw.shape()[0], 1}, tw.dtype());
+                                    keep.select(0, padding_idx).fill_(0.0);
+                                    tw = mul(tw, keep);
+                                  }
+                                  out[0] = embedding(tw, n.saved_tensor(IndexSaved::kIndex));
+                                },
+                                [] {
                                   return std::vector<OpSample>{
                                       {"weight (6,3), ids (2,3)",
                                        {uniform({6, 3}, 411), samples::indices({2, 3}, 6, 412)},
@@ -388,7 +418,11 @@ static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
 }
 static const OpDef gather_op("gather", 2, "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]",
                              "index; attrs: axis",
-                             gather_backward, [] {
+                             gather_backward,
+                             [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                               out[0] = gather(t[0], n.attrs<IndexAttrs>().axis, n.saved_tensor(IndexSaved::kIndex));
+                             },
+                             [] {
                                return std::vector<OpSample>{
                                    {"axis 1 of (3,4), index (3,2)",
                                     {uniform({3, 4}, 421), samples::indices({3, 2}, 4, 422)},
@@ -454,7 +488,12 @@ static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> g
 }
 static const OpDef scatter_op(
     "scatter", 3, "scatter(x, axis, index, src) -> x with src written at index", "index; attrs: axis",
-    scatter_backward, [] {
+    scatter_backward,
+    [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = scatter(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis, n.saved_tensor(IndexSaved::kIndex),
+                       tangent_or_zeros(n, t, 2));
+    },
+    [] {
       // Indices distinct within each slice: with repeats, which src element
       // lands (and so gets the gradient) is arbitrary, as in PyTorch.
       return std::vector<OpSample>{
@@ -474,7 +513,13 @@ static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tenso
 }
 static const OpDef scatter_add_op(
     "scatter_add", 3, "scatter_add(x, axis, index, src) -> x with src added at index", "index; attrs: axis",
-    scatter_add_backward, [] {
+    scatter_add_backward,
+    [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = t[2].defined() ? scatter_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
+                                            n.saved_tensor(IndexSaved::kIndex), t[2])
+                              : t[0];
+    },
+    [] {
       return std::vector<OpSample>{
           {"axis 1 of (3,4), repeated index (3,2)",
            {uniform({3, 4}, 441), from_vector(std::vector<int64_t>{0, 0, 3, 1, 2, 2}, {3, 2}), uniform({3, 2}, 442)},

@@ -20,6 +20,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
@@ -272,6 +273,8 @@ Shape matmul_batch(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+using detail::tangent_add;
+
 // ============================ matmul ============================
 // out = a @ b: grad_a = g @ b^T, grad_b = a^T @ g, each summed over the batch
 // dims its input was broadcast along (the sum happens inside the GEMMs).
@@ -308,8 +311,13 @@ static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
     run_product(batch, {a, a_rows, true}, {g, a_rows, b_cols}, {gin[1], true, b_cols}, true, false, false);
   }
 }
+// ta @ b + a @ tb: two GEMMs of the forward's size.
+static void matmul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = tangent_add(t[0].defined() ? matmul(t[0], n.saved_tensor(MatmulSaved::kB)) : Tensor(),
+                       t[1].defined() ? matmul(n.saved_tensor(MatmulSaved::kA), t[1]) : Tensor());
+}
 static const OpDef matmul_op(
-    "matmul", 2, "matmul(a, b) -> a @ b (torch.matmul semantics)", "a, b", matmul_backward, [] {
+    "matmul", 2, "matmul(a, b) -> a @ b (torch.matmul semantics)", "a, b", matmul_backward, matmul_tangent, [] {
       using samples::uniform;
       auto fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
       return std::vector<OpSample>{
@@ -387,8 +395,19 @@ static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
     run_product(batch, {g, x_rows, true}, {x, x_rows, true}, {gin[1], true, true}, true, false, false);
   }
 }
+// linear(tx, weight) + linear(x, tweight, tbias): two GEMMs, the bias's
+// tangent added by the second as a bias.
+static void linear_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor x = n.saved_tensor(LinearSaved::kX);
+  Tensor r = t[0].defined() ? linear(t[0], n.saved_tensor(LinearSaved::kWeight)) : Tensor();
+  if (t[1].defined())
+    r = tangent_add(r, linear(x, t[1], t[2]));
+  else
+    r = tangent_add(r, detail::broadcast_tangent(t[2], n.out_shape));
+  out[0] = detail::broadcast_tangent(r, n.out_shape);
+}
 static const OpDef linear_op("linear", 3, "linear(x, weight, bias) -> x @ weight^T + bias", "x, weight",
-                             linear_backward, [] {
+                             linear_backward, linear_tangent, [] {
                                using samples::uniform;
                                return std::vector<OpSample>{
                                    {"(2,3,4) with weight (5,4) and bias (5)",

@@ -15,12 +15,13 @@
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum;
+using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum, detail::tangent_add;
 
 // y = (x - mean) * rstd * w + b over the last axis (C), rstd = 1/sqrt(var + eps)
 // with the biased variance. Backward (llm.c / PyTorch), per row with
@@ -151,10 +152,35 @@ static Tensor layer_norm_recompute(const Node& n) {
   return layer_norm(n.saved_tensor(LayerNormSaved::kX), n.saved_tensor(LayerNormSaved::kWeight),
                     n.saved_tensor(LayerNormSaved::kBias), n.attrs<LayerNormAttrs>().eps);
 }
+// Forward mode, per row with xhat = (x - mean) * rstd:
+//   d mean = mean(tx),  d rstd = -rstd^2 mean(xhat tx),
+//   d xhat = rstd (tx - mean(tx) - xhat mean(xhat tx))  (backward's dx formula: the Jacobian is symmetric),
+//   d y = d xhat * w + xhat * tw + tb; mean and rstd get their tangents as side outputs.
+static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor x = n.saved_tensor(LayerNormSaved::kX), w = n.saved_tensor(LayerNormSaved::kWeight);
+  const double inv_c = 1.0 / static_cast<double>(x.shape().back());
+  Shape rows = x.shape();  // (..., 1)
+  rows[rows.size() - 1] = 1;
+  const Tensor saved_mean = n.saved_tensor(LayerNormSaved::kMean), saved_rstd = n.saved_tensor(LayerNormSaved::kRstd);
+  const Tensor rstd = reshape(saved_rstd, rows);
+  const Tensor xhat = mul(sub(x, reshape(saved_mean, rows)), rstd);
+  auto row_mean = [inv_c](const Tensor& v) { return mul(sum(v, {-1}, true), inv_c); };  // (..., 1)
+  Tensor y;
+  if (t[0].defined()) {
+    const Tensor d_mean = row_mean(t[0]), xhat_t = row_mean(mul(xhat, t[0]));
+    const Tensor d_xhat = mul(rstd, sub(sub(t[0], d_mean), mul(xhat, xhat_t)));
+    y = w.defined() ? mul(d_xhat, w) : d_xhat;
+    out[LayerNormSaved::kMeanOutput] = reshape(d_mean, saved_mean.shape());
+    out[LayerNormSaved::kRstdOutput] = reshape(neg(mul(mul(rstd, rstd), xhat_t)), saved_rstd.shape());
+  }
+  if (t[1].defined()) y = tangent_add(y, mul(xhat, t[1]));
+  out[0] = detail::broadcast_tangent(tangent_add(y, t[2]), n.out_shape);
+}
+
 static const OpDef layer_norm_op(
     "layer_norm", 3, "layer_norm(x (...,C), weight (C) or none, bias (C) or none, eps) over the last axis",
     "x, weight, mean and rstd (side outputs), bias (the output is recomputed for ops that save it); attrs: eps",
-    layer_norm_backward, [] {
+    layer_norm_backward, layer_norm_tangent, [] {
       using samples::uniform;
       auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };
       return std::vector<OpSample>{

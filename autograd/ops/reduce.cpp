@@ -13,6 +13,7 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
@@ -134,7 +135,10 @@ static void sum_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   const Shape& in = n.edges[0].shape;
   gin[0] = expand(reshape(g, kept_shape(in, n.attrs<ReduceAttrs>().axes)), in).contiguous();
 }
-static const OpDef sum_op("sum", 1, "sum(x, axes, keepdim)", "nothing; attrs: axes", sum_backward, [] {
+static void sum_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = reshape(sum(t[0], n.attrs<ReduceAttrs>().axes.vec()), n.out_shape);
+}
+static const OpDef sum_op("sum", 1, "sum(x, axes, keepdim)", "nothing; attrs: axes", sum_backward, sum_tangent, [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"all of (3,4)", {uniform({3, 4}, 201)}, [](auto& x) { return sum(x[0]); }},
@@ -263,9 +267,17 @@ static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   });
   gin[0] = gx;
 }
+// d var = 2 / (N - correction) * sum((x - mean) t): the mean's own tangent
+// multiplies sum(x - mean) = 0.
+static void var_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const VarAttrs& attrs = n.attrs<VarAttrs>();
+  const Tensor x = n.saved_tensor(VarSaved::kX);
+  const Tensor centred = sub(x, mean(x, attrs.axes.vec(), true));
+  out[0] = reshape(mul(sum(mul(centred, t[0]), attrs.axes.vec()), 2.0 / attrs.denom), n.out_shape);
+}
 static const OpDef var_op(
     "var", 1, "var(x, axes, correction, keepdim)", "x, mean (keepdim); attrs: axes, N - correction", var_backward,
-    [] {
+    var_tangent, [] {
       using samples::uniform;
       return std::vector<OpSample>{
           {"all of (3,4)", {uniform({3, 4}, 211)}, [](auto& x) { return var(x[0]); }},
@@ -344,8 +356,15 @@ static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor>
   });
   gin[0] = gx;
 }
+// The softmax-weighted sum of the tangent over the axes.
+static void logsumexp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Shape& axes = n.attrs<ReduceAttrs>().axes;
+  const Tensor lse = reshape(n.saved_tensor(LogsumexpSaved::kOutput), kept_shape(n.edges[0].shape, axes));
+  out[0] = reshape(sum(mul(exp(sub(n.saved_tensor(LogsumexpSaved::kX), lse)), t[0]), axes.vec()), n.out_shape);
+}
 static const OpDef logsumexp_op(
-    "logsumexp", 1, "logsumexp(x, axes, keepdim)", "x, output; attrs: axes", logsumexp_backward, [] {
+    "logsumexp", 1, "logsumexp(x, axes, keepdim)", "x, output; attrs: axes", logsumexp_backward, logsumexp_tangent,
+    [] {
       using samples::uniform;
       return std::vector<OpSample>{
           {"axis -1 of (3,4)", {uniform({3, 4}, 221, -3, 3)}, [](auto& x) { return logsumexp(x[0], {-1}); }},
@@ -469,6 +488,14 @@ void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = permute(gr, inverse).contiguous();
 }
 
+// The tangent at the chosen element of each row: the same rows layout, gathered.
+void extreme_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor idx = n.saved_tensor(ExtremeSaved::kIndices);
+  const int64_t rows = idx.numel(), R = rows ? n.edges[0].shape.numel() / rows : 0;
+  const Tensor tr = reshape(permute(t[0], n.attrs<ExtremeAttrs>().order), {rows, R});
+  out[0] = reshape(gather(tr, 1, reshape(idx, {rows, 1})), n.out_shape);
+}
+
 std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, bool),
                                       Tensor (*all_fn)(const Tensor&)) {
   using samples::uniform;  // continuous random values: no ties
@@ -485,9 +512,9 @@ std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, 
 }  // namespace
 
 static const OpDef max_op("max", 1, "max(x, axis, keepdim) / max(x)", "argmax (int64); attrs: the axis order",
-                          extreme_backward, [] { return extreme_samples(max, max); });
+                          extreme_backward, extreme_tangent, [] { return extreme_samples(max, max); });
 static const OpDef min_op("min", 1, "min(x, axis, keepdim) / min(x)", "argmin (int64); attrs: the axis order",
-                          extreme_backward, [] { return extreme_samples(min, min); });
+                          extreme_backward, extreme_tangent, [] { return extreme_samples(min, min); });
 
 template <bool Max>
 static Tensor extreme_op(const Tensor& x, const std::vector<int>& ax, bool keepdim) {

@@ -363,9 +363,11 @@ static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std:
   if (n.needs(0)) gin[0] = dA;
   if (n.needs(2)) gin[2] = dh0;
 }
+// The recurrence ops take their tangents from their recorded backward
+// (tangent_from_backward: two backward passes of the op per tangent).
 static const OpDef rnn_tanh_recurrence_op("rnn_tanh_recurrence", 3,
                                           "rnn_tanh_recurrence(xp (T,B,H), w_hh (H,H), h0 (B,H)) -> (T,B,H)",
-                                          "w_hh, h0, output", rnn_tanh_recurrence_backward,
+                                          "w_hh, h0, output", rnn_tanh_recurrence_backward, tangent_from_backward,
                                           [] { return recurrence_samples(1, false, false); });
 
 Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
@@ -555,7 +557,7 @@ static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, st
 static const OpDef gated_recurrence_grad_op(
     "gated_recurrence_grad", 4,
     "gated_recurrence_grad(g (T,B,H), a (T,B,H) or undefined, j (T,B,QH), w_hh (QH,H)) -> u (T,B,H)",
-    "a, j, w_hh, output, P = u j (T,B,QH)", gated_recurrence_grad_backward, [] {
+    "a, j, w_hh, output, P = u j (T,B,QH)", gated_recurrence_grad_backward, tangent_from_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       return std::vector<OpSample>{
@@ -778,7 +780,7 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
 }
 static const OpDef lstm_recurrence_op(
     "lstm_recurrence", 4, "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
-    "w_hh, h0, c0, gate activations (T,B,4H) as a side output, output", lstm_recurrence_backward,
+    "w_hh, h0, c0, gate activations (T,B,4H) as a side output, output", lstm_recurrence_backward, tangent_from_backward,
     [] { return recurrence_samples(4, false, true); });
 
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
@@ -909,7 +911,7 @@ static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::sp
 }
 static const OpDef lstm_gate_slopes_op(
     "lstm_gate_slopes", 3, "lstm_gate_slopes(act (T,B,4H) [i, f, g, o], c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
-    "act, c, c_prev", lstm_gate_slopes_backward, [] {
+    "act, c, c_prev", lstm_gate_slopes_backward, tangent_from_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_gate_slopes(x[0], x[1], x[2]); };
@@ -1104,7 +1106,7 @@ static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std
 static const OpDef lstm_recurrence_grad_op(
     "lstm_recurrence_grad", 3,
     "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
-    "gout, s, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, [] {
+    "gout, s, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, tangent_from_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2]); };
@@ -1328,7 +1330,7 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
 static const OpDef gru_recurrence_op("gru_recurrence", 4,
                                      "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
                                      "w_hh, h0, gates r, z, n and h W_hn^T + b_hn (T,B,4H) as a side output, output",
-                                     gru_recurrence_backward, [] { return recurrence_samples(3, true, false); });
+                                     gru_recurrence_backward, tangent_from_backward, [] { return recurrence_samples(3, true, false); });
 
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
   ProfileScope prof(gru_recurrence_op.name);

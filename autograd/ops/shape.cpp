@@ -9,6 +9,7 @@
 #include "autograd/op.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
@@ -48,6 +49,14 @@ struct JoinAttrs {
 
 }  // namespace
 
+// concat and stack: the input tangents, zeros where one is zero.
+static std::vector<Tensor> join_tangents(const Node& n, std::span<const Tensor> t) {
+  std::vector<Tensor> parts;
+  for (size_t k = 0; k < n.edges.size(); ++k)
+    parts.push_back(t[k].defined() ? t[k] : zeros(n.edges[k].shape, n.out_dtype));
+  return parts;
+}
+
 // ============================ concat ============================
 static void concat_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const int axis = static_cast<int>(n.attrs<JoinAttrs>().axis);
@@ -59,7 +68,11 @@ static void concat_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   }
 }
 static const OpDef concat_op("concat", -1, "concat(xs, axis): join along an existing axis", "nothing; attrs: axis",
-                             concat_backward, [] {
+                             concat_backward,
+                             [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                               out[0] = concat(join_tangents(n, t), n.attrs<JoinAttrs>().axis);
+                             },
+                             [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"(2,3) and (4,3) axis 0", {uniform({2, 3}, 401), uniform({4, 3}, 402)},
@@ -105,7 +118,11 @@ static void stack_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
     if (n.needs(k)) gin[k] = select(g, n.attrs<JoinAttrs>().axis, static_cast<int64_t>(k)).contiguous();
 }
 static const OpDef stack_op("stack", -1, "stack(xs, axis): join along a new axis", "nothing; attrs: axis",
-                            stack_backward, [] {
+                            stack_backward,
+                            [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                              out[0] = stack(join_tangents(n, t), n.attrs<JoinAttrs>().axis);
+                            },
+                            [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"two (2,3) axis 0", {uniform({2, 3}, 411), uniform({2, 3}, 412)},
@@ -213,8 +230,19 @@ static void pad_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   }
   gin[0] = pad(g, pads);
 }
+// The tangent is the same pad of the input's tangent, with zeros.
+static void pad_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Shape& in = n.edges[0].shape;
+  std::vector<int64_t> pads;  // innermost axis first
+  for (int d = in.size() - 1; d >= 0; --d) {
+    const int64_t before = n.attrs<PadAttrs>().before[d];
+    pads.push_back(before);
+    pads.push_back(n.out_shape[d] - in[d] - before);
+  }
+  out[0] = pad(t[0], pads);
+}
 static const OpDef pad_op("pad", 1, "pad(x, pads, value): constant padding of the last axes, innermost pair first",
-                          "nothing; attrs: padding before each axis", pad_backward, [] {
+                          "nothing; attrs: padding before each axis", pad_backward, pad_tangent, [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"(2,3) pads (1,2)", {uniform({2, 3}, 421)}, [](auto& x) { return pad(x[0], {1, 2}); }},
@@ -273,7 +301,11 @@ static void flip_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
   gin[0] = flip(g, n.attrs<FlipAttrs>().axes.vec());
 }
 static const OpDef flip_op("flip", 1, "flip(x, axes): reverse the order along each axis", "nothing; attrs: axes",
-                           flip_backward, [] {
+                           flip_backward,
+                           [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                             out[0] = flip(t[0], n.attrs<FlipAttrs>().axes.vec());
+                           },
+                           [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"(3,4) axis 0", {uniform({3, 4}, 431)}, [](auto& x) { return flip(x[0], {0}); }},
@@ -342,6 +374,13 @@ static void triu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
 static void tril_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = tril(g, n.attrs<TriangleAttrs>().diagonal);
 }
+// Masking is its own adjoint: the tangent is the same triangle of the input's.
+static void triu_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = triu(t[0], n.attrs<TriangleAttrs>().diagonal);
+}
+static void tril_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = tril(t[0], n.attrs<TriangleAttrs>().diagonal);
+}
 template <bool Upper>
 static std::vector<OpSample> triangle_samples() {
   using samples::uniform;
@@ -356,10 +395,10 @@ static std::vector<OpSample> triangle_samples() {
 }
 static const OpDef triu_op("triu", 1, "triu(x, diagonal): upper triangle of the last two axes",
                            "nothing; attrs: diagonal",
-                           triu_backward, triangle_samples<true>);
+                           triu_backward, triu_tangent, triangle_samples<true>);
 static const OpDef tril_op("tril", 1, "tril(x, diagonal): lower triangle of the last two axes",
                            "nothing; attrs: diagonal",
-                           tril_backward, triangle_samples<false>);
+                           tril_backward, tril_tangent, triangle_samples<false>);
 
 Tensor triu(const Tensor& x, int64_t diagonal) {
   ProfileScope prof(triu_op.name);

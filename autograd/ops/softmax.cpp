@@ -19,6 +19,7 @@
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
@@ -172,10 +173,20 @@ static std::vector<OpSample> softmax_samples() {
   };
 }
 
+// softmax: y (t - sum(y t)); log_softmax: t - sum(softmax t), along the axis.
+template <bool Log>
+static void softmax_family_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor y = n.saved_tensor(SoftmaxSaved::kOutput);
+  const Axes axes = softmax_axes(y, n.attrs<SoftmaxAttrs>().axis);
+  out[0] = Log ? sub(t[0], sum(mul(exp(y), t[0]), axes, true)) : mul(y, sub(t[0], sum(mul(y, t[0]), axes, true)));
+}
+
 static const OpDef softmax_op("softmax", 1, "softmax(x, axis) -> exp(x) / sum(exp(x)) along axis, max subtracted",
-                              "output; attrs: axis", softmax_family_backward<false>, softmax_samples<false>);
+                              "output; attrs: axis", softmax_family_backward<false>, softmax_family_tangent<false>,
+                              softmax_samples<false>);
 static const OpDef log_softmax_op("log_softmax", 1, "log_softmax(x, axis) -> x - logsumexp(x) along axis",
-                                  "output; attrs: axis", softmax_family_backward<true>, softmax_samples<true>);
+                                  "output; attrs: axis", softmax_family_backward<true>, softmax_family_tangent<true>,
+                                  softmax_samples<true>);
 
 // Records out = (log_)softmax(x) along axis a; the node keeps the output.
 static void record_softmax(const OpDef& op, const Tensor& x, Tensor& out, int a) {
@@ -345,12 +356,34 @@ static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Ten
   }
 }
 
+// Per row, the tangent of the loss is <dloss/dx, t> with the row gradient of
+// the recorded backward at g = 1 (which also scales by the mean's count),
+// then reduced as the loss is.
+static void cross_entropy_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor p = n.saved_tensor(CrossEntropySaved::kProbs);
+  const int64_t R = p.shape()[0], C = p.shape()[1];
+  const Tensor slope = cross_entropy_grad_recorded(n, ones(n.out_shape, n.out_dtype), p,
+                                                   n.saved_tensor(CrossEntropySaved::kTargets));
+  // The tangent in the rows layout (R,C), as forward moved the logits.
+  const Shape& ls = n.edges[0].shape;
+  Tensor rows = t[0];
+  if (ls.size() > 2) {
+    Shape order;
+    order.push_back(0);
+    for (int d = 2; d < ls.size(); ++d) order.push_back(d);
+    order.push_back(1);
+    rows = permute(rows, order);
+  }
+  const Tensor per_row = sum(mul(slope, reshape(rows, {R, C})), {1});
+  out[0] = n.attrs<CrossEntropyAttrs>().reduction == Reduction::none ? reshape(per_row, n.out_shape) : sum(per_row);
+}
+
 static const OpDef cross_entropy_op(
     "cross_entropy", 2,
     "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, reduction)",
     "probs (R,C) (recorded as the softmax of the logits' rows), targets (R); attrs: ignore_index, "
     "label_smoothing, reduction, count of non-ignored targets",
-    cross_entropy_backward, [] {
+    cross_entropy_backward, cross_entropy_tangent, [] {
       using samples::uniform;
       auto ce = [](int64_t ignore, double smoothing, Reduction red) {
         return [=](const std::vector<Tensor>& x) { return cross_entropy(x[0], x[1], ignore, smoothing, red); };

@@ -7,6 +7,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/shape.h"
 #include "autograd/profiler.h"
 
@@ -91,7 +92,12 @@ Tensor view_like(const Tensor& x, const Shape& shape, const Shape& strides, int6
 static void reshape_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = reshape(g, n.edges[0].shape);
 }
-static const OpDef reshape_op("reshape", 1, "reshape(x, shape) / view(x, shape)", "nothing", reshape_backward, [] {
+// A view's tangent is the same view of the input's tangent.
+static void reshape_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = reshape(t[0], n.out_shape);
+}
+static const OpDef reshape_op("reshape", 1, "reshape(x, shape) / view(x, shape)", "nothing", reshape_backward,
+                              reshape_tangent, [] {
   return std::vector<OpSample>{
       {"(3,4) -> (2,-1,3)", {samples::uniform({3, 4}, 101)}, [](auto& x) { return reshape(x[0], {2, -1, 3}); }},
       {"non-contiguous (2,3) -> (6)", {samples::strided({2, 3}, 102)}, [](auto& x) { return reshape(x[0], {6}); }},
@@ -149,7 +155,11 @@ static void permute_backward(const Node& n, const Tensor& g, std::span<Tensor> g
   gin[0] = permute(g, inverse);
 }
 static const OpDef permute_op("permute", 1, "permute(x, order) / transpose(x, a, b)", "nothing; attrs: order",
-                              permute_backward, [] {
+                              permute_backward,
+                              [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                                out[0] = permute(t[0], n.attrs<PermuteAttrs>().order);
+                              },
+                              [] {
   return std::vector<OpSample>{
       {"(2,3,4) -> (2,0,1)", {samples::uniform({2, 3, 4}, 104)}, [](auto& x) { return permute(x[0], {2, 0, 1}); }},
       {"transpose (3,4) 0 1", {samples::uniform({3, 4}, 105)}, [](auto& x) { return transpose(x[0], 0, 1); }},
@@ -222,7 +232,12 @@ static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   gin[0] = gx;
 }
 static const OpDef slice_op("slice", 1, "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis",
-                            "nothing; attrs: axis, start, stop, step", slice_backward, [] {
+                            "nothing; attrs: axis, start, stop, step", slice_backward,
+                            [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                              const SliceAttrs& s = n.attrs<SliceAttrs>();
+                              out[0] = slice(t[0], s.axis, s.start, s.stop, s.step);
+                            },
+                            [] {
   return std::vector<OpSample>{
       {"(5,4) axis 0 [1:5:2]", {samples::uniform({5, 4}, 106)}, [](auto& x) { return slice(x[0], 0, 1, 5, 2); }},
       {"(3,6) axis -1 [-4:]", {samples::uniform({3, 6}, 107)}, [](auto& x) { return slice(x[0], -1, -4, 100); }},
@@ -269,7 +284,11 @@ Tensor select(const Tensor& x, int64_t axis, int64_t index) {
 static void expand_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = sum_to(g, n.edges[0].shape);
 }
-static const OpDef expand_op("expand", 1, "expand(x, shape)", "nothing", expand_backward, [] {
+static const OpDef expand_op("expand", 1, "expand(x, shape)", "nothing", expand_backward,
+                             [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+                               out[0] = expand(t[0], n.out_shape);
+                             },
+                             [] {
   return std::vector<OpSample>{
       {"(3,1) -> (2,3,4)", {samples::uniform({3, 1}, 109)}, [](auto& x) { return expand(x[0], {2, 3, 4}); }},
       {"() -> (3)", {samples::uniform({}, 110)}, [](auto& x) { return expand(x[0], {3}); }},
@@ -326,7 +345,9 @@ Tensor unsqueeze(const Tensor& x, int64_t axis) {
 
 // ============================ clone ============================
 static void clone_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
-static const OpDef clone_op("clone", 1, "clone(x) / x.contiguous() -> a contiguous copy", "nothing", clone_backward, [] {
+static const OpDef clone_op("clone", 1, "clone(x) / x.contiguous() -> a contiguous copy", "nothing", clone_backward,
+                            [](const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; },
+                            [] {
   return std::vector<OpSample>{
       {"non-contiguous (3,4)", {samples::strided({3, 4}, 111)}, [](auto& x) { return clone(x[0]); }},
   };

@@ -1,0 +1,25 @@
+#pragma once
+// What the ops' tangent rules (OpDef::tangent) share. An undefined tangent is
+// a zero one: the helpers skip it instead of materialising zeros. Internal to
+// autograd/ops/*.cpp (not installed).
+#include "../tensor.h"
+#include "elementwise.h"
+#include "view.h"
+
+namespace tg::detail {
+
+// a + b, either undefined (zero).
+inline Tensor tangent_add(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return add(a, b);
+}
+// t broadcast to shape (a view), for an input tangent that an op broadcasts.
+inline Tensor broadcast_tangent(const Tensor& t, const Shape& shape) {
+  if (!t.defined() || t.shape() == shape) return t;
+  return expand(t, shape);
+}
+// t * slope, or undefined when t is.
+inline Tensor scaled_tangent(const Tensor& t, const Tensor& slope) { return t.defined() ? mul(t, slope) : Tensor(); }
+
+}  // namespace tg::detail

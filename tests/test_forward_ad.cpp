@@ -1,0 +1,365 @@
+// Forward mode. The op-table walk checks every op's tangent rule over every
+// one of its samples in float64, three ways: against central differences
+// (jvpcheck), against the op's backward (<u, J v> = <J^T u, v>, which catches
+// a transposed or mis-broadcast rule a finite-difference tolerance hides),
+// and forward-over-reverse Hessian-vector products (the rule applied to the
+// recorded backward) against reverse-over-reverse ones. An op without a
+// tangent rule fails the walk. Then the API: dual tensors, jvp, vjp, hvp,
+// jacobian in both modes, hessian, and the errors.
+#define BOOST_TEST_MODULE forward_ad
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <span>
+#include <string>
+
+#include "autograd/autograd.h"
+#include "autograd/op.h"
+#include "autograd/ops/samples.h"
+#include "testing.h"
+
+using namespace tg;
+using namespace tg::testing;
+using json = nlohmann::json;
+
+namespace {
+
+// The largest |a - b| / (1 + |b|) over two tensors of one shape.
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = a.contiguous().to_vector<double>(), y = b.contiguous().to_vector<double>();
+  double worst = 0;
+  for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]) / (1 + std::abs(y[k])));
+  return worst;
+}
+
+// A sample as a function of its differentiable inputs only (the others, such
+// as indices, stay as the sample has them).
+struct Differentiable {
+  std::vector<size_t> at;       // positions of the inputs that require grad
+  std::vector<Tensor> primals;  // their values, detached
+};
+Differentiable differentiable(const OpSample& s) {
+  Differentiable d;
+  for (size_t k = 0; k < s.inputs.size(); ++k)
+    if (s.inputs[k].defined() && s.inputs[k].requires_grad()) {
+      d.at.push_back(k);
+      d.primals.push_back(s.inputs[k].detach());
+    }
+  return d;
+}
+TensorListFn on_differentiable(const OpSample& s, const std::vector<size_t>& at) {
+  return [s, at](const std::vector<Tensor>& x) {
+    std::vector<Tensor> in = s.inputs;
+    for (size_t k = 0; k < at.size(); ++k) in[at[k]] = x[k];
+    return std::vector<Tensor>{s.fn(in)};
+  };
+}
+std::vector<Tensor> random_like(const std::vector<Tensor>& ts, uint64_t seed) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(samples::uniform(t.shape(), seed++).detach());
+  return out;
+}
+
+// <u, J v> from forward mode against sum_k <J^T u, v_k> from reverse mode.
+std::string adjoint_mismatch(const OpSample& s) {
+  const Differentiable d = differentiable(s);
+  const TensorListFn fn = on_differentiable(s, d.at);
+  const std::vector<Tensor> v = random_like(d.primals, 501);
+  const JvpResult fw = jvp(fn, d.primals, v);
+  const Tensor u = samples::uniform(fw.outputs[0].shape(), 502).detach();
+  const VjpResult rv = vjp(fn, d.primals, {u});
+  const double forward = sum(mul(u, fw.tangents[0])).item<double>();
+  double reverse = 0, scale = std::abs(forward);
+  for (size_t k = 0; k < v.size(); ++k) {
+    const double term = sum(mul(rv.grads[k], v[k])).item<double>();
+    reverse += term;
+    scale = std::max(scale, std::abs(term));
+  }
+  if (std::abs(forward - reverse) <= 1e-12 * std::max(1.0, scale)) return {};
+  return fmt::format("<u, J v> = {:.17g} by forward mode but <J^T u, v> = {:.17g} by reverse mode", forward, reverse);
+}
+
+// H v of <u, fn(x)> forward over reverse (hvp) against reverse over reverse.
+std::string hvp_mismatch(const OpSample& s) {
+  const Differentiable d = differentiable(s);
+  const TensorListFn fn = on_differentiable(s, d.at);
+  Tensor u;
+  {
+    NoGradGuard ng;
+    u = samples::uniform(fn(d.primals)[0].shape(), 503).detach();
+  }
+  const TensorListFn loss = [&](const std::vector<Tensor>& x) { return std::vector<Tensor>{sum(mul(fn(x)[0], u))}; };
+  const std::vector<Tensor> v = random_like(d.primals, 504);
+  const HvpResult fw = hvp(loss, d.primals, v);
+  // Reverse over reverse.
+  EnableGradGuard with_grad;
+  std::vector<Tensor> xs;
+  for (const Tensor& p : d.primals) xs.push_back(p.detach().requires_grad_());
+  const std::vector<Tensor> g = grad({loss(xs)[0]}, xs, {}, {.create_graph = true, .allow_unused = true});
+  Tensor gv;
+  for (size_t k = 0; k < g.size(); ++k)
+    if (g[k].defined() && g[k].requires_grad()) gv = gv.defined() ? add(gv, sum(mul(g[k], v[k]))) : sum(mul(g[k], v[k]));
+  std::vector<Tensor> rr(xs.size());
+  if (gv.defined()) rr = grad({gv}, xs, {}, {.allow_unused = true});
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const Tensor want = rr[k].defined() ? rr[k] : zeros_like(xs[k]);
+    const double diff = max_rel_diff(fw.hvp[k], want);
+    if (diff > 1e-12)
+      return fmt::format("input {}: H v forward over reverse differs from reverse over reverse by {:.3g} (relative)",
+                         d.at[k], diff);
+  }
+  return {};
+}
+
+// Every check of every sample of `op`; the failures, each described.
+std::vector<std::string> check_op_forward(const OpDef& op) {
+  std::vector<std::string> failures;
+  if (!op.tangent) failures.push_back(fmt::format("{}: no tangent rule", op.name));
+  for (const OpSample& sample : op.samples()) {
+    auto fail = [&](const std::string& what) { failures.push_back(fmt::format("{} / {}: {}", op.name, sample.desc, what)); };
+    try {
+      GradcheckReport r = jvpcheck(sample.fn, sample.inputs);
+      if (!r.passed) fail("jvpcheck against finite differences:\n" + r.str());
+      if (std::string m = adjoint_mismatch(sample); !m.empty()) fail(m);
+      if (std::string m = hvp_mismatch(sample); !m.empty()) fail(m);
+    } catch (const std::exception& e) {
+      fail(fmt::format("threw {}", e.what()));
+    }
+  }
+  return failures;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_op_has_a_tangent_rule) {
+  for (const OpDef* op : op_table()) BOOST_TEST(op->tangent != nullptr, op->name << " has no tangent rule");
+}
+
+BOOST_AUTO_TEST_CASE(tangents_of_every_op_float64) {
+  int ops = 0, passed = 0;
+  for (const OpDef* op : op_table()) {
+    std::vector<std::string> failures = check_op_forward(*op);
+    for (const std::string& f : failures) BOOST_ERROR(f);
+    ++ops;
+    passed += failures.empty();
+  }
+  BOOST_TEST_MESSAGE("forward mode: " << passed << " of " << ops
+                                      << " ops pass jvpcheck, <u,Jv> = <J^T u,v> and forward-over-reverse H v");
+  BOOST_TEST(passed == ops);
+}
+
+// The walk must fail for an op without a tangent rule, naming it.
+void plain_double_backward(const Node&, const Tensor& g, std::span<Tensor> gin) { gin[0] = mul(g, 2.0); }
+const OpDef* g_plain_double = nullptr;
+Tensor plain_double(const Tensor& x) {
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = mul(x, 2.0);
+  }
+  record(*g_plain_double, out, x);
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(walk_fails_for_an_op_without_a_tangent_rule) {
+  OpDef op("test_no_tangent", 1, "2x, no tangent rule", "nothing", plain_double_backward, [] {
+    return std::vector<OpSample>{{"(3)", {samples::uniform({3}, 1)}, [](auto& x) { return plain_double(x[0]); }}};
+  });
+  g_plain_double = &op;
+  std::vector<std::string> f = check_op_forward(op);
+  BOOST_TEST_REQUIRE(!f.empty());
+  for (const std::string& m : f) BOOST_TEST(m.find("test_no_tangent") != std::string::npos, m);
+  BOOST_TEST(f[0].find("no tangent rule") != std::string::npos);
+}
+
+// And for a wrong rule: 2x with tangent 3 t fails against finite differences
+// and against its backward.
+void wrong_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = mul(t[0], 3.0); }
+
+BOOST_AUTO_TEST_CASE(walk_fails_for_a_wrong_tangent_rule) {
+  OpDef op("test_wrong_tangent", 1, "2x, tangent 3t", "nothing", plain_double_backward, wrong_tangent, [] {
+    return std::vector<OpSample>{{"(3)", {samples::uniform({3}, 1)}, [](auto& x) { return plain_double(x[0]); }}};
+  });
+  g_plain_double = &op;
+  const std::vector<std::string> f = check_op_forward(op);
+  BOOST_TEST_REQUIRE(f.size() == 2u);  // against finite differences, and against the backward
+  for (const std::string& m : f) BOOST_TEST(m.find("test_wrong_tangent") != std::string::npos, m);
+  BOOST_TEST(f[0].find("jvpcheck") != std::string::npos, f[0]);
+  BOOST_TEST(f[1].find("<u, J v>") != std::string::npos, f[1]);
+}
+
+BOOST_AUTO_TEST_CASE(missing_tangent_rule_is_an_error_naming_the_op) {
+  OpDef op("test_no_tangent_2", 1, "2x, no tangent rule", "nothing", plain_double_backward, nullptr);
+  g_plain_double = &op;
+  ForwardADGuard level;
+  Tensor x = make_dual(samples::uniform({3}, 2).detach(), ones({3}, DType::f64));
+  Tensor y = plain_double(x);
+  try {
+    tangent(y);
+    BOOST_FAIL("no error");
+  } catch (const AutogradError& e) {
+    BOOST_TEST(std::string(e.what()).find("'test_no_tangent_2'") != std::string::npos, e.what());
+    BOOST_TEST(std::string(e.what()).find("no tangent rule") != std::string::npos, e.what());
+  }
+}
+
+// ---------------------------------------------------------------- the API
+
+// f(x, w) = tanh(w x) * x[0]: 3 inputs, 4 outputs.
+std::vector<Tensor> small_net(const std::vector<Tensor>& in) {
+  return {mul(tanh(matmul(in[1], in[0])), select(in[0], 0, 0))};
+}
+
+BOOST_AUTO_TEST_CASE(jacobian_forward_equals_reverse_and_jvp) {
+  const std::vector<Tensor> in{samples::uniform({3}, 11).detach(), samples::uniform({4, 3}, 12).detach()};
+  const auto fw = jacobian(small_net, in, {.mode = JacobianMode::forward});
+  const auto rv = jacobian(small_net, in, {.mode = JacobianMode::reverse});
+  BOOST_TEST_REQUIRE(fw.size() == 1u);
+  BOOST_TEST((fw[0][0].shape() == Shape{4, 3}));
+  BOOST_TEST((fw[0][1].shape() == Shape{4, 4, 3}));
+  for (size_t j = 0; j < 2; ++j) BOOST_TEST(max_rel_diff(fw[0][j], rv[0][j]) < 1e-14);
+  // J v by jvp is the Jacobian times v.
+  const Tensor v = samples::uniform({3}, 13).detach();
+  const JvpResult r = jvp(small_net, in, {v, Tensor()});
+  BOOST_TEST(max_rel_diff(r.tangents[0], matmul(fw[0][0], v)) < 1e-14);
+  BOOST_TEST(max_rel_diff(r.outputs[0], small_net(in)[0]) == 0.0);
+  BOOST_TEST(!r.tangents[0].requires_grad());
+}
+
+// f(x) = sum(x^3) + x0 x1: H = diag(6 x) + (e0 e1^T + e1 e0^T).
+BOOST_AUTO_TEST_CASE(hessian_of_a_cubic) {
+  const Tensor x = from_vector(std::vector<double>{0.5, -1.0, 2.0}, {3});
+  auto f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{add(sum(pow(in[0], 3.0)), mul(select(in[0], 0, 0), select(in[0], 0, 1)))};
+  };
+  const Tensor H = hessian(f, {x})[0][0];
+  const std::vector<double> want{3, 1, 0, 1, -6, 0, 0, 0, 12};
+  BOOST_TEST(H.contiguous().to_vector<double>() == want, boost::test_tools::per_element());
+}
+
+// Reverse over forward: the gradient of jvp(f, x, v) = <grad f, v> is H v.
+BOOST_AUTO_TEST_CASE(reverse_over_forward_equals_forward_over_reverse) {
+  const Tensor x0 = samples::uniform({4}, 21).detach(), v = samples::uniform({4}, 22).detach();
+  auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{sum(mul(tanh(in[0]), mul(in[0], in[0])))}; };
+  const Tensor x = x0.clone().requires_grad_();
+  BOOST_TEST(!jvp(f, {x}, {v}).tangents[0].requires_grad());  // detached without create_graph
+  const JvpResult r = jvp(f, {x}, {v}, true);
+  BOOST_TEST_REQUIRE(r.tangents[0].requires_grad());
+  const Tensor rof = grad({r.tangents[0]}, {x})[0];
+  const HvpResult h = hvp(f, {x0}, {v});
+  BOOST_TEST(max_rel_diff(rof, h.hvp[0]) < 1e-14);
+  BOOST_TEST(max_rel_diff(h.grads[0], grad({f({x})[0]}, {x})[0]) < 1e-15);
+}
+
+BOOST_AUTO_TEST_CASE(dual_tensors) {
+  const Tensor x0 = samples::uniform({2, 3}, 31).detach(), t = samples::uniform({2, 3}, 32).detach();
+  BOOST_CHECK_THROW(make_dual(x0, t), AutogradError);  // no level open
+  ForwardADGuard level;
+  BOOST_TEST(forward_ad_enabled());
+  BOOST_CHECK_THROW(ForwardADGuard(), AutogradError);  // one level at a time
+  try {
+    make_dual(x0, ones({3, 2}, DType::f64));
+    BOOST_FAIL("no error");
+  } catch (const ShapeError& e) {
+    BOOST_TEST(std::string(e.what()).find("make_dual") != std::string::npos, e.what());
+    BOOST_TEST(std::string(e.what()).find("(3,2)") != std::string::npos, e.what());
+  }
+  const Tensor x = make_dual(x0, t);
+  const Dual d = unpack_dual(mul(x, 3.0));
+  BOOST_TEST(max_rel_diff(d.primal, mul(x0, 3.0)) == 0.0);
+  BOOST_TEST(max_rel_diff(d.tangent, mul(t, 3.0)) == 0.0);
+  BOOST_TEST(!tangent(ones({2}, DType::f64)).defined());  // no tangent: zero
+}
+
+// ---------------------------------------------------------------- parity with PyTorch
+// tests/fixtures/forward_ad.json, made by make_forward_ad.py with
+// torch.autograd.forward_ad. The models are written with explicit weights,
+// as the script writes them, so every weight can be a primal.
+
+const json& fixture_case(const std::string& name) {
+  const json& cases = fixture("tests/fixtures/forward_ad.json")["cases"];
+  BOOST_REQUIRE_MESSAGE(cases.contains(name), "forward_ad.json lacks case " << name);
+  return cases[name];
+}
+
+using Weights = std::map<std::string, Tensor>;
+
+Tensor mlp(const Weights& p, const Tensor& x) {
+  return linear(tanh(linear(x, p.at("fc1.weight"), p.at("fc1.bias"))), p.at("fc2.weight"), p.at("fc2.bias"));
+}
+
+// Pre-LN causal block, C = 8, 2 heads, MLP 32, exact GELU; x (B,T,C).
+Tensor block(const Weights& p, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = 8, H = 2, D = C / H;
+  const Tensor a = layer_norm(x, p.at("ln1.weight"), p.at("ln1.bias"));
+  // (B,T,3C) -> (3,B,H,T,D): q, k, v with head h in rows h*D .. h*D+D-1
+  const Tensor qkv = permute(reshape(linear(a, p.at("attn.qkv.weight"), p.at("attn.qkv.bias")), {B, T, 3, H, D}),
+                             {2, 0, 3, 1, 4});
+  const Tensor y = scaled_dot_product_attention(select(qkv, 0, 0), select(qkv, 0, 1), select(qkv, 0, 2), true);
+  const Tensor h = add(x, linear(reshape(transpose(y, 1, 2), {B, T, C}), p.at("attn.proj.weight"), p.at("attn.proj.bias")));
+  const Tensor m = layer_norm(h, p.at("ln2.weight"), p.at("ln2.bias"));
+  return add(h, linear(gelu(linear(m, p.at("mlp.fc.weight"), p.at("mlp.fc.bias"))), p.at("mlp.proj.weight"),
+                       p.at("mlp.proj.bias")));
+}
+
+// The case's weights (name order) and a function of (x, weights...) calling model.
+struct Functional {
+  std::vector<std::string> names;
+  std::vector<Tensor> primals;  // x, then the weights
+  TensorListFn fn;
+};
+Functional functional(const json& c, Tensor (*model)(const Weights&, const Tensor&)) {
+  Functional f;
+  f.primals.push_back(load(c["x"]));
+  for (auto& [name, w] : c["params"].items()) {
+    f.names.push_back(name);
+    f.primals.push_back(load(w));
+  }
+  f.fn = [names = f.names, model](const std::vector<Tensor>& in) {
+    Weights p;
+    for (size_t k = 0; k < names.size(); ++k) p[names[k]] = in[k + 1];
+    return std::vector<Tensor>{model(p, in[0])};
+  };
+  return f;
+}
+
+void jvp_parity(const std::string& name, Tensor (*model)(const Weights&, const Tensor&), size_t n_weights) {
+  const json& c = fixture_case(name);
+  const Functional f = functional(c, model);
+  BOOST_REQUIRE_EQUAL(f.names.size(), n_weights);
+  std::vector<Tensor> tangents{load(c["x_tangent"])};
+  for (const std::string& n : f.names) tangents.push_back(load(c["tangents"][n]));
+  const JvpResult r = jvp(f.fn, f.primals, tangents);
+  Parity p{1e-12};
+  p.check(name + " output", r.outputs[0], load(c["output"]));
+  p.check(name + " output tangent", r.tangents[0], load(c["output_tangent"]));
+  BOOST_TEST_MESSAGE(name << ": max relative error vs torch.autograd.forward_ad: " << p.worst);
+}
+
+BOOST_AUTO_TEST_CASE(mlp_jvp_matches_torch) { jvp_parity("mlp_jvp", mlp, 4); }
+
+BOOST_AUTO_TEST_CASE(transformer_block_jvp_matches_torch) { jvp_parity("block_jvp", block, 12); }
+
+BOOST_AUTO_TEST_CASE(transformer_block_hvp_matches_torch) {
+  const json& c = fixture_case("block_hvp");
+  const Functional f = functional(c, block);
+  BOOST_REQUIRE_EQUAL(f.names.size(), 12u);
+  const Tensor x = f.primals[0];
+  const std::vector<Tensor> weights(f.primals.begin() + 1, f.primals.end());
+  const TensorListFn loss = [&](const std::vector<Tensor>& w) {
+    std::vector<Tensor> in{x};
+    in.insert(in.end(), w.begin(), w.end());
+    const Tensor y = f.fn(in)[0];
+    return std::vector<Tensor>{sum(mul(y, y))};
+  };
+  std::vector<Tensor> v;
+  for (const std::string& n : f.names) v.push_back(load(c["v"][n]));
+  const HvpResult r = hvp(loss, weights, v);
+  Parity p{1e-12};
+  p.check("block_hvp loss", r.value, load(c["loss"]));
+  for (size_t k = 0; k < f.names.size(); ++k) {
+    p.check("block_hvp grad " + f.names[k], r.grads[k], load(c["grads"][f.names[k]]));
+    p.check("block_hvp H v " + f.names[k], r.hvp[k], load(c["hvp"][f.names[k]]));
+  }
+  BOOST_TEST_MESSAGE("block_hvp: max relative error of forward-over-reverse H v vs torch: " << p.worst);
+}
