@@ -3,7 +3,7 @@
 //   1. sharpness: the top eigenvalues of the Hessian of a small GPT's loss,
 //      by Lanczos iterations on tg::hvp (forward over reverse: one H v costs
 //      about three gradients), tracked while the model trains; a table, and a
-//      plot in forward_mode_sharpness.png when gnuplot is installed.
+//      plot in <out>/sharpness.png when gnuplot is installed.
 //   2. jacobian: the full Jacobian of a network with few inputs and many
 //      outputs, by forward mode (one jvp per input: a column each) and by
 //      reverse mode (one vjp per output: a row each), timed; the two must
@@ -14,6 +14,7 @@
 //   build/examples/forward_mode --quick        # tiny sizes, seconds (the tests)
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -31,7 +32,7 @@ using namespace tg;
 namespace {
 
 struct Config {
-  std::string part = "all";
+  std::string part = "all", out = "out/forward_mode";
   uint64_t seed = 1;
   int threads = 0;
   // sharpness
@@ -206,9 +207,11 @@ void sharpness(const Config& c) {
     train_loss = loss.item();
   }
   fmt::print("{}\n", table.text());
-  const std::string why = report::plot_lines("forward_mode_sharpness.png", "Top Hessian eigenvalues during training",
-                                             "step", "eigenvalue", curves);
-  fmt::print("{}\n\n", why.empty() ? "plot: forward_mode_sharpness.png" : "no plot: " + why);
+  const std::string png = c.out + "/sharpness.png";
+  std::filesystem::create_directories(c.out);
+  const std::string why = report::plot_lines(png, "Top Hessian eigenvalues during training", "step", "eigenvalue",
+                                             curves);
+  fmt::print("{}\n\n", why.empty() ? "plot: " + png : "no plot: " + why);
 }
 
 // ---------------------------------------------------------------- 2. jacobian
@@ -250,6 +253,7 @@ int main(int argc, char** argv) {
   CLI::App app{"forward_mode: Hessian sharpness by Lanczos on forward-over-reverse HVPs; Jacobians in both modes"};
   app.add_option("--part", c.part, "Which part to run")->check(CLI::IsMember({"all", "sharpness", "jacobian"}));
   app.add_flag("--quick", quick, "Tiny sizes, seconds in all (what the tests run); overrides the size options");
+  app.add_option("--out", c.out, "Output directory (the sharpness plot)");
   app.add_option("--seed", c.seed, "Seed for initialisation and data");
   app.add_option("--threads", c.threads, "Threads for kernels and OpenBLAS (default: TAPEGRAD_NUM_THREADS or all cores)");
   app.add_option("--steps", c.steps, "Training steps of part 1")->check(CLI::PositiveNumber);

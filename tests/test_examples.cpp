@@ -333,9 +333,12 @@ BOOST_AUTO_TEST_CASE(higher_order_checks_hvp_and_compares_maml) {
 }
 
 BOOST_AUTO_TEST_CASE(forward_mode_tracks_sharpness_and_compares_jacobians) {
-  auto [rc, log] = run(exe("FORWARD_MODE") + " --quick --threads 1");
+  const fs::path out = fs::temp_directory_path() / fmt::format("tg_test_forward_mode_{}", ::getpid());
+  auto [rc, log] = run(exe("FORWARD_MODE") + " --quick --threads 1 --out " + out.string());
   BOOST_REQUIRE_MESSAGE(rc == 0, log);  // exits 1 when the forward and reverse Jacobians disagree
   BOOST_TEST(log.find("lambda_1") != std::string::npos, log);
   BOOST_TEST(log.find("max |J_forward - J_reverse|") != std::string::npos, log);
   BOOST_TEST(log.find(": ok") != std::string::npos, log);
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) BOOST_TEST(fs::file_size(out / "sharpness.png") > 1000u);
+  fs::remove_all(out);
 }
