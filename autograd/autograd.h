@@ -2,6 +2,8 @@
 /// \file
 /// Everything in autograd/: tensors, the tape, the ops (one header per op
 /// family), gradcheck.
+#include "activation_checkpoint.h"
+#include "anomaly.h"
 #include "autocast.h"
 #include "gradcheck.h"
 #include "ops/attention.h"

@@ -63,7 +63,7 @@ Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps
   std::vector<double> fwd, bwd;
   for (int64_t rep = 0; rep <= reps; ++rep) {  // rep 0 warms the allocator's cache up and is not counted
     m.zero_grad();
-    const double base = static_cast<double>(allocator_stats().bytes_in_use);
+    const double base = static_cast<double>(memory_stats().bytes_in_use);
     reset_peak_memory_stats();
     const auto t0 = std::chrono::steady_clock::now();
     Tensor loss;
@@ -72,10 +72,10 @@ Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps
       loss = m.loss(x, y);
     }
     const auto t1 = std::chrono::steady_clock::now();
-    r.fwd_mib = (allocator_stats().peak_bytes_in_use - base) / 1048576.0;
+    r.fwd_mib = (memory_stats().peak_bytes_in_use - base) / 1048576.0;
     loss.backward();
     const auto t2 = std::chrono::steady_clock::now();
-    r.step_mib = (allocator_stats().peak_bytes_in_use - base) / 1048576.0;
+    r.step_mib = (memory_stats().peak_bytes_in_use - base) / 1048576.0;
     if (rep == 0) continue;
     fwd.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / static_cast<double>(B * T));
     bwd.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count() / static_cast<double>(B * T));
