@@ -196,6 +196,10 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   }
   dist::barrier();  // the ranks start the timed steps together
   ddp.reset_stats();
+  // The peak of the timed steps above what is held between steps (weights,
+  // gradients, optimizer state): the activations a step holds at once.
+  const size_t held_between_steps = memory_stats().bytes_in_use;
+  reset_peak_memory_stats();
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < o.steps; ++i) step();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -217,11 +221,12 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   fmt::print(
       "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"dtype\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"T\": {}, \"B\": {}, \"checkpoint\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, \"seconds_per_step\": {:.3f}, "
       "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
-      "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
+      "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"step_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
       o.workload, o.dtype, o.threads, dist::world_size(), o.steps, w.model.block, w.batch, o.checkpoint, tokens,
       o.steps * tokens / secs, secs / o.steps, last_loss, report::peak_rss_mib(),
       prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
       prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
+      (pool.peak_bytes_in_use - held_between_steps) / 1048576.0,
       (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);
 }
 

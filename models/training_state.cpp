@@ -102,7 +102,7 @@ Tensor checked_loss(const std::function<Tensor()>& forward, const std::string& w
   }
   throw AnomalyError(fmt::format("{}: the loss is {}; stopped before its backward, so the parameters and the last "
                                  "checkpoint hold the last finite state\n{}",
-                                 what, value, report));
+                                 what, std::isnan(value) ? "NaN" : fmt::format("{}", value), report));
 }
 
 void check_finite_parameters(const nn::Module& m, const std::string& what) {
