@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "autograd/anomaly.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
@@ -35,12 +36,14 @@ void restore(const std::vector<GeneratorState>& states) {
 }
 
 // What the node keeps besides its saved tensors: fn, how many of its edges
-// are fn's own inputs (the rest are tensors fn read from elsewhere), and the
-// generators' states when the forward started.
+// are fn's own inputs (the rest are tensors fn read from elsewhere), the
+// generators' states when the forward started, and (under anomaly detection)
+// the module path it ran in, which the rerun's nodes are recorded under.
 struct CheckpointClosure {
   std::function<Tensor(const std::vector<Tensor>&)> fn;
   size_t arity;
   std::vector<GeneratorState> generators;
+  std::string module_path;
 };
 
 // Saved: every edge's tensor, in edge order.
@@ -74,6 +77,7 @@ void checkpoint_backward(const Node& n, const Tensor& g, std::span<Tensor> grad_
       ~Restore() { restore(states); }
     } restore_after{now};
     EnableGradGuard with_grad;
+    ModulePathScope path(c.module_path);
     out = c.fn(args);
   }
   if (!out.defined() || !(out.shape() == n.out_shape) || out.dtype() != n.out_dtype)
@@ -116,7 +120,8 @@ Tensor checkpoint(std::function<Tensor(const std::vector<Tensor>&)> fn, const st
   std::vector<Generator*> gens = options.generators;
   if (gens.empty()) gens.push_back(&default_generator());
   auto closure = std::make_shared<CheckpointClosure>(
-      CheckpointClosure{.fn = std::move(fn), .arity = inputs.size(), .generators = states_of(gens)});
+      CheckpointClosure{.fn = std::move(fn), .arity = inputs.size(), .generators = states_of(gens),
+                        .module_path = anomaly_enabled() ? module_path() : std::string()});
   std::vector<Tensor> reads;
   Tensor out;
   {

@@ -119,6 +119,17 @@ BOOST_AUTO_TEST_CASE(gpt_backward_names_the_node_whose_gradient_turns_nan) {
                               "384 NaN value(s); the gradient it received was finite"});
 }
 
+BOOST_AUTO_TEST_CASE(inside_a_checkpointed_block_the_rerun_keeps_the_path) {
+  manual_seed(5);
+  models::GPT gpt({.vocab = 11, .block = 6, .layers = 2, .heads = 2, .dim = 8, .checkpoint_blocks = 1});
+  auto h = (*gpt.blocks)[1].mlp->fc->register_forward_hook(
+      [](nn::Module&, std::span<const Tensor>, const Tensor& out) { return nan_grad(out); });
+  DetectAnomalyGuard on;
+  Tensor loss = gpt.loss(ids, targets);
+  check_throws<AnomalyError>([&] { loss.backward(); },
+                             {"the backward of 'nan_grad' (recorded in blocks.1.mlp.fc, output (2,6,32) float32)"});
+}
+
 BOOST_AUTO_TEST_CASE(lstm_forward_and_backward) {
   {
     models::RNNLM lm = tiny_lstm();
