@@ -17,7 +17,7 @@ namespace {
 
 // A new op is added here, with its samples in its family file.
 const std::set<std::string_view> kOps = {
-    "abs", "add", "add_scalar", "cast", "clamp", "clone", "concat", "cross_entropy", "div", "dropout", "embedding",
+    "abs", "add", "add_scalar", "cast", "checkpoint", "clamp", "clone", "concat", "cross_entropy", "div", "dropout", "embedding",
     "erf", "exp", "expand", "flip", "gated_recurrence_grad", "gather", "gelu", "gelu_grad", "gru_recurrence", "index_add", "index_select", "layer_norm",
     "linear", "log", "log_sigmoid", "log_softmax", "logsumexp", "lstm_gate_slopes", "lstm_recurrence", "lstm_recurrence_grad", "masked_fill", "matmul", "max",
     "maximum", "min", "minimum", "mul", "mul_scalar", "neg", "pad", "permute", "pow", "pow_scalar", "rdiv", "relu",
