@@ -13,26 +13,29 @@
 namespace tg {
 namespace {
 
-// A generator's state: checkpoint restores it to rerun fn's draws.
+// A generator's state: checkpoint restores it to rerun fn's draws. A null
+// gen is the default generator of the thread that runs (it is per thread,
+// and backward may run on another thread than the forward did).
 struct GeneratorState {
   Generator* gen;
   uint64_t seed, offset;
+  Generator& generator() const { return gen ? *gen : default_generator(); }
 };
-
-std::vector<GeneratorState> states_of(const std::vector<Generator*>& gens) {
-  std::vector<GeneratorState> out;
-  for (Generator* g : gens) out.push_back({g, g->seed(), g->offset()});
-  return out;
-}
 
 // The same generators' states now.
 std::vector<GeneratorState> current(std::vector<GeneratorState> states) {
-  for (GeneratorState& s : states) s = {s.gen, s.gen->seed(), s.gen->offset()};
+  for (GeneratorState& s : states) s = {s.gen, s.generator().seed(), s.generator().offset()};
   return states;
 }
 
+std::vector<GeneratorState> states_of(const std::vector<Generator*>& gens) {
+  std::vector<GeneratorState> out;
+  for (Generator* g : gens) out.push_back({g, 0, 0});
+  return current(std::move(out));
+}
+
 void restore(const std::vector<GeneratorState>& states) {
-  for (const GeneratorState& s : states) s.gen->set_state(s.seed, s.offset);
+  for (const GeneratorState& s : states) s.generator().set_state(s.seed, s.offset);
 }
 
 // What the node keeps besides its saved tensors: fn, how many of its edges
@@ -118,7 +121,7 @@ Tensor checkpoint(std::function<Tensor(const std::vector<Tensor>&)> fn, const st
   if (!fn) throw ValueError("checkpoint: no function given");
   if (!grad_enabled()) return fn(inputs);
   std::vector<Generator*> gens = options.generators;
-  if (gens.empty()) gens.push_back(&default_generator());
+  if (gens.empty()) gens.push_back(nullptr);  // the default generator
   auto closure = std::make_shared<CheckpointClosure>(
       CheckpointClosure{.fn = std::move(fn), .arity = inputs.size(), .generators = states_of(gens),
                         .module_path = anomaly_enabled() ? module_path() : std::string()});

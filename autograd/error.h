@@ -30,8 +30,10 @@ struct AnomalyError : std::runtime_error { using std::runtime_error::runtime_err
 /// the fields hold the same. A std::bad_alloc, so code catching that still
 /// does. Whatever the op was building is freed as the exception unwinds.
 struct OutOfMemoryError : std::bad_alloc {
+  /// The error with its message and the figures it states.
   OutOfMemoryError(std::string message, size_t bytes, size_t bytes_in_use, size_t bytes_cached)
       : bytes(bytes), bytes_in_use(bytes_in_use), bytes_cached(bytes_cached), message_(std::move(message)) {}
+  /// The message (std::bad_alloc's own says only "std::bad_alloc").
   const char* what() const noexcept override { return message_.c_str(); }
   size_t bytes;         ///< asked for (rounded to the allocator's size class)
   size_t bytes_in_use;  ///< held by live tensors when it failed
