@@ -1,7 +1,10 @@
 #pragma once
 /// \file
 /// Everything in autograd/: tensors, the tape, the ops (one header per op
-/// family), gradcheck, forward mode and the functional API.
+/// family), gradcheck, forward mode and the functional API, activation
+/// checkpointing and anomaly detection.
+#include "activation_checkpoint.h"
+#include "anomaly.h"
 #include "autocast.h"
 #include "forward_ad.h"
 #include "gradcheck.h"

@@ -56,13 +56,23 @@ void profiler_reset() {
 }
 void profiler_add_flops(double flops) { g_flops.fetch_add(static_cast<uint64_t>(flops), std::memory_order_relaxed); }
 
-void ProfileScope::start(std::string_view op, ProfilePhase phase) {
+ProfileScope*& ProfileScope::innermost() {
+  thread_local ProfileScope* scope = nullptr;
+  return scope;
+}
+
+std::string current_op_name() {
+  const ProfileScope* s = ProfileScope::innermost();
+  if (!s) return "";
+  const char* suffix = s->phase_ == ProfilePhase::backward ? " (backward)" : s->phase_ == ProfilePhase::recompute ? " (recompute)" : "";
+  return fmt::format("'{}'{}", s->op_, suffix);
+}
+
+void ProfileScope::start() {
   // Nested in a timed op: counted in the outer one, unless it is a recompute.
-  if (t_depth > 0 && phase != ProfilePhase::recompute) return;
+  if (t_depth > 0 && phase_ != ProfilePhase::recompute) return;
   ++t_depth;
   active_ = true;
-  op_ = op;
-  phase_ = phase;
   flops0_ = g_flops.load(std::memory_order_relaxed);
   excluded0_ = t_recompute_seconds;
   excluded_flops0_ = t_recompute_flops;

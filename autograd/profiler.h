@@ -43,29 +43,40 @@ enum class ProfilePhase { forward, backward, recompute };
 
 /// Times its own lifetime as one call of `op` in the profiler's table (when
 /// the profiler is on); an op of one's own opens one in its forward and
-/// backward.
+/// backward. Profiler on or off, it is also the thread's innermost running
+/// op while it lives, which an out-of-memory error names (current_op_name).
 class ProfileScope {
  public:
   /// Starts timing `op`, if the profiler is on.
-  ProfileScope(std::string_view op, ProfilePhase phase = ProfilePhase::forward) {
-    if (profiler_enabled()) start(op, phase);
+  ProfileScope(std::string_view op, ProfilePhase phase = ProfilePhase::forward)
+      : op_(op), phase_(phase), outer_(innermost()) {
+    innermost() = this;
+    if (profiler_enabled()) start();
   }
   ~ProfileScope() {
     if (active_) stop();
+    innermost() = outer_;
   }
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;
 
  private:
-  void start(std::string_view op, ProfilePhase phase);
+  friend std::string current_op_name();
+  static ProfileScope*& innermost();
+  void start();
   void stop();
   bool active_ = false;
   std::string_view op_;
   ProfilePhase phase_ = ProfilePhase::forward;
+  ProfileScope* outer_;
   std::chrono::steady_clock::time_point t0_;
   uint64_t flops0_ = 0;      // the GEMM work counter when the scope opened
   double excluded0_ = 0;     // the thread's recompute seconds when it opened
   uint64_t excluded_flops0_ = 0;
 };
+
+/// The op running on this thread now, as the profiler names it ("matmul",
+/// "matmul (backward)", "layer_norm (recompute)"), or "" outside any op.
+std::string current_op_name();
 
 }  // namespace tg

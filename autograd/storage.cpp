@@ -6,6 +6,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "autograd/dtype.h"
+#include "autograd/error.h"
+#include "autograd/profiler.h"
+#include "autograd/shape.h"
+
 namespace tg {
 namespace {
 
@@ -22,29 +29,36 @@ size_t round_size(size_t n) {
 struct Cache {
   std::mutex mu;
   std::unordered_map<size_t, std::vector<void*>> free_blocks;
-  AllocatorStats stats;
+  MemoryStats stats;
 
+  // A block of `bytes`, or nullptr when the system refuses it even after the
+  // cache was given back (the counters then say so: the caller throws).
   void* get(size_t bytes) {
     std::lock_guard lock(mu);
-    ++stats.allocations;
-    stats.bytes_in_use += bytes;
-    stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
     auto it = free_blocks.find(bytes);
+    void* p = nullptr;
     if (it != free_blocks.end() && !it->second.empty()) {
-      void* p = it->second.back();
+      p = it->second.back();
       it->second.pop_back();
       ++stats.cache_hits;
       stats.bytes_cached -= bytes;
-      return p;
-    }
-    ++stats.system_allocs;
-    void* p = std::aligned_alloc(64, bytes);
-    if (!p) {
-      // Give the cache back to the system and try once more before failing.
-      release_locked();
+    } else {
       p = std::aligned_alloc(64, bytes);
-      if (!p) throw std::bad_alloc();
+      if (!p) {
+        // Give the cache back to the system and try once more before failing.
+        ++stats.alloc_retries;
+        release_locked();
+        p = std::aligned_alloc(64, bytes);
+      }
+      if (!p) {
+        ++stats.ooms;
+        return nullptr;
+      }
+      ++stats.system_allocs;
     }
+    ++stats.allocations;
+    stats.bytes_in_use += bytes;
+    stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
     return p;
   }
   void put(void* p, size_t bytes) {
@@ -68,20 +82,43 @@ Cache& cache() {
   return *c;
 }
 
+// "1.5 GiB": bytes as a reader sizes them.
+std::string format_bytes(size_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} bytes", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
 }  // namespace
 
 Storage::~Storage() {
   if (owned && data) cache().put(data, nbytes);
 }
 
-std::shared_ptr<Storage> new_storage(size_t nbytes) {
+std::shared_ptr<Storage> new_storage(size_t nbytes, const Shape& shape, DType dtype) {
   auto s = std::make_shared<Storage>();
-  s->nbytes = round_size(std::max<size_t>(nbytes, 1));
-  s->data = cache().get(s->nbytes);
+  const size_t bytes = round_size(std::max<size_t>(nbytes, 1));
+  s->data = cache().get(bytes);
+  if (!s->data) {
+    const MemoryStats now = memory_stats();
+    const std::string op = current_op_name();
+    throw OutOfMemoryError(
+        fmt::format("out of memory: {} asked for a tensor of shape {} {} ({}); the allocator holds {} in use and "
+                    "{} cached (its cache was given back and the allocation retried)",
+                    op.empty() ? "an allocation outside any op" : op, shape, dtype_name(dtype), format_bytes(bytes),
+                    format_bytes(now.bytes_in_use), format_bytes(now.bytes_cached)),
+        bytes, now.bytes_in_use, now.bytes_cached);
+  }
+  s->nbytes = bytes;
   return s;
 }
 
-AllocatorStats allocator_stats() {
+MemoryStats memory_stats() {
   std::lock_guard lock(cache().mu);
   return cache().stats;
 }
@@ -89,6 +126,16 @@ AllocatorStats allocator_stats() {
 void reset_peak_memory_stats() {
   std::lock_guard lock(cache().mu);
   cache().stats.peak_bytes_in_use = cache().stats.bytes_in_use;
+}
+
+std::string memory_summary() {
+  const MemoryStats m = memory_stats();
+  return fmt::format(
+      "tensor memory: {} in use, {} cached, peak {} in use\n"
+      "allocations: {} ({} from the cache, {} from the system; {} retried after emptying the cache, {} out of "
+      "memory)\n",
+      format_bytes(m.bytes_in_use), format_bytes(m.bytes_cached), format_bytes(m.peak_bytes_in_use), m.allocations,
+      m.cache_hits, m.system_allocs, m.alloc_retries, m.ooms);
 }
 
 void empty_cache() {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace tg {
 
@@ -24,20 +25,31 @@ struct Storage {
   ~Storage();
 };
 
-/// Uninitialised storage of nbytes (64-byte aligned).
-std::shared_ptr<Storage> new_storage(size_t nbytes);
+class Shape;
+enum class DType : uint8_t;
 
-/// Counters of the caching allocator (allocator_stats()).
-struct AllocatorStats {
-  uint64_t allocations = 0;  ///< requests served
-  uint64_t cache_hits = 0;   ///< served from the cache, no malloc
+/// Uninitialised storage of nbytes (64-byte aligned) for a tensor of `shape`
+/// and `dtype`. When the system refuses it even after the cache was given
+/// back: OutOfMemoryError naming the op being run (the innermost
+/// ProfileScope), the shape, the dtype and the bytes.
+std::shared_ptr<Storage> new_storage(size_t nbytes, const Shape& shape, DType dtype);
+
+/// Counters of the caching allocator (memory_stats()), as
+/// torch.cuda.memory_stats reports them for its allocator.
+struct MemoryStats {
+  uint64_t allocations = 0;    ///< requests served
+  uint64_t cache_hits = 0;     ///< served from the cache, no malloc
   uint64_t system_allocs = 0;  ///< real allocations (aligned_alloc)
-  size_t bytes_in_use = 0;   ///< held by live storages
-  size_t bytes_cached = 0;   ///< freed blocks kept for reuse
+  uint64_t alloc_retries = 0;  ///< system allocations that failed once and were retried after empty_cache
+  uint64_t ooms = 0;           ///< OutOfMemoryErrors thrown
+  size_t bytes_in_use = 0;     ///< held by live storages
+  size_t bytes_cached = 0;     ///< freed blocks kept for reuse
   size_t peak_bytes_in_use = 0;  ///< the most bytes_in_use since the start or reset_peak_memory_stats()
 };
 /// The allocator's counters now.
-AllocatorStats allocator_stats();
+MemoryStats memory_stats();
+/// memory_stats() as a few readable lines (torch.cuda.memory_summary).
+std::string memory_summary();
 /// Restarts peak_bytes_in_use from the bytes in use now (to measure one phase).
 void reset_peak_memory_stats();
 /// Frees every cached (unused) block back to the system.

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "autograd/anomaly.h"
 #include "autograd/autocast.h"
 #include "autograd/forward_ad.h"
 #include "autograd/op.h"
@@ -28,6 +29,7 @@ thread_local std::vector<std::shared_ptr<TensorImpl>> t_dual_leaves;
 thread_local bool t_tangents_only = false;
 thread_local NodeRef t_pending;
 thread_local std::weak_ptr<TensorImpl> t_pending_out;
+thread_local std::vector<Tensor>* t_suspended_reads = nullptr;  // see detail::RecordingSuspended
 std::atomic<uint64_t> g_next_seq{1};
 std::atomic<uint64_t> g_next_pass{1};
 std::atomic<int64_t> g_live_nodes{0};
@@ -60,6 +62,8 @@ void reset(Node& n) {
   n.hooks.clear();
   n.retains.reset();
   n.side_grads.clear();
+  n.module_path.clear();
+  n.closure.reset();
   n.grad = Tensor();
   n.released = false;
   n.run = false;
@@ -405,6 +409,8 @@ class Pass {
       AutocastGuard precision(n.autocast);
       n.op->backward(n, g, grads);
     }
+    if (anomaly_enabled()) [[unlikely]]
+      detail::check_backward(n, g, grads, api_);
     clear_side_grads(n);
     release_saved(n);
     check_input_grads(n, grads, g_records);
@@ -854,11 +860,22 @@ void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in,
 
 // ---------------------------------------------------------------- recording
 Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
+  if (anomaly_enabled()) [[unlikely]]
+    detail::check_forward(op, inputs, out);
   if (!t_grad_enabled) return nullptr;
   if (t_tangents_only) return record_tangent(op, inputs, out);
   bool any = false;
   for (const Tensor* in : inputs) any |= in->defined() && in->requires_grad();
   if (!any) return nullptr;
+  if (t_suspended_reads) [[unlikely]] {
+    for (const Tensor* in : inputs) {
+      if (!in->defined() || !in->requires_grad()) continue;
+      auto same = [&](const Tensor& r) { return r.impl() == in->impl(); };
+      if (std::none_of(t_suspended_reads->begin(), t_suspended_reads->end(), same))
+        t_suspended_reads->push_back(*in);
+    }
+    return nullptr;
+  }
   if (!is_floating(out.dtype()))
     throw AutogradError(fmt::format("{}: an integer output cannot require grad", op.name));
   Node* n = new_node();
@@ -869,6 +886,8 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
   n->out_version = out.version();
   n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
   n->autocast = autocast_dtype();
+  if (anomaly_enabled()) [[unlikely]]
+    n->module_path = module_path();
   for (const Tensor* in : inputs) {
     Edge& e = n->edges.emplace_back();
     if (!in->defined()) continue;
@@ -893,6 +912,11 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
   o->output_nr = 0;
   return n;
 }
+
+detail::RecordingSuspended::RecordingSuspended(std::vector<Tensor>& reads) : outer_(t_suspended_reads) {
+  t_suspended_reads = &reads;
+}
+detail::RecordingSuspended::~RecordingSuspended() { t_suspended_reads = outer_; }
 
 // ---------------------------------------------------------------- API
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

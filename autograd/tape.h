@@ -87,6 +87,10 @@ struct Node {
   std::vector<HookEntry> hooks;       ///< registered on the output tensor (Tensor::register_hook)
   std::weak_ptr<TensorImpl> retains;  ///< the output, when it retain_grad()s
   std::vector<Tensor> side_grads;     ///< backward pass: gradient flowing into side output k at k-1
+  std::string module_path;            ///< under anomaly detection: the module path it was recorded in
+  /// State of an op that a small trivially copyable struct (attrs) cannot
+  /// hold: checkpoint's function to rerun and its random state.
+  std::shared_ptr<const void> closure;
 
   // State of the backward pass running now (see tape.cpp).
   Tensor grad;                        ///< backward pass: gradient flowing into this node's output
@@ -210,6 +214,22 @@ class EnableGradGuard {
  private:
   bool prev_;
 };
+
+namespace detail {
+/// While alive on this thread, record() records nothing: it adds each tensor
+/// requiring grad that an op reads to `reads` (once) instead. checkpoint()'s
+/// forward runs under it, to find what its function depends on.
+class RecordingSuspended {
+ public:
+  explicit RecordingSuspended(std::vector<Tensor>& reads);  ///< suspends, collecting into reads
+  ~RecordingSuspended();  ///< resumes what was there before (an enclosing suspension)
+  RecordingSuspended(const RecordingSuspended&) = delete;
+  RecordingSuspended& operator=(const RecordingSuspended&) = delete;
+
+ private:
+  std::vector<Tensor>* outer_;
+};
+}  // namespace detail
 
 /// Called by an op's forward after computing `out`. Returns the new node when
 /// grad mode is on and some input requires grad (the op then saves what its

@@ -33,7 +33,7 @@ Tensor new_tensor(const Shape& shape, DType dtype) {
   for (int64_t d : shape)
     if (d < 0) throw ShapeError(fmt::format("empty: negative dimension in shape {}", shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = new_storage(static_cast<size_t>(shape.numel()) * itemsize(dtype));
+  impl->storage = new_storage(static_cast<size_t>(shape.numel()) * itemsize(dtype), shape, dtype);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -71,7 +71,8 @@ struct Options {
   int64_t warmup = 5, steps = 30, peak_n = 1024;
   uint64_t seed = 1337;
   int64_t discarded = 0;
-  bool eval = false, peak = false, no_overlap = false, profile = false;
+  bool eval = false, peak = false, no_overlap = false, profile = false, checkpoint = false;
+  int64_t block = 0, batch = 0;  // > 0: replace the workload's T and B
   int64_t bucket_kb = dist::DDPOptions{}.bucket_bytes / 1024;
 };
 
@@ -93,7 +94,12 @@ void add_options(CLI::App& app, Options& o) {
                  "Instead of training: run N recorded forwards that nobody backpropagates and report the memory held");
   app.add_option("--bucket-kb", o.bucket_kb, "Under mpirun: KiB of gradient per allreduce bucket")->check(CLI::PositiveNumber);
   app.add_flag("--no-overlap", o.no_overlap, "Under mpirun: start the allreduces after backward, not during it");
-  app.add_flag("--profile", o.profile, "Print the per-op profile of the profiled steps (on stderr)");
+  app.add_flag("--profile", o.profile, "Print the per-op profile and memory_summary() of the profiled steps (on stderr)");
+  app.add_flag("--checkpoint", o.checkpoint,
+               "Activation checkpointing: every GPT block, or the recurrence over chunks of sqrt(T) steps");
+  app.add_option("--seq-len", o.block, "Sequence length T instead of the workload's (GPT: also its context)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "Batch B instead of the workload's")->check(CLI::PositiveNumber);
 }
 
 void write_text_split(const Options& o) {
@@ -137,7 +143,7 @@ CharData load_char_data(const std::string& text_dir, int64_t block) {
 void report_discarded_forwards(const Options& o, bench::Trainer& trainer, const data::LMBatch& b) {
   AutocastGuard precision(trainer.autocast);
   trainer.model->loss(b.inputs, b.targets);  // warm the allocator's cache
-  const AllocatorStats before = allocator_stats();
+  const MemoryStats before = memory_stats();
   const int64_t nodes_before = live_nodes();
   reset_peak_memory_stats();
   int64_t max_nodes = 0;
@@ -145,7 +151,7 @@ void report_discarded_forwards(const Options& o, bench::Trainer& trainer, const 
     Tensor loss = trainer.model->loss(b.inputs, b.targets);
     max_nodes = std::max(max_nodes, live_nodes());
   }
-  const AllocatorStats after = allocator_stats();
+  const MemoryStats after = memory_stats();
   fmt::print(
       "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"dtype\": \"{}\", \"discarded_forwards\": {}, \"bytes_in_use_before\": {}, "
       "\"bytes_in_use_after\": {}, \"pool_peak_mb\": {:.1f}, \"live_nodes_before\": {}, \"live_nodes_after\": {}, "
@@ -186,14 +192,18 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   profiler_enable(false);
   ProfileTotals prof = profiler_totals();
   if (o.profile && dist::is_main()) {
-    fmt::print(stderr, "GEMM precision: {}\nGEMMs: {}\n{}\n", o.dtype, gemm_backend_info(), profiler_report());
+    fmt::print(stderr, "GEMM precision: {}\nGEMMs: {}\n{}\n{}", o.dtype, gemm_backend_info(), profiler_report(), memory_summary());
   }
   dist::barrier();  // the ranks start the timed steps together
   ddp.reset_stats();
+  // The peak of the timed steps above what is held between steps (weights,
+  // gradients, optimizer state): the activations a step holds at once.
+  const size_t held_between_steps = memory_stats().bytes_in_use;
+  reset_peak_memory_stats();
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < o.steps; ++i) step();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const AllocatorStats pool = allocator_stats();
+  const MemoryStats pool = memory_stats();
   last_loss = dist::all_reduce_sum(last_loss) / dist::world_size();  // the whole batch's mean (equal shards)
   std::string extra;
   if (dist::world_size() > 1) {
@@ -209,12 +219,14 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   if (!dist::is_main()) return;
   const int64_t tokens = w.batch * w.model.block;
   fmt::print(
-      "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"dtype\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, "
+      "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"dtype\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"T\": {}, \"B\": {}, \"checkpoint\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, \"seconds_per_step\": {:.3f}, "
       "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
-      "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
-      o.workload, o.dtype, o.threads, dist::world_size(), o.steps, tokens, o.steps * tokens / secs, last_loss, report::peak_rss_mib(),
+      "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"step_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
+      o.workload, o.dtype, o.threads, dist::world_size(), o.steps, w.model.block, w.batch, o.checkpoint, tokens,
+      o.steps * tokens / secs, secs / o.steps, last_loss, report::peak_rss_mib(),
       prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
       prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
+      (pool.peak_bytes_in_use - held_between_steps) / 1048576.0,
       (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);
 }
 
@@ -225,7 +237,10 @@ void run(const Options& o) {
     return;
   }
   if (!o.write_text.empty()) return write_text_split(o);
-  const bench::Workload& w = bench::workloads().at(o.workload);
+  bench::Workload w = bench::workloads().at(o.workload);
+  if (o.block > 0) w.model.block = o.block;
+  if (o.batch > 0) w.batch = o.batch;
+  w.model.checkpoint = o.checkpoint;
   if (w.batch % dist::world_size() != 0)
     throw ValueError(fmt::format("lm_train: {}'s batch of {} does not split over {} ranks", o.workload, w.batch, dist::world_size()));
   CharData d = load_char_data(o.text_dir, w.model.block);

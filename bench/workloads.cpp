@@ -1,6 +1,7 @@
 #include "bench/workloads.h"
 
 #include "autograd/autocast.h"
+#include "models/training_state.h"
 
 namespace tg::bench {
 
@@ -27,13 +28,15 @@ double Trainer::step(const Tensor& inputs, const Tensor& targets) {
   // zero_grad first (drops the .grad tensors), so the previous step's
   // gradients are not held through this forward's activation peak.
   opt->zero_grad();
-  Tensor loss;
-  {
-    // Forward and loss only, as torch.autocast is used: each node's backward
-    // runs under the precision it was recorded with.
-    AutocastGuard precision(autocast);
-    loss = model->loss(inputs, targets);
-  }
+  // Forward and loss only, as torch.autocast is used: each node's backward
+  // runs under the precision it was recorded with. A non-finite loss stops
+  // the run with the anomaly report.
+  Tensor loss = models::checked_loss(
+      [&] {
+        AutocastGuard precision(autocast);
+        return model->loss(inputs, targets);
+      },
+      "lm_train");
   loss.backward();
   opt->step();
   return loss.item();

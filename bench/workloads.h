@@ -47,9 +47,9 @@ Trainer make_trainer(const Workload& w, int64_t vocab);
 // in a steady-state training step, where every buffer comes from the cache.
 template <class F>
 uint64_t count_system_allocs(F&& f) {
-  const uint64_t before = allocator_stats().system_allocs;
+  const uint64_t before = memory_stats().system_allocs;
   f();
-  return allocator_stats().system_allocs - before;
+  return memory_stats().system_allocs - before;
 }
 
 }  // namespace tg::bench

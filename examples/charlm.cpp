@@ -141,6 +141,7 @@ struct Checkpoint {
 
   // Both generators' positions go into s before it is written.
   void save(LanguageModel& model, const nn::Optimizer& opt, models::TrainingState& s, const Generator& batch_gen) const {
+    models::check_finite_parameters(model, fmt::format("charlm: checkpoint {}", weights));
     s.batch_seed = batch_gen.seed(), s.batch_offset = batch_gen.offset();
     s.dropout_seed = default_generator().seed(), s.dropout_offset = default_generator().offset();
     nn::save(model, weights, models::config_of(model));
@@ -196,12 +197,15 @@ Result run_model(const models::ModelSpec& spec, const Config& c, const Text& tex
     auto t0 = std::chrono::steady_clock::now();  // training time only: evaluation and checkpoints are not counted
     schedule.step(*opt, st.step);
     data::LMBatch b = text.train.sample(c.batch, batch_gen);
-    Tensor loss;
-    {
-      // Forward and loss; each node's backward runs at the precision it was recorded with.
-      AutocastGuard autocast(gemm_precision(c));
-      loss = model->loss(dist::shard(b.inputs), dist::shard(b.targets));
-    }
+    // Forward and loss; each node's backward runs at the precision it was
+    // recorded with. A non-finite loss stops the run with the anomaly report,
+    // before anything (parameters, checkpoint) takes it in.
+    Tensor loss = models::checked_loss(
+        [&] {
+          AutocastGuard autocast(gemm_precision(c));
+          return model->loss(dist::shard(b.inputs), dist::shard(b.targets));
+        },
+        fmt::format("{}, step {}", kind, st.step + 1));
     loss.backward();
     ddp.finish();
     if (c.clip > 0) nn::clip_grad_norm_(model->parameters(), c.clip);
@@ -227,7 +231,7 @@ Result run_model(const models::ModelSpec& spec, const Config& c, const Text& tex
     }
     if (bar) bar->update(st.step, static_cast<double>((st.step - start_step) * tokens_per_step), fmt::format("loss {:.3f}", shown));
   }
-  r.peak_bytes = allocator_stats().peak_bytes_in_use;
+  r.peak_bytes = memory_stats().peak_bytes_in_use;
   r.seconds = st.seconds;
   r.tokens_per_s = st.seconds > 0 ? st.step * tokens_per_step / st.seconds : 0;
   r.curve = st.curve;

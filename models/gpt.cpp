@@ -18,6 +18,8 @@ GPT::GPT(const GPTOptions& o) : LanguageModel("GPT"), options(o) {
   if (o.vocab <= 0 || o.block <= 0 || o.layers <= 0 || o.dim <= 0)
     throw ValueError(fmt::format("GPT: vocab ({}), block ({}), layers ({}) and dim ({}) must be positive", o.vocab,
                                  o.block, o.layers, o.dim));
+  if (o.checkpoint_blocks < 0)
+    throw ValueError(fmt::format("GPT: checkpoint_blocks ({}) must be 0 (none) or positive", o.checkpoint_blocks));
   wte = register_module("wte", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.vocab, .dim = o.dim}));
   if (o.positions == PositionKind::learned)
     wpe = register_module("wpe", std::make_shared<nn::LearnedPositionalEmbedding>(nn::PositionalOptions{.max_len = o.block, .dim = o.dim}));
@@ -69,9 +71,18 @@ Tensor GPT::unembed(const Tensor& x) {
 }
 
 Tensor GPT::forward(const Tensor& ids) {
+  ModulePathScope path(name());
   Tensor x = embed(ids, 0);
   nn::AttentionMask causal{.causal = true};
-  for (auto& block : *blocks) x = block->forward(x, causal);
+  const int64_t every = options.checkpoint_blocks;
+  int64_t l = 0;
+  ModulePathScope list_path(blocks->name());  // the list's forward is this loop
+  for (const std::shared_ptr<nn::TransformerEncoderLayer>& block : *blocks) {
+    if (every > 0 && l++ % every == 0)
+      x = checkpoint([block, causal](const std::vector<Tensor>& in) { return block->forward(in[0], causal); }, {x});
+    else
+      x = block->forward(x, causal);
+  }
   return unembed(x);
 }
 

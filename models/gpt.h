@@ -31,6 +31,10 @@ struct GPTOptions {
   bool tied = true;     // output head shares wte's weight
   bool bias = true;
   double dropout = 0.0;
+  // k > 0: blocks 0, k, 2k, ... are checkpointed (tg::checkpoint): each keeps
+  // its input (B,T,C) for backward, which reruns the block, instead of its
+  // activations. 1 checkpoints every block; 0 none.
+  int64_t checkpoint_blocks = 0;
 };
 
 class GPT : public LanguageModel {

@@ -42,9 +42,11 @@ std::string kind_of(CellKind cell) {
 std::shared_ptr<LanguageModel> make_language_model(const ModelSpec& s) {
   if (s.kind == "gpt")
     return std::make_shared<GPT>(GPTOptions{.vocab = s.vocab, .block = s.block, .layers = s.layers, .heads = s.heads,
-                                            .dim = s.dim, .dropout = s.dropout});
+                                            .dim = s.dim, .dropout = s.dropout,
+                                            .checkpoint_blocks = s.checkpoint ? 1 : 0});
   return std::make_shared<RNNLM>(RNNLMOptions{.vocab = s.vocab, .embed = s.embed, .hidden = s.hidden,
-                                              .layers = s.layers, .cell = cell_kind(s.kind), .dropout = s.dropout});
+                                              .layers = s.layers, .cell = cell_kind(s.kind), .dropout = s.dropout,
+                                              .checkpoint_time = s.checkpoint});
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const std::string& kind, LanguageModel& model, double lr) {

@@ -24,6 +24,9 @@ struct ModelSpec {
   int64_t block = 0, heads = 0, dim = 0;  // gpt: context T, attention heads, width C
   int64_t embed = 0, hidden = 0;          // rnn, lstm, gru: E and H
   double dropout = 0.0;
+  // Activation checkpointing: gpt checkpoints every block, the recurrent
+  // kinds their recurrence over chunks of ceil(sqrt(T)) steps.
+  bool checkpoint = false;
 };
 
 // The cell of a recurrent kind: "rnn", "lstm", "gru"; ValueError naming the

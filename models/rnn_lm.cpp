@@ -1,5 +1,6 @@
 #include "models/rnn_lm.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "autograd/autograd.h"
@@ -67,10 +68,37 @@ nn::RNNOutput RNNLM::run(const Tensor& x, const Tensor& h0, const Tensor& c0) {
   return rnn->forward(x, h0);
 }
 
+// checkpoint() keeps one output per region: a chunk's output (B,k,H) and
+// final states (L,B,H) travel flattened into one vector and are cut apart after.
+nn::RNNOutput RNNLM::run_checkpointed(const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), H = options.hidden, L = options.layers;
+  const int64_t chunk = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(T))));
+  const bool has_c = options.cell == CellKind::lstm;
+  std::vector<Tensor> outputs;
+  Tensor h, c;
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t k = std::min(chunk, T - t0);
+    Tensor packed = checkpoint(
+        [this, has_c](const std::vector<Tensor>& in) {
+          nn::RNNOutput o = run(in[0], in[1], in[2]);
+          std::vector<Tensor> parts{o.output.reshape({-1}), o.h.reshape({-1})};
+          if (has_c) parts.push_back(o.c.reshape({-1}));
+          return concat(parts, 0);
+        },
+        {x.narrow(1, t0, k), h, c});
+    outputs.push_back(packed.narrow(0, 0, B * k * H).reshape({B, k, H}));
+    h = packed.narrow(0, B * k * H, L * B * H).reshape({L, B, H});
+    if (has_c) c = packed.narrow(0, B * k * H + L * B * H, L * B * H).reshape({L, B, H});
+  }
+  return {.output = concat(outputs, 1), .h = h, .c = c};
+}
+
 Tensor RNNLM::forward(const Tensor& ids) {
+  ModulePathScope path(name());
   if (ids.dim() != 2) throw ShapeError(fmt::format("{}: ids must be (B,T), got {}", type_name(), ids.shape()));
-  nn::RNNOutput out = run(embedding->forward(ids), Tensor(), Tensor());
-  return head->forward(drop->forward(out.output));
+  const Tensor x = embedding->forward(ids);
+  nn::RNNOutput out = options.checkpoint_time ? run_checkpointed(x) : run(x, Tensor(), Tensor());
+  return (*head)((*drop)(out.output));  // through operator(): hooks see them
 }
 
 std::unique_ptr<DecodeState> RNNLM::start(int64_t /*B*/) const { return std::make_unique<RNNState>(); }

@@ -23,6 +23,10 @@ struct RNNLMOptions {
   int64_t layers = 1;   // L
   CellKind cell = CellKind::lstm;
   double dropout = 0.0;
+  // Checkpoint the recurrence over chunks of ceil(sqrt(T)) time steps
+  // (tg::checkpoint): backward keeps each chunk's input and entering state,
+  // not the gates of every step, and reruns one chunk at a time.
+  bool checkpoint_time = false;
 };
 
 // RNNLM(o)'s parameter count without building it (building draws weights
@@ -54,6 +58,7 @@ class RNNLM : public LanguageModel {
 
  private:
   nn::RNNOutput run(const Tensor& x, const Tensor& h0, const Tensor& c0);
+  nn::RNNOutput run_checkpointed(const Tensor& x);
 };
 
 }  // namespace tg::models

@@ -49,6 +49,7 @@ Tensor Seq2SeqRNN::step(const Tensor& ids, const Encoded& enc, nn::LSTMState& st
 }
 
 Tensor Seq2SeqRNN::forward(const Tensor& src, const Tensor& tgt_in, const Tensor& src_padding) {
+  ModulePathScope path(name());
   if (tgt_in.dim() != 2 || tgt_in.size(0) != src.size(0))
     throw ShapeError(fmt::format("{}: tgt_in must be (B,T) with the source's B, got src {} and tgt_in {}", type_name(),
                                  src.shape(), tgt_in.shape()));

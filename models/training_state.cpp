@@ -1,10 +1,15 @@
 #include "models/training_state.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include <fmt/format.h>
 
+#include "autograd/anomaly.h"
 #include "autograd/error.h"
+#include "autograd/generator.h"
+#include "autograd/tensor.h"
+#include "nn/module.h"
 
 namespace tg::models {
 namespace {
@@ -76,6 +81,38 @@ TrainingState training_state_from_metadata(const std::map<std::string, std::stri
     s.curve.push_back(p);
   }
   return s;
+}
+
+Tensor checked_loss(const std::function<Tensor()>& forward, const std::string& what) {
+  Generator& gen = default_generator();
+  const uint64_t seed = gen.seed(), offset = gen.offset();
+  Tensor loss = forward();
+  const double value = loss.item();
+  if (std::isfinite(value)) return loss;
+  loss = Tensor();  // its graph goes before the rerun builds another
+  gen.set_state(seed, offset);
+  std::string report =
+      "anomaly detection found no op that made it on a rerun of the step (it depends on state the rerun does not "
+      "restore)";
+  try {
+    DetectAnomalyGuard anomaly;
+    forward();
+  } catch (const AnomalyError& e) {
+    report = e.what();
+  }
+  throw AnomalyError(fmt::format("{}: the loss is {}; stopped before its backward, so the parameters and the last "
+                                 "checkpoint hold the last finite state\n{}",
+                                 what, std::isnan(value) ? "NaN" : fmt::format("{}", value), report));
+}
+
+void check_finite_parameters(const nn::Module& m, const std::string& what) {
+  for (const auto& [name, p] : m.named_parameters()) {
+    const NonFiniteCount bad = count_non_finite(p);
+    if (bad.any())
+      throw AnomalyError(fmt::format("{}: parameter {} {} holds {} NaN and {} infinite value(s); nothing written, the "
+                                     "last checkpoint stays",
+                                     what, name, p.shape(), bad.nan, bad.inf));
+  }
 }
 
 }  // namespace tg::models

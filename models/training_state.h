@@ -8,9 +8,17 @@
 //   dropout_offset, interval_loss, interval_steps,
 //   curve.000000 ... "STEP TRAIN_LOSS VAL_LOSS", one per evaluation.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+namespace tg {
+class Tensor;
+namespace nn {
+class Module;
+}
+}
 
 namespace tg::models {
 
@@ -37,5 +45,19 @@ std::map<std::string, std::string> to_metadata(const TrainingState& s);
 // checkpoints written before they were kept were all taken at an evaluation,
 // where the sum restarts from 0.
 TrainingState training_state_from_metadata(const std::map<std::string, std::string>& meta, const std::string& where);
+
+// One training step's loss, checked before its backward: `forward` computes
+// it; when it is NaN or infinite, forward is rerun from the same random state
+// (the default generator's) under DetectAnomalyGuard, and an AnomalyError is
+// thrown that says `what` (e.g. "gpt, step 1200"), the loss, and the anomaly
+// report naming the op where the run first went non-finite. Thrown before
+// backward and the optimizer step, so the parameters, and any checkpoint
+// written after, hold the last finite state.
+Tensor checked_loss(const std::function<Tensor()>& forward, const std::string& what);
+
+// AnomalyError naming `what` and the first parameter of m that holds NaN or
+// ±inf: called before a checkpoint is written, so that none is written from
+// a non-finite state and the last good one stays.
+void check_finite_parameters(const nn::Module& m, const std::string& what);
 
 }  // namespace tg::models

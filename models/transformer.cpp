@@ -10,6 +10,8 @@ void check_options(const char* who, const TransformerOptions& o) {
   if (o.vocab <= 0 || o.max_len <= 0 || o.layers <= 0 || o.dim <= 0)
     throw ValueError(fmt::format("{}: vocab ({}), max_len ({}), layers ({}) and dim ({}) must be positive", who,
                                  o.vocab, o.max_len, o.layers, o.dim));
+  if (o.checkpoint_layers < 0)
+    throw ValueError(fmt::format("{}: checkpoint_layers ({}) must be 0 (none) or positive", who, o.checkpoint_layers));
 }
 
 nn::TransformerLayerOptions layer_options(const TransformerOptions& o) {
@@ -43,6 +45,7 @@ TransformerEncoder::TransformerEncoder(const TransformerOptions& o) : Module("Tr
 }
 
 Tensor TransformerEncoder::forward(const Tensor& ids, const Tensor& padding) {
+  ModulePathScope path(name());
   if (ids.dim() != 2) throw ShapeError(fmt::format("TransformerEncoder: ids must be (B,S), got {}", ids.shape()));
   const int64_t S = ids.size(1);
   // Token embeddings are scaled by sqrt(C) against the unit-scale sinusoids, as in the original.
@@ -50,7 +53,14 @@ Tensor TransformerEncoder::forward(const Tensor& ids, const Tensor& padding) {
                 : embed->forward(ids) + wpe->forward(S);
   x = drop->forward(x);
   nn::AttentionMask mask{.key_padding_mask = padding};
-  for (auto& layer : *layers) x = layer->forward(x, mask);
+  int64_t l = 0;
+  ModulePathScope list_path(layers->name());  // the list's forward is this loop
+  for (const std::shared_ptr<nn::TransformerEncoderLayer>& layer : *layers) {
+    if (options.checkpoint_layers > 0 && l++ % options.checkpoint_layers == 0)
+      x = checkpoint([layer, mask](const std::vector<Tensor>& in) { return layer->forward(in[0], mask); }, {x});
+    else
+      x = layer->forward(x, mask);
+  }
   return ln_f ? ln_f->forward(x) : x;
 }
 
@@ -63,6 +73,7 @@ TransformerClassifier::TransformerClassifier(const TransformerOptions& o, int64_
 }
 
 Tensor TransformerClassifier::forward(const Tensor& ids, const Tensor& padding) {
+  ModulePathScope path(name());
   Tensor h = encoder->forward(ids, padding);  // (B,S,C)
   Tensor pooled;
   if (pooling == Pooling::first) {
@@ -105,13 +116,25 @@ Tensor EncoderDecoderTransformer::embed_target(const Tensor& ids, int64_t start)
 Tensor EncoderDecoderTransformer::decode(const Tensor& x) { return head->forward(ln_f ? ln_f->forward(x) : x); }
 
 Tensor EncoderDecoderTransformer::forward(const Tensor& src, const Tensor& tgt_in, const Tensor& src_padding) {
+  ModulePathScope path(name());
   if (tgt_in.dim() != 2 || src.dim() != 2 || tgt_in.size(0) != src.size(0))
     throw ShapeError(fmt::format("EncoderDecoderTransformer: src (B,S) and tgt_in (B,T) must share B, got {} and {}",
                                  src.shape(), tgt_in.shape()));
   Tensor memory = encoder->forward(src, src_padding);  // (B,S,C)
   Tensor x = embed_target(tgt_in, 0);                   // (B,T,C)
   nn::AttentionMask memory_mask{.key_padding_mask = src_padding};
-  for (auto& layer : *layers) x = layer->forward(x, memory, {.causal = true}, memory_mask);
+  int64_t l = 0;
+  ModulePathScope list_path(layers->name());  // the list's forward is this loop
+  for (const std::shared_ptr<nn::TransformerDecoderLayer>& layer : *layers) {
+    if (options.checkpoint_layers > 0 && l++ % options.checkpoint_layers == 0)
+      x = checkpoint(
+          [layer, memory_mask](const std::vector<Tensor>& in) {
+            return layer->forward(in[0], in[1], {.causal = true}, memory_mask);
+          },
+          {x, memory});
+    else
+      x = layer->forward(x, memory, {.causal = true}, memory_mask);
+  }
   return decode(x);
 }
 

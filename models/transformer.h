@@ -32,6 +32,10 @@ struct TransformerOptions {
   nn::NormPosition norm = nn::NormPosition::pre;
   bool sinusoidal = true;  // fixed sinusoidal positions (Vaswani et al.) or learned embeddings
   double dropout = 0.0;
+  // k > 0: layers 0, k, 2k, ... of the encoder and of the decoder are
+  // checkpointed (tg::checkpoint): backward reruns them instead of keeping
+  // their activations. 0: none.
+  int64_t checkpoint_layers = 0;
 };
 
 class TransformerEncoder : public nn::Module {

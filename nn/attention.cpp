@@ -60,6 +60,7 @@ static Tensor merge_and_project(MultiHeadAttention& m, const Tensor& y) {
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const AttentionMask& mask, Tensor* weights) {
+  ModulePathScope path(name());
   if (options.cross)
     throw ValueError("MultiHeadAttention: built for cross-attention (cross = true); call forward(queries, memory)");
   check_seq("input", x, options.dim);
@@ -71,6 +72,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const AttentionMask& mask, T
 
 Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& memory, const AttentionMask& mask,
                                    Tensor* weights) {
+  ModulePathScope path(name());
   if (!options.cross)
     throw ValueError("MultiHeadAttention: built for self-attention (cross = false); call forward(x)");
   check_seq("queries", queries, options.dim);
@@ -144,6 +146,7 @@ Tensor AdditiveAttention::project_keys(const Tensor& keys) {
 
 AdditiveAttention::Output AdditiveAttention::forward(const Tensor& query, const Tensor& keys,
                                                      const Tensor& key_padding_mask) {
+  ModulePathScope path(name());
   return forward_projected(query, keys, project_keys(keys), key_padding_mask);
 }
 

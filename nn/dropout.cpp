@@ -7,6 +7,7 @@ Dropout::Dropout(const DropoutOptions& o) : UnaryModule("Dropout"), options(o) {
 }
 
 Tensor Dropout::forward(const Tensor& x) {
+  ModulePathScope path(name());
   if (!x.defined()) throw ValueError("Dropout: input is undefined");
   return dropout(x, options.p, is_training(), options.generator);
 }

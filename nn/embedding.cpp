@@ -18,6 +18,7 @@ Embedding::Embedding(const EmbeddingOptions& o) : UnaryModule("Embedding"), opti
 }
 
 Tensor Embedding::forward(const Tensor& ids) {
+  ModulePathScope path(name());
   if (!ids.defined()) throw ValueError("Embedding: ids are undefined");
   if (ids.dtype() != DType::i64)
     throw DTypeError(fmt::format("Embedding: ids {} are {}, expected int64", ids.shape(), dtype_name(ids.dtype())));

@@ -32,11 +32,12 @@ FeedForward::FeedForward(const FeedForwardOptions& o) : UnaryModule("FeedForward
 }
 
 Tensor FeedForward::forward(const Tensor& x) {
+  ModulePathScope path(name());
   if (!x.defined()) throw ValueError("FeedForward: input is undefined");
   if (x.dim() < 1 || x.size(-1) != options.dim)
     throw ShapeError(fmt::format("FeedForward: input {} has {} features, expected {}", x.shape(),
                                  x.dim() < 1 ? 0 : x.size(-1), options.dim));
-  return drop->forward(proj->forward(activate(fc->forward(x), options.activation)));
+  return (*drop)((*proj)(activate((*fc)(x), options.activation)));  // through operator(): hooks see them
 }
 
 std::string FeedForward::extra_repr() const {

@@ -12,6 +12,7 @@ LayerNorm::LayerNorm(const LayerNormOptions& o) : UnaryModule("LayerNorm"), opti
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
+  ModulePathScope path(name());
   if (!x.defined()) throw ValueError("LayerNorm: input is undefined");
   if (x.dim() < 1 || x.size(-1) != options.dim)
     throw ShapeError(fmt::format("LayerNorm: input {} has last axis {}, expected {}", x.shape(),

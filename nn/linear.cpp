@@ -22,6 +22,7 @@ Linear::Linear(const LinearOptions& o) : UnaryModule("Linear"), options(o) {
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  ModulePathScope path(name());
   if (!x.defined()) throw ValueError("Linear: input is undefined");
   if (x.dim() < 1 || x.size(-1) != options.in)
     throw ShapeError(fmt::format("Linear: input {} has {} features, expected {}", x.shape(),

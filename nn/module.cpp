@@ -35,6 +35,7 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_name(name);
   if (!m) throw ValueError(fmt::format("{}: submodule '{}' is null", type_name_, name));
+  m->name_ = name;
   children_.emplace_back(name, std::move(m));
 }
 
@@ -134,6 +135,7 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> layer) {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  ModulePathScope path(name());
   Tensor h = x;
   for (auto& l : layers_) h = l->forward(h);
   return h;

@@ -39,6 +39,10 @@ class Module {
 
   /// The name given to the constructor, e.g. "Linear".
   const std::string& type_name() const { return type_name_; }
+  /// The name its parent registered it under ("attn"; "" for a root). A
+  /// module's forward opens a ModulePathScope with it, so that anomaly
+  /// detection names where an op ran ("blocks.1.attn").
+  const std::string& name() const { return name_; }
 
   // --- registration (names must be unique within the module and contain no '.')
   /// Registers a trained tensor under `name` and sets its requires_grad; returns it.
@@ -110,6 +114,7 @@ class Module {
   template <class F>
   Tensor forward_with_hooks(std::span<const Tensor> inputs, F&& forward) {
     if (pre_hooks_.empty() && hooks_.empty()) return forward();
+    ModulePathScope path(name_);  // what the hooks compute runs inside this module
     for (auto& [active, hook] : pre_hooks_)
       if (*active) hook(*this, inputs);
     Tensor out = forward();
@@ -126,6 +131,7 @@ class Module {
   void print(std::string& out, int indent) const;
 
   std::string type_name_;
+  std::string name_;
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;

@@ -34,6 +34,7 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(const PositionalOptio
 }
 
 Tensor SinusoidalPositionalEncoding::forward(int64_t T, int64_t start) {
+  ModulePathScope path(name());
   check_range("SinusoidalPositionalEncoding", T, start, options.max_len);
   return pe.narrow(0, start, T);
 }
@@ -51,6 +52,7 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(const PositionalOptions& 
 }
 
 Tensor LearnedPositionalEmbedding::forward(int64_t T, int64_t start) {
+  ModulePathScope path(name());
   check_range("LearnedPositionalEmbedding", T, start, options.max_len);
   return weight.narrow(0, start, T);
 }

@@ -123,6 +123,7 @@ RNNCell::RNNCell(const RNNCellOptions& o) : Module("RNNCell"), options(o) {
 std::string RNNCell::extra_repr() const { return cell_repr(options); }
 
 Tensor RNNCell::forward(const Tensor& x, const Tensor& h) {
+  ModulePathScope path(name());
   check_input(*this, x, 2, "(B,I)", options.input);
   check_state(*this, h, "h", {x.size(0), options.hidden}, "(batch, hidden)");
   Tensor xp = linear(x, weight_ih, both_biases(bias_ih, bias_hh)).unsqueeze(0);
@@ -135,6 +136,7 @@ LSTMCell::LSTMCell(const RNNCellOptions& o) : Module("LSTMCell"), options(o) {
 std::string LSTMCell::extra_repr() const { return cell_repr(options); }
 
 LSTMState LSTMCell::forward(const Tensor& x, const LSTMState& state) {
+  ModulePathScope path(name());
   check_input(*this, x, 2, "(B,I)", options.input);
   check_state(*this, state.h, "h", {x.size(0), options.hidden}, "(batch, hidden)");
   check_state(*this, state.c, "c", {x.size(0), options.hidden}, "(batch, hidden)");
@@ -149,6 +151,7 @@ GRUCell::GRUCell(const RNNCellOptions& o) : Module("GRUCell"), options(o) {
 std::string GRUCell::extra_repr() const { return cell_repr(options); }
 
 Tensor GRUCell::forward(const Tensor& x, const Tensor& h) {
+  ModulePathScope path(name());
   check_input(*this, x, 2, "(B,I)", options.input);
   check_state(*this, h, "h", {x.size(0), options.hidden}, "(batch, hidden)");
   Tensor xp = linear(x, weight_ih, bias_ih).unsqueeze(0);
@@ -164,6 +167,7 @@ std::string LSTM::extra_repr() const { return module_repr(options); }
 std::string GRU::extra_repr() const { return module_repr(options); }
 
 RNNOutput RNN::forward(const Tensor& x, const Tensor& h0) {
+  ModulePathScope path(name());
   return run_layers(*this, options, *drop, x, h0, Tensor(), false,
                     [&](int64_t l, const Tensor& seq, const Tensor& h, const Tensor&, Tensor& h_n, Tensor&) {
                       RNNCell& cell = (*layers)[l];
@@ -175,6 +179,7 @@ RNNOutput RNN::forward(const Tensor& x, const Tensor& h0) {
 }
 
 RNNOutput LSTM::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
+  ModulePathScope path(name());
   return run_layers(*this, options, *drop, x, h0, c0, true,
                     [&](int64_t l, const Tensor& seq, const Tensor& h, const Tensor& c, Tensor& h_n, Tensor& c_n) {
                       LSTMCell& cell = (*layers)[l];
@@ -189,6 +194,7 @@ RNNOutput LSTM::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
 }
 
 RNNOutput GRU::forward(const Tensor& x, const Tensor& h0) {
+  ModulePathScope path(name());
   return run_layers(*this, options, *drop, x, h0, Tensor(), false,
                     [&](int64_t l, const Tensor& seq, const Tensor& h, const Tensor&, Tensor& h_n, Tensor&) {
                       GRUCell& cell = (*layers)[l];

@@ -55,6 +55,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMask& mask, Tensor* attn_weights) {
+  ModulePathScope path(name());
   check_input("TransformerEncoderLayer", "input", x, options.dim);
   Tensor h = sublayer(options.norm, *ln1, x, [&](const Tensor& a) { return attn->forward(a, mask, attn_weights); });
   return sublayer(options.norm, *ln2, h, [&](const Tensor& a) { return mlp->forward(a); });
@@ -81,6 +82,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
 
 Tensor TransformerDecoderLayer::forward(const Tensor& x, const Tensor& memory, const AttentionMask& self_mask,
                                         const AttentionMask& memory_mask, Tensor* cross_weights) {
+  ModulePathScope path(name());
   check_input("TransformerDecoderLayer", "input", x, options.dim);
   check_input("TransformerDecoderLayer", "memory", memory, options.dim);
   Tensor h = sublayer(options.norm, *ln1, x, [&](const Tensor& a) { return self_attn->forward(a, self_mask); });

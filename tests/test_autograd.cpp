@@ -203,9 +203,9 @@ BOOST_AUTO_TEST_CASE(unary_backward_reuses_the_gradient_buffer) {
     for (int i = 0; i < chain; ++i) y = i % 2 ? tanh(y) : gelu(y);
     Tensor loss = sum(y);
     y = Tensor();
-    const uint64_t before = allocator_stats().allocations;
+    const uint64_t before = memory_stats().allocations;
     loss.backward();
-    return allocator_stats().allocations - before;
+    return memory_stats().allocations - before;
   };
   BOOST_TEST(backward_allocations(6) == backward_allocations(1));
 }

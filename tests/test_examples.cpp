@@ -122,6 +122,24 @@ BOOST_AUTO_TEST_CASE(charlm_resume_continues_exactly) {
   fs::remove_all(b);
 }
 
+BOOST_AUTO_TEST_CASE(charlm_stops_on_a_non_finite_loss_and_keeps_the_last_good_checkpoint) {
+  // At lr 1e30 the first update makes the weights overflow the next forward.
+  fs::path out = fresh_dir("charlm_nan");
+  const std::string common = exe("CHARLM") + " --data " + kTiny +
+                             " --batch 8 --block 16 --eval-every 1 --eval-batches 2 --gpt-dim 16 --gpt-layers 1"
+                             " --gpt-heads 2 --sample-len 10 --threads 1 --warmup 0 --lr 1e30 --models gpt --out " +
+                             out.string();
+  auto [rc, log] = run(common + " --steps 20");
+  BOOST_TEST(rc == 1);
+  BOOST_TEST(log.find("charlm: gpt, step 2: the loss is NaN; stopped before its backward") != std::string::npos, log);
+  BOOST_TEST(log.find("anomaly detected in forward: 'linear' in blocks.0.attn.qkv") != std::string::npos, log);
+  // The checkpoint of step 1 (the last finite state) loads and resumes.
+  auto [rc2, log2] = run(common + " --steps 1 --resume");
+  BOOST_TEST(rc2 == 0, log2);
+  BOOST_TEST(log2.find("resumed at step 1") != std::string::npos, log2);
+  fs::remove_all(out);
+}
+
 BOOST_AUTO_TEST_CASE(charlm_bad_input_is_a_clear_error) {
   auto [rc, log] = run(exe("CHARLM") + " --data /nonexistent/file.txt --steps 1");
   BOOST_TEST(rc == 1);

@@ -62,14 +62,14 @@ BOOST_AUTO_TEST_CASE(a_loss_in_pieces_backpropagated_piece_by_piece) {
 BOOST_AUTO_TEST_CASE(discarded_forwards_are_freed_with_their_last_tensor) {
   nn::Linear fc({.in = 16, .out = 16});
   Tensor x = randn({8, 16});
-  const AllocatorStats before = allocator_stats();
+  const MemoryStats before = memory_stats();
   const int64_t nodes = live_nodes();
   for (int k = 0; k < 200; ++k) {
     Tensor loss = sum(tanh(fc(x)));  // recorded (fc's weight requires grad), never backpropagated
     BOOST_TEST(live_nodes() == nodes + 3);
   }
   BOOST_TEST(live_nodes() == nodes);
-  BOOST_TEST(allocator_stats().bytes_in_use == before.bytes_in_use);
+  BOOST_TEST(memory_stats().bytes_in_use == before.bytes_in_use);
 }
 
 BOOST_AUTO_TEST_CASE(backward_frees_saved_tensors_but_not_other_graphs) {

@@ -120,14 +120,14 @@ Peak measure(F load, bool& refused) {
   const int64_t heap0 = g_live.load();
   g_peak.store(heap0);
   reset_peak_memory_stats();
-  const auto tensors0 = static_cast<int64_t>(allocator_stats().bytes_in_use);
+  const auto tensors0 = static_cast<int64_t>(memory_stats().bytes_in_use);
   refused = false;
   try {
     load();
   } catch (const ValueError&) {
     refused = true;
   }
-  return {g_peak.load() - heap0, static_cast<int64_t>(allocator_stats().peak_bytes_in_use) - tensors0};
+  return {g_peak.load() - heap0, static_cast<int64_t>(memory_stats().peak_bytes_in_use) - tensors0};
 }
 
 enum class Expect { accepted, refused };

@@ -89,23 +89,23 @@ BOOST_AUTO_TEST_CASE(transposed_views_go_to_gemm_without_copies) {
   Tensor xt = x.t(), yt = y.t();  // (4,6) and (6,5), both transposed views
   BOOST_REQUIRE(!xt.is_contiguous());
   Tensor expected = matmul(xt.contiguous(), yt.contiguous());
-  const uint64_t before = allocator_stats().allocations;
+  const uint64_t before = memory_stats().allocations;
   Tensor c = matmul(xt, yt);
-  BOOST_TEST(allocator_stats().allocations - before == 1u);  // the output only
+  BOOST_TEST(memory_stats().allocations - before == 1u);  // the output only
   check_close(c, expected, 1e-5);
   // A batch of transposed matrices (attention's q @ k^T) is not copied either.
   Tensor q = randn({2, 3, 7, 4}, DType::f32, &g), k = randn({2, 3, 7, 4}, DType::f32, &g);
   Tensor kt = k.transpose(-1, -2);
   Tensor expected_att = matmul(q, kt.contiguous());
-  const uint64_t before_att = allocator_stats().allocations;
+  const uint64_t before_att = memory_stats().allocations;
   Tensor att = matmul(q, kt);
-  BOOST_TEST(allocator_stats().allocations - before_att == 1u);
+  BOOST_TEST(memory_stats().allocations - before_att == 1u);
   check_close(att, expected_att, 1e-5);
   // A strided slice (column stride 2) is not GEMM-readable: it is copied once.
   Tensor s = x.slice(1, 0, 4, 2);  // (6,2)
-  const uint64_t before_s = allocator_stats().allocations;
+  const uint64_t before_s = memory_stats().allocations;
   Tensor cs = matmul(y, s);
-  BOOST_TEST(allocator_stats().allocations - before_s == 2u);
+  BOOST_TEST(memory_stats().allocations - before_s == 2u);
   check_close(cs, matmul(y, s.contiguous()), 1e-5);
 }
 
@@ -121,9 +121,9 @@ BOOST_AUTO_TEST_CASE(linear_matches_matmul_plus_bias) {
   BOOST_TEST(v.to_vector<double>() == (std::vector<double>{-0.5, -1.0, -1.5}), boost::test_tools::per_element());
   // One GEMM into the output: no allocation besides the output itself.
   Tensor xf = x.to(DType::f32), wf = w.to(DType::f32), bf = b.to(DType::f32);
-  const uint64_t before = allocator_stats().allocations;
+  const uint64_t before = memory_stats().allocations;
   Tensor yf = linear(xf, wf, bf);
-  BOOST_TEST(allocator_stats().allocations - before == 1u);
+  BOOST_TEST(memory_stats().allocations - before == 1u);
   check_close(yf, y, 1e-5);
 }
 

@@ -80,10 +80,10 @@ BOOST_AUTO_TEST_CASE(discarded_forwards_keep_memory_flat) {
   GPT m(tiny_gpt());
   Tensor x = ids({1, 2, 3, 4, 5, 0}, {2, 3}), y = ids({2, 3, 4, 5, 0, 6}, {2, 3});
   m.loss(x, y);  // warm up
-  const size_t bytes = allocator_stats().bytes_in_use;
+  const size_t bytes = memory_stats().bytes_in_use;
   const int64_t nodes = live_nodes();
   for (int k = 0; k < 300; ++k) m.loss(x, y);
-  BOOST_TEST(allocator_stats().bytes_in_use == bytes);
+  BOOST_TEST(memory_stats().bytes_in_use == bytes);
   BOOST_TEST(live_nodes() == nodes);
 }
 

@@ -109,13 +109,13 @@ BOOST_AUTO_TEST_CASE(max_gradient_goes_to_first_extreme) {
 BOOST_AUTO_TEST_CASE(last_axis_reductions_take_no_copy) {
   Generator g(1);
   Tensor x = randn({64, 128}, DType::f32, &g);
-  const uint64_t before = allocator_stats().allocations;
+  const uint64_t before = memory_stats().allocations;
   Tensor l = logsumexp(x, {-1});
-  BOOST_TEST(allocator_stats().allocations - before == 1u);  // the result only
+  BOOST_TEST(memory_stats().allocations - before == 1u);  // the result only
   BOOST_TEST(l.shape() == (Shape{64}));
-  const uint64_t before_max = allocator_stats().allocations;
+  const uint64_t before_max = memory_stats().allocations;
   max(x, -1);
-  BOOST_TEST(allocator_stats().allocations - before_max == 2u);  // values and indices
+  BOOST_TEST(memory_stats().allocations - before_max == 2u);  // values and indices
 }
 
 BOOST_AUTO_TEST_CASE(reduce_errors) {

@@ -126,7 +126,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   auto cost = read_csv(out / "cost.csv", {"model", "T", "batch", "fwd_us_per_token", "bwd_us_per_token",
                                           "pred_fwd_us_per_token", "pred_bwd_us_per_token", "fwd_flops_per_token",
                                           "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib", "step_mib",
-                                          "dtype"});
+                                          "ckpt_fwd_us_per_token", "ckpt_bwd_us_per_token", "ckpt_step_mib", "dtype"});
   BOOST_REQUIRE(cost.size() == 9u);
   for (size_t i = 0; i < cost.size(); i += 3) {
     const std::string m = cost[i]["model"];
@@ -137,6 +137,8 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
       BOOST_TEST(num(cost[j], "fwd_us_per_token") > 0);
       BOOST_TEST(num(cost[j], "batch") * num(cost[j], "T") == 64.0);  // a fixed token budget per batch
       BOOST_TEST(num(cost[j], "step_mib") > 0);
+      BOOST_TEST(num(cost[j], "ckpt_fwd_us_per_token") > 0);
+      BOOST_TEST(num(cost[j], "ckpt_step_mib") > 0);
     }
     if (m == "gpt") {
       BOOST_TEST(num(cost[i + 2], "fwd_flops_per_token") > num(cost[i], "fwd_flops_per_token"));
@@ -240,7 +242,8 @@ BOOST_AUTO_TEST_CASE(bf16_trains_and_times_under_autocast_and_says_so) {
   BOOST_TEST(all_bf16(read_csv(out / "cost.csv", {"model", "T", "batch", "fwd_us_per_token", "bwd_us_per_token",
                                                  "pred_fwd_us_per_token", "pred_bwd_us_per_token", "fwd_flops_per_token",
                                                  "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib",
-                                                 "step_mib", "dtype"})));
+                                                 "step_mib", "ckpt_fwd_us_per_token", "ckpt_bwd_us_per_token",
+                                                 "ckpt_step_mib", "dtype"})));
   BOOST_TEST(all_bf16(read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests", "chance", "dtype"})));
   BOOST_TEST(all_bf16(read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s",
                                                      "tokens_per_s_q1", "tokens_per_s_q3", "dtype"})));

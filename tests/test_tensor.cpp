@@ -266,23 +266,23 @@ BOOST_AUTO_TEST_CASE(caching_allocator_reuses_blocks) {
   Tensor a = ones({64, 64});
   Tensor b = full({64, 64}, 2.0);
   { Tensor warm = mul(add(a, b), b); }  // two (64,64) blocks are now cached
-  AllocatorStats before = allocator_stats();
+  MemoryStats before = memory_stats();
   for (int i = 0; i < 10; ++i) {
     Tensor c = mul(add(a, b), b);
     BOOST_TEST_REQUIRE(c.at({63, 63}) == 6.0);
   }
-  AllocatorStats after = allocator_stats();
+  MemoryStats after = memory_stats();
   BOOST_TEST(after.allocations - before.allocations == 20u);
   BOOST_TEST(after.system_allocs == before.system_allocs);  // every request served from the cache
   BOOST_TEST(after.cache_hits - before.cache_hits == 20u);
   BOOST_TEST(after.bytes_in_use == before.bytes_in_use);
   BOOST_TEST(after.peak_bytes_in_use >= after.bytes_in_use + 2 * 64 * 64 * 4);
   reset_peak_memory_stats();
-  BOOST_TEST(allocator_stats().peak_bytes_in_use == allocator_stats().bytes_in_use);
+  BOOST_TEST(memory_stats().peak_bytes_in_use == memory_stats().bytes_in_use);
   empty_cache();
-  BOOST_TEST(allocator_stats().bytes_cached == 0u);
+  BOOST_TEST(memory_stats().bytes_cached == 0u);
   { Tensor fresh = add(a, b); }
-  BOOST_TEST(allocator_stats().system_allocs == after.system_allocs + 1);
+  BOOST_TEST(memory_stats().system_allocs == after.system_allocs + 1);
 }
 
 // ============================ in-place writes ============================

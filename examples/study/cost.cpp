@@ -1,7 +1,10 @@
 // Part 2, cost against context length: time per token and peak tensor memory
 // of a forward and a backward at T from 32 to 1024, measured, and the time
 // predicted from the FLOP counts; where attention's n^2 d term overtakes the
-// n d^2 terms, and where GPT's cost overtakes the recurrences'.
+// n d^2 terms, and where GPT's cost overtakes the recurrences'. Each is
+// measured again with activation checkpointing (every GPT block; a
+// recurrence over chunks of sqrt(T) steps): the memory it saves and the time
+// it costs.
 //
 // FLOP counts per token (a multiply-add is 2 FLOPs; GEMMs only):
 //   recurrent (G gates: 1 RNN, 3 GRU, 4 LSTM; E embedding, H hidden, V vocabulary)
@@ -63,7 +66,7 @@ Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps
   std::vector<double> fwd, bwd;
   for (int64_t rep = 0; rep <= reps; ++rep) {  // rep 0 warms the allocator's cache up and is not counted
     m.zero_grad();
-    const double base = static_cast<double>(allocator_stats().bytes_in_use);
+    const double base = static_cast<double>(memory_stats().bytes_in_use);
     reset_peak_memory_stats();
     const auto t0 = std::chrono::steady_clock::now();
     Tensor loss;
@@ -72,10 +75,10 @@ Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps
       loss = m.loss(x, y);
     }
     const auto t1 = std::chrono::steady_clock::now();
-    r.fwd_mib = (allocator_stats().peak_bytes_in_use - base) / 1048576.0;
+    r.fwd_mib = (memory_stats().peak_bytes_in_use - base) / 1048576.0;
     loss.backward();
     const auto t2 = std::chrono::steady_clock::now();
-    r.step_mib = (allocator_stats().peak_bytes_in_use - base) / 1048576.0;
+    r.step_mib = (memory_stats().peak_bytes_in_use - base) / 1048576.0;
     if (rep == 0) continue;
     fwd.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / static_cast<double>(B * T));
     bwd.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count() / static_cast<double>(B * T));
@@ -85,6 +88,15 @@ Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps
   r.fwd_us = *std::min_element(fwd.begin(), fwd.end());
   r.bwd_us = *std::min_element(bwd.begin(), bwd.end());
   return r;
+}
+
+// Activation checkpointing on or off in m: every GPT block, or the
+// recurrence over chunks of ceil(sqrt(T)) steps. The same weights either way.
+void set_checkpointing(models::LanguageModel& m, bool on) {
+  if (auto* g = dynamic_cast<models::GPT*>(&m))
+    g->options.checkpoint_blocks = on ? 1 : 0;
+  else
+    dynamic_cast<models::RNNLM&>(m).options.checkpoint_time = on;
 }
 
 }  // namespace
@@ -101,15 +113,18 @@ PartOutput run_cost(Study& s) {
 
   const std::string dtype = part_dtype(c, "cost");
   std::string csv = "model,T,batch,fwd_us_per_token,bwd_us_per_token,pred_fwd_us_per_token,pred_bwd_us_per_token,"
-                    "fwd_flops_per_token,bwd_flops_per_token,attention_flops_per_token,fwd_mib,step_mib,dtype\n";
+                    "fwd_flops_per_token,bwd_flops_per_token,attention_flops_per_token,fwd_mib,step_mib,ckpt_fwd_us_per_token,"
+                    "ckpt_bwd_us_per_token,ckpt_step_mib,dtype\n";
   report::Table table{{"model", "T", "B", "fwd us/tok", "bwd us/tok", "predicted fwd", "predicted bwd", "GFLOP/s",
-                         "fwd MiB", "fwd+bwd MiB"}, {}};
-  Panel time_panel{.title = "time per token, forward + backward (points: measured; dashed: predicted from FLOPs)",
+                         "fwd MiB", "fwd+bwd MiB", "checkpointed us/tok", "checkpointed MiB"}, {}};
+  Panel time_panel{.title = "time per token, forward + backward (points: measured; dashed: predicted from FLOPs; line: "
+                            "checkpointed)",
                    .xlabel = "context length T", .ylabel = "microseconds per token", .logx = true, .logy = true, .xbase = 2,
                    .key = "top left"};
   // Flat when the work per batch is fixed: attention keeps no (T,T) matrix for
   // its backward (it recomputes the probabilities), so nothing grows with T.
-  Panel mem_panel{.title = "peak tensor memory of a step (attention stores no T x T matrix)", .xlabel = "context length T",
+  Panel mem_panel{.title = "peak tensor memory of a step (attention stores no T x T matrix; dashed: checkpointed)",
+                  .xlabel = "context length T",
                   .ylabel = fmt::format("MiB (batch of {} tokens)", c.cost_tokens), .logx = true, .xbase = 2,
                   .key = "outside right top"};
   std::map<std::string, std::vector<double>> total_us, total_flops;
@@ -119,34 +134,46 @@ PartOutput run_cost(Study& s) {
   for (const std::string& kind : c.models) {
     auto m = make_model(c, kind, kCharVocab, max_T, c.seed, models::PositionKind::sinusoidal);
     if (auto* g = dynamic_cast<models::GPT*>(m.get())) attention_crossover = 72.0 * g->options.dim / 14.0;
-    std::vector<Measurement> ms;
+    std::vector<Measurement> ms, checkpointed;
     for (int64_t T : lengths) {
-      ms.push_back(measure(*m, std::max<int64_t>(1, c.cost_tokens / T), T, c.cost_reps, c.seed + 3, gemm_precision(c)));
+      const int64_t B = std::max<int64_t>(1, c.cost_tokens / T);
+      ms.push_back(measure(*m, B, T, c.cost_reps, c.seed + 3, gemm_precision(c)));
+      set_checkpointing(*m, true);
+      checkpointed.push_back(measure(*m, B, T, c.cost_reps, c.seed + 3, gemm_precision(c)));
+      set_checkpointing(*m, false);
       ++done;
       bar.update(done, static_cast<double>(done), fmt::format("{} T={}", kind, T));
     }
     // Predicted: the measured time at the shortest T, scaled by the FLOP counts.
     const Measurement& first = ms.front();
     Series measured{kind, {}, {}, kind, Series::points}, predicted{"", {}, {}, kind, Series::dashed};
-    Series memory{kind, {}, {}, kind};
-    for (const Measurement& r : ms) {
+    Series memory{kind, {}, {}, kind}, ckpt_memory{kind + ", checkpointed", {}, {}, kind, Series::dashed};
+    Series ckpt_time{kind + ", checkpointed", {}, {}, kind, Series::line};
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const Measurement& r = ms[i];
+      const Measurement& ck = checkpointed[i];
       const double pf = first.fwd_us * r.flops.fwd / first.flops.fwd, pb = first.bwd_us * r.flops.bwd / first.flops.bwd;
-      csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.0f},{:.3f},{:.3f},{}\n", kind, r.T, r.B,
-                         r.fwd_us, r.bwd_us, pf, pb, r.flops.fwd, r.flops.bwd, r.flops.attention, r.fwd_mib, r.step_mib,
-                         dtype);
+      csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.0f},{:.3f},{:.3f},{:.5f},{:.5f},{:.3f},{}\n",
+                         kind, r.T, r.B, r.fwd_us, r.bwd_us, pf, pb, r.flops.fwd, r.flops.bwd, r.flops.attention,
+                         r.fwd_mib, r.step_mib, ck.fwd_us, ck.bwd_us, ck.step_mib, dtype);
       table.rows.push_back({kind, std::to_string(r.T), std::to_string(r.B), fmt::format("{:.2f}", r.fwd_us), fmt::format("{:.2f}", r.bwd_us),
                             fmt::format("{:.2f}", pf), fmt::format("{:.2f}", pb),
                             fmt::format("{:.1f}", (r.flops.fwd + r.flops.bwd) / (r.fwd_us + r.bwd_us) / 1e3),
-                            fmt::format("{:.1f}", r.fwd_mib), fmt::format("{:.1f}", r.step_mib)});
+                            fmt::format("{:.1f}", r.fwd_mib), fmt::format("{:.1f}", r.step_mib),
+                            fmt::format("{:.2f}", ck.fwd_us + ck.bwd_us), fmt::format("{:.1f}", ck.step_mib)});
       measured.x.push_back(static_cast<double>(r.T)), measured.y.push_back(r.fwd_us + r.bwd_us);
       predicted.x.push_back(static_cast<double>(r.T)), predicted.y.push_back(pf + pb);
       memory.x.push_back(static_cast<double>(r.T)), memory.y.push_back(r.step_mib);
+      ckpt_memory.x.push_back(static_cast<double>(r.T)), ckpt_memory.y.push_back(ck.step_mib);
+      ckpt_time.x.push_back(static_cast<double>(r.T)), ckpt_time.y.push_back(ck.fwd_us + ck.bwd_us);
       total_us[kind].push_back(r.fwd_us + r.bwd_us);
       total_flops[kind].push_back(r.flops.fwd + r.flops.bwd);
     }
     time_panel.series.push_back(measured);
     time_panel.series.push_back(predicted);
+    time_panel.series.push_back(ckpt_time);
     mem_panel.series.push_back(memory);
+    mem_panel.series.push_back(ckpt_memory);
   }
   bar.finish("");
   std::string crossings;
@@ -184,7 +211,9 @@ PartOutput run_cost(Study& s) {
       "attention saves only q, k and v for its backward and recomputes the (T, T) probabilities there, in a per-thread "
       "scratch of T² floats (4 MiB at T = 1024) that is not tensor memory. The recurrences' FLOPs per token do not "
       "depend on T, yet their time grows: at a fixed token budget a longer T means fewer sequences, so each of the T "
-      "sequential steps multiplies a narrower (B, H) matrix, which runs at fewer GFLOP/s.\n\n{}\n{}\n\n![cost](cost.png)\n",
+      "sequential steps multiplies a narrower (B, H) matrix, which runs at fewer GFLOP/s. *checkpointed* is the same "
+      "step with activation checkpointing (tg::checkpoint): every GPT block, and the recurrences over chunks of "
+      "ceil(sqrt(T)) steps, keep only their inputs for backward, which reruns them.\n\n{}\n{}\n\n![cost](cost.png)\n",
       c.cost_tokens, c.cost_tokens, num_threads(), c.cost_reps, lengths.front(), table.markdown(), crossings);
   std::string summary;
   for (const std::string& kind : c.models)

@@ -9,6 +9,7 @@
 #include "examples/study/study.h"
 #include "models/registry.h"
 #include "models/rnn_lm.h"
+#include "models/training_state.h"
 #include "nn/checkpoint.h"
 
 namespace tg::study {
@@ -70,6 +71,7 @@ std::string shape_of(const models::LanguageModel& m) {
 }
 
 void save_model(const models::LanguageModel& m, const std::string& path, const std::map<std::string, std::string>& extra) {
+  models::check_finite_parameters(m, fmt::format("study: {}", path));
   std::map<std::string, std::string> meta = models::config_of(m);
   meta.insert(extra.begin(), extra.end());
   nn::save(m, path, meta);

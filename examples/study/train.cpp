@@ -8,6 +8,7 @@
 
 #include "autograd/autograd.h"
 #include "examples/study/study.h"
+#include "models/training_state.h"
 #include "nn/nn.h"
 #include "report/progress.h"
 
@@ -29,11 +30,22 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
   for (int64_t step = 0; step < spec.steps;) {
     const auto t0 = std::chrono::steady_clock::now();  // training only: evaluation is not counted
     schedule.step(opt, step);
+    // Forward and loss; each node's backward runs at the precision it was
+    // recorded with. A non-finite loss ends this run as diverged (NaN
+    // validation loss, which the rate sweep ranks last), with the report.
     Tensor l;
-    {
-      // Forward and loss; each node's backward runs at the precision it was recorded with.
-      AutocastGuard autocast(spec.precision);
-      l = loss(m, next(batches));
+    try {
+      const data::LMBatch b = next(batches);
+      l = models::checked_loss(
+          [&] {
+            AutocastGuard autocast(spec.precision);
+            return loss(m, b);
+          },
+          fmt::format("{}, step {}", spec.label, step + 1));
+    } catch (const AnomalyError& e) {
+      fmt::print(stderr, "\n{}\n", e.what());
+      r.curve.push_back({step, static_cast<double>(step * spec.tokens_per_step), r.seconds, NAN, NAN});
+      break;
     }
     l.backward();
     nn::clip_grad_norm_(m.parameters(), 1.0);
@@ -55,7 +67,7 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
     bar.update(step, static_cast<double>(step * spec.tokens_per_step),
                r.curve.empty() ? "" : fmt::format("val {:.3f}", r.curve.back().val_loss));
   }
-  r.peak_bytes = allocator_stats().peak_bytes_in_use;
+  r.peak_bytes = memory_stats().peak_bytes_in_use;
   bar.finish(r.curve.empty() ? "" : fmt::format("lr {}  val {:.3f}", format_lr(spec.lr), r.curve.back().val_loss));
   return r;
 }

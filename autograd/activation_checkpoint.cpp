@@ -1,0 +1,155 @@
+// checkpoint: one node that saves a function's inputs and reruns it in backward.
+#include "autograd/activation_checkpoint.h"
+
+#include <fmt/format.h>
+
+#include "autograd/anomaly.h"
+#include "autograd/op.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/samples.h"
+#include "autograd/tape.h"
+
+namespace tg {
+namespace {
+
+// A generator's state: checkpoint restores it to rerun fn's draws. A null
+// gen is the default generator of the thread that runs (it is per thread,
+// and backward may run on another thread than the forward did).
+struct GeneratorState {
+  Generator* gen;
+  uint64_t seed, offset;
+  Generator& generator() const { return gen ? *gen : default_generator(); }
+};
+
+// The same generators' states now.
+std::vector<GeneratorState> current(std::vector<GeneratorState> states) {
+  for (GeneratorState& s : states) s = {s.gen, s.generator().seed(), s.generator().offset()};
+  return states;
+}
+
+std::vector<GeneratorState> states_of(const std::vector<Generator*>& gens) {
+  std::vector<GeneratorState> out;
+  for (Generator* g : gens) out.push_back({g, 0, 0});
+  return current(std::move(out));
+}
+
+void restore(const std::vector<GeneratorState>& states) {
+  for (const GeneratorState& s : states) s.generator().set_state(s.seed, s.offset);
+}
+
+// What the node keeps besides its saved tensors: fn, how many of its edges
+// are fn's own inputs (the rest are tensors fn read from elsewhere), the
+// generators' states when the forward started, and (under anomaly detection)
+// the module path it ran in, which the rerun's nodes are recorded under.
+struct CheckpointClosure {
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+  size_t arity;
+  std::vector<GeneratorState> generators;
+  std::string module_path;
+};
+
+// Saved: every edge's tensor, in edge order.
+void checkpoint_backward(const Node& n, const Tensor& g, std::span<Tensor> grad_in) {
+  const auto& c = *static_cast<const CheckpointClosure*>(n.closure.get());
+  // Recorded (create_graph): rerun on the saved inputs themselves, so that the
+  // gradients are functions of them. Plain: on detached copies, so that the
+  // pass below stops there instead of walking the graph behind them.
+  const bool recorded = grad_enabled();
+  std::vector<Tensor> args(c.arity), wrt;
+  std::vector<size_t> wrt_edge;
+  for (size_t k = 0; k < n.edges.size(); ++k) {
+    Tensor t = n.saved_tensor(k);
+    if (k < c.arity && !recorded && t.defined()) {
+      t = t.detach();
+      if (n.needs(k)) t.requires_grad_(true);
+    }
+    if (k < c.arity) args[k] = t;
+    if (n.needs(k)) {
+      wrt.push_back(t);
+      wrt_edge.push_back(k);
+    }
+  }
+  Tensor out;
+  {
+    // The forward's random state for the rerun, and the current one after it.
+    const std::vector<GeneratorState> now = current(c.generators);
+    restore(c.generators);
+    struct Restore {
+      const std::vector<GeneratorState>& states;
+      ~Restore() { restore(states); }
+    } restore_after{now};
+    EnableGradGuard with_grad;
+    ModulePathScope path(c.module_path);
+    out = c.fn(args);
+  }
+  if (!out.defined() || !(out.shape() == n.out_shape) || out.dtype() != n.out_dtype)
+    throw AutogradError(fmt::format(
+        "backward of 'checkpoint': the rerun of its function returned {} where the forward returned {} {}; the "
+        "function must compute the same thing every time",
+        out.defined() ? fmt::format("{} {}", out.shape(), dtype_name(out.dtype())) : std::string("nothing"),
+        n.out_shape, dtype_name(n.out_dtype)));
+  if (!out.requires_grad()) return;  // it depends on nothing requiring grad: no gradient flows
+  const std::vector<Tensor> grads =
+      grad({out}, wrt, {g}, {.retain_graph = recorded, .create_graph = recorded, .allow_unused = true});
+  for (size_t i = 0; i < wrt.size(); ++i) grad_in[wrt_edge[i]] = grads[i];
+}
+
+const OpDef checkpoint_op(
+    "checkpoint", -1, "checkpoint(fn, inputs) -> fn(inputs), rerun by backward",
+    "fn's inputs and the tensors requiring grad it read; fn and the generators' states", checkpoint_backward,
+    // Forward mode through a checkpoint: its backward reruns fn with tensor
+    // ops, so J v comes from two passes of it (one forward-AD level per thread
+    // rules out rerunning fn on dual inputs inside the rule).
+    tangent_from_backward, [] {
+      // A two-layer block, and one reading a weight it does not take as an input.
+      auto block = [](const std::vector<Tensor>& in) {
+        return checkpoint([](const std::vector<Tensor>& a) { return mul(tanh(matmul(a[0], a[1])), a[0]); },
+                          {in[0], in[1]});
+      };
+      auto captured = [](const std::vector<Tensor>& in) {
+        const Tensor w = in[1];
+        return add(checkpoint([w](const std::vector<Tensor>& a) { return exp(matmul(a[0], w)); }, {in[0]}), in[1]);
+      };
+      return std::vector<OpSample>{
+          {"tanh(x w) * x, (3,4) (4,4)", {samples::uniform({3, 4}, 351), samples::uniform({4, 4}, 352)}, block},
+          {"exp(x w) + w, w read from outside, (4,4) (4,4)",
+           {samples::uniform({4, 4}, 353), samples::uniform({4, 4}, 354)}, captured},
+      };
+    });
+
+}  // namespace
+
+Tensor checkpoint(std::function<Tensor(const std::vector<Tensor>&)> fn, const std::vector<Tensor>& inputs,
+                  const CheckpointOptions& options) {
+  if (!fn) throw ValueError("checkpoint: no function given");
+  if (!grad_enabled()) return fn(inputs);
+  std::vector<Generator*> gens = options.generators;
+  if (gens.empty()) gens.push_back(nullptr);  // the default generator
+  auto closure = std::make_shared<CheckpointClosure>(
+      CheckpointClosure{.fn = std::move(fn), .arity = inputs.size(), .generators = states_of(gens),
+                        .module_path = anomaly_enabled() ? module_path() : std::string()});
+  std::vector<Tensor> reads;
+  Tensor out;
+  {
+    detail::RecordingSuspended suspended(reads);
+    out = closure->fn(inputs);
+  }
+  if (!out.defined()) throw ValueError("checkpoint: the function returned an undefined tensor");
+  // The node's inputs: fn's own, then what it read from elsewhere.
+  std::vector<Tensor> edges = inputs;
+  for (const Tensor& r : reads)
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const Tensor& x) { return x.defined() && x.impl() == r.impl(); }))
+      edges.push_back(r);
+  // A tensor of its own: fn may return one of its inputs, whose node must stay.
+  out = out.detach();
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& e : edges) ptrs.push_back(&e);
+  if (Node* n = record(checkpoint_op, ptrs, out)) {
+    for (const Tensor& e : edges) n->save(e);
+    n->closure = std::move(closure);
+  }
+  return out;
+}
+
+}  // namespace tg

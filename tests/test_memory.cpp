@@ -1,0 +1,181 @@
+// The caching allocator when memory runs out: a refused allocation is an
+// OutOfMemoryError that names the op, shape, dtype and bytes, and the process
+// trains on afterwards; memory_stats() counts what happened.
+#define BOOST_TEST_MODULE memory
+#include <sys/resource.h>
+
+#include <fstream>
+
+#include <boost/test/unit_test.hpp>
+
+#include "autograd/autograd.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+#include "tests/testing.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TG_SANITIZED 1
+// A request no machine can serve must come back as nullptr, as from the plain
+// allocator, not end the process: that is the path under test.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+extern "C" const char* __tsan_default_options() { return "allocator_may_return_null=1"; }
+#else
+#define TG_SANITIZED 0
+#endif
+
+using namespace tg;
+
+namespace {
+
+// The process's address space now, in bytes (/proc/self/statm: pages).
+size_t address_space_bytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t pages = 0;
+  f >> pages;
+  return pages * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Caps the address space at `headroom` bytes above what is mapped now, for
+// its lifetime (ulimit -v inside the test).
+class AddressSpaceLimit {
+ public:
+  explicit AddressSpaceLimit(size_t headroom) {
+    getrlimit(RLIMIT_AS, &saved_);
+    rlimit cap = saved_;
+    cap.rlim_cur = address_space_bytes() + headroom;
+    BOOST_REQUIRE(setrlimit(RLIMIT_AS, &cap) == 0);
+  }
+  ~AddressSpaceLimit() { setrlimit(RLIMIT_AS, &saved_); }
+  AddressSpaceLimit(const AddressSpaceLimit&) = delete;
+  AddressSpaceLimit& operator=(const AddressSpaceLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+};
+
+// x (B, 16) through six Linear(16, 16) + tanh; the loss is the mean.
+struct Mlp {
+  std::vector<std::shared_ptr<nn::Linear>> layers;
+  Mlp() {
+    for (int i = 0; i < 6; ++i) layers.push_back(std::make_shared<nn::Linear>(nn::LinearOptions{.in = 16, .out = 16}));
+  }
+  Tensor loss(const Tensor& x) {
+    Tensor h = x;
+    for (auto& l : layers) h = tanh((*l)(h));
+    return mean(h);
+  }
+  void sgd_step() {
+    NoGradGuard ng;
+    for (auto& l : layers)
+      for (Tensor p : l->parameters()) {
+        p.add_(p.grad(), -0.5);
+        p.zero_grad();
+      }
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(memory_stats_count_allocations_and_peak) {
+  empty_cache();
+  reset_peak_memory_stats();
+  const MemoryStats before = memory_stats();
+  {
+    Tensor a = zeros({256, 256});  // 256 KiB
+    Tensor b = zeros({256, 256});
+    const MemoryStats during = memory_stats();
+    BOOST_TEST(during.allocations == before.allocations + 2);
+    BOOST_TEST(during.bytes_in_use == before.bytes_in_use + 2 * 256 * 256 * 4);
+    BOOST_TEST(during.peak_bytes_in_use == during.bytes_in_use);
+  }
+  const MemoryStats after = memory_stats();
+  BOOST_TEST(after.bytes_in_use == before.bytes_in_use);
+  BOOST_TEST(after.bytes_cached == before.bytes_cached + 2 * 256 * 256 * 4);
+  BOOST_TEST(after.peak_bytes_in_use == before.bytes_in_use + 2 * 256 * 256 * 4);
+  const std::string summary = memory_summary();
+  BOOST_TEST(summary.find("in use") != std::string::npos);
+  BOOST_TEST(summary.find("out of memory") != std::string::npos);
+}
+
+// 2^50 bytes (1 PiB): refused everywhere, with or without a limit.
+BOOST_AUTO_TEST_CASE(impossible_request_is_a_typed_error_naming_op_shape_and_bytes) {
+  Tensor keep = zeros({1024});  // something in use, so the message has a figure to give
+  { Tensor cached = zeros({4096}); }
+  const MemoryStats before = memory_stats();
+  try {
+    (void)zeros({int64_t{1} << 24, int64_t{1} << 24});
+    BOOST_ERROR("no exception thrown");
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    BOOST_TEST_MESSAGE(msg);
+    BOOST_TEST(msg.find("(16777216,16777216) float32") != std::string::npos, msg);
+    BOOST_TEST(msg.find("1024.0 TiB") != std::string::npos, msg);
+    BOOST_TEST(e.bytes == size_t{1} << 50);
+    BOOST_TEST(e.bytes_cached == 0u);  // the cache was given back before the retry
+    BOOST_TEST(e.bytes_in_use >= keep.numel() * 4u);
+  }
+  const MemoryStats after = memory_stats();
+  BOOST_TEST(after.ooms >= before.ooms + 1);
+  BOOST_TEST(after.alloc_retries >= before.alloc_retries + 1);
+  BOOST_TEST(after.bytes_in_use == before.bytes_in_use);
+  // Caught as a std::bad_alloc too.
+  BOOST_CHECK_THROW((void)zeros({int64_t{1} << 24, int64_t{1} << 24}), std::bad_alloc);
+}
+
+BOOST_AUTO_TEST_CASE(out_of_memory_names_the_op_that_asked) {
+  Tensor a = ones({1 << 20, 1}, DType::f32), b = ones({1, 1 << 20}, DType::f32);  // the product: 4 TiB
+  try {
+    (void)mul(a, b);
+    BOOST_ERROR("no exception thrown");
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    BOOST_TEST(msg.find("'mul' asked for a tensor of shape (1048576,1048576) float32 (4.0 TiB)") != std::string::npos,
+               msg);
+  }
+}
+
+// Under ulimit -v: a batch too large fails part-way through its forward, the
+// graph built so far is freed, and a smaller batch then trains.
+BOOST_AUTO_TEST_CASE(after_out_of_memory_a_smaller_batch_trains) {
+  if (TG_SANITIZED) {
+    BOOST_TEST_MESSAGE("skipped under the sanitizers: their shadow memory does not fit under RLIMIT_AS");
+    return;
+  }
+  // One kernel thread: what the limit refuses must be refused to this thread
+  // (a pool worker's own failed allocation is not what this test is about).
+  const int threads = num_threads();
+  set_num_threads(1);
+  manual_seed(3);
+  Mlp model;
+  const Tensor small = randn({256, 16});
+  const double loss0 = model.loss(small).item();
+  empty_cache();
+  const int64_t nodes = live_nodes();
+  const size_t in_use = memory_stats().bytes_in_use;
+  bool failed = false;
+  {
+    // Each activation of the large batch is 64 MiB; 320 MiB of headroom fit a
+    // few of the twelve the forward holds, not all.
+    AddressSpaceLimit limit(size_t{320} << 20);
+    try {
+      Tensor loss = model.loss(randn({1 << 20, 16}));
+      loss.backward();
+    } catch (const OutOfMemoryError& e) {
+      failed = true;
+      BOOST_TEST_MESSAGE(e.what());
+      BOOST_TEST(e.bytes == size_t{64} << 20);
+      BOOST_TEST(std::string(e.what()).find("(1048576,16) float32") != std::string::npos, e.what());
+    }
+    BOOST_TEST(failed);
+    BOOST_TEST(live_nodes() == nodes);  // the graph that was being built is gone
+    BOOST_TEST(memory_stats().bytes_in_use == in_use);
+    // Still under the limit: a small batch trains.
+    for (int step = 0; step < 20; ++step) {
+      Tensor loss = model.loss(small);
+      loss.backward();
+      model.sgd_step();
+    }
+  }
+  BOOST_TEST(model.loss(small).item() < loss0);
+  set_num_threads(threads);
+}
