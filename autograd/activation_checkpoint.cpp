@@ -52,6 +52,9 @@ struct CheckpointClosure {
 // Saved: every edge's tensor, in edge order.
 void checkpoint_backward(const Node& n, const Tensor& g, std::span<Tensor> grad_in) {
   const auto& c = *static_cast<const CheckpointClosure*>(n.closure.get());
+  // Under forward over reverse the rerun and its pass are linked like any
+  // forward at the level, so the gradients below carry their tangents.
+  detail::TangentsOnlySuspended linked;
   // Recorded (create_graph): rerun on the saved inputs themselves, so that the
   // gradients are functions of them. Plain: on detached copies, so that the
   // pass below stops there instead of walking the graph behind them.

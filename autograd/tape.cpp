@@ -803,6 +803,9 @@ Tensor tangent(const Tensor& t) {
 
 Dual unpack_dual(const Tensor& t) { return {t, tangent(t)}; }
 
+detail::TangentsOnlySuspended::TangentsOnlySuspended() : prev_(t_tangents_only) { t_tangents_only = false; }
+detail::TangentsOnlySuspended::~TangentsOnlySuspended() { t_tangents_only = prev_; }
+
 GradTangents grad_and_tangents(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                const std::vector<Tensor>& grad_outputs) {
   if (!t_fw_level) throw AutogradError("grad_and_tangents: no forward-AD level is open (make a ForwardADGuard)");

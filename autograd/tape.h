@@ -229,6 +229,21 @@ class RecordingSuspended {
  private:
   std::vector<Tensor>* outer_;
 };
+
+/// While alive on this thread, the tangents-only pass of forward over reverse
+/// (grad_and_tangents) records ops as an open forward-AD level does, linked
+/// into a graph: for a backward that runs a pass of its own over ops it runs
+/// (checkpoint's rerun), whose tangents then come through that graph.
+class TangentsOnlySuspended {
+ public:
+  TangentsOnlySuspended();
+  ~TangentsOnlySuspended();
+  TangentsOnlySuspended(const TangentsOnlySuspended&) = delete;
+  TangentsOnlySuspended& operator=(const TangentsOnlySuspended&) = delete;
+
+ private:
+  bool prev_;
+};
 }  // namespace detail
 
 /// Called by an op's forward after computing `out`. Returns the new node when

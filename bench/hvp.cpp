@@ -96,10 +96,10 @@ int main(int argc, char** argv) {
     }
     // Peak memory of one product in each order, above what is held before it.
     auto peak_mib = [](auto&& f) {
-      const size_t before = allocator_stats().bytes_in_use;
+      const size_t before = memory_stats().bytes_in_use;
       reset_peak_memory_stats();
       f();
-      return static_cast<double>(allocator_stats().peak_bytes_in_use - before) / (1 << 20);
+      return static_cast<double>(memory_stats().peak_bytes_in_use - before) / (1 << 20);
     };
     const double rev_peak = peak_mib(hvp), fwd_peak = peak_mib(fwd_hvp);
     jvp();
