@@ -717,6 +717,20 @@ void flush_pending() {
   out->tangent_level = t_fw_level;
 }
 
+// A fresh node for op's output out: what record() and the tangents-only
+// pass both set before the edges.
+Node* new_op_node(const OpDef& op, const Tensor& out) {
+  Node* n = new_node();
+  reset_attrs(*n);
+  n->op = &op;
+  n->out_shape = out.shape();
+  n->out_dtype = out.dtype();
+  n->out_version = out.version();
+  n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
+  n->autocast = autocast_dtype();
+  return n;
+}
+
 // record() in tangents-only mode: a node, not linked into any graph, for the
 // op to save what its tangent rule reads, when an input has a tangent.
 Node* record_tangent(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
@@ -726,14 +740,7 @@ Node* record_tangent(const OpDef& op, std::span<const Tensor* const> inputs, Ten
   for (size_t k = 0; k < inputs.size(); ++k)
     if (inputs[k]->defined()) any |= (tangents[k] = tangent_of(*inputs[k]->impl())).defined();
   if (!any || !is_floating(out.dtype())) return nullptr;
-  Node* n = new_node();
-  reset_attrs(*n);
-  n->op = &op;
-  n->out_shape = out.shape();
-  n->out_dtype = out.dtype();
-  n->out_version = out.version();
-  n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
-  n->autocast = autocast_dtype();
+  Node* n = new_op_node(op, out);
   for (size_t k = 0; k < inputs.size(); ++k) {
     Edge& e = n->edges.emplace_back();
     if (!inputs[k]->defined()) continue;
@@ -881,14 +888,7 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
   }
   if (!is_floating(out.dtype()))
     throw AutogradError(fmt::format("{}: an integer output cannot require grad", op.name));
-  Node* n = new_node();
-  reset_attrs(*n);
-  n->op = &op;
-  n->out_shape = out.shape();
-  n->out_dtype = out.dtype();
-  n->out_version = out.version();
-  n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
-  n->autocast = autocast_dtype();
+  Node* n = new_op_node(op, out);
   if (anomaly_enabled()) [[unlikely]]
     n->module_path = module_path();
   for (const Tensor* in : inputs) {
