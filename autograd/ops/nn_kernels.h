@@ -1,6 +1,6 @@
 #pragma once
 // Row kernels shared by the fused ops (softmax.cpp, norm.cpp, attention.cpp,
-// rnn_ops.cpp) and exp/erf for elementwise.cpp. Sums use `omp simd`
+// rnn/) and exp/erf for elementwise.cpp. Sums use `omp simd`
 // reductions, so float rows vectorise without -ffast-math; exp in float is a
 // polynomial that vectorises.
 #include <algorithm>
