@@ -8,7 +8,7 @@
 //
 //   part       what it measures                                 files
 //   tuning     LR sweep per model, then the full run on the text  sweep.csv, tuning.csv, loss.png, samples.txt,
-//                                                                 tokenizer.json, <model>.safetensors
+//                                                                 tokenizer.json, <model>.seed<i>.safetensors
 //   cost       time and memory per token against context T        cost.csv, cost.png
 //   recall     recall accuracy against distance k; val loss of    recall_sweep.csv, recall.csv, context.csv,
 //              the same characters against context length t       recall.png, context.png
