@@ -1,10 +1,12 @@
 // study — the main job: the claims made for transformers against recurrent
 // networks (long-range dependencies, no vanishing gradients, fewer training
-// steps, parallel computation, O(n^2 d) against O(n d^2) cost), each measured
-// for an RNN, an LSTM and a GPT at matched parameter counts, on the Brown
-// corpus and on a synthetic recall task; verdicts in one table at the end.
+// steps, parallel computation, O(n^2 d) against O(n d^2) cost, better
+// scaling), each measured for an RNN, an LSTM and a GPT at matched parameter
+// counts from 3 seeds, on the Brown corpus and on a synthetic recall task;
+// verdicts in one table at the end.
 //
-//   build/examples/study                  # every part, ~11 minutes on 2 cores
+//   build/examples/study                  # every part, scale at its two smallest sizes
+//   build/examples/study --full           # scale at every size (its estimate: the default run's scale section)
 //   build/examples/study --quick          # the same at small budgets, ~2 minutes
 //   build/examples/study --part cost      # one part (recall and gradients use part 1's models)
 //   build/examples/study --bf16           # training and timed steps with GEMMs in bfloat16 (autocast)
@@ -34,7 +36,8 @@ const std::map<std::string, std::pair<std::string, study::PartOutput (*)(study::
     {"recall", {"3. Long-range dependencies", study::run_recall}},
     {"gradients", {"4. Vanishing gradients", study::run_gradients}},
     {"parallel", {"5. Parallelism", study::run_parallel}},
-    {"verdicts", {"6. Verdicts", study::run_verdicts}}};
+    {"scale", {"6. Scale", study::run_scale}},
+    {"verdicts", {"7. Verdicts", study::run_verdicts}}};
 
 // times.csv keeps the latest time (and GEMM precision) of every part run into this directory.
 void record_time(const study::Study& s, const std::string& part, double seconds, const std::string& load_start,
@@ -58,10 +61,13 @@ void record_time(const study::Study& s, const std::string& part, double seconds,
 
 
 // The command line: every option writes a field of c (or the parts to run).
-void add_options(CLI::App& app, study::Config& c, std::vector<std::string>& parts, bool& quick) {
+void add_options(CLI::App& app, study::Config& c, std::vector<std::string>& parts, bool& quick, bool& full) {
   app.add_option("--part", parts, "Run only these parts, in order: " + fmt::format("{}", fmt::join(study::part_names(), ", ")))
       ->delimiter(',')->check(CLI::IsMember(study::part_names()));
   app.add_flag("--quick", quick, "Small budgets everywhere (about 2 minutes); options given explicitly still win");
+  app.add_flag("--full", full, "The scale part at every size of --scale-dims, 3 seeds at least");
+  app.add_option("--seeds", c.seeds, "Parts 1, 3, 4, scale: runs per model, each from its own seed (mean and min-max)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--data", c.data, "A UTF-8 text file instead of the Brown corpus (documents split at blank lines)");
   app.add_option("--brown-dir", c.brown_dir, "Where scripts/fetch_brown.sh put the Brown corpus (default: its cache)");
   app.add_option("--out", c.out, "Output directory");
@@ -97,6 +103,14 @@ void add_options(CLI::App& app, study::Config& c, std::vector<std::string>& part
   app.add_option("--parallel-steps", c.parallel_steps,
                  "Part 5: timed pairs of training steps, one at 1 thread and one at 2 (median and quartiles)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--scale-dims", c.scale_dims, "Part scale: GPT widths, ascending (the recurrent models matched to each)")
+      ->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--scale-sizes", c.scale_sizes, "Part scale: how many of --scale-dims to run, from the smallest")
+      ->check(CLI::Range(2, 100));
+  app.add_option("--scale-tokens-per-param", c.scale_tokens_per_param, "Part scale: training tokens per GPT parameter")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--scale-bf16-from", c.scale_bf16_from,
+                 "Part scale: sizes from this index (0: the smallest) on train under bfloat16 autocast");
   app.add_flag("--bf16", c.bf16, "bfloat16 autocast: GEMMs in bfloat16, float32 master weights (parts 1, 2, 3 and 5 "
                "train and time in it; measurements of trained models stay float32)");
 }
@@ -122,6 +136,14 @@ void apply_quick(const CLI::App& app, study::Config& c) {
   set("--context-batches", c.context_batches, int64_t{20});
   set("--grad-batch", c.grad_batch, int64_t{8});
   set("--parallel-steps", c.parallel_steps, int64_t{5});
+  set("--scale-dims", c.scale_dims, std::vector<int64_t>{32, 64, 128});
+  set("--scale-tokens-per-param", c.scale_tokens_per_param, 1.0);
+}
+
+// --full: the scale part at every size, from 3 seeds at least.
+void apply_full(const CLI::App& app, study::Config& c) {
+  if (app.count("--scale-sizes") == 0) c.scale_sizes = static_cast<int64_t>(c.scale_dims.size());
+  c.seeds = std::max<int64_t>(c.seeds, 3);
 }
 
 // Runs the chosen parts in the study's order, each with its title, its
@@ -164,11 +186,12 @@ void run_parts(const study::Config& c, const std::vector<std::string>& parts) {
 int main(int argc, char** argv) {
   study::Config c;
   std::vector<std::string> parts;
-  bool quick = false;
+  bool quick = false, full = false;
   CLI::App app{"study: transformers against recurrent networks, claim by claim (the main tapegrad job)"};
-  add_options(app, c, parts, quick);
+  add_options(app, c, parts, quick, full);
   CLI11_PARSE(app, argc, argv);
   if (quick) apply_quick(app, c);
+  if (full) apply_full(app, c);
   if (parts.empty()) parts = study::part_names();
   try {
     run_parts(c, parts);

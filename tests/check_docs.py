@@ -6,7 +6,9 @@
 - the README opens with its two commands and stays short;
 - the figures of the README's results table equal those of the generated
   file each row cites: the throughput row against doc/bench/compare.md's
-  float32, 1-thread ratios.
+  float32, 1-thread ratios;
+- the README's study verdicts are doc/study/results.md's verdict table, line
+  for line (scripts/publish_study.py copies it).
 
     check_docs.py SOURCE_ROOT
 """
@@ -97,6 +99,25 @@ def check_readme(root):
             fail(f"README.md: {workload} {ratio}× at 1 thread, float32; {cited.group(1)} says {found}")
 
 
+def check_study_table(root):
+    sys.path.insert(0, os.path.join(root, "scripts"))
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    from publish_study import BEGIN, END, verdict_table
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    block = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), readme, re.S)
+    if not block:
+        fail(f"README.md: no study verdicts between {BEGIN} and {END}")
+        return
+    try:
+        generated = verdict_table(open(os.path.join(root, "doc", "study", "results.md"), encoding="utf-8").read())
+    except SystemExit as e:
+        fail(f"doc/study/results.md: {e}")
+        return
+    if block.group(1) != generated:
+        fail("README.md: the study verdicts differ from doc/study/results.md's table "
+             "(scripts/publish_study.py copies it)")
+
+
 def main():
     root = sys.argv[1]
     pages = [os.path.join(root, "README.md")]
@@ -105,6 +126,7 @@ def main():
     for page in pages:
         check_links(root, page)
     check_readme(root)
+    check_study_table(root)
     for e in errors:
         print(e)
     print(f"check_docs: {len(pages)} pages, {len(errors)} problems")

@@ -2,12 +2,15 @@
 // and writes what it promises — CSV files with their columns and one row per
 // model and setting, numbers that obey what each part measures (FLOPs grow
 // with T for GPT only, a recurrence's sequential steps grow by exactly the
-// added length), the verdict table with a row per claim, and the plots. The
-// executable's path comes from meson (env STUDY).
+// added length), every model trained from 3 seeds, the scale part's sizes,
+// fits and precision check, the verdict table with a row per claim, and the
+// plots; and the power-law fits on synthetic data. The executable's path
+// comes from meson (env STUDY).
 #define BOOST_TEST_MODULE study
 #include <boost/test/unit_test.hpp>
 
 #include "programs.h"
+#include "examples/study/fit.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,7 +67,8 @@ const std::string kTiny =
     " --data tests/fixtures/tiny.txt --threads 1 --gpt-dim 16 --gpt-layers 1 --gpt-heads 2 --embed 8 --block 16"
     " --batch 4 --steps 20 --sweep-steps 5 --lrs 3e-3,1e-2 --eval-every 10 --eval-batches 2 --warmup 2"
     " --cost-lengths 8,16,32 --cost-tokens 64 --cost-reps 1 --recall-length 12 --recall-steps 10 --recall-batch 8"
-    " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 3";
+    " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 3"
+    " --scale-dims 8,16,32 --scale-tokens-per-param 0.5";
 
 // A learning-rate sweep of the tiny run (grid 3e-3, 1e-2): per model, the
 // grid's rates in ascending order, one chosen, the lowest loss; rates past the
@@ -105,20 +109,33 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   fs::remove_all(out);
   auto [rc, log] = run(exe() + kTiny + " --out " + out.string());
   BOOST_REQUIRE_MESSAGE(rc == 0, log);
-  for (const char* part : {"tuning", "cost", "recall", "gradients", "parallel", "verdicts"})
+  for (const char* part : {"tuning", "cost", "recall", "gradients", "parallel", "scale", "verdicts"})
     BOOST_TEST(log.find(fmt::format("{}: done in", part)) != std::string::npos, part);
 
-  // Part 1: a sweep row per model and rate tried, one chosen per model; curves every 10 steps.
+  // Part 1: a sweep row per model and rate tried, one chosen per model; curves every 10 steps, from the
+  // default 3 seeds (1337, 2337, 3337) at the chosen rate.
   check_sweep(read_csv(out / "sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"}));
-  auto curve = read_csv(out / "tuning.csv", {"model", "lr", "step", "tokens", "seconds", "train_loss", "val_loss", "dtype"});
-  BOOST_TEST(curve.size() == 6u);
+  auto curve = read_csv(out / "tuning.csv",
+                        {"model", "seed", "lr", "step", "tokens", "seconds", "train_loss", "val_loss", "dtype"});
+  BOOST_TEST(curve.size() == 18u);
+  std::map<std::string, std::set<std::string>> seeds_of;
+  for (auto& r : curve) seeds_of[r["model"]].insert(r["seed"]);
+  for (auto& m : kModels) BOOST_TEST((seeds_of[m] == std::set<std::string>{"1337", "2337", "3337"}), m);
   for (auto& r : curve) {
     BOOST_TEST(r["dtype"] == "f32");
     BOOST_TEST(num(r, "tokens") == num(r, "step") * 4 * 16);
     BOOST_TEST(num(r, "seconds") > 0);
     BOOST_TEST(std::isfinite(num(r, "val_loss")));
   }
-  for (auto& m : kModels) BOOST_TEST(fs::file_size(out / (m + ".safetensors")) > 1000u, m);
+  for (auto& m : kModels)
+    for (int i = 0; i < 3; ++i) BOOST_TEST(fs::file_size(out / fmt::format("{}.seed{}.safetensors", m, i)) > 1000u, m);
+  // The seeds differ: three different final losses per model.
+  for (auto& m : kModels) {
+    std::set<std::string> finals;
+    for (auto& r : curve)
+      if (r["model"] == m && r["step"] == "20") finals.insert(r["val_loss"]);
+    BOOST_TEST(finals.size() == 3u, m);
+  }
   BOOST_TEST(read_text(out / "samples.txt").find("=== gpt") != std::string::npos);
 
   // Part 2: per model and T, batches of 64 tokens; GPT's FLOPs per token grow with T, a
@@ -149,10 +166,10 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     }
   }
 
-  // Part 3: distances 1, 2, 4, 8, 9 (3L/4), 11 (L-1) per model; its own learning-rate sweep;
-  // the same 8 targets scored with 1, 2, 4, 8 and 16 characters of context.
-  auto recall = read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests", "chance", "dtype"});
-  BOOST_TEST(recall.size() == 18u);
+  // Part 3: distances 1, 2, 4, 8, 9 (3L/4), 11 (L-1) per model and seed; its own learning-rate sweep;
+  // the same 8 targets scored with 1, 2, 4, 8 and 16 characters of context by each seed's model.
+  auto recall = read_csv(out / "recall.csv", {"model", "seed", "k", "accuracy", "tests", "chance", "dtype"});
+  BOOST_TEST(recall.size() == 54u);
   std::set<std::string> ks;
   for (auto& r : recall) {
     ks.insert(r["k"]);
@@ -161,17 +178,17 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   }
   BOOST_TEST((ks == std::set<std::string>{"1", "2", "4", "8", "9", "11"}));
   check_sweep(read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"}));
-  auto context = read_csv(out / "context.csv", {"model", "context", "val_loss", "targets"});
-  BOOST_REQUIRE(context.size() == 15u);
+  auto context = read_csv(out / "context.csv", {"model", "seed", "context", "val_loss", "targets"});
+  BOOST_REQUIRE(context.size() == 45u);
   for (size_t i = 0; i < context.size(); ++i) {
     BOOST_TEST(num(context[i], "context") == double(1 << (i % 5)));
     BOOST_TEST(num(context[i], "targets") == 8.0);
     BOOST_TEST((num(context[i], "val_loss") > 0 && std::isfinite(num(context[i], "val_loss"))));
   }
 
-  // Part 4: every distance 0..15, at init and trained; norms finite and positive.
-  auto grads = read_csv(out / "gradients.csv", {"model", "state", "k", "grad_norm"});
-  BOOST_TEST(grads.size() == 96u);
+  // Part 4: every distance 0..15, at init and trained, per seed; norms finite and positive.
+  auto grads = read_csv(out / "gradients.csv", {"model", "seed", "state", "k", "grad_norm"});
+  BOOST_TEST(grads.size() == 288u);
   for (auto& r : grads) BOOST_TEST((num(r, "grad_norm") > 0 && std::isfinite(num(r, "grad_norm"))));
 
   // Part 5: GPT's chain is the same at every T; a recurrence's grows by the added steps.
@@ -197,20 +214,53 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST((num(r, "speedup_q1") <= num(r, "speedup") && num(r, "speedup") <= num(r, "speedup_q3")));
   }
 
-  // Part 6: a verdict per claim, none missing its measurements.
+  // Part scale: widths 8, 16 of 8, 16, 32 run (the default: two sizes), 3 seeds each; the smallest also in
+  // bfloat16 (role check, outside the fits); parameters matched across models, growing about 4x, with
+  // tokens and counted FLOPs; a fit per model and axis over 6 points.
+  auto scale = read_csv(out / "scale.csv", {"model", "size", "gpt_dim", "params", "tokens", "steps", "train_flops",
+                                            "seed", "dtype", "role", "val_loss", "seconds"});
+  BOOST_REQUIRE(scale.size() == 27u);
+  std::map<std::string, std::map<std::string, double>> params, flops;  // size -> model
+  for (auto& r : scale) {
+    BOOST_TEST((r["size"] == "1" || r["size"] == "2"));
+    BOOST_TEST(r["dtype"] == (r["role"] == "check" ? "bf16" : "f32"));
+    if (r["role"] == "check") BOOST_TEST(r["size"] == "1");
+    BOOST_TEST((num(r, "val_loss") > 0 && std::isfinite(num(r, "val_loss"))));
+    BOOST_TEST(num(r, "tokens") == num(r, "steps") * 64);
+    params[r["size"]][r["model"]] = num(r, "params");
+    flops[r["size"]][r["model"]] = num(r, "train_flops");
+  }
+  for (auto& m : kModels) {
+    BOOST_TEST(std::fabs(params["1"][m] / params["1"]["gpt"] - 1) < 0.1, m);  // matched to GPT
+    BOOST_TEST((params["2"][m] / params["1"][m] > 2.5 && params["2"][m] / params["1"][m] < 4.5), m);
+    BOOST_TEST(flops["2"][m] > 4 * flops["1"][m], m);  // more FLOPs per step and more steps
+  }
+  auto fits = read_csv(out / "scale_fit.csv", {"model", "axis", "exponent", "exponent_se", "log10_loss_at_mean",
+                                               "log10_loss_at_mean_se", "log10_x_mean", "points"});
+  BOOST_TEST(fits.size() == 6u);
+  for (auto& r : fits) {
+    BOOST_TEST(num(r, "points") == 6.0);
+    BOOST_TEST((std::isfinite(num(r, "exponent")) && num(r, "exponent_se") >= 0));
+  }
+  const std::string scale_md = read_text(out / "scale.md");
+  BOOST_TEST(scale_md.find("agree within the seed spread") != std::string::npos, scale_md);
+  BOOST_TEST(scale_md.find("Estimated time of `scripts/main.sh --full` (all 3 sizes, 3 seeds)") != std::string::npos);
+
+  // Part 7: a verdict per claim, none missing its measurements.
   const std::string results = read_text(out / "results.md");
   BOOST_TEST(results.find("| claim") != std::string::npos);
   // Headed by when, where and from which commit it was measured (report::provenance).
   BOOST_TEST(results.find(" cores; commit ") != std::string::npos, results.substr(0, 300));
   for (const char* claim : {"long-range dependencies", "neither vanish nor explode", "fewer training steps",
-                            "do not grow with sequence length", "O(n^2 d)"})
+                            "do not grow with sequence length", "O(n^2 d)", "falls faster with parameters"})
     BOOST_TEST(results.find(claim) != std::string::npos, claim);
   BOOST_TEST(results.find("not measured") == std::string::npos, results);
   BOOST_TEST(results.find("## 5. Parallelism") != std::string::npos);
-  BOOST_TEST(read_csv(out / "times.csv", {"part", "seconds", "load_start", "load_end", "dtype"}).size() == 5u);
-  BOOST_TEST(results.find("bfloat16") == std::string::npos);
+  BOOST_TEST(read_csv(out / "times.csv", {"part", "seconds", "load_start", "load_end", "dtype"}).size() == 6u);
+  BOOST_TEST(results.find("| bfloat16 (autocast) |") == std::string::npos);  // only the scale part's check is
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0)
-    for (const char* png : {"loss.png", "cost.png", "recall.png", "context.png", "gradients.png", "parallel.png"})
+    for (const char* png : {"loss.png", "cost.png", "recall.png", "context.png", "gradients.png", "parallel.png",
+                            "scale.png"})
       BOOST_TEST(fs::file_size(out / png) > 1000u, png);
 
   // A part that builds on part 1 says so when part 1's files are missing.
@@ -228,14 +278,16 @@ BOOST_AUTO_TEST_CASE(bf16_trains_and_times_under_autocast_and_says_so) {
   // each part's section name the precision.
   fs::path out = fs::temp_directory_path() / fmt::format("tg_test_study_bf16_{}", ::getpid());
   fs::remove_all(out);
-  auto [rc, log] = run(exe() + kTiny + " --bf16 --out " + out.string());
+  // One seed: what is checked here is the precision each file names.
+  auto [rc, log] = run(exe() + kTiny + " --bf16 --seeds 1 --out " + out.string());
   BOOST_REQUIRE_MESSAGE(rc == 0, log);
   BOOST_TEST(log.find("GEMMs in bfloat16") != std::string::npos, log);
   auto all_bf16 = [](const std::vector<std::map<std::string, std::string>>& rows) {
     return !rows.empty() && std::all_of(rows.begin(), rows.end(), [](auto& r) { return r.at("dtype") == "bf16"; });
   };
   BOOST_TEST(all_bf16(read_csv(out / "sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"})));
-  auto curve = read_csv(out / "tuning.csv", {"model", "lr", "step", "tokens", "seconds", "train_loss", "val_loss", "dtype"});
+  auto curve = read_csv(out / "tuning.csv",
+                        {"model", "seed", "lr", "step", "tokens", "seconds", "train_loss", "val_loss", "dtype"});
   BOOST_TEST(all_bf16(curve));
   for (auto& r : curve) BOOST_TEST(std::isfinite(num(r, "val_loss")));
   BOOST_TEST(all_bf16(read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"})));
@@ -244,16 +296,17 @@ BOOST_AUTO_TEST_CASE(bf16_trains_and_times_under_autocast_and_says_so) {
                                                  "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib",
                                                  "step_mib", "ckpt_fwd_us_per_token", "ckpt_bwd_us_per_token",
                                                  "ckpt_step_mib", "dtype"})));
-  BOOST_TEST(all_bf16(read_csv(out / "recall.csv", {"model", "k", "accuracy", "tests", "chance", "dtype"})));
+  BOOST_TEST(all_bf16(read_csv(out / "recall.csv", {"model", "seed", "k", "accuracy", "tests", "chance", "dtype"})));
   BOOST_TEST(all_bf16(read_csv(out / "parallel.csv", {"model", "regime", "batch", "T", "threads", "tokens_per_s",
                                                      "tokens_per_s_q1", "tokens_per_s_q3", "dtype"})));
   for (auto& m : kModels)
-    BOOST_TEST(read_text(out / (m + ".safetensors")).find("\"gemm_dtype\":\"bf16\"") != std::string::npos, m);
+    BOOST_TEST(read_text(out / (m + ".seed0.safetensors")).find("\"gemm_dtype\":\"bf16\"") != std::string::npos, m);
   std::map<std::string, std::string> part_dtype;
   for (auto& r : read_csv(out / "times.csv", {"part", "seconds", "load_start", "load_end", "dtype"}))
     part_dtype[r["part"]] = r["dtype"];
   BOOST_TEST((part_dtype == std::map<std::string, std::string>{
-                  {"tuning", "bf16"}, {"cost", "bf16"}, {"recall", "bf16"}, {"gradients", "f32"}, {"parallel", "bf16"}}));
+                  {"tuning", "bf16"}, {"cost", "bf16"}, {"recall", "bf16"}, {"gradients", "f32"}, {"parallel", "bf16"},
+                  {"scale", "mixed"}}));
   const std::string results = read_text(out / "results.md");
   BOOST_TEST(results.find("| tuning | ") != std::string::npos);
   BOOST_TEST(results.find("| bfloat16 (autocast) |") != std::string::npos, results);
@@ -267,7 +320,7 @@ BOOST_AUTO_TEST_CASE(same_seed_threads_and_code_give_the_same_numbers) {
   // measure models (timings differ from run to run by nature, so the cost
   // and parallel parts and the seconds column are left out) must agree to
   // the last digit written. At 2 threads, so the pool's splits are exercised.
-  std::string common = kTiny + " --part tuning recall gradients";
+  std::string common = kTiny + " --part tuning recall gradients --seeds 2";
   common.replace(common.find("--threads 1"), 11, "--threads 2");
   std::vector<fs::path> outs;
   for (int run_no : {1, 2}) {
@@ -298,4 +351,66 @@ BOOST_AUTO_TEST_CASE(same_seed_threads_and_code_give_the_same_numbers) {
     BOOST_TEST(a == b, file);
   }
   for (auto& o : outs) fs::remove_all(o);
+}
+
+// The fit code on synthetic power laws (examples/study/fit.h).
+using tg::study::fit_power_law, tg::study::meeting, tg::study::compare, tg::study::Order;
+
+BOOST_AUTO_TEST_CASE(power_law_fit_recovers_exponent_and_error) {
+  // Exact data: L = 5 N^-0.3 at four sizes, three copies each; the fit is exact and its error 0.
+  std::vector<double> n, l;
+  for (double x : {1e5, 4e5, 1.6e6, 6.4e6})
+    for (int i = 0; i < 3; ++i) n.push_back(x), l.push_back(5 * std::pow(x, -0.3));
+  auto p = fit_power_law(n, l);
+  BOOST_TEST(p.b == -0.3, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(p.at(1e6) == 5 * std::pow(1e6, -0.3), boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(p.se_b < 1e-12);
+  // Multiplicative noise of known size (log10 sd 0.01, a fixed pseudo-random sequence): the
+  // standard error is what least squares says, sigma / sqrt(Sxx), within 40 %, and the exponent
+  // is within 3 of it of the truth.
+  uint64_t state = 12345;
+  auto gauss = [&] {  // Box-Muller on a 64-bit LCG
+    auto u = [&] { state = state * 6364136223846793005ULL + 1442695040888963407ULL; return ((state >> 11) + 0.5) / 9007199254740992.0; };
+    return std::sqrt(-2 * std::log(u())) * std::cos(2 * M_PI * u());
+  };
+  std::vector<double> nn, ln;
+  double sxx = 0, mean = 0;
+  for (int i = 0; i < 200; ++i) nn.push_back(std::pow(10.0, 5 + 2.0 * (i % 20) / 19));
+  for (double x : nn) mean += std::log10(x) / nn.size();
+  for (double x : nn) sxx += std::pow(std::log10(x) - mean, 2), ln.push_back(2 * std::pow(x, -0.1) * std::pow(10.0, 0.01 * gauss()));
+  auto q = fit_power_law(nn, ln);
+  BOOST_TEST(std::fabs(q.b + 0.1) < 3 * q.se_b);
+  BOOST_TEST(q.se_b == 0.01 / std::sqrt(sxx), boost::test_tools::tolerance(0.4));
+  // A wrong exponent would not pass: the truth is far outside another law's error.
+  BOOST_TEST(std::fabs(q.b + 0.2) > 10 * q.se_b);
+  BOOST_CHECK_THROW(fit_power_law({1e5, 1e5}, {1.0, 2.0}), std::invalid_argument);
+  BOOST_CHECK_THROW(fit_power_law({1e5, -1}, {1.0, 2.0}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(meeting_of_two_laws_is_where_they_are_equal) {
+  // L1 = 4 N^-0.2 and L2 = 2 N^-0.1 meet where N^0.1 = 2: N = 2^10 = 1024.
+  std::vector<double> n = {1e2, 1e3, 1e4, 1e5}, a, b;
+  for (double x : n) a.push_back(4 * std::pow(x, -0.2)), b.push_back(2 * std::pow(x, -0.1));
+  auto m = meeting(fit_power_law(n, a), fit_power_law(n, b));
+  BOOST_REQUIRE(m.has_value());
+  BOOST_TEST(m->log10x == std::log10(1024.0), boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(m->se < 1e-9);  // exact data: no uncertainty
+  // Noise in one law's exponent: the meeting's error grows with it.
+  std::vector<double> noisy = a;
+  noisy[0] *= 1.05, noisy[3] *= 1.05, noisy[1] /= 1.05, noisy[2] /= 1.05;
+  auto m2 = meeting(fit_power_law(n, noisy), fit_power_law(n, b));
+  BOOST_REQUIRE(m2.has_value());
+  BOOST_TEST(m2->se > 0.01);
+  BOOST_TEST(std::fabs(m2->log10x - std::log10(1024.0)) < 3 * m2->se);
+  // Parallel laws never meet.
+  std::vector<double> c;
+  for (double x : n) c.push_back(3 * std::pow(x, -0.1));
+  BOOST_TEST(!meeting(fit_power_law(n, b), fit_power_law(n, c)).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(compare_needs_the_seed_ranges_apart) {
+  BOOST_TEST((compare({1.0, 1.1, 1.2}, {1.3, 1.4}, false) == Order::better));  // lower loss, no overlap
+  BOOST_TEST((compare({1.0, 1.1, 1.2}, {1.3, 1.4}, true) == Order::worse));
+  BOOST_TEST((compare({1.0, 1.35}, {1.3, 1.4}, false) == Order::level));      // the ranges meet
+  BOOST_TEST((compare({0.9}, {0.5}, true) == Order::better));
 }

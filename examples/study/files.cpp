@@ -14,7 +14,8 @@
 namespace tg::study {
 
 const std::vector<std::string>& part_names() {
-  static const std::vector<std::string> names = {"tuning", "cost", "recall", "gradients", "parallel", "verdicts"};
+  static const std::vector<std::string> names = {"tuning", "cost", "recall", "gradients", "parallel", "scale",
+                                                     "verdicts"};
   return names;
 }
 
@@ -72,9 +73,14 @@ double Csv::num(size_t row, const std::string& column) const {
   throw std::runtime_error(fmt::format("{} row {} column '{}': '{}' is not a number", path_, row + 1, column, s));
 }
 
+uint64_t run_seed(const Config& c, int64_t i) { return c.seed + 1000 * static_cast<uint64_t>(i); }
+
+std::string model_file(const std::string& kind, int64_t i) { return fmt::format("{}.seed{}.safetensors", kind, i); }
+
 DType gemm_precision(const Config& c) { return c.bf16 ? DType::bf16 : DType::f32; }
 
 std::string part_dtype(const Config& c, const std::string& part) {
+  if (part == "scale") return "mixed";  // its smallest size runs in both precisions (scale.cpp)
   return c.bf16 && part != "gradients" && part != "verdicts" ? "bf16" : "f32";
 }
 

@@ -38,16 +38,21 @@ std::string quoted(const std::string& s) {
 
 bool has_bars(const Series& s) { return !s.ylo.empty() && s.ylo.size() == s.y.size() && s.yhi.size() == s.y.size(); }
 
+// A line (or dashed line) with a spread is drawn over a band; points get
+// error bars, linepoints error bars joined by lines.
+bool has_band(const Series& s) { return has_bars(s) && (s.style == Series::line || s.style == Series::dashed); }
+
 std::string style_of(const Series& s) {
   const Look l = look(s.model);
   const std::string lc = fmt::format("lc rgb '{}'", l.colour);
-  if (has_bars(s))  // columns x y ylo yhi
-    return fmt::format("with yerrorlines pt {} ps 0.6 lw {} {}{}", l.point, l.width, lc,
-                       s.style == Series::dashed ? " dt 2" : "");
-  switch (s.style) {
-    case Series::line: return fmt::format("with lines lw {} {}", l.width, lc);
+  if (has_bars(s) && !has_band(s))  // columns x y ylo yhi
+    return s.style == Series::points ? fmt::format("with yerrorbars pt {} ps 1.0 lw 1.5 {}", l.point, lc)
+                                     : fmt::format("with yerrorlines pt {} ps 0.6 lw {} {}", l.point, l.width, lc);
+  switch (s.style) {  // a band's line: columns 1:2 of its four
+    case Series::line: return fmt::format("{}with lines lw {} {}", has_band(s) ? "using 1:2 " : "", l.width, lc);
     case Series::points: return fmt::format("with points pt {} ps 1.0 {}", l.point, lc);
-    case Series::dashed: return fmt::format("with lines lw {} dt 2 {}", l.width, lc);
+    case Series::dashed:
+      return fmt::format("{}with lines lw {} dt 2 {}", has_band(s) ? "using 1:2 " : "", l.width, lc);
     case Series::linepoints: break;
   }
   return fmt::format("with linespoints pt {} ps 0.6 lw {} {}", l.point, l.width, lc);
@@ -128,10 +133,16 @@ std::string plot(const std::string& png, const std::vector<Panel>& panels, int w
     for (const Series& s : p.series) {
       dat += fmt::format("# {}\n", s.title);
       for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
-        if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && !(p.logy && s.y[i] <= 0))
-          dat += has_bars(s) ? fmt::format("{:.9g} {:.9g} {:.9g} {:.9g}\n", s.x[i], s.y[i], s.ylo[i], s.yhi[i])
+        if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && !(p.logy && s.y[i] <= 0)) {
+          // On a log axis a spread down to 0 (or below) is drawn down to the value itself.
+          const double lo = has_bars(s) && p.logy && !(s.ylo[i] > 0) ? s.y[i] : has_bars(s) ? s.ylo[i] : 0;
+          dat += has_bars(s) ? fmt::format("{:.9g} {:.9g} {:.9g} {:.9g}\n", s.x[i], s.y[i], lo, s.yhi[i])
                              : fmt::format("{:.9g} {:.9g}\n", s.x[i], s.y[i]);
+        }
       dat += "\n\n";  // gnuplot separates data blocks by two blank lines
+      if (has_band(s))
+        items.push_back(fmt::format("{} index {} using 1:3:4 with filledcurves fs transparent solid 0.18 noborder "
+                                    "lc rgb '{}' notitle", quoted(stem + ".dat"), block, look(s.model).colour));
       items.push_back(fmt::format("{} index {} {} {}", quoted(stem + ".dat"), block++, style_of(s),
                                   s.title.empty() ? "notitle" : "title " + quoted(s.title)));
     }

@@ -14,8 +14,9 @@ struct Series {
   std::vector<double> x, y;
   std::string model;  // picks the colour ("rnn", "lstm", "gru", "gpt"; other: grey)
   enum Style { line, points, linepoints, dashed } style = linepoints;
-  // A spread per point (e.g. quartiles over seeds or repeats), drawn as error
-  // bars from ylo to yhi; empty: none.
+  // A spread per point (e.g. min-max over seeds, quartiles over repeats),
+  // from ylo to yhi: a shaded band under a line or dashed line, error bars
+  // on points; empty: none.
   std::vector<double> ylo{}, yhi{};
 };
 

@@ -11,6 +11,7 @@
 
 #include "autograd/autograd.h"
 #include "data/tokenizer.h"
+#include "examples/study/fit.h"
 #include "examples/study/plot.h"
 #include "examples/study/study.h"
 #include "report/progress.h"
@@ -113,7 +114,8 @@ PartOutput run_recall(Study& s) {
   const std::vector<int64_t> ks = test_distances(L);
   // Part 1's files, before minutes of training: the second half needs them.
   const std::string tokenizer_path = from_tuning(s, "tokenizer.json");
-  for (const std::string& kind : c.models) from_tuning(s, kind + ".safetensors");
+  for (const std::string& kind : c.models)
+    for (int64_t i = 0; i < c.seeds; ++i) from_tuning(s, model_file(kind, i));
   fmt::print("recall: sequences of {} tokens, a key (1 of {}) among distractors (1 of {}), to be named at every later "
              "position; {} steps x {} sequences per model at each learning rate of {}, the best kept; then part 1's "
              "models scored by position on the validation text\n",
@@ -121,7 +123,7 @@ PartOutput run_recall(Study& s) {
 
   // --- the synthetic task
   const std::string dtype = part_dtype(c, "recall");  // of the task's training; the scoring is float32
-  std::string recall_csv = "model,k,accuracy,tests,chance,dtype\n";
+  std::string recall_csv = "model,seed,k,accuracy,tests,chance,dtype\n";
   report::Table recall_table{{"model", "lr"}, {}};
   for (int64_t k : ks) recall_table.header.push_back(fmt::format("k={}", k));
   Panel recall_panel{.title = fmt::format("recall of a key k tokens back (sequences of {})", L), .xlabel = "distance k",
@@ -135,36 +137,52 @@ PartOutput run_recall(Study& s) {
   const data::LMBatch val = recall_batch(256, L, 0, val_gen);  // every distance, as in training
   auto loss = [](models::LanguageModel& m, const data::LMBatch& b) { return m.loss(b.inputs, b.targets); };
   for (const std::string& kind : c.models) {
+    // Run i of the seeds at learning rate lr: its own initialisation and batches.
+    auto train_one = [&](double lr, int64_t i, double& val_loss) {
+      auto m = make_model(c, kind, kRecallVocab, L, run_seed(c, i));
+      TrainSpec spec{.label = fmt::format("{} recall lr {}{}", kind, format_lr(lr), i ? fmt::format(" seed {}", i) : ""),
+                     .precision = gemm_precision(c), .lr = lr, .steps = c.recall_steps,
+                     .warmup = std::max<int64_t>(1, c.recall_steps / 10), .eval_every = std::max<int64_t>(1, c.recall_steps / 4),
+                     .tokens_per_step = c.recall_batch * L, .seed = run_seed(c, i) + 5};
+      auto next = [&](Generator& g) { return recall_batch(c.recall_batch, L, 0, g); };
+      val_loss = train(*m, spec, next, loss, [&] {
+        NoGradGuard no_grad;
+        m->eval();
+        return loss(*m, val).item();
+      }).curve.back().val_loss;
+      return m;
+    };
     // Learning on this task comes suddenly after a plateau, so a short sweep
-    // cannot tell the rates apart: every rate gets the full run, the best is kept.
+    // cannot tell the rates apart: every rate gets the full run from the
+    // first seed, the best is kept, and the other seeds train at its rate.
     std::map<double, std::shared_ptr<models::LanguageModel>> trained;  // by learning rate
     const Sweep sw = sweep_lr(c.lrs, [&](double lr) {
-      auto candidate = make_model(c, kind, kRecallVocab, L, c.seed);
-      TrainSpec spec{.label = fmt::format("{} recall lr {}", kind, format_lr(lr)), .precision = gemm_precision(c),
-                     .lr = lr, .steps = c.recall_steps,
-                     .warmup = std::max<int64_t>(1, c.recall_steps / 10), .eval_every = std::max<int64_t>(1, c.recall_steps / 4),
-                     .tokens_per_step = c.recall_batch * L, .seed = c.seed + 5};
-      auto next = [&](Generator& g) { return recall_batch(c.recall_batch, L, 0, g); };
-      const double v = train(*candidate, spec, next, loss, [&] {
-        NoGradGuard no_grad;
-        candidate->eval();
-        return loss(*candidate, val).item();
-      }).curve.back().val_loss;
-      trained[lr] = candidate;
+      double v = 0;
+      trained[lr] = train_one(lr, 0, v);
       return v;
     });
     const double lr = sw.lrs[sw.best];
-    models::LanguageModel* m = trained.at(lr).get();
+    std::vector<std::shared_ptr<models::LanguageModel>> runs = {trained.at(lr)};
+    for (int64_t i = 1; i < c.seeds; ++i) {
+      double v = 0;
+      runs.push_back(train_one(lr, i, v));
+    }
     for (size_t i = 0; i < sw.lrs.size(); ++i)
       sweep_csv += fmt::format("{},{},{},{:.6f},{},{}\n", kind, sw.lrs[i], c.recall_steps, sw.losses[i],
                                i == sw.best ? 1 : 0, dtype);
     Series acc{kind, {}, {}, kind};
     std::vector<std::string> row = {kind, format_lr(lr)};
     for (int64_t k : ks) {
-      const double a = accuracy(*m, L, k, c.recall_tests, c.seed + 6);
-      recall_csv += fmt::format("{},{},{:.4f},{},{:.4f},{}\n", kind, k, a, c.recall_tests, 1.0 / kKeys, dtype);
-      row.push_back(fmt::format("{:.2f}", a));
-      acc.x.push_back(static_cast<double>(k)), acc.y.push_back(a);
+      std::vector<double> by_seed;
+      for (int64_t i = 0; i < c.seeds; ++i) {
+        const double a = accuracy(*runs[i], L, k, c.recall_tests, c.seed + 6);
+        recall_csv += fmt::format("{},{},{},{:.4f},{},{:.4f},{}\n", kind, run_seed(c, i), k, a, c.recall_tests,
+                                  1.0 / kKeys, dtype);
+        by_seed.push_back(a);
+      }
+      const Range a = range_of(by_seed);
+      row.push_back(format_range(a, 2));
+      acc.x.push_back(static_cast<double>(k)), acc.y.push_back(a.mean), acc.ylo.push_back(a.lo), acc.yhi.push_back(a.hi);
     }
     recall_summary += fmt::format("{}{} {:.2f}@k={} {:.2f}@k={}", recall_summary.empty() ? "" : ", ", kind,
                                   acc.y.front(), ks.front(), acc.y.back(), ks.back());
@@ -183,7 +201,7 @@ PartOutput run_recall(Study& s) {
   if (static_cast<int64_t>(val_ids.size()) <= c.block + n_targets)
     throw std::runtime_error(fmt::format("recall: the validation text has {} characters, too few for {} targets with "
                                          "{} characters of context each", val_ids.size(), n_targets, c.block));
-  std::string context_csv = "model,context,val_loss,targets\n";
+  std::string context_csv = "model,seed,context,val_loss,targets\n";
   Panel context_panel{.title = fmt::format("loss on the same {} validation characters given t characters before each "
                                            "({})", n_targets, text.source),
                       .xlabel = "context t (characters the model sees)", .ylabel = "val loss (nats/char)",
@@ -191,26 +209,34 @@ PartOutput run_recall(Study& s) {
   report::Table context_table{{"model"}, {}};
   for (int64_t t : contexts) context_table.header.push_back(fmt::format("t={}", t));
   context_table.header.push_back(fmt::format("gain t={}->{}", std::max<int64_t>(1, c.block / 16), c.block));
-  report::Progress bar("context", static_cast<int64_t>(c.models.size() * contexts.size()), "contexts");
+  report::Progress bar("context", static_cast<int64_t>(c.models.size() * contexts.size()) * c.seeds, "contexts");
   int64_t done = 0;
   for (const std::string& kind : c.models) {
-    auto m = load_model(from_tuning(s, kind + ".safetensors"));
-    if (m->vocab_size() != tok->vocab_size())
-      throw std::runtime_error(fmt::format("{}.safetensors has vocabulary {}, tokenizer.json {}: rerun part 1", kind,
-                                           m->vocab_size(), tok->vocab_size()));
+    std::vector<std::vector<double>> by_seed(contexts.size());  // [context][seed]
+    std::vector<double> gains;
+    for (int64_t i = 0; i < c.seeds; ++i) {
+      auto m = load_model(from_tuning(s, model_file(kind, i)));
+      if (m->vocab_size() != tok->vocab_size())
+        throw std::runtime_error(fmt::format("{} has vocabulary {}, tokenizer.json {}: rerun part 1",
+                                             model_file(kind, i), m->vocab_size(), tok->vocab_size()));
+      for (size_t j = 0; j < contexts.size(); ++j) {
+        const double l = loss_given_context(*m, val_ids, contexts[j], c.block, n_targets);
+        by_seed[j].push_back(l);
+        context_csv += fmt::format("{},{},{},{:.6f},{}\n", kind, run_seed(c, i), contexts[j], l, n_targets);
+        ++done;
+        bar.update(done, static_cast<double>(done), fmt::format("{} seed {} t={}", kind, i, contexts[j]));
+      }
+      gains.push_back(by_seed[context_gain_from(contexts, c.block)].back() - by_seed.back().back());
+    }
     Series series{kind, {}, {}, kind};
     std::vector<std::string> row = {kind};
-    std::map<int64_t, double> by_context;
-    for (int64_t t : contexts) {
-      const double l = loss_given_context(*m, val_ids, t, c.block, n_targets);
-      by_context[t] = l;
-      context_csv += fmt::format("{},{},{:.6f},{}\n", kind, t, l, n_targets);
-      series.x.push_back(static_cast<double>(t)), series.y.push_back(l);
-      row.push_back(fmt::format("{:.3f}", l));
-      ++done;
-      bar.update(done, static_cast<double>(done), fmt::format("{} t={}", kind, t));
+    for (size_t j = 0; j < contexts.size(); ++j) {
+      const Range l = range_of(by_seed[j]);
+      series.x.push_back(static_cast<double>(contexts[j]));
+      series.y.push_back(l.mean), series.ylo.push_back(l.lo), series.yhi.push_back(l.hi);
+      row.push_back(fmt::format("{:.3f}", l.mean));
     }
-    row.push_back(fmt::format("{:.3f}", by_context.at(contexts[context_gain_from(contexts, c.block)]) - by_context.at(c.block)));
+    row.push_back(format_range(range_of(gains), 3));
     context_table.rows.push_back(row);
     context_panel.series.push_back(series);
   }
@@ -224,14 +250,16 @@ PartOutput run_recall(Study& s) {
   std::string md = fmt::format(
       "**Recall.** Sequences of {} tokens: distractors (8 symbols) and one key (8 other symbols) at a random position; "
       "from there on the model must name the key at every position. Trained for {} steps of {} sequences (every "
-      "distance up to {} at once) at each learning rate of part 1's grid; the run with the lowest validation loss "
-      "is the one shown (all in recall_sweep.csv). Accuracy at the last position of {} fresh "
-      "sequences whose key is k positions back (chance {:.3f}).\n\n{}\n"
+      "distance up to {} at once) at each learning rate of part 1's grid from the first seed; the rate with the "
+      "lowest validation loss is kept (all in recall_sweep.csv) and the model trained at it from each of {} seeds. "
+      "Accuracy at the last position of {} fresh sequences whose key is k positions back (chance {:.3f}): mean and, "
+      "in brackets, min-max over the seeds (the plot's bars).\n\n{}\n"
       "![recall](recall.png)\n\n**Loss against context on real text.** Part 1's models predict the same {} "
       "validation characters (spread evenly over the validation text), each from the t characters just before it "
       "(read from an empty state), for t = {}: the same targets at every t, so the curve shows only what more context "
-      "is worth. *gain* is the loss at t = {} minus the loss at t = {}.\n\n{}\n![context](context.png)\n",
-      L, c.recall_steps, c.recall_batch, L - 1, c.recall_tests, 1.0 / kKeys, recall_table.markdown(), n_targets,
+      "is worth. Each of part 1's seeds is scored; the table gives the mean over them, *gain* (the loss at t = {} "
+      "minus the loss at t = {}) its mean and min-max.\n\n{}\n![context](context.png)\n",
+      L, c.recall_steps, c.recall_batch, L - 1, c.seeds, c.recall_tests, 1.0 / kKeys, recall_table.markdown(), n_targets,
       fmt::join(contexts, ", "), contexts[context_gain_from(contexts, c.block)], c.block, context_table.markdown());
   return {"recall accuracy " + recall_summary, md};
 }

@@ -8,7 +8,7 @@
 //
 //   part       what it measures                                 files
 //   tuning     LR sweep per model, then the full run on the text  sweep.csv, tuning.csv, loss.png, samples.txt,
-//                                                                 tokenizer.json, <model>.safetensors
+//                                                                 tokenizer.json, <model>.seed<i>.safetensors
 //   cost       time and memory per token against context T        cost.csv, cost.png
 //   recall     recall accuracy against distance k; val loss of    recall_sweep.csv, recall.csv, context.csv,
 //              the same characters against context length t       recall.png, context.png
@@ -16,7 +16,12 @@
 //   gradients  |dL_t / dx_(t-k)| against k, init and trained      gradients.csv, gradients.png
 //   parallel   sequential steps against T; tokens/s, 1 and 2      steps.csv, parallel.csv, speedup.csv,
 //              threads (paired steps: medians, quartiles)          parallel.png
+//   scale      val loss against parameters and training FLOPs      scale.csv, scale_fit.csv, scale.png
+//              at growing sizes; power-law fits per model
 //   verdicts   the table of claims and verdicts                   results.md
+// Parts 1, 3, 4 and scale train every model once per seed (Config::seeds)
+// and report the mean and the min-max range over the seeds; a verdict that
+// compares two models compares that difference with the ranges (fit.h).
 // Every part also writes <part>.md (its section of results.md); times.csv
 // keeps how long each part took and at what precision (part_dtype).
 #include <cstdint>
@@ -30,6 +35,7 @@
 #include "autograd/dtype.h"
 #include "autograd/generator.h"
 #include "data/lm_batches.h"
+#include "examples/study/fit.h"
 #include "models/gpt.h"
 #include "models/language_model.h"
 
@@ -39,13 +45,16 @@ struct Config {
   std::string data, brown_dir, out = "out/study";
   std::vector<std::string> models = {"rnn", "lstm", "gpt"};
   uint64_t seed = 1337;
+  // Parts 1, 3, 4 and scale: each model trained from this many seeds
+  // (run_seed); the learning-rate sweeps run at the first only.
+  int64_t seeds = 3;
   int threads = 0;
   // The models: GPT's size is the reference; each recurrent model gets the
   // hidden size that brings its parameter count closest to GPT's.
   int64_t gpt_layers = 2, gpt_heads = 4, gpt_dim = 128, embed = 64;
   // Part 1: language models on the text, each at its best learning rate of `lrs`
   // after sweep_steps, then trained for steps.
-  int64_t block = 128, batch = 16, steps = 1000, sweep_steps = 150, eval_every = 100, eval_batches = 20, warmup = 100;
+  int64_t block = 128, batch = 16, steps = 400, sweep_steps = 80, eval_every = 50, eval_batches = 20, warmup = 40;
   std::vector<double> lrs = {1e-3, 3e-3, 1e-2};
   // Part 2: cost against context length, batches of cost_tokens tokens
   // (cost_tokens / T sequences), as training at a fixed token budget per step.
@@ -59,6 +68,15 @@ struct Config {
   int64_t grad_batch = 32;
   // Part 5: timed training steps per model and thread count.
   int64_t parallel_steps = 10;
+  // Part scale: GPT widths (gpt_layers blocks, gpt_heads heads; the
+  // recurrent models matched to each), the first scale_sizes of them run
+  // (--full: all); each size trained on scale_tokens_per_param tokens per
+  // GPT parameter, the sizes from index scale_bf16_from on under bf16
+  // autocast; the smallest size also in the other precision, to check the
+  // two agree within the seeds' spread.
+  std::vector<int64_t> scale_dims = {64, 128, 256};
+  int64_t scale_sizes = 2, scale_bf16_from = 2;
+  double scale_tokens_per_param = 1.5;
   // bfloat16 autocast (--bf16): the GEMMs of every training run (parts 1, 3)
   // and timed step (parts 2, 5) in bfloat16, float32 master weights. What
   // measures a trained model (recall accuracy, loss against context,
@@ -70,8 +88,15 @@ struct Config {
 // under --bf16, else DType::f32.
 DType gemm_precision(const Config& c);
 // What the CSV files' dtype column says of a part's GEMMs: "bf16" or "f32";
-// "f32" always for the parts that only measure (gradients, verdicts).
+// "f32" always for the parts that only measure (gradients, verdicts);
+// "mixed" for scale, whose CSV says it per run.
 std::string part_dtype(const Config& c, const std::string& part);
+
+// The seed of run i of Config::seeds: seed, seed + 1000, ... (run 0 is the
+// seed given, so one seed gives what the study gave before it had seeds).
+uint64_t run_seed(const Config& c, int64_t i);
+// <kind>.seed<i>.safetensors: part 1's model of run i.
+std::string model_file(const std::string& kind, int64_t i);
 
 // The size of Brown's character vocabulary: parts 2 and 5 time models on
 // random ids over it, so their heads cost what part 1's do.
@@ -108,6 +133,7 @@ PartOutput run_cost(Study& s);
 PartOutput run_recall(Study& s);
 PartOutput run_gradients(Study& s);
 PartOutput run_parallel(Study& s);
+PartOutput run_scale(Study& s);
 PartOutput run_verdicts(Study& s);
 
 // --- the models (models.cpp)
@@ -200,6 +226,11 @@ class Csv {
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// Per model, the power law of val_loss against x_column ("params" or
+// "train_flops") over scale.csv's rows of role "fit", every seed's run a
+// point (scale.cpp).
+std::map<std::string, PowerLaw> scale_fits(const Csv& csv, const std::string& x_column);
 
 // <out>/<name>, which part 1 (tuning) writes and later parts build on; a
 // std::runtime_error saying to run part 1 first when it is missing.

@@ -35,12 +35,58 @@ std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_mo
   return out;
 }
 
+using XY = std::pair<std::vector<double>, std::vector<double>>;
+
+// model -> seed -> (x, y) of the rows of csv whose `filter` column equals value (all rows if filter is empty).
+std::map<std::string, std::map<std::string, XY>> by_model_seed(const Csv& csv, const std::string& x,
+                                                                const std::string& y, const std::string& filter = "",
+                                                                const std::string& value = "") {
+  std::map<std::string, std::map<std::string, XY>> out;
+  for (size_t r = 0; r < csv.size(); ++r) {
+    if (!filter.empty() && csv.str(r, filter) != value) continue;
+    auto& [xs, ys] = out[csv.str(r, "model")][csv.str(r, "seed")];
+    xs.push_back(csv.num(r, x));
+    ys.push_back(csv.num(r, y));
+  }
+  return out;
+}
+
+// f of every seed's (x, y).
+template <class F>
+std::vector<double> per_seed(const std::map<std::string, XY>& seeds, F f) {
+  std::vector<double> out;
+  for (const auto& [seed, xy] : seeds) out.push_back(f(xy));
+  return out;
+}
+
+// "1.00 (0.98-1.00)": a per-seed value's mean and range.
+std::string mean_range(const std::vector<double>& v, int digits) { return format_range(range_of(v), digits); }
+
 // The recurrent models among those measured, in the configured order.
 std::vector<std::string> recurrent(const Config& c) {
   std::vector<std::string> out;
   for (const auto& m : c.models)
     if (m != "gpt") out.push_back(m);
   return out;
+}
+
+// Joins how GPT's per-seed values compare with each recurrent model's
+// (compare(): the min-max ranges over the seeds) into one verdict: "holds",
+// "does not hold", "not distinguishable at this budget", or per model when
+// they differ.
+std::string judge(const std::vector<std::string>& rec, const std::vector<Order>& orders) {
+  std::vector<std::string> better, worse, level;
+  for (size_t i = 0; i < rec.size(); ++i)
+    (orders[i] == Order::better ? better : orders[i] == Order::worse ? worse : level).push_back(rec[i]);
+  if (better.size() == rec.size()) return "holds";
+  if (worse.size() == rec.size()) return "does not hold";
+  if (level.size() == rec.size()) return "not distinguishable at this budget";
+  std::vector<std::string> parts;
+  if (!better.empty()) parts.push_back(fmt::format("holds against the {}", fmt::join(better, " and ")));
+  if (!worse.empty()) parts.push_back(fmt::format("does not hold against the {}", fmt::join(worse, " and ")));
+  if (!level.empty())
+    parts.push_back(fmt::format("not distinguishable from the {} at this budget", fmt::join(level, " and ")));
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 // Joins how GPT compares with each recurrent model into one verdict: every
@@ -62,39 +108,43 @@ double mean_between(const std::vector<double>& v, size_t begin, size_t end) {
 Verdict long_range(const Study& s) {
   Verdict v;
   const Csv recall(s.path("recall.csv")), context(s.path("context.csv"));
-  auto acc = by_model(recall, "k", "accuracy");
-  auto loss = by_model(context, "context", "val_loss");
+  auto acc = by_model_seed(recall, "k", "accuracy");
+  auto loss = by_model_seed(context, "context", "val_loss");
   const auto rec = recurrent(s.c);
   const double chance = recall.num(0, "chance");
-  // Recall: accuracy at the farthest distance tested; a model within 0.1 of
-  // chance at the nearest distance did not learn the task at all, which says
-  // nothing about range.
-  auto far_acc = [&](const std::string& m) { return acc.at(m).second.back(); };
-  auto learned = [&](const std::string& m) { return acc.at(m).second.front() > chance + 0.1; };
-  const double k_near = acc.at("gpt").first.front(), k_far = acc.at("gpt").first.back();
-  // Text: what the context from block/16 to block characters is worth, on the same targets.
-  const std::vector<double>& ts = loss.at("gpt").first;
+  // Recall: accuracy at the farthest distance tested, per seed; a model whose
+  // mean accuracy at the nearest distance is within 0.1 of chance did not
+  // learn the task at all, which says nothing about range.
+  auto near_acc = [&](const std::string& m) { return per_seed(acc.at(m), [](const XY& xy) { return xy.second.front(); }); };
+  auto far_acc = [&](const std::string& m) { return per_seed(acc.at(m), [](const XY& xy) { return xy.second.back(); }); };
+  auto learned = [&](const std::string& m) { return range_of(near_acc(m)).mean > chance + 0.1; };
+  const XY& gpt_k = acc.at("gpt").begin()->second;
+  const double k_near = gpt_k.first.front(), k_far = gpt_k.first.back();
+  // Text: what the context from block/16 to block characters is worth, on the same targets, per seed.
+  const std::vector<double>& ts = loss.at("gpt").begin()->second.first;
   size_t from = 0;
   while (from + 1 < ts.size() && ts[from + 1] <= std::max(1.0, ts.back() / 16)) ++from;
-  auto gain = [&](const std::string& m) { return loss.at(m).second[from] - loss.at(m).second.back(); };
+  auto gain = [&](const std::string& m) {
+    return per_seed(loss.at(m), [&](const XY& xy) { return xy.second[from] - xy.second.back(); });
+  };
   std::vector<std::string> learnt, not_learnt;
-  std::vector<bool> recalls_better, gains_more;
-  v.measured = fmt::format("recall accuracy at k = {:.0f} / {:.0f} (chance {:.3f}): gpt {:.2f} / {:.2f}", k_near, k_far,
-                           chance, acc.at("gpt").second.front(), far_acc("gpt"));
+  std::vector<Order> recalls, gains;
+  v.measured = fmt::format("recall accuracy at k = {:.0f} / {:.0f} (chance {:.3f}): gpt {} / {}", k_near, k_far,
+                           chance, mean_range(near_acc("gpt"), 2), mean_range(far_acc("gpt"), 2));
   for (const auto& m : rec) {
-    v.measured += fmt::format(", {} {:.2f} / {:.2f}", m, acc.at(m).second.front(), far_acc(m));
+    v.measured += fmt::format(", {} {} / {}", m, mean_range(near_acc(m), 2), mean_range(far_acc(m), 2));
     if (!learned(m)) {
       not_learnt.push_back(m);
       continue;
     }
     learnt.push_back(m);
-    recalls_better.push_back(far_acc("gpt") > far_acc(m) + 0.1);
+    recalls.push_back(compare(far_acc("gpt"), far_acc(m), true));
   }
-  v.measured += fmt::format("; on text, loss gained by {:.0f} instead of {:.0f} characters of context: gpt {:.3f}",
-                            ts.back(), ts[from], gain("gpt"));
+  v.measured += fmt::format("; on text, loss gained by {:.0f} instead of {:.0f} characters of context: gpt {}",
+                            ts.back(), ts[from], mean_range(gain("gpt"), 3));
   for (const auto& m : rec) {
-    v.measured += fmt::format(", {} {:.3f}", m, gain(m));
-    gains_more.push_back(gain("gpt") > gain(m) + 0.01);
+    v.measured += fmt::format(", {} {}", m, mean_range(gain(m), 3));
+    gains.push_back(compare(gain("gpt"), gain(m), true));
   }
   v.measured += " nats/char";
   std::string a;
@@ -103,12 +153,12 @@ Verdict long_range(const Study& s) {
   else if (learnt.empty())
     a = "undecided (no recurrent model learned the task)";
   else {
-    a = combine(learnt, recalls_better, "does not hold at this scale");
-    if (a == "holds" && !not_learnt.empty()) a = fmt::format("holds against the {}", fmt::join(learnt, " and "));
+    a = judge(learnt, recalls);
+    if (!not_learnt.empty()) a = fmt::format("against the {}: {}", fmt::join(learnt, " and "), a);
   }
   if (!not_learnt.empty())
     a += fmt::format(" (the {} learned it at no distance, not even k = {:.0f})", fmt::join(not_learnt, " and "), k_near);
-  const std::string b = combine(rec, gains_more, "does not hold at this scale");
+  const std::string b = judge(rec, gains);
   v.verdict = a == b ? a + " (recall and text agree)" : fmt::format("recall: {}; text: {}", a, b);
   return v;
 }
@@ -117,53 +167,73 @@ Verdict gradients(const Study& s) {
   Verdict v;
   const Csv csv(s.path("gradients.csv"));
   const auto rec = recurrent(s.c);
-  // log10 of the mean over the last quarter of distances over the mean over k = 1..4 (as part 4's table).
+  std::map<std::string, std::map<std::string, std::map<std::string, XY>>> g;  // state -> model -> seed
+  for (const std::string state : {"init", "trained"}) g[state] = by_model_seed(csv, "k", "grad_norm", "state", state);
+  // Per seed, log10 of the mean over the last quarter of distances over the mean over k = 1..4 (as part 4's table).
   auto log_far_near = [&](const std::string& m, const std::string& state) {
-    auto g = by_model(csv, "k", "grad_norm", "state", state).at(m).second;
-    const size_t T = g.size();
-    return std::log10(mean_between(g, T - T / 4, T) / mean_between(g, 1, std::min<size_t>(5, T)));
+    return per_seed(g.at(state).at(m), [](const XY& xy) {
+      const auto& y = xy.second;
+      const size_t T = y.size();
+      return std::log10(mean_between(y, T - T / 4, T) / mean_between(y, 1, std::min<size_t>(5, T)));
+    });
   };
+  // Some seed's gradient somewhere beyond k = 0 above ten times its near mean.
   auto explodes = [&](const std::string& m, const std::string& state) {
-    auto g = by_model(csv, "k", "grad_norm", "state", state).at(m).second;
-    const double near = mean_between(g, 1, std::min<size_t>(5, g.size()));
-    for (size_t k = 1; k < g.size(); ++k)
-      if (g[k] > 10 * near) return true;
+    for (const double grows : per_seed(g.at(state).at(m), [](const XY& xy) {
+           const auto& y = xy.second;
+           const double near = mean_between(y, 1, std::min<size_t>(5, y.size()));
+           for (size_t k = 1; k < y.size(); ++k)
+             if (y[k] > 10 * near) return 1.0;
+           return 0.0;
+         }))
+      if (grows > 0) return true;
     return false;
   };
-  std::vector<bool> keeps_better;
+  // -inf (far gradients exactly 0 in float32) in any seed: said in words.
+  auto cell = [&](const std::string& m, const std::string& state) {
+    const std::vector<double> d = log_far_near(m, state);
+    const Range r = range_of(d);
+    if (std::isinf(r.lo)) return fmt::format("{} -inf in {} of {} seeds (the far gradients are 0 in float32)", m,
+                                              std::count_if(d.begin(), d.end(), [](double x) { return std::isinf(x); }),
+                                              d.size());
+    return fmt::format("{} {}", m, r.lo == r.hi ? fmt::format("{:+.1f}", r.mean)
+                                                : fmt::format("{:+.1f} ({:+.1f} to {:+.1f})", r.mean, r.lo, r.hi));
+  };
   for (const std::string state : {"init", "trained"}) {
     // Signed log10(far / near): -2 reads "far inputs get a hundredth of the near ones' gradient".
-    v.measured += fmt::format("{}log10(far / near input gradient), {}: gpt {:+.1f}", state == "init" ? "" : "; ",
-                              state == "init" ? "at init" : "trained", log_far_near("gpt", state));
-    for (const auto& m : rec)
-      v.measured += std::isinf(log_far_near(m, state)) ? fmt::format(", {} -inf (the far gradients are 0 in float32)", m)
-                                                  : fmt::format(", {} {:+.1f}", m, log_far_near(m, state));
+    v.measured += fmt::format("{}log10(far / near input gradient), {}: {}", state == "init" ? "" : "; ",
+                              state == "init" ? "at init" : "trained", cell("gpt", state));
+    for (const auto& m : rec) v.measured += ", " + cell(m, state);
   }
-  for (const auto& m : rec) keeps_better.push_back(log_far_near("gpt", "trained") > log_far_near(m, "trained") + 1);
+  std::vector<Order> keeps;
+  for (const auto& m : rec) keeps.push_back(compare(log_far_near("gpt", "trained"), log_far_near(m, "trained"), true));
   std::vector<std::string> exploding;
   for (const auto& m : s.c.models)
     for (const std::string state : {"init", "trained"})
       if (explodes(m, state)) exploding.push_back(m + " " + state);
-  v.verdict = combine(rec, keeps_better, "does not hold at this scale");
+  v.verdict = judge(rec, keeps);
   v.verdict += exploding.empty() ? "; no model's gradients grow with distance"
                                  : fmt::format("; gradients grow with distance for {}", fmt::join(exploding, ", "));
-  if (log_far_near("gpt", "trained") < -1 && log_far_near("gpt", "init") > -0.5)
+  const double trained = range_of(log_far_near("gpt", "trained")).mean, init = range_of(log_far_near("gpt", "init")).mean;
+  if (trained < -1 && init > -0.5)
     v.verdict += fmt::format("; trained GPT's fall {:.0f}x with distance, flat at init: what its attention learnt to "
-                             "look at, not a path that vanishes", std::pow(10.0, -log_far_near("gpt", "trained")));
+                             "look at, not a path that vanishes", std::pow(10.0, -trained));
   return v;
 }
 
 Verdict training_steps(const Study& s) {
   Verdict v;
   const Csv csv(s.path("tuning.csv"));
-  auto curves = by_model(csv, "tokens", "val_loss");
-  auto seconds = by_model(csv, "seconds", "val_loss");
+  auto curves = by_model_seed(csv, "tokens", "val_loss");
+  auto seconds = by_model_seed(csv, "seconds", "val_loss");
   const auto rec = recurrent(s.c);
-  // The loss every model reached: the worst final loss.
+  auto finals = [&](const std::string& m) { return per_seed(curves.at(m), [](const XY& xy) { return xy.second.back(); }); };
+  // The loss every model reached on average: the worst of the models' mean final losses.
   double target = -INFINITY;
-  for (const auto& m : s.c.models) target = std::max(target, curves.at(m).second.back());
-  // Tokens (or seconds) at which the curve first reaches target, linear between evaluations.
-  auto reach = [&](const std::pair<std::vector<double>, std::vector<double>>& xy) {
+  for (const auto& m : s.c.models) target = std::max(target, range_of(finals(m)).mean);
+  // Tokens (or seconds) at which a curve first reaches target, linear between
+  // evaluations; a curve that never does counts its last point.
+  auto reach = [&](const XY& xy) {
     const auto& [x, y] = xy;
     for (size_t i = 0; i < y.size(); ++i)
       if (y[i] <= target) {
@@ -172,18 +242,24 @@ Verdict training_steps(const Study& s) {
       }
     return x.back();
   };
-  v.measured = fmt::format("tokens to val loss {:.3f} (the worst final): gpt {}", target,
-                           report::format_count(reach(curves.at("gpt"))));
-  std::vector<bool> fewer;
+  auto tokens = [&](const std::string& m) { return per_seed(curves.at(m), reach); };
+  auto count_range = [](const std::vector<double>& t) {
+    const Range r = range_of(t);
+    return r.lo == r.hi ? report::format_count(r.mean)
+                        : fmt::format("{} ({}-{})", report::format_count(r.mean), report::format_count(r.lo),
+                                      report::format_count(r.hi));
+  };
+  v.measured = fmt::format("tokens to val loss {:.3f} (the worst mean final): gpt {}", target, count_range(tokens("gpt")));
+  std::vector<Order> fewer;
   for (const auto& m : rec) {
-    v.measured += fmt::format(", {} {}", m, report::format_count(reach(curves.at(m))));
-    fewer.push_back(reach(curves.at("gpt")) < 0.9 * reach(curves.at(m)));
+    v.measured += fmt::format(", {} {}", m, count_range(tokens(m)));
+    fewer.push_back(compare(tokens("gpt"), tokens(m), false));
   }
-  v.measured += fmt::format("; seconds: gpt {:.0f}", reach(seconds.at("gpt")));
-  for (const auto& m : rec) v.measured += fmt::format(", {} {:.0f}", m, reach(seconds.at(m)));
-  v.measured += fmt::format("; final val loss: gpt {:.3f}", curves.at("gpt").second.back());
-  for (const auto& m : rec) v.measured += fmt::format(", {} {:.3f}", m, curves.at(m).second.back());
-  v.verdict = combine(rec, fewer, "does not hold at this scale");
+  v.measured += fmt::format("; seconds: gpt {}", mean_range(per_seed(seconds.at("gpt"), reach), 0));
+  for (const auto& m : rec) v.measured += fmt::format(", {} {}", m, mean_range(per_seed(seconds.at(m), reach), 0));
+  v.measured += fmt::format("; final val loss: gpt {}", mean_range(finals("gpt"), 3));
+  for (const auto& m : rec) v.measured += fmt::format(", {} {}", m, mean_range(finals(m), 3));
+  v.verdict = judge(rec, fewer);
   return v;
 }
 
@@ -315,6 +391,56 @@ Verdict cost(const Study& s) {
   return v;
 }
 
+// How GPT's fitted power law compares with each recurrence's, in loss
+// against parameters and against training FLOPs: a steeper fall (exponent
+// larger by more than twice the standard error of the difference) is what
+// the claim says; where the fits meet, with its 1-sigma range.
+Verdict scaling(const Study& s) {
+  Verdict v;
+  const Csv csv(s.path("scale.csv"));
+  const auto rec = recurrent(s.c);
+  std::vector<Order> steeper;
+  std::vector<std::string> trends;
+  for (const auto& [axis, name] : {std::pair{"params", "parameters"}, std::pair{"train_flops", "training FLOPs"}}) {
+    const auto fits = scale_fits(csv, axis);
+    double lo = INFINITY, hi = 0;  // the x range measured
+    for (size_t r = 0; r < csv.size(); ++r)
+      if (csv.str(r, "role") == "fit") lo = std::min(lo, csv.num(r, axis)), hi = std::max(hi, csv.num(r, axis));
+    const PowerLaw& g = fits.at("gpt");
+    v.measured += fmt::format("{}loss ∝ {}^-α: gpt α {:.3f} ± {:.3f}", v.measured.empty() ? "" : "; ", name, -g.b, g.se_b);
+    for (const auto& m : rec)
+      v.measured += fmt::format(", {} {:.3f} ± {:.3f}", m, -fits.at(m).b, fits.at(m).se_b);
+    for (const auto& m : rec) {
+      const PowerLaw& r = fits.at(m);
+      const double db = r.b - g.b, se = std::hypot(g.se_b, r.se_b);  // > 0: GPT's loss falls faster
+      const Order o = db > 2 * se ? Order::better : db < -2 * se ? Order::worse : Order::level;
+      if (std::string(axis) == "params") steeper.push_back(o);
+      // The gap log10 L_gpt - log10 L_m at the smallest and largest x measured.
+      const double g0 = g.log10_at(std::log10(lo)) - r.log10_at(std::log10(lo));
+      const double g1 = g.log10_at(std::log10(hi)) - r.log10_at(std::log10(hi));
+      const auto meet = meeting(g, r);
+      const std::string at = meet ? fmt::format("{:.2g} {} (1σ {:.2g} to {:.2g})", std::pow(10.0, meet->log10x), name,
+                                                std::pow(10.0, meet->log10x - meet->se),
+                                                std::pow(10.0, meet->log10x + meet->se))
+                                  : "no point (equal exponents)";
+      const std::string side = g1 > 0 ? "GPT's loss the higher" : "GPT's loss the lower";
+      std::string trend;
+      if ((g0 > 0) != (g1 > 0))
+        trend = fmt::format("crosses the {}'s inside the range measured, at {}", m, at);
+      else if (o == Order::level)
+        trend = fmt::format("runs parallel to the {}'s within the uncertainty ({}; the fits would meet at {})", m,
+                            side, at);
+      else if (std::fabs(g1) < std::fabs(g0))
+        trend = fmt::format("approaches the {}'s ({}); the fits would cross at {}", m, side, at);
+      else
+        trend = fmt::format("diverges from the {}'s ({}; the fits met, going back, at {})", m, side, at);
+      trends.push_back(fmt::format("in {}, GPT's curve {}", name, trend));
+    }
+  }
+  v.verdict = fmt::format("{}; {}", judge(rec, steeper), fmt::join(trends, "; "));
+  return v;
+}
+
 struct Claim {
   std::string part;  // whose files it reads
   Verdict (*judge)(const Study&);
@@ -329,7 +455,8 @@ PartOutput run_verdicts(Study& s) {
       {"gradients", gradients, "Gradients neither vanish nor explode with distance"},
       {"tuning", training_steps, "A transformer needs fewer training steps"},
       {"parallel", parallelism, "Its work parallelises: the steps that must run in order do not grow with sequence length"},
-      {"cost", cost, "Self-attention costs O(n^2 d) per layer against a recurrence's O(n d^2): cheaper while n << d"}};
+      {"cost", cost, "Self-attention costs O(n^2 d) per layer against a recurrence's O(n d^2): cheaper while n << d"},
+      {"scale", scaling, "Transformers scale better: their loss falls faster with parameters and compute"}};
   const bool has_gpt = std::find(s.c.models.begin(), s.c.models.end(), "gpt") != s.c.models.end();
   report::Table table{{"claim", "measured", "verdict"}, {}};
   for (const Claim& cl : claims) {
@@ -355,9 +482,22 @@ PartOutput run_verdicts(Study& s) {
       times += fmt::format("| {} | {} | {} → {} | {} |\n", t.str(r, "part"), report::format_duration(t.num(r, "seconds")),
                            t.str(r, "load_start"), t.str(r, "load_end"),
                            // a times.csv from before the column: float32
-                           t.has("dtype") && t.str(r, "dtype") == "bf16" ? "bfloat16 (autocast)" : "float32");
+                           !t.has("dtype") || t.str(r, "dtype") == "f32" ? "float32"
+                           : t.str(r, "dtype") == "bf16"                ? "bfloat16 (autocast)"
+                                                                        : "float32 and bfloat16 (see the part)");
   }
-  std::string md = "# Transformers against recurrent networks: what holds at this scale\n\n" + report::provenance() + table.markdown() +
+  // The verdicts alone first (the README shows this table as it is), then
+  // with what each rests on.
+  report::Table verdicts{{"claim", "verdict"}, {}};
+  for (const auto& row : table.rows) verdicts.rows.push_back({row[0], row[2]});
+  std::string md = "# Transformers against recurrent networks: what holds at this scale\n\n" + report::provenance() +
+                   fmt::format("Every model is trained from {} seeds. A verdict comparing two models says *holds* or "
+                               "*does not hold* when the models' results over the seeds do not overlap (min to max), "
+                               "*not distinguishable at this budget* when they do; a verdict on timings compares "
+                               "quartiles of repeated steps, and one on scaling compares fitted exponents with twice "
+                               "their standard error.\n\n",
+                               s.c.seeds) +
+                   verdicts.markdown() + "\n## What the verdicts rest on\n\n" + table.markdown() +
                    "\n## Time per part\n\n" + times;
   for (const std::string& part : part_names()) {
     std::ifstream f(s.path(part + ".md"));
