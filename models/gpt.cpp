@@ -79,7 +79,7 @@ Tensor GPT::forward(const Tensor& ids) {
   ModulePathScope list_path(blocks->name());  // the list's forward is this loop
   for (const std::shared_ptr<nn::TransformerEncoderLayer>& block : *blocks) {
     if (every > 0 && l++ % every == 0)
-      x = checkpoint([block, causal](const std::vector<Tensor>& in) { return block->forward(in[0], causal); }, {x});
+      x = nn::checkpointed_forward(block, x, causal);
     else
       x = block->forward(x, causal);
   }

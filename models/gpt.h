@@ -31,9 +31,11 @@ struct GPTOptions {
   bool tied = true;     // output head shares wte's weight
   bool bias = true;
   double dropout = 0.0;
-  // k > 0: blocks 0, k, 2k, ... are checkpointed (tg::checkpoint): each keeps
-  // its input (B,T,C) for backward, which reruns the block, instead of its
-  // activations. 1 checkpoints every block; 0 none.
+  // k > 0: blocks 0, k, 2k, ... are checkpointed (nn::checkpointed_forward):
+  // each keeps its input and its attention half's output (B,T,C) for
+  // backward, which reruns the attention half, then the MLP half a quarter of
+  // the rows at a time, instead of keeping the block's activations. 1
+  // checkpoints every block; 0 none.
   int64_t checkpoint_blocks = 0;
 };
 

@@ -69,7 +69,11 @@ nn::RNNOutput RNNLM::run(const Tensor& x, const Tensor& h0, const Tensor& c0) {
 }
 
 // checkpoint() keeps one output per region: a chunk's output (B,k,H) and
-// final states (L,B,H) travel flattened into one vector and are cut apart after.
+// final states (L,B,H) travel flattened into one vector and are cut apart
+// after. The states are copied out (2 L B H values), so that the next chunk
+// saves those copies and the vector goes once its output was concatenated.
+// The last chunk is not checkpointed: backward needs its activations first,
+// so a rerun would rebuild what the forward just had.
 nn::RNNOutput RNNLM::run_checkpointed(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), H = options.hidden, L = options.layers;
   const int64_t chunk = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(T))));
@@ -78,6 +82,13 @@ nn::RNNOutput RNNLM::run_checkpointed(const Tensor& x) {
   Tensor h, c;
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t k = std::min(chunk, T - t0);
+    if (t0 + k == T) {
+      nn::RNNOutput last = run(x.narrow(1, t0, k), h, c);
+      outputs.push_back(last.output);
+      h = last.h;
+      c = last.c;
+      break;
+    }
     Tensor packed = checkpoint(
         [this, has_c](const std::vector<Tensor>& in) {
           nn::RNNOutput o = run(in[0], in[1], in[2]);
@@ -87,8 +98,8 @@ nn::RNNOutput RNNLM::run_checkpointed(const Tensor& x) {
         },
         {x.narrow(1, t0, k), h, c});
     outputs.push_back(packed.narrow(0, 0, B * k * H).reshape({B, k, H}));
-    h = packed.narrow(0, B * k * H, L * B * H).reshape({L, B, H});
-    if (has_c) c = packed.narrow(0, B * k * H + L * B * H, L * B * H).reshape({L, B, H});
+    h = packed.narrow(0, B * k * H, L * B * H).reshape({L, B, H}).clone();
+    if (has_c) c = packed.narrow(0, B * k * H + L * B * H, L * B * H).reshape({L, B, H}).clone();
   }
   return {.output = concat(outputs, 1), .h = h, .c = c};
 }

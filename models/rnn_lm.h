@@ -25,7 +25,8 @@ struct RNNLMOptions {
   double dropout = 0.0;
   // Checkpoint the recurrence over chunks of ceil(sqrt(T)) time steps
   // (tg::checkpoint): backward keeps each chunk's input and entering state,
-  // not the gates of every step, and reruns one chunk at a time.
+  // not the gates of every step, and reruns one chunk at a time (all but the
+  // last chunk, whose activations backward needs first).
   bool checkpoint_time = false;
 };
 

@@ -57,7 +57,7 @@ Tensor TransformerEncoder::forward(const Tensor& ids, const Tensor& padding) {
   ModulePathScope list_path(layers->name());  // the list's forward is this loop
   for (const std::shared_ptr<nn::TransformerEncoderLayer>& layer : *layers) {
     if (options.checkpoint_layers > 0 && l++ % options.checkpoint_layers == 0)
-      x = checkpoint([layer, mask](const std::vector<Tensor>& in) { return layer->forward(in[0], mask); }, {x});
+      x = nn::checkpointed_forward(layer, x, mask);
     else
       x = layer->forward(x, mask);
   }

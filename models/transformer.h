@@ -33,8 +33,9 @@ struct TransformerOptions {
   bool sinusoidal = true;  // fixed sinusoidal positions (Vaswani et al.) or learned embeddings
   double dropout = 0.0;
   // k > 0: layers 0, k, 2k, ... of the encoder and of the decoder are
-  // checkpointed (tg::checkpoint): backward reruns them instead of keeping
-  // their activations. 0: none.
+  // checkpointed: backward reruns them instead of keeping their activations
+  // (an encoder layer as its attention half and its MLP half in row chunks,
+  // nn::checkpointed_forward; a decoder layer as one tg::checkpoint). 0: none.
   int64_t checkpoint_layers = 0;
 };
 

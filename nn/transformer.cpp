@@ -1,5 +1,7 @@
 #include "nn/transformer.h"
 
+#include "autograd/activation_checkpoint.h"
+
 namespace tg::nn {
 namespace {
 
@@ -55,9 +57,20 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMask& mask, Tensor* attn_weights) {
+  return mlp_sublayer(attention_sublayer(x, mask, attn_weights));
+}
+
+Tensor TransformerEncoderLayer::attention_sublayer(const Tensor& x, const AttentionMask& mask, Tensor* attn_weights) {
   ModulePathScope path(name());
   check_input("TransformerEncoderLayer", "input", x, options.dim);
-  Tensor h = sublayer(options.norm, *ln1, x, [&](const Tensor& a) { return attn->forward(a, mask, attn_weights); });
+  return sublayer(options.norm, *ln1, x, [&](const Tensor& a) { return attn->forward(a, mask, attn_weights); });
+}
+
+Tensor TransformerEncoderLayer::mlp_sublayer(const Tensor& h) {
+  ModulePathScope path(name());
+  if (!h.defined() || h.dim() < 1 || h.size(-1) != options.dim)
+    throw ShapeError(fmt::format("TransformerEncoderLayer: MLP input {} must be (..., {})",
+                                 h.defined() ? fmt::format("{}", h.shape()) : std::string("undefined"), options.dim));
   return sublayer(options.norm, *ln2, h, [&](const Tensor& a) { return mlp->forward(a); });
 }
 
@@ -68,6 +81,21 @@ Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KVCache& cache) 
 }
 
 std::string TransformerEncoderLayer::extra_repr() const { return layer_repr(options); }
+
+Tensor checkpointed_forward(const std::shared_ptr<TransformerEncoderLayer>& layer, const Tensor& x,
+                            const AttentionMask& mask) {
+  check_input("TransformerEncoderLayer", "input", x, layer->options.dim);
+  const Tensor h = checkpoint(
+      [layer, mask](const std::vector<Tensor>& in) { return layer->attention_sublayer(in[0], mask); }, {x});
+  const int64_t B = h.size(0), T = h.size(1), C = h.size(2), N = B * T;
+  const int64_t rows = (N + layer->options.hidden_mult - 1) / layer->options.hidden_mult;
+  const Tensor flat = h.reshape({N, C});  // (B*T, C)
+  std::vector<Tensor> out;
+  for (int64_t r0 = 0; r0 < N; r0 += rows)
+    out.push_back(checkpoint([layer](const std::vector<Tensor>& in) { return layer->mlp_sublayer(in[0]); },
+                             {flat.narrow(0, r0, std::min(rows, N - r0))}));
+  return concat(out, 0).reshape({B, T, C});
+}
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o)
     : Module("TransformerDecoderLayer"), options(o) {

@@ -41,6 +41,12 @@ class TransformerEncoderLayer : public Module {
   explicit TransformerEncoderLayer(const TransformerLayerOptions& options);
   /// x (B, T, C) -> (B, T, C); mask.causal makes it a decoder-only (GPT) block.
   Tensor forward(const Tensor& x, const AttentionMask& mask = {}, Tensor* attn_weights = nullptr);
+  /// forward() is mlp_sublayer(attention_sublayer(x)). The attention half:
+  /// x (B, T, C) -> h (B, T, C), h = x + attn(ln1(x)) pre-LN, ln1(x + attn(x)) post-LN.
+  Tensor attention_sublayer(const Tensor& x, const AttentionMask& mask = {}, Tensor* attn_weights = nullptr);
+  /// The MLP half, position-wise: h (..., C) -> h + mlp(ln2(h)) pre-LN,
+  /// ln2(h + mlp(h)) post-LN. Rows of h may go through it in separate calls.
+  Tensor mlp_sublayer(const Tensor& h);
   /// Causal incremental decoding: x (B, Tnew, C) -> (B, Tnew, C).
   Tensor forward_cached(const Tensor& x, KVCache& cache);
   std::string extra_repr() const override;
@@ -53,6 +59,17 @@ class TransformerEncoderLayer : public Module {
   std::shared_ptr<MultiHeadAttention> attn;  ///< self-attention
   std::shared_ptr<FeedForward> mlp;  ///< the position-wise MLP
 };
+
+/// layer->forward(x, mask) under activation checkpointing (tg::checkpoint),
+/// for x (B, T, C): backward keeps x and the attention half's output h (two
+/// (B, T, C) tensors), and reruns the attention half as one region and the
+/// MLP half as hidden_mult regions of B*T/hidden_mult rows each: one region's
+/// MLP activations (rows, hidden_mult*C) are the size of one (B, T, C)
+/// tensor, so a rerun rebuilds a few (B, T, C) tensors at a time instead of
+/// a whole layer's. Same values and gradients as forward(), the MLP's dropout
+/// included (its draws run over the rows in the same order).
+Tensor checkpointed_forward(const std::shared_ptr<TransformerEncoderLayer>& layer, const Tensor& x,
+                            const AttentionMask& mask = {});
 
 /// Causal self-attention, cross-attention to the encoder's output and an
 /// MLP, each with a residual connection. Submodules: ln1, self_attn (causal),

@@ -240,6 +240,33 @@ BOOST_AUTO_TEST_CASE(gpt_checkpoint_blocks_give_the_plain_gradients) {
   check_throws<ValueError>([] { models::GPT({.vocab = 7, .checkpoint_blocks = -1}); }, {"checkpoint_blocks (-1)"});
 }
 
+// A checkpointed block reruns its MLP half over B*T/hidden_mult rows at a
+// time: 2*5 = 10 rows in chunks of 4, 4 and 2 (hidden_mult 3), pre- and
+// post-LN, with dropout drawn over the rows in the same order as forward().
+BOOST_AUTO_TEST_CASE(gpt_blocks_checkpointed_over_uneven_row_chunks_give_the_plain_gradients) {
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 0, 1, 2, 3}, Shape{2, 5});
+  const Tensor targets = from_vector(std::vector<int64_t>{2, 3, 4, 5, 6, 0, 1, 2, 3, 4}, Shape{2, 5});
+  for (nn::NormPosition norm : {nn::NormPosition::pre, nn::NormPosition::post}) {
+    auto grads = [&](int64_t every) {
+      manual_seed(15);
+      models::GPT gpt({.vocab = 7, .block = 5, .layers = 2, .heads = 2, .dim = 8, .hidden_mult = 3, .norm = norm,
+                       .dropout = 0.1, .checkpoint_blocks = every});
+      gpt.to(DType::f64);
+      manual_seed(16);
+      Tensor l = gpt.loss(ids, targets);
+      l.backward();
+      return std::pair{l.item(), grads_of(gpt)};
+    };
+    const auto [plain_loss, plain] = grads(0);
+    const auto [loss, g] = grads(1);
+    BOOST_TEST(loss == plain_loss);
+    BOOST_TEST(max_diff(g, plain) <= 1e-12);
+  }
+  auto layer = std::make_shared<nn::TransformerEncoderLayer>(nn::TransformerLayerOptions{.dim = 8, .heads = 2});
+  check_throws<ShapeError>([&] { nn::checkpointed_forward(layer, zeros({2, 3, 5})); },
+                           {"TransformerEncoderLayer", "(2,3,5)", "(B,T,8)"});
+}
+
 BOOST_AUTO_TEST_CASE(encoder_decoder_checkpoint_layers_give_the_plain_gradients) {
   const Tensor src = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
   const Tensor tgt = from_vector(std::vector<int64_t>{2, 3, 4, 5, 6, 1, 0, 2}, Shape{2, 4});

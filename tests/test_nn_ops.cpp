@@ -258,6 +258,31 @@ BOOST_AUTO_TEST_CASE(fully_masked_attention_rows_are_zero_not_nan) {
   BOOST_TEST(v.grad().at({0, 1, 1, 2}) == 0.0);  // padded key 1 of batch 0 receives nothing
 }
 
+// 520 queries over 520 keys run in two blocks of query rows (504 and 16):
+// output and gradients equal the one-block forward (the kept weights) and the
+// recorded backward made of tensor ops, causal or with padded keys.
+BOOST_AUTO_TEST_CASE(attention_over_blocks_of_query_rows_equals_the_whole) {
+  Generator gen(7);
+  std::vector<int64_t> padded(520, 0);
+  for (int64_t j = 100; j < 140; ++j) padded[j] = 1;
+  const Tensor mask = from_vector(padded, {1, 520});
+  for (bool causal : {true, false}) {
+    Tensor q = randn({1, 2, 520, 4}, DType::f64, &gen).requires_grad_();
+    Tensor k = randn({1, 2, 520, 4}, DType::f64, &gen).requires_grad_();
+    Tensor v = randn({1, 2, 520, 4}, DType::f64, &gen).requires_grad_();
+    const Tensor g = randn({1, 2, 520, 4}, DType::f64, &gen);
+    const Tensor m = causal ? Tensor() : mask;
+    Tensor w;
+    const Tensor whole = scaled_dot_product_attention(q, k, v, causal, m, &w);
+    const Tensor out = scaled_dot_product_attention(q, k, v, causal, m);
+    BOOST_TEST(max_abs_diff(out, whole) <= 1e-12);
+    BOOST_TEST(max_abs_diff(out, matmul(w, v)) <= 1e-12);
+    const std::vector<Tensor> fused = grad({out}, {q, k, v}, {g}, {.retain_graph = true});
+    const std::vector<Tensor> recorded = grad({out}, {q, k, v}, {g}, {.create_graph = true});
+    for (size_t i = 0; i < 3; ++i) BOOST_TEST(max_abs_diff(fused[i], recorded[i]) <= 1e-12);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(attention_reads_transposed_views_in_place) {
   // q as produced by a (B,T,H,D) projection transposed to (B,H,T,D).
   Generator gen(6);

@@ -7,7 +7,11 @@
 // Backward recomputes P rather than saving it: the (B,H,Tq,Tk) probabilities
 // are the largest activation of a transformer layer (4 MiB a layer for GPT-M,
 // twice its output), and the extra GEMM costs ~1/6 of the attention's work.
-// The node saves only q, k, v and the padding mask.
+// The node saves only q, k, v and the padding mask. Both passes go over a
+// head's queries in blocks of rows (AttentionDims::rows_per_block), so a
+// thread's scratch for P and dS is a (rows, Tk) block, not (Tq, Tk): 64 MiB
+// each at T = 4096; and under the causal mask a block's GEMMs stop at the
+// last key its last query sees.
 // Masked keys get probability exactly 0; a query that sees no key at all (a
 // fully padded row, or Tq > Tk under the causal mask) gets a zero row, so its
 // output and gradients are zero rather than NaN.
@@ -73,6 +77,10 @@ struct AttentionDims {
   int64_t visible(int64_t t) const { return causal ? std::clamp<int64_t>(t + Tk - Tq + 1, 0, Tk) : Tk; }
   // Heads per parallel chunk: tiny heads are batched so threads are worth waking.
   int64_t grain() const { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Tq * Tk * (D + Dv))); }
+  // Query rows per block: a (rows, Tk) block of scores holds at most 2^18
+  // values (1 MiB in float32), and never fewer than 64 rows, so the GEMMs
+  // stay efficient; a head of up to 256 keys is one block.
+  int64_t rows_per_block() const { return std::max<int64_t>(64, (int64_t{1} << 18) / std::max<int64_t>(1, Tk)); }
 };
 
 // Runs body(i0, i1) over the B*H heads. Heads go to the pool's threads, each
@@ -114,15 +122,18 @@ void masked_softmax_row(T* s, int64_t Tk, int64_t visible, const uint8_t* pad) {
   std::fill(s + visible, s + Tk, T(0));
 }
 
-// P (Tq,Tk) of head (b,h) into S: scaled scores by GEMM, then the masked
-// softmax of each row. Forward and backward share it, so both see the same P.
+// Rows [i0, i1) of P (Tq,Tk) of head (b,h) into S (row stride ld >= kv):
+// scaled scores of keys [0, kv) by GEMM, then the masked softmax of each row,
+// zeros in [kv, ld). kv must cover every key the rows see (visible(i1 - 1)).
+// Forward and backward share it, so both see the same P.
 template <class T>
 void head_probabilities(const AttentionDims& a, const HeadMatrices<T>& Q, const HeadMatrices<T>& K, int64_t b,
-                        int64_t h, const std::vector<uint8_t>& pad, T* S) {
+                        int64_t h, const std::vector<uint8_t>& pad, int64_t i0, int64_t i1, int64_t kv, T* S,
+                        int64_t ld) {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
-  if (a.Tk > 0) gemm(false, true, a.Tq, a.Tk, a.D, scale, Q.at(b, h), Q.ld, K.at(b, h), K.ld, T(0), S, a.Tk);
+  if (kv > 0) gemm(false, true, i1 - i0, kv, a.D, scale, Q.at(b, h) + i0 * Q.ld, Q.ld, K.at(b, h), K.ld, T(0), S, ld);
   const uint8_t* pb = pad.empty() ? nullptr : pad.data() + b * a.Tk;
-  for (int64_t i = 0; i < a.Tq; ++i) masked_softmax_row(S + i * a.Tk, a.Tk, a.visible(i), pb);
+  for (int64_t i = i0; i < i1; ++i) masked_softmax_row(S + (i - i0) * ld, ld, std::min(a.visible(i), kv), pb);
 }
 
 // The key padding mask (B,Tk) as one byte per key, 1 = padded; empty when undefined.
@@ -243,25 +254,37 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
     using T = decltype(tag);
     const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
-    const int64_t TT = a.Tq * a.Tk;
-    auto body = [&](int64_t i0, int64_t i1) {
-      std::vector<T> P(TT), dS(need_q || need_k ? TT : 0);
-      for (int64_t bh = i0; bh < i1; ++bh) {
+    const int64_t rows = std::min(a.Tq, a.rows_per_block());
+    auto body = [&](int64_t h0, int64_t h1) {
+      std::vector<T> P(rows * a.Tk), dS(need_q || need_k ? rows * a.Tk : 0);
+      for (int64_t bh = h0; bh < h1; ++bh) {
         const int64_t b = bh / a.H, h = bh % a.H;
-        const T* gb = G.at(b, h);
-        head_probabilities(a, Q, K, b, h, pad, P.data());
-        if (need_v) gemm(true, false, a.Tk, a.Dv, a.Tq, T(1), P.data(), a.Tk, gb, G.ld, T(0), dv.data<T>() + bh * a.Tk * a.Dv, a.Dv);
-        if (!need_q && !need_k) continue;
-        gemm(false, true, a.Tq, a.Tk, a.Dv, T(1), gb, G.ld, V.at(b, h), V.ld, T(0), dS.data(), a.Tk);
-        for (int64_t i = 0; i < a.Tq; ++i) {
-          T* row = dS.data() + i * a.Tk;
-          const T* p = P.data() + i * a.Tk;
-          const T d = detail::row_dot(row, p, a.Tk);  // rowsum(dP * P)
+        T* dvh = need_v ? dv.data<T>() + bh * a.Tk * a.Dv : nullptr;
+        T* dkh = need_k ? dk.data<T>() + bh * a.Tk * a.D : nullptr;
+        // dv and dk sum over the query blocks.
+        if (dvh) std::fill(dvh, dvh + a.Tk * a.Dv, T(0));
+        if (dkh) std::fill(dkh, dkh + a.Tk * a.D, T(0));
+        for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
+          const int64_t i1 = std::min(a.Tq, i0 + rows), m = i1 - i0, kv = a.visible(i1 - 1);
+          if (kv == 0) {  // no query of the block sees a key: P = 0, dq = 0
+            if (need_q) std::fill(dq.data<T>() + (bh * a.Tq + i0) * a.D, dq.data<T>() + (bh * a.Tq + i1) * a.D, T(0));
+            continue;
+          }
+          const T* gb = G.at(b, h) + i0 * G.ld;
+          head_probabilities(a, Q, K, b, h, pad, i0, i1, kv, P.data(), kv);
+          if (dvh) gemm(true, false, kv, a.Dv, m, T(1), P.data(), kv, gb, G.ld, T(1), dvh, a.Dv);
+          if (!need_q && !need_k) continue;
+          gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(b, h), V.ld, T(0), dS.data(), kv);
+          for (int64_t i = 0; i < m; ++i) {
+            T* row = dS.data() + i * kv;
+            const T* p = P.data() + i * kv;
+            const T d = detail::row_dot(row, p, kv);  // rowsum(dP * P)
 #pragma omp simd
-          for (int64_t j = 0; j < a.Tk; ++j) row[j] = p[j] * (row[j] - d);
+            for (int64_t j = 0; j < kv; ++j) row[j] = p[j] * (row[j] - d);
+          }
+          if (need_q) gemm(false, false, m, a.D, kv, scale, dS.data(), kv, K.at(b, h), K.ld, T(0), dq.data<T>() + (bh * a.Tq + i0) * a.D, a.D);
+          if (dkh) gemm(true, false, kv, a.D, m, scale, dS.data(), kv, Q.at(b, h) + i0 * Q.ld, Q.ld, T(1), dkh, a.D);
         }
-        if (need_q) gemm(false, false, a.Tq, a.D, a.Tk, scale, dS.data(), a.Tk, K.at(b, h), K.ld, T(0), dq.data<T>() + bh * a.Tq * a.D, a.D);
-        if (need_k) gemm(true, false, a.Tk, a.D, a.Tq, scale, dS.data(), a.Tk, Q.at(b, h), Q.ld, T(0), dk.data<T>() + bh * a.Tk * a.D, a.D);
       }
     };
     for_each_head(a, body);
@@ -334,18 +357,22 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     dispatch_float(q.dtype(), op, [&](auto tag) {
       using T = decltype(tag);
       const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v);
-      const int64_t TT = a.Tq * a.Tk;
-      auto body = [&](int64_t i0, int64_t i1) {
-        std::vector<T> scratch(keep_probs ? 0 : TT);
-        for (int64_t bh = i0; bh < i1; ++bh) {
+      // Kept probabilities are written whole rows at a time; the scratch holds one block.
+      const int64_t rows = keep_probs ? a.Tq : std::min(a.Tq, a.rows_per_block());
+      auto body = [&](int64_t h0, int64_t h1) {
+        std::vector<T> scratch(keep_probs ? 0 : rows * a.Tk);
+        for (int64_t bh = h0; bh < h1; ++bh) {
           const int64_t b = bh / a.H, h = bh % a.H;
-          T* S = keep_probs ? probs.data<T>() + bh * TT : scratch.data();
-          head_probabilities(a, Q, K, b, h, pad, S);
-          T* o = out.data<T>() + bh * a.Tq * a.Dv;
-          if (a.Tk > 0 && a.Dv > 0)
-            gemm(false, false, a.Tq, a.Dv, a.Tk, T(1), S, a.Tk, V.at(b, h), V.ld, T(0), o, a.Dv);
-          else
-            std::fill(o, o + a.Tq * a.Dv, T(0));
+          for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
+            const int64_t i1 = std::min(a.Tq, i0 + rows), kv = a.visible(i1 - 1), ld = keep_probs ? a.Tk : kv;
+            T* S = keep_probs ? probs.data<T>() + (bh * a.Tq + i0) * a.Tk : scratch.data();
+            head_probabilities(a, Q, K, b, h, pad, i0, i1, kv, S, ld);
+            T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
+            if (kv > 0 && a.Dv > 0)
+              gemm(false, false, i1 - i0, a.Dv, kv, T(1), S, ld, V.at(b, h), V.ld, T(0), o, a.Dv);
+            else
+              std::fill(o, o + (i1 - i0) * a.Dv, T(0));
+          }
         }
       };
       for_each_head(a, body);
