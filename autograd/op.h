@@ -53,7 +53,7 @@ struct OpDef {
   std::string_view name;       ///< as in error messages and the profiler
   int arity;                   ///< tensor inputs; -1 for a list (concat, stack)
   std::string_view signature;  ///< the forward, e.g. "mul(a, b) -> a * b, broadcasting"
-  std::string_view saves;      ///< what forward saves for backward
+  SavedLayout saves;           ///< what forward saves for backward: saves_of<its saved struct>()
   BackwardFn backward;         ///< the gradients of the inputs
   TangentFn tangent;           ///< forward mode; null: forward mode through the op is an AutogradError naming it
   SampleFn samples;            ///< the cases gradchecked for this op (null: none)
@@ -64,13 +64,23 @@ struct OpDef {
   bool once_differentiable;
 
   /// Registers the op; a name already registered is a ValueError.
-  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
+  OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
         BackwardFn backward, TangentFn tangent, SampleFn samples, RecomputeFn recompute = nullptr,
         bool once_differentiable = false);
   /// An op without a tangent rule (reverse mode only).
-  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
+  OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
         BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false)
       : OpDef(name, arity, signature, saves, backward, nullptr, samples, recompute, once_differentiable) {}
+  // Transitional: an op that saves by position, described in words.
+  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
+        BackwardFn backward, TangentFn tangent, SampleFn samples, RecomputeFn recompute = nullptr,
+        bool once_differentiable = false)
+      : OpDef(name, arity, signature, SavedLayout{.type = nullptr, .fields = {}, .untyped = saves}, backward, tangent, samples, recompute,
+              once_differentiable) {}
+  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
+        BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false)
+      : OpDef(name, arity, signature, SavedLayout{.type = nullptr, .fields = {}, .untyped = saves}, backward, nullptr, samples, recompute,
+              once_differentiable) {}
   ~OpDef();  ///< unregisters
   OpDef(const OpDef&) = delete;
   OpDef& operator=(const OpDef&) = delete;
