@@ -94,7 +94,7 @@ struct Node {
   /// hold: checkpoint's function to rerun and its random state.
   std::shared_ptr<const void> closure;
 
-  // State of the backward pass running now (see tape.cpp).
+  // State of the backward pass running now (see backward.cpp).
   Tensor grad;                        ///< backward pass: gradient flowing into this node's output
   uint64_t pass = 0;                  ///< backward pass: the pass that collected this node
   bool run = false;                   ///< backward pass: this pass needs its backward

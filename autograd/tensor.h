@@ -183,7 +183,7 @@ struct TensorImpl {
   Tensor grad;      ///< leaves, and non-leaves that retain_grad()
   NodeRef grad_fn;  ///< the node that produced this tensor; null for leaves
   uint32_t output_nr = 0;  ///< which output of grad_fn: 0, or one of its side outputs (Node::save_side_output)
-  /// Leaves only: hooks, and the running backward's bookkeeping (see tape.cpp).
+  /// Leaves only: hooks, and the running backward's bookkeeping (see backward.cpp).
   /// A leaf's hooks, allocated on the first one.
   struct LeafHooks {
     std::vector<HookEntry> grad;  ///< Tensor::register_hook

@@ -6,7 +6,7 @@ op_table() holds at run time catches an op family a link leaves out.
 
 An op is defined either as `OpDef name_op("name", ...)` or through a macro
 whose body defines an OpDef named by its first parameter (`#NAME`), such as
-TG_UNARY_OP(exp, ...) in autograd/ops/elementwise.cpp.
+TG_UNARY_OP(exp, ...) in autograd/ops/elementwise/unary.cpp.
 
     op_names.py OUT.h SOURCE.cpp...
 """

@@ -1,8 +1,8 @@
 #pragma once
 // Row kernels shared by the fused ops (softmax.cpp, norm.cpp, attention.cpp,
-// rnn_ops.cpp) and exp/erf for elementwise.cpp. Sums use `omp simd`
-// reductions, so float rows vectorise without -ffast-math; exp in float is a
-// polynomial that vectorises.
+// the recurrences in rnn/) and exp/erf for elementwise/gelu.cpp. Sums use
+// `omp simd` reductions, so float rows vectorise without -ffast-math; exp in
+// float is a polynomial that vectorises.
 #include <algorithm>
 #include <bit>
 #include <cmath>

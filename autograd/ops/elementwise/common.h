@@ -1,0 +1,48 @@
+#pragma once
+// What the elementwise ops (autograd/ops/elementwise/*.cpp, declared in
+// ../elementwise.h) share. Unary backward kernels are fused: one pass
+// computes grad_in from grad_out and what forward saved, instead of chaining
+// tensor ops. Under create_graph (grad_enabled() inside backward) each takes
+// the same formula in tensor ops instead, recorded so that it can be
+// differentiated again. Internal to autograd/ops/elementwise/ (not installed).
+#include <string_view>
+
+#include "autograd/dtype.h"
+#include "autograd/ops/common.h"
+#include "autograd/tensor.h"
+
+namespace tg::detail::elementwise {
+
+template <class F>
+Tensor unary(std::string_view op, const Tensor& x, F f) {
+  detail::check_defined(op, x, "tensor");
+  Tensor out = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    detail::map1<scalar_t, scalar_t>(out, x, f);
+  });
+  return out;
+}
+
+// grad_in = f(grad_out, s) elementwise, s saved by forward (same shape).
+// Written into grad_out's memory when nothing else holds it (Tape::backward
+// hands each node's gradient over), so a chain of unary ops backpropagates
+// through one buffer instead of allocating one per op.
+template <class F>
+Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
+  const bool only_reference = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                              g.shape() == s.shape();
+  Tensor out = only_reference ? g : empty(g.shape(), g.dtype());
+  dispatch_float(g.dtype(), "backward", [&](auto tag) {
+    using scalar_t = decltype(tag);
+    detail::map2<scalar_t, scalar_t, scalar_t>(out, g, s, f);
+  });
+  return out;
+}
+
+// pow_scalar, gelu, clamp: the input x.
+struct UnaryInputSaved {
+  enum : size_t { kX };
+};
+
+}  // namespace tg::detail::elementwise

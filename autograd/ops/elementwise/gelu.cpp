@@ -1,0 +1,181 @@
+// gelu and gelu_grad (its backward as an op of its own): forward and backward
+// side by side, one OpDef each.
+#include "autograd/ops/elementwise.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "autograd/op.h"
+#include "autograd/ops/common.h"
+#include "autograd/ops/elementwise/common.h"
+#include "autograd/ops/nn_kernels.h"
+#include "autograd/ops/samples.h"
+#include "autograd/ops/tangent.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::check_same_dtype;
+using detail::tangent_add;
+using detail::elementwise::fused_grad;
+using detail::elementwise::unary;
+using detail::elementwise::UnaryInputSaved;
+using samples::uniform;
+
+// ============================ gelu ============================
+// exact: x * Phi(x), Phi the standard normal CDF; tanh approximation:
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch's approximate='tanh'.
+namespace {
+struct GeluAttrs {
+  bool tanh_approximation;
+};
+
+// gelu'(x) and gelu''(x), elementwise. exact: Phi + x phi and phi (2 - x^2),
+// phi the standard normal density. tanh: with u = k (x + c x^3), t = tanh(u),
+// gelu' = (1 + t) / 2 + x (1 - t^2) u' / 2 and
+// gelu'' = (1 - t^2) (u' + x (u'' - 2 t u'^2) / 2).
+constexpr double kGeluK = std::numbers::sqrt2 * std::numbers::inv_sqrtpi, kGeluC = 0.044715;
+template <class T> [[gnu::always_inline]] inline T gelu_slope_exact(T x) {
+  const T cdf = T(0.5) * (T(1) + detail::verf(x * T(std::numbers::sqrt2 / 2)));
+  return cdf + x * (detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2));
+}
+template <class T> [[gnu::always_inline]] inline T gelu_slope_tanh(T x) {
+  const T k = T(kGeluK), c = T(kGeluC), t = std::tanh(k * (x + c * x * x * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+}
+template <class T> [[gnu::always_inline]] inline T gelu_curvature_exact(T x) {
+  return detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2) * (T(2) - x * x);
+}
+template <class T> [[gnu::always_inline]] inline T gelu_curvature_tanh(T x) {
+  const T k = T(kGeluK), c = T(kGeluC), t = std::tanh(k * (x + c * x * x * x));
+  const T du = k * (T(1) + T(3) * c * x * x), ddu = T(6) * k * c * x;
+  return (T(1) - t * t) * (du + T(0.5) * x * (ddu - T(2) * t * du * du));
+}
+}  // namespace
+
+static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
+  const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
+  if (grad_enabled()) {
+    gin[0] = gelu_grad(g, x, tanh_approximation);
+  } else if (!tanh_approximation) {
+    gin[0] = fused_grad(g, x, [](auto gy, auto x) { return gy * gelu_slope_exact(x); });
+  } else {
+    gin[0] = fused_grad(g, x, [](auto gy, auto x) { return gy * gelu_slope_tanh(x); });
+  }
+}
+// The output again from the saved input, for ops that save it by reference
+// (a transformer MLP's proj then holds no copy of its (B,T,4C) input).
+static Tensor gelu_recompute(const Node& n) {
+  return gelu(n.saved_tensor(UnaryInputSaved::kX), n.attrs<GeluAttrs>().tanh_approximation);
+}
+static void gelu_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = gelu_grad(t[0], n.saved_tensor(UnaryInputSaved::kX), n.attrs<GeluAttrs>().tanh_approximation);
+}
+static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)",
+                           "x (the output is recomputed); attrs: tanh_approximation",
+                           gelu_backward, gelu_tangent, [] {
+  return std::vector<OpSample>{
+      {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
+      {"tanh (3,4)", {uniform({3, 4}, 32, -3, 3)}, [](auto& x) { return gelu(x[0], true); }},
+      {"exact non-contiguous", {samples::strided({2, 3}, 33, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
+      {"tanh (3,4), squared: mul saves the output by reference", {uniform({3, 4}, 34, -3, 3)}, [](auto& x) {
+         Tensor y = gelu(x[0], true);
+         return y * y;
+       }},
+  };
+}, gelu_recompute);
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  ProfileScope prof(gelu_op.name);
+  Tensor out;
+  if (!tanh_approximation) {
+    out = unary(gelu_op.name, x, [](auto v) {
+      using T = decltype(v);
+      return T(0.5) * v * (T(1) + detail::verf(v * T(std::numbers::sqrt2 / 2)));
+    });
+  } else {
+    out = unary(gelu_op.name, x, [](auto v) {
+      using T = decltype(v);
+      const T k = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
+      return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
+    });
+  }
+  if (Node* n = record(gelu_op, out, x)) {
+    n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
+    n->save(x);  // UnaryInputSaved::kX
+  }
+  return out;
+}
+
+// ============================ gelu_grad ============================
+// g * gelu'(x): gelu's backward as an op of its own, so that a recorded
+// backward through gelu is one node, not a dozen, and differentiates again
+// through gelu''(x). Its own recorded backward takes gelu''(x) in tensor ops.
+namespace {
+struct GeluGradSaved {
+  enum : size_t { kGrad, kX };
+};
+}  // namespace
+// gelu''(x) in tensor ops (see gelu_curvature_exact / _tanh).
+static Tensor gelu_curvature(const Tensor& x, bool tanh_approximation) {
+  if (!tanh_approximation)
+    return exp(x * x * -0.5) * (0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2) * (2.0 - x * x);
+  const Tensor t = tanh((x + x * x * x * kGeluC) * kGeluK);
+  const Tensor du = (x * x * (3 * kGeluC) + 1.0) * kGeluK;
+  return (1.0 - t * t) * (du + x * 0.5 * (x * (6 * kGeluK * kGeluC) - t * du * du * 2.0));
+}
+static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor> gin) {
+  const Tensor g = n.saved_tensor(GeluGradSaved::kGrad), x = n.saved_tensor(GeluGradSaved::kX);
+  const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
+  if (n.needs(0)) gin[0] = gelu_grad(gg, x, tanh_approximation);
+  if (!n.needs(1)) return;
+  if (!grad_enabled()) {
+    const Tensor p = gg * g;
+    gin[1] = tanh_approximation ? fused_grad(p, x, [](auto v, auto x) { return v * gelu_curvature_tanh(x); })
+                                : fused_grad(p, x, [](auto v, auto x) { return v * gelu_curvature_exact(x); });
+    return;
+  }
+  gin[1] = gg * g * gelu_curvature(x, tanh_approximation);
+}
+// d/d(g, x) of g * gelu'(x) along (tg, tx): gelu'(x) tg + g gelu''(x) tx.
+static void gelu_grad_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor x = n.saved_tensor(GeluGradSaved::kX);
+  const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
+  out[0] = tangent_add(
+      t[0].defined() ? gelu_grad(t[0], x, tanh_approximation) : Tensor(),
+      t[1].defined() ? t[1] * n.saved_tensor(GeluGradSaved::kGrad) * gelu_curvature(x, tanh_approximation) : Tensor());
+}
+static const OpDef gelu_grad_op("gelu_grad", 2, "gelu_grad(g, x, tanh_approximation=false) -> g * gelu'(x)",
+                                "g, x; attrs: tanh_approximation", gelu_grad_backward, gelu_grad_tangent, [] {
+  return std::vector<OpSample>{
+      {"exact (3,4)", {uniform({3, 4}, 35), uniform({3, 4}, 36, -3, 3)},
+       [](auto& x) { return gelu_grad(x[0], x[1]); }},
+      {"tanh (3,4)", {uniform({3, 4}, 37), uniform({3, 4}, 38, -3, 3)},
+       [](auto& x) { return gelu_grad(x[0], x[1], true); }},
+      {"exact non-contiguous x", {uniform({2, 3}, 39), samples::strided({2, 3}, 40, -3, 3)},
+       [](auto& x) { return gelu_grad(x[0], x[1]); }},
+  };
+});
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation) {
+  ProfileScope prof(gelu_grad_op.name);
+  detail::check_defined(gelu_grad_op.name, g, "g");
+  detail::check_defined(gelu_grad_op.name, x, "x");
+  if (!(g.shape() == x.shape()))
+    throw ShapeError(fmt::format("gelu_grad: g {} and x {} must have the same shape", g.shape(), x.shape()));
+  check_same_dtype(gelu_grad_op.name, g, x);
+  Tensor out = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), gelu_grad_op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    if (tanh_approximation)
+      detail::map2<scalar_t, scalar_t, scalar_t>(out, g, x, [](auto gy, auto v) { return gy * gelu_slope_tanh(v); });
+    else
+      detail::map2<scalar_t, scalar_t, scalar_t>(out, g, x, [](auto gy, auto v) { return gy * gelu_slope_exact(v); });
+  });
+  if (Node* n = record(gelu_grad_op, out, g, x)) {
+    n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
+    n->save(g);  // GeluGradSaved::kGrad
+    n->save(x);  // kX
+  }
+  return out;
+}
+
+}  // namespace tg

@@ -1,0 +1,196 @@
+// The unary elementwise ops of one saved tensor, each a line of TG_UNARY_OP
+// (neg, exp, log, sqrt, rsqrt, abs, and the activations tanh, sigmoid, relu,
+// softplus, log_sigmoid; erf), then clamp and cast: forward and backward side
+// by side, one OpDef each. gelu is in gelu.cpp.
+#include "autograd/ops/elementwise.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "autograd/op.h"
+#include "autograd/ops/common.h"
+#include "autograd/ops/elementwise/common.h"
+#include "autograd/ops/samples.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::elementwise::fused_grad;
+using detail::elementwise::unary;
+using detail::elementwise::UnaryInputSaved;
+
+namespace {
+
+// The derivative of a piecewise-linear op (relu, abs, clamp): a step function
+// f of a saved tensor s, same shape. It is a constant of the recorded
+// backward (its own derivative is zero almost everywhere), so mul(g, slope)
+// is the differentiable gradient.
+template <class F>
+Tensor slope_of(const Tensor& s, F f) {
+  return unary("backward", s, f);
+}
+
+// --- sample helpers shared by this family's OpDefs
+using samples::uniform;
+std::vector<OpSample> unary_samples(Tensor (*op)(const Tensor&), double low, double high) {
+  auto fn = [op](const std::vector<Tensor>& x) { return op(x[0]); };
+  return {
+      {"(3,4)", {uniform({3, 4}, 11, low, high)}, fn},
+      {"scalar ()", {uniform({}, 12, low, high)}, fn},
+      {"non-contiguous (2,3,2)", {samples::strided({2, 3, 2}, 13, low, high)}, fn},
+  };
+}
+std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
+  auto fn = [op](const std::vector<Tensor>& x) { return op(x[0]); };
+  return {
+      {"(3,4) away from 0", {samples::away_from_zero({3, 4}, 14)}, fn},
+      {"non-contiguous", {[] {
+         Tensor t = samples::strided({2, 3}, 15);
+         NoGradGuard ng;
+         double* p = static_cast<double*>(t.storage()->data);
+         for (int64_t i = 0; i < 12; ++i) p[i] = std::copysign(0.1 + std::abs(p[i]), p[i]);
+         return t;
+       }()}, fn},
+  };
+}
+
+}  // namespace
+
+// ============================ unary ============================
+// Each unary op: forward kernel, fused backward kernel (grad_out, saved) ->
+// grad_in, the same backward in tensor ops (recorded under create_graph; an
+// elementwise Jacobian is diagonal, so applied to a tangent it is also the
+// tangent rule), OpDef, samples. It saves one tensor: x, or the output when SAVE_OUTPUT.
+namespace {
+struct UnarySaved {
+  enum : size_t { kXOrOutput };
+};
+}  // namespace
+#define TG_UNARY_OP(NAME, SIGNATURE, SAVES, SAMPLES, FORWARD, SAVE_OUTPUT, BACKWARD, RECORDED_BACKWARD) \
+  static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
+    const Tensor s = n.saved_tensor(UnarySaved::kXOrOutput);                                            \
+    gin[0] = grad_enabled() ? (RECORDED_BACKWARD)(g, s) : fused_grad(g, s, BACKWARD);                   \
+  }                                                                                                     \
+  static void NAME##_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {         \
+    out[0] = (RECORDED_BACKWARD)(t[0], n.saved_tensor(UnarySaved::kXOrOutput));                         \
+  }                                                                                                     \
+  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, SAVES, NAME##_backward, NAME##_tangent,             \
+                               [] { return SAMPLES; });                                                 \
+  Tensor NAME(const Tensor& x) {                                                                        \
+    ProfileScope prof(NAME##_op.name);                                                                  \
+    Tensor out = unary(NAME##_op.name, x, FORWARD);                                                     \
+    if (Node* n = record(NAME##_op, out, x)) n->save(SAVE_OUTPUT ? out : x);                            \
+    return out;                                                                                         \
+  }
+
+template <class T> T sigmoid_of(T x) {
+  // Stable on both sides: never exponentiates a large positive number.
+  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+  T e = std::exp(x);
+  return e / (T(1) + e);
+}
+template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
+
+TG_UNARY_OP(neg, "neg(x) -> -x", "nothing (saves x only to keep one mechanism)", unary_samples(neg, -1, 1),
+            [](auto x) { return -x; }, false, [](auto gy, auto) { return -gy; },
+            [](const Tensor& g, const Tensor&) { return -g; })
+TG_UNARY_OP(exp, "exp(x)", "output", unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); }, true,
+            [](auto gy, auto y) { return gy * y; }, [](const Tensor& g, const Tensor& y) { return g * y; })
+TG_UNARY_OP(log, "log(x), x > 0", "x", unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); }, false,
+            [](auto gy, auto x) { return gy / x; }, [](const Tensor& g, const Tensor& x) { return g / x; })
+TG_UNARY_OP(sqrt, "sqrt(x), x > 0", "output", unary_samples(sqrt, 0.2, 3), [](auto x) { return std::sqrt(x); },
+            true, [](auto gy, auto y) { return gy / (y + y); },
+            [](const Tensor& g, const Tensor& y) { return g / (y + y); })
+TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", "output", unary_samples(rsqrt, 0.2, 3),
+            [](auto x) { return decltype(x)(1) / std::sqrt(x); }, true,
+            [](auto gy, auto y) { return decltype(y)(-0.5) * gy * y * y * y; },
+            [](const Tensor& g, const Tensor& y) { return g * -0.5 * y * y * y; })
+TG_UNARY_OP(abs, "abs(x)", "x", kinked_unary_samples(abs), [](auto x) { return std::abs(x); }, false,
+            [](auto gy, auto x) { return x > 0 ? gy : (x < 0 ? -gy : decltype(gy)(0)); },
+            [](const Tensor& g, const Tensor& x) {
+              return g * slope_of(x, [](auto v) { return decltype(v)((v > 0) - (v < 0)); });  // sign(x)
+            })
+TG_UNARY_OP(tanh, "tanh(x)", "output", unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); }, true,
+            [](auto gy, auto y) { return gy * (decltype(y)(1) - y * y); },
+            [](const Tensor& g, const Tensor& y) { return g * (1.0 - y * y); })
+TG_UNARY_OP(sigmoid, "sigmoid(x)", "output", unary_samples(sigmoid, -3, 3), [](auto x) { return sigmoid_of(x); },
+            true, [](auto gy, auto y) { return gy * y * (decltype(y)(1) - y); },
+            [](const Tensor& g, const Tensor& y) { return g * y * (1.0 - y); })
+TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", "output", kinked_unary_samples(relu),
+            [](auto x) { return x > 0 ? x : decltype(x)(0); }, true,
+            [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); },
+            [](const Tensor& g, const Tensor& y) {
+              return g * slope_of(y, [](auto v) { return v > 0 ? decltype(v)(1) : decltype(v)(0); });
+            })
+TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", "x", unary_samples(softplus, -3, 3),
+            [](auto x) { return softplus_of(x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(x); },
+            [](const Tensor& g, const Tensor& x) { return g * sigmoid(x); })
+TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", "x", unary_samples(log_sigmoid, -3, 3),
+            [](auto x) { return -softplus_of(-x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(-x); },
+            [](const Tensor& g, const Tensor& x) { return g * sigmoid(-x); })
+// erf(x), gradient 2/sqrt(pi) exp(-x^2): the normal CDF Phi(x) = (1 + erf(x/sqrt(2))) / 2 in tensor ops.
+TG_UNARY_OP(erf, "erf(x)", "x", unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); }, false,
+            [](auto gy, auto x) { return gy * decltype(x)(2 * std::numbers::inv_sqrtpi) * std::exp(-x * x); },
+            [](const Tensor& g, const Tensor& x) { return g * (2 * std::numbers::inv_sqrtpi) * exp(-(x * x)); })
+#undef TG_UNARY_OP
+// ============================ clamp ============================
+namespace {
+struct ClampAttrs {
+  double low, high;
+};
+}  // namespace
+static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
+  const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
+  // torch passes the gradient at the bounds
+  if (grad_enabled()) {
+    gin[0] = g * slope_of(x, [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
+    return;
+  }
+  gin[0] = fused_grad(g, x, [lo, hi](auto gy, auto x) { return (x >= lo && x <= hi) ? gy : decltype(gy)(0); });
+}
+// The slope is 1 inside [low, high], 0 outside: tangent and gradient alike.
+static void clamp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
+  out[0] = t[0] * slope_of(n.saved_tensor(UnaryInputSaved::kX), [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
+}
+static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", "x; attrs: low, high", clamp_backward, clamp_tangent, [] {
+  return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
+                                [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
+});
+Tensor clamp(const Tensor& x, double low, double high) {
+  ProfileScope prof(clamp_op.name);
+  if (low > high) throw ValueError(fmt::format("{}: low {} is above high {}", clamp_op.name, low, high));
+  Tensor out = unary(clamp_op.name, x, [low, high](auto v) {
+    using T = decltype(v);
+    return std::min(std::max(v, T(low)), T(high));
+  });
+  if (Node* n = record(clamp_op, out, x)) {
+    n->attrs<ClampAttrs>() = {.low = low, .high = high};
+    n->save(x);  // UnaryInputSaved::kX
+  }
+  return out;
+}
+
+// ============================ cast ============================
+static void cast_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = cast(g, n.edges[0].dtype); }
+static void cast_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = cast(t[0], n.out_dtype);
+}
+static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)", "nothing", cast_backward, cast_tangent, [] {
+  return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
+                                [](auto& x) { return cast(x[0], DType::f64); }}};
+});
+Tensor cast(const Tensor& x, DType dtype) {
+  ProfileScope prof(cast_op.name);
+  Tensor out = empty(x.shape(), dtype);
+  TG_DISPATCH_ALL(dtype, "cast", [&] {
+    using TO = scalar_t;
+    TG_DISPATCH_ALL(x.dtype(), "cast", [&] {
+      detail::map1<TO, scalar_t>(out, x, [](scalar_t v) { return static_cast<TO>(v); });
+    });
+  });
+  if (is_floating(dtype) && is_floating(x.dtype())) record(cast_op, out, x);
+  return out;
+}
+
+}  // namespace tg

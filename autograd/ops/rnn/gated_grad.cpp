@@ -1,0 +1,232 @@
+// gated_recurrence_grad (see ../rnn_ops.h): the backward recursion of the tanh
+// RNN and the GRU as a differentiable op, what their recorded backwards build on.
+#include "autograd/ops/rnn_ops.h"
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/rnn/common.h"
+#include "autograd/ops/samples.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::row_grain;
+using namespace detail::rnn;
+
+// ============================ gated_recurrence_grad ============================
+// The backward recursion through time of a recurrence with one state, the
+// tanh RNN's and the GRU's, as an op of its own (see lstm_recurrence_grad for
+// why). With g (T,B,H) the gradient of the output, a (T,B,H) the state's
+// direct carry (the GRU's z; none for the RNN) and j (T,B,G) the slopes of the
+// G = Q H projected pre-activations, going t = T-1 .. 0:
+//   u_t = g_t + a_{t+1} u_{t+1} + P_{t+1} W,  P_t = u_t j_t  (B,G)
+// u_t spread over the Q gate blocks of j_t. The output is u (T,B,H), the
+// gradient reaching h_t. Its backward, t = 0 .. T-1, with U_t the total
+// gradient of u_t and R_t = U_{t-1} W^T (B,G) (both zero at t = 0):
+//   U_t = du_t + a_t U_{t-1} + sum_q R_t,q j_t,q
+// gives d g_t = U_t, d a_t = U_{t-1} u_t, d j_t,q = R_t,q u_t, dW = sum_{t>0} P_t^T U_{t-1}.
+namespace {
+struct GatedGradSaved {
+  enum : size_t { kCarry, kSlopes, kWeight, kOutput, kP };  // a may be undefined; P (T,B,G) from forward
+};
+}  // namespace
+
+template <class S>
+static void gated_grad_forward(const Dims& d, int64_t G, Rows rows, const S* g, const S* a, const S* j, const S* w,
+                               S* us, S* ps, S* eh) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, Q = G / H;
+  S* e = eh + rows.first * H;  // P_{t+1} W
+  for (int64_t t = T; t-- > 0;) {
+    const int64_t r = t * B + rows.first;
+    const S *gt = g + r * H, *jt = j + r * G;
+    const S* an = t + 1 < T && a ? a + (r + B) * H : nullptr;  // a_{t+1}
+    S *u = us + r * H, *P = ps + r * G;
+    const S* un = t + 1 < T ? u + B * H : nullptr;  // u_{t+1}
+#pragma omp simd
+    for (int64_t i = 0; i < n * H; ++i) u[i] = gt[i] + (un ? e[i] + (an ? an[i] * un[i] : S(0)) : S(0));
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t q = 0; q < Q; ++q) {
+        const S *ub = u + b * H, *jb = jt + b * G + q * H;
+        S* pb = P + b * G + q * H;
+#pragma omp simd
+        for (int64_t i = 0; i < H; ++i) pb[i] = ub[i] * jb[i];
+      }
+    if (t > 0) gemm(false, false, n, H, G, S(1), P, G, w, H, S(0), e, H);
+  }
+}
+
+// rt (B,G) is scratch.
+template <class S>
+static void gated_grad_adjoint(const Dims& d, int64_t G, Rows rows, const S* gy, const S* a, const S* j, const S* w,
+                               const S* us, S* dg, S* da, S* dj, S* rt) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, Q = G / H;
+  S* R = rt + rows.first * G;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t r = t * B + rows.first;
+    const S *jt = j + r * G, *u = us + r * H, *at = a ? a + r * H : nullptr;
+    S *U = dg + r * H, *dat = da ? da + r * H : nullptr, *djt = dj + r * G;
+    std::copy_n(gy + r * H, n * H, U);
+    if (t == 0) {
+      if (dat) std::fill_n(dat, n * H, S(0));
+      std::fill_n(djt, n * G, S(0));
+      continue;
+    }
+    const S* Up = U - B * H;  // U_{t-1}
+    gemm(false, true, n, G, H, S(1), Up, H, w, H, S(0), R, G);
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t x = b * H;
+      for (int64_t q = 0; q < Q; ++q) {
+        const S *Rb = R + b * G + q * H, *jb = jt + b * G + q * H;
+        S* djb = djt + b * G + q * H;
+#pragma omp simd
+        for (int64_t i = 0; i < H; ++i) {
+          U[x + i] += Rb[i] * jb[i];
+          djb[i] = Rb[i] * u[x + i];
+        }
+      }
+      if (at) {
+#pragma omp simd
+        for (int64_t i = 0; i < H; ++i) {
+          U[x + i] += at[x + i] * Up[x + i];
+          dat[x + i] = Up[x + i] * u[x + i];
+        }
+      }
+    }
+  }
+}
+
+namespace {
+// sum_q R_q j_q over the Q gate blocks of R, j (...,G) -> (...,H).
+Tensor gate_sum(const Tensor& R, const Tensor& j, int64_t H) {
+  Shape s = R.shape();  // (...,Q,H)
+  s[s.size() - 1] = R.size(-1) / H;
+  s.push_back(H);
+  return sum(reshape(mul(R, j), s), {static_cast<int64_t>(s.size()) - 2});
+}
+}  // namespace
+
+// Recorded (third and higher derivatives): the adjoint above in tensor ops,
+// step by step; P recomputed from the output.
+static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor a = n.saved_tensor(GatedGradSaved::kCarry), j = n.saved_tensor(GatedGradSaved::kSlopes);
+  const Tensor w = n.saved_tensor(GatedGradSaved::kWeight), u = n.saved_tensor(GatedGradSaved::kOutput);
+  const int64_t T = u.size(0), H = u.size(2);
+  const Tensor wt = transpose(w, 0, 1);
+  std::vector<Tensor> dg(T), da(T), dj(T);
+  for (int64_t t = 0; t < T; ++t) {
+    const Tensor ut = select(u, 0, t), jt = select(j, 0, t);
+    if (t == 0) {
+      dg[0] = select(grad, 0, 0);
+      da[0] = mul(ut, 0.0);  // zero, kept in the graph
+      dj[0] = mul(jt, 0.0);
+      continue;
+    }
+    const Tensor R = matmul(dg[t - 1], wt);
+    dg[t] = add(select(grad, 0, t), gate_sum(R, jt, H));
+    if (a.defined()) dg[t] = add(dg[t], mul(select(a, 0, t), dg[t - 1]));
+    da[t] = mul(dg[t - 1], ut);
+    dj[t] = spread_mul(ut, R);
+  }
+  const Tensor dU = stack(dg, 0);
+  if (n.needs(0)) gin[0] = dU;
+  if (n.needs(1)) gin[1] = stack(da, 0);
+  if (n.needs(2)) gin[2] = stack(dj, 0);
+  if (n.needs(3))  // zero for one step, as a product so that it stays in the graph
+    gin[3] = T > 1 ? weight_grad_recorded(spread_mul(narrow(u, 0, 1, T - 1), narrow(j, 0, 1, T - 1)),
+                                          narrow(dU, 0, 0, T - 1))
+                   : mul(w, 0.0);
+}
+
+static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return gated_grad_backward_recorded(n, grad, gin);
+  const Tensor a = contig(n.saved_tensor(GatedGradSaved::kCarry)), j = contig(n.saved_tensor(GatedGradSaved::kSlopes));
+  const Tensor w = contig(n.saved_tensor(GatedGradSaved::kWeight)), u = n.saved_tensor(GatedGradSaved::kOutput);
+  const Tensor P = n.saved_tensor(GatedGradSaved::kP);
+  const Dims d{u.size(0), u.size(1), u.size(2)};
+  const int64_t G = j.size(2);
+  const Tensor gy = grad.contiguous();
+  Tensor dg = empty(u.shape(), u.dtype()), dj = empty(j.shape(), u.dtype());
+  Tensor da = a.defined() ? empty(u.shape(), u.dtype()) : Tensor();
+  Tensor scratch = empty({d.B, G}, u.dtype());
+  dispatch_float(u.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    for_batch_rows(d, G, [&](Rows rows) {
+      gated_grad_adjoint<scalar_t>(d, G, rows, gy.data<scalar_t>(), ptr<scalar_t>(a), j.data<scalar_t>(),
+                                   w.data<scalar_t>(), u.data<scalar_t>(), dg.data<scalar_t>(), ptr<scalar_t>(da),
+                                   dj.data<scalar_t>(), scratch.data<scalar_t>());
+    });
+    if (n.needs(3)) {
+      // dW (G,H) = sum_{t>0} P_t^T U_{t-1}.
+      Tensor dW = zeros({G, d.H}, u.dtype());
+      if (d.T > 1)
+        gemm(true, false, G, d.H, (d.T - 1) * d.B, scalar_t(1), P.data<scalar_t>() + d.B * G, G,
+             dg.data<scalar_t>(), d.H, scalar_t(0), dW.data<scalar_t>(), d.H);
+      gin[3] = dW;
+    }
+  });
+  if (n.needs(0)) gin[0] = dg;
+  if (n.needs(1)) gin[1] = da;
+  if (n.needs(2)) gin[2] = dj;
+}
+static const OpDef gated_recurrence_grad_op(
+    "gated_recurrence_grad", 4,
+    "gated_recurrence_grad(g (T,B,H), a (T,B,H) or undefined, j (T,B,QH), w_hh (QH,H)) -> u (T,B,H)",
+    "a, j, w_hh, output, P = u j (T,B,QH)", gated_recurrence_grad_backward, tangent_from_backward, [] {
+      using samples::uniform;
+      const int64_t T = 3, B = 2, H = 3;
+      return std::vector<OpSample>{
+          {"GRU-shaped, Q=3",
+           {uniform({T, B, H}, 221), uniform({T, B, H}, 222, 0, 1), uniform({T, B, 3 * H}, 223),
+            uniform({3 * H, H}, 224)},
+           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], x[1], x[2], x[3]); }},
+          {"RNN-shaped, no carry, Q=1",
+           {uniform({T, B, H}, 225), uniform({T, B, H}, 226, 0, 1), uniform({H, H}, 227)},
+           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], Tensor(), x[1], x[2]); }},
+          {"one step, non-contiguous j",
+           {uniform({1, B, H}, 228), uniform({1, B, H}, 229, 0, 1), samples::strided({1, B, 2 * H}, 230),
+            uniform({2 * H, H}, 231)},
+           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], x[1], x[2], x[3]); }},
+      };
+    });
+
+Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tensor& j_in, const Tensor& w_in) {
+  ProfileScope prof(gated_recurrence_grad_op.name);
+  const std::string_view op = gated_recurrence_grad_op.name;
+  detail::check_floating(op, g_in, "g");
+  check_same_dtypes(op, g_in, "g", {{&j_in, "j"}, {&w_in, "w_hh"}});
+  if (a_in.defined()) check_same_dtypes(op, g_in, "g", {{&a_in, "a"}});
+  if (g_in.dim() != 3 || g_in.size(0) < 1 || g_in.size(2) < 1)
+    throw ShapeError(fmt::format("{}: g {} must be (T,B,H) with T, H >= 1", op, g_in.shape()));
+  const int64_t T = g_in.size(0), B = g_in.size(1), H = g_in.size(2);
+  const int64_t G = j_in.dim() == 3 ? j_in.size(2) : 0;
+  if ((a_in.defined() && !(a_in.shape() == g_in.shape())) || j_in.dim() != 3 || j_in.size(0) != T ||
+      j_in.size(1) != B || G < H || G % H != 0 || !(w_in.shape() == Shape{G, H}))
+    throw ShapeError(fmt::format("{}: for g {}, a {} must be (T,B,H), j {} (T,B,QH) and w_hh {} (QH,H)", op,
+                                 g_in.shape(), a_in.defined() ? a_in.shape() : Shape{}, j_in.shape(), w_in.shape()));
+  Tensor g, a, j, w;
+  {
+    NoGradGuard ng;
+    g = g_in.contiguous(), a = contig(a_in), j = j_in.contiguous(), w = w_in.contiguous();
+  }
+  const Dims d{T, B, H};
+  Tensor u = empty({T, B, H}, g.dtype()), P = empty({T, B, G}, g.dtype()), eh = zeros({B, H}, g.dtype());
+  dispatch_float(g.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    for_batch_rows(d, G, [&](Rows rows) {
+      gated_grad_forward<scalar_t>(d, G, rows, g.data<scalar_t>(), ptr<scalar_t>(a), j.data<scalar_t>(),
+                                   w.data<scalar_t>(), u.data<scalar_t>(), P.data<scalar_t>(), eh.data<scalar_t>());
+    });
+  });
+  if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
+    n->save(a_in);  // GatedGradSaved::kCarry
+    n->save(j_in);  // kSlopes
+    n->save(w_in);  // kWeight
+    n->save(u);     // kOutput
+    n->save(P);     // kP
+  }
+  return u;
+}
+
+}  // namespace tg

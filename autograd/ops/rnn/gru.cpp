@@ -1,0 +1,222 @@
+// gru_recurrence (see ../rnn_ops.h): the GRU's forward and backward kernels,
+// its recorded backward and its OpDef side by side.
+#include "autograd/ops/rnn_ops.h"
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/rnn/common.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::row_grain;
+using namespace detail::rnn;
+
+// ============================ gru_recurrence ============================
+// act (T,B,4H) keeps r, z, n and hn = h W_hn^T + b_hn (needed for dr). It
+// is a side output of the node: the recorded backward computes its slopes
+// from it, and what a second-order pass sends into it comes back to the
+// fused backward, which adds it to dX and dP before the step's GEMM.
+namespace {
+struct GruSaved {
+  enum : size_t { kWeight, kH0, kGates, kOutput };  // w_hh, h0 as given
+};
+}  // namespace
+
+// Step t of units u (see UnitSplit): w their rows of W_hh (3n,H), hp the
+// part's (B,3n) for h_{t-1} W_hh^T (the bias is added in the pointwise pass).
+// zero (>= B H and 3H elements) stands in for a missing h0 or bias.
+template <class S>
+static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* bias, const S* h0,
+                             const S* zero, S* hp, S* act, S* hs) {
+  const int64_t B = d.B, H = d.H, n = u.n, G = 3 * H, P = 3 * n;
+  S* h = hs + t * B * H;
+  const S* hprev = t > 0 ? h - B * H : h0;
+  if (hprev)
+    gemm(false, true, B, P, H, S(1), hprev, H, w, H, S(0), hp, P);
+  else
+    std::fill_n(hp, B * P, S(0)), hprev = zero;
+  const S* x = xp + t * B * G + u.first;
+  const S* bb = (bias ? bias : zero) + u.first;
+  S* a = act + t * B * 4 * H + u.first;
+  parallel_for(B, row_grain(P, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *xr = x + b * G, *xz = xr + H, *xn = xz + H;
+      const S *pr = hp + b * P, *pz = pr + n, *pn = pz + n;
+      S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
+      const S* hb = hprev + b * H + u.first;
+      S* out = h + b * H + u.first;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S hn = pn[j] + bb[2 * H + j];
+        const S r = sigmoid_gate(xr[j] + pr[j] + bb[j]), z = sigmoid_gate(xz[j] + pz[j] + bb[H + j]);
+        const S nn = tanh_gate(xn[j] + r * hn);
+        ar[j] = r, az[j] = z, an[j] = nn, ahn[j] = hn;
+        out[j] = (S(1) - z) * nn + z * hb[j];
+      }
+    }
+  });
+}
+
+// Fills dX (T,B,3H), the gradient of xp, and dP (T,B,3H), that of the hidden
+// projection h W_hh^T + b_hh (they differ in the n gate: dP_n = r dX_n).
+// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
+// step t = T - c, which adds these units' share of dP_t W to the gradient
+// reaching h_{t-1} (rec, or dh0 at t = 0); then, for c < T, the pointwise
+// pass of step t - 1 on these units. rec (2,B,H) is zero on entry: the
+// gradient reaching h_t from step t+1, and h_{-1} = 0. gact (T,B,4H), when
+// given, is the gradient that reached the activations [r, z, n, hn].
+template <class S>
+static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
+                              const S* h0, const S* act, const S* hs, S* dX, S* dP, S* rec, S* dh0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 3 * H;
+  S* dh = rec;
+  const S* zero = rec + B * H;
+  if (S* to = c == T ? dh0 : dh; c > 0 && to) {
+    if (c == T)  // dh holds the direct path z_0 u_0 of these units
+      for (int64_t b = 0; b < B; ++b) std::copy_n(dh + b * H + u.first, n, dh0 + b * H + u.first);
+    gemm(false, false, B, n, G, S(1), dP + (T - c) * B * G, G, w + u.first, H, S(1), to + u.first, H);
+  }
+  if (c == T) return;
+  const int64_t t = T - 1 - c;
+  const S* hprev = t > 0 ? hs + (t - 1) * B * H : h0 ? h0 : zero;
+  parallel_for(B, row_grain(3 * n, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *ar = act + (t * B + b) * 4 * H + u.first, *az = ar + H, *an = az + H, *ahn = an + H;
+      S *dxr = dX + (t * B + b) * G + u.first, *dxz = dxr + H, *dxn = dxz + H;
+      S *dpr = dP + (t * B + b) * G + u.first, *dpz = dpr + H, *dpn = dpz + H;
+      const int64_t k = b * H + u.first;
+      const S *g = gout + t * B * H + k, *hp = hprev + k;
+      S* dhb = dh + k;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S r = ar[j], z = az[j], nn = an[j], hn = ahn[j];
+        const S dht = g[j] + dhb[j];
+        const S dan = dht * (S(1) - z) * (S(1) - nn * nn);
+        const S dar = dan * hn * r * (S(1) - r);
+        const S daz = dht * (hp[j] - nn) * z * (S(1) - z);
+        dxr[j] = dpr[j] = dar;
+        dxz[j] = dpz[j] = daz;
+        dxn[j] = dan;
+        dpn[j] = dan * r;
+        dhb[j] = dht * z;  // the direct path z h_{t-1}; the next call's GEMM adds the rest
+      }
+      if (!gact) continue;
+      const S *gr = gact + (t * B + b) * 4 * H + u.first, *gz = gr + H, *gn = gz + H, *ghn = gn + H;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S r = ar[j], z = az[j], nn = an[j];
+        const S dan = gn[j] * (S(1) - nn * nn);
+        const S dar = (gr[j] + dan * ahn[j]) * r * (S(1) - r);
+        const S daz = gz[j] * z * (S(1) - z);
+        dxr[j] += dar, dpr[j] += dar;
+        dxz[j] += daz, dpz[j] += daz;
+        dxn[j] += dan;
+        dpn[j] += ghn[j] + dan * r;
+      }
+    }
+  });
+}
+
+// Recorded: p = h_{t-1} W^T + b_hh = [p_r p_z p_n], r, z = sig(xp_rz + p_rz),
+// n = tanh(xp_n + r p_n), h_t = (1 - z) n + z h_{t-1}, with r, z, n and
+// hn = p_n read from the activations (the side output); with
+// c = (1 - z)(1 - n^2) and the slopes of p,
+//   j = [c hn r(1-r), (h_{t-1} - n) z(1-z), c r],
+// the gradient u_t reaching h_t is one gated_recurrence_grad node
+// (u_t = g_t + z_{t+1} u_{t+1} + (u_{t+1} j_{t+1}) W), and
+// dp = u j, dxp = [dp_r, dp_z, u c], dW = sum_t dp_t^T h_{t-1}, db_hh = sum dp,
+// dh0 = z_0 u_0 + dp_0 W. When this backward is itself differentiated with
+// create_graph, a gradient gact = [g_r, g_z, g_n, g_hn] has reached the
+// activations: with A_n = g_n (1-n^2), A_r = (g_r + A_n hn) r(1-r),
+// A_z = g_z z(1-z), it adds [A_r, A_z, A_n] to dxp, Q = [A_r, A_z, g_hn + A_n r]
+// to dp, and Q_t W to the gradient of h_{t-1}.
+static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor w = n.saved_tensor(GruSaved::kWeight), h0 = n.saved_tensor(GruSaved::kH0);
+  const Tensor out = n.saved_tensor(GruSaved::kOutput), act = n.saved_tensor(GruSaved::kGates);
+  const int64_t H = out.size(2), G = w.size(0);
+  const Tensor hprev = previous_states(out, h0);
+  const std::vector<Tensor> a = chunk(act, 4, 2);
+  const Tensor &r = a[0], &z = a[1], &nn = a[2], &hn = a[3];
+  const Tensor c = mul(rsub(1.0, z), rsub(1.0, mul(nn, nn)));
+  const Tensor j = concat({mul(mul(c, hn), sigmoid_slope(r)), mul(sub(hprev, nn), sigmoid_slope(z)), mul(c, r)}, 2);
+  Tensor g = grad, Qx, Q;
+  if (const Tensor& gact = n.side_grad(1); gact.defined()) {
+    const std::vector<Tensor> ga = chunk(gact, 4, 2);
+    const Tensor An = mul(ga[2], rsub(1.0, mul(nn, nn)));
+    const Tensor Ar = mul(add(ga[0], mul(An, hn)), sigmoid_slope(r)), Az = mul(ga[1], sigmoid_slope(z));
+    Qx = concat({Ar, Az, An}, 2);
+    Q = concat({Ar, Az, add(ga[3], mul(An, r))}, 2);  // (T,B,3H)
+    g = add(grad, into_previous_states(Q, w));
+  }
+  const Tensor u = gated_recurrence_grad(g, z, j, w);
+  Tensor dP = spread_mul(u, j);  // (T,B,3H)
+  Tensor dX = concat({narrow(dP, 2, 0, 2 * H), mul(u, c)}, 2);
+  if (Q.defined()) dP = add(dP, Q), dX = add(dX, Qx);
+  if (n.needs(0)) gin[0] = dX;
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dP, hprev);
+  if (n.needs(2)) gin[2] = sum(reshape(dP, {-1, G}), {0});
+  if (n.needs(3)) gin[3] = add(mul(select(z, 0, 0), select(u, 0, 0)), matmul(select(dP, 0, 0), w));
+}
+
+static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return gru_backward_recorded(n, grad, gin);
+  const Tensor w = contig(n.saved_tensor(GruSaved::kWeight)), h0 = contig(n.saved_tensor(GruSaved::kH0));
+  const Tensor act = n.saved_tensor(GruSaved::kGates), out = n.saved_tensor(GruSaved::kOutput);
+  const Tensor gact = n.side_grad(1).defined() ? n.side_grad(1).contiguous() : Tensor();
+  const Dims d{out.size(0), out.size(1), out.size(2)};
+  const int64_t G = 3 * d.H;
+  Tensor g = grad.contiguous();
+  Tensor dX = empty({d.T, d.B, G}, out.dtype());
+  Tensor dP = empty({d.T, d.B, G}, out.dtype());
+  Tensor dh0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    const scalar_t* hs = out.data<scalar_t>();
+    Tensor rec = zeros({2, d.B, d.H}, out.dtype());
+    backward_by_units(d, 3, [&](Units u, int64_t c) {
+      gru_backward_call(d, u, c, g.data<scalar_t>(), ptr<scalar_t>(gact), w.data<scalar_t>(), ptr<scalar_t>(h0),
+                        act.data<scalar_t>(),
+                        hs, dX.data<scalar_t>(), dP.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
+    });
+    if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, G, dP.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
+  });
+  if (n.needs(2)) gin[2] = sum(dP.view({d.T * d.B, G}), {0});
+  if (n.needs(0)) gin[0] = dX;
+  if (n.needs(3)) gin[3] = dh0;
+}
+static const OpDef gru_recurrence_op("gru_recurrence", 4,
+                                     "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
+                                     "w_hh, h0, gates r, z, n and h W_hn^T + b_hn (T,B,4H) as a side output, output",
+                                     gru_recurrence_backward, tangent_from_backward, [] { return recurrence_samples(3, true, false); });
+
+Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
+  ProfileScope prof(gru_recurrence_op.name);
+  const Dims d = check_recurrence(gru_recurrence_op.name, 3, xp_in, w_in, b_in, h0_in, Tensor());
+  Tensor xp, w, b, h0;
+  {
+    NoGradGuard ng;
+    xp = contig(xp_in), w = contig(w_in), b = contig(b_in), h0 = contig(h0_in);
+  }
+  Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
+  Tensor act = empty({d.T, d.B, 4 * d.H}, xp.dtype());
+  dispatch_float(xp.dtype(), gru_recurrence_op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    const Tensor zero = zeros({std::max(d.B, int64_t{3}) * d.H}, xp.dtype());
+    forward_by_units<scalar_t>(d, 3, w, false, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* hp) {
+      gru_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(b), ptr<scalar_t>(h0), zero.data<scalar_t>(),
+                       hp, act.data<scalar_t>(), out.data<scalar_t>());
+    });
+  });
+  if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
+    n->save(w_in);             // GruSaved::kWeight
+    n->save(h0_in);            // kH0
+    n->save_side_output(act);  // kGates
+    n->save(out);              // kOutput
+  }
+  return out;
+}
+
+}  // namespace tg

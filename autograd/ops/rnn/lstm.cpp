@@ -1,0 +1,215 @@
+// lstm_recurrence (see ../rnn_ops.h): the LSTM's forward and backward kernels,
+// its recorded backward and its OpDef side by side.
+#include "autograd/ops/rnn_ops.h"
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/rnn/common.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::row_grain;
+using namespace detail::rnn;
+
+// ============================ lstm_recurrence ============================
+// act (T,B,4H) keeps the gate activations sig(i), sig(f), tanh(g), sig(o);
+// out (2,T,B,H) holds h_t then c_t, so backward finds c_{t-1} there. act is
+// a side output of the node: the recorded backward computes its slopes from
+// it, and a second-order pass sends their gradient back here, where the
+// fused backward adds it to the gates' gradient before the step's GEMM.
+namespace {
+struct LstmSaved {
+  enum : size_t { kWeight, kH0, kC0, kGates, kOutput };  // w_hh, h0, c0 as given
+};
+}  // namespace
+
+// Step t of units u (see UnitSplit): w their rows of W_hh (4n,H), z the
+// part's scratch (B,4n), nullptr for all units (the step's act itself then).
+// zero (B,H) stands in for a missing c0.
+template <class S>
+static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
+                              const S* zero, S* z, S* act, S* hs, S* cs) {
+  const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n;
+  S* a = act + t * B * G;
+  S* h = hs + t * B * H;
+  S* c = cs + t * B * H;
+  const S* hprev = t > 0 ? h - B * H : h0;
+  const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
+  if (!z) z = a;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t q = 0; q < 4; ++q) std::copy_n(xp + (t * B + b) * G + q * H + u.first, n, z + b * Z + q * n);
+  if (hprev) gemm(false, true, B, Z, H, S(1), hprev, H, w, H, S(1), z, Z);
+  parallel_for(B, row_grain(Z, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *zi = z + b * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
+      S *ai = a + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
+      const int64_t r = b * H + u.first;
+      const S* cp = cprev + r;
+      S *cb = c + r, *hb = h + r;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S i = sigmoid_gate(zi[j]), f = sigmoid_gate(zf[j]), g = tanh_gate(zg[j]), o = sigmoid_gate(zo[j]);
+        ai[j] = i, af[j] = f, ag[j] = g, ao[j] = o;
+        const S cn = i * g + f * cp[j];
+        cb[j] = cn;
+        hb[j] = o * tanh_gate(cn);
+      }
+    }
+  });
+}
+
+// gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
+// gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
+// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
+// step t = T - c, these units of the gradient reaching h_{t-1} (or dh0) from
+// all of dG_t; then, for c < T, the pointwise pass of step t - 1 on these
+// units. rec (3,B,H) is zero on entry: the gradients reaching h_t and c_t
+// from step t+1, and c_{-1} = 0.
+//
+// gact (T,B,4H), when given, is the gradient that reached the activations
+// (the side output act); it joins dG_t through the gates' slopes.
+template <class S>
+static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
+                               const S* c0, const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 4 * H;
+  S* dh = rec;
+  S* dc = dh + B * H;
+  const S* zero = dc + B * H;
+  if (S* to = c == T ? dh0 : dh; c > 0 && to)
+    gemm(false, false, B, n, G, S(1), dG + (T - c) * B * G, G, w + u.first, H, S(0), to + u.first, H);
+  if (c == T) {
+    if (dc0)
+      for (int64_t b = 0; b < B; ++b) std::copy_n(dc + b * H + u.first, n, dc0 + b * H + u.first);
+    return;
+  }
+  const int64_t t = T - 1 - c;
+  const S* cprev = t > 0 ? cs + (t - 1) * B * H : c0 ? c0 : zero;
+  parallel_for(B, row_grain(4 * n, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r = b * H + u.first, at = t * B * H + r;
+      const S *ai = act + t * B * G + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
+      S *di = dG + t * B * G + b * G + u.first, *df = di + H, *dgg = df + H, *dout = dgg + H;
+      const S *gh = gout + at, *gc = gout + T * B * H + at, *ct = cs + at, *cp = cprev + r;
+      S *dhb = dh + r, *dcb = dc + r;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S i = ai[j], f = af[j], g = ag[j], o = ao[j];
+        const S tc = tanh_gate(ct[j]);
+        const S dht = gh[j] + dhb[j];
+        const S dct = gc[j] + dcb[j] + dht * o * (S(1) - tc * tc);
+        di[j] = dct * g * i * (S(1) - i);
+        df[j] = dct * cp[j] * f * (S(1) - f);
+        dgg[j] = dct * i * (S(1) - g * g);
+        dout[j] = dht * tc * o * (S(1) - o);
+        dcb[j] = dct * f;
+      }
+      if (!gact) continue;
+      const S *gi = gact + t * B * G + b * G + u.first, *gf = gi + H, *gg = gf + H, *go = gg + H;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        di[j] += gi[j] * ai[j] * (S(1) - ai[j]);
+        df[j] += gf[j] * af[j] * (S(1) - af[j]);
+        dgg[j] += gg[j] * (S(1) - ag[j] * ag[j]);
+        dout[j] += go[j] * ao[j] * (S(1) - ao[j]);
+      }
+    }
+  });
+}
+
+// Recorded: a_t = xp_t + h_{t-1} W^T = [a_i a_f a_g a_o], i f o = sig(a_i a_f a_o),
+// g = tanh(a_g), c_t = f c_{t-1} + i g, h_t = o tanh(c_t). Everything that
+// does not depend on the gradient flowing back is computed for all steps at
+// once: the slopes, from the activations (the side output, so their
+// gradient in the next pass comes back to this node's fused backward) in
+// one lstm_gate_slopes node; the recursion through time itself is one
+// lstm_recurrence_grad node. When this backward is itself differentiated
+// with create_graph, a gradient gact has reached the activations: it adds
+// P = gact * slope to dA_t and P_t W to the gradient of h_{t-1}.
+static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor w = n.saved_tensor(LstmSaved::kWeight), h0 = n.saved_tensor(LstmSaved::kH0);
+  const Tensor c0 = n.saved_tensor(LstmSaved::kC0), out = n.saved_tensor(LstmSaved::kOutput);
+  const Tensor act = n.saved_tensor(LstmSaved::kGates);
+  const int64_t H = out.size(3);
+  const Tensor cs = select(out, 0, 1);
+  const Tensor hprev = previous_states(select(out, 0, 0), h0), cprev = previous_states(cs, c0);  // (T,B,H)
+  const Tensor s = lstm_gate_slopes(act, cs, cprev);  // (T,B,6H): [f, k, j]
+  Tensor gout = grad, P;
+  if (const Tensor& gact = n.side_grad(1); gact.defined()) {
+    const std::vector<Tensor> q = chunk(act, 4, 2);
+    P = mul(gact, concat({sigmoid_slope(q[0]), sigmoid_slope(q[1]), rsub(1.0, mul(q[2], q[2])), sigmoid_slope(q[3])},
+                         2));  // (T,B,4H)
+    gout = stack({add(select(grad, 0, 0), into_previous_states(P, w)), select(grad, 0, 1)}, 0);
+  }
+  const Tensor e = lstm_recurrence_grad(gout, s, w);  // (T,B,5H): [dA_t; dc_t]
+  const Tensor dA = P.defined() ? add(narrow(e, 2, 0, 4 * H), P) : narrow(e, 2, 0, 4 * H);
+  if (n.needs(0)) gin[0] = dA;
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, hprev);
+  if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
+  if (n.needs(3)) gin[3] = mul(narrow(select(e, 0, 0), 1, 4 * H, H), narrow(select(s, 0, 0), 1, 0, H));
+}
+
+static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return lstm_backward_recorded(n, grad, gin);
+  const Tensor w = contig(n.saved_tensor(LstmSaved::kWeight)), h0 = contig(n.saved_tensor(LstmSaved::kH0));
+  const Tensor c0 = contig(n.saved_tensor(LstmSaved::kC0));
+  const Tensor act = n.saved_tensor(LstmSaved::kGates), out = n.saved_tensor(LstmSaved::kOutput);
+  const Tensor gact = n.side_grad(1).defined() ? n.side_grad(1).contiguous() : Tensor();
+  const Dims d{out.size(1), out.size(2), out.size(3)};
+  const int64_t BH = d.B * d.H;
+  Tensor g = grad.contiguous();
+  Tensor dG = empty(act.shape(), act.dtype());
+  Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  Tensor dc0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  Tensor rec = zeros({3, d.B, d.H}, out.dtype());
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    const scalar_t* hs = out.data<scalar_t>();
+    backward_by_units(d, 4, [&](Units u, int64_t c) {
+      lstm_backward_call(d, u, c, g.data<scalar_t>(), ptr<scalar_t>(gact), w.data<scalar_t>(), ptr<scalar_t>(c0),
+                         act.data<scalar_t>(),
+                         hs + d.T * BH, dG.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0),
+                         ptr<scalar_t>(dc0));
+    });
+    if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, 4 * d.H, dG.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
+  });
+  if (n.needs(0)) gin[0] = dG;
+  if (n.needs(2)) gin[2] = dh0;
+  if (n.needs(3)) gin[3] = dc0;
+}
+static const OpDef lstm_recurrence_op(
+    "lstm_recurrence", 4, "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
+    "w_hh, h0, c0, gate activations (T,B,4H) as a side output, output", lstm_recurrence_backward, tangent_from_backward,
+    [] { return recurrence_samples(4, false, true); });
+
+Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
+  ProfileScope prof(lstm_recurrence_op.name);
+  const Dims d = check_recurrence(lstm_recurrence_op.name, 4, xp_in, w_in, Tensor(), h0_in, c0_in);
+  Tensor xp, w, h0, c0;
+  {
+    NoGradGuard ng;
+    xp = contig(xp_in), w = contig(w_in), h0 = contig(h0_in), c0 = contig(c0_in);
+  }
+  Tensor out = empty({2, d.T, d.B, d.H}, xp.dtype());
+  Tensor act = empty(xp.shape(), xp.dtype());
+  dispatch_float(xp.dtype(), lstm_recurrence_op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    scalar_t* hs = out.data<scalar_t>();
+    const Tensor zero = c0.defined() ? Tensor() : zeros({d.B, d.H}, xp.dtype());
+    forward_by_units<scalar_t>(d, 4, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
+      lstm_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(h0), ptr<scalar_t>(c0), ptr<scalar_t>(zero),
+                        z, act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
+    });
+  });
+  if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in)) {
+    n->save(w_in);   // LstmSaved::kWeight
+    n->save(h0_in);  // kH0
+    n->save(c0_in);  // kC0
+    n->save_side_output(act);  // kGates
+    n->save(out);              // kOutput
+  }
+  return out;
+}
+
+}  // namespace tg

@@ -1,0 +1,359 @@
+// lstm_gate_slopes and lstm_recurrence_grad (see ../rnn_ops.h): what the LSTM's
+// recorded backward builds on, each op a fused kernel with its own backward.
+#include "autograd/ops/rnn_ops.h"
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/rnn/common.h"
+#include "autograd/ops/samples.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::row_grain;
+using namespace detail::rnn;
+
+// ============================ lstm_gate_slopes ============================
+// What the LSTM's backward recursion reads of each step, for all steps at
+// once in one pointwise pass (not a dozen ops on (T,B,4H) tensors), from the
+// gate activations act = [i, f, g, o] and tc = tanh(c_t):
+//   s = [f, k, j_i, j_f, j_g, j_o] (T,B,6H),
+//   k = o (1-tc^2), j_i = g i(1-i), j_f = c_{t-1} f(1-f), j_g = i (1-g^2), j_o = tc o(1-o).
+// Its backward, with si = i(1-i), sf, so alike, tg = 1-g^2, tcc = 1-tc^2:
+//   di = dj_i g (1-2i) + dj_g tg          df = df + dj_f c_{t-1} (1-2f)
+//   dg = dj_i si - 2 dj_g i g             do = dk tcc + dj_o tc (1-2o)
+//   dc_t = tcc (dj_o so - 2 dk o tc)      dc_{t-1} = dj_f sf
+namespace {
+struct LstmSlopesSaved {
+  enum : size_t { kAct, kC, kCPrev };
+};
+}  // namespace
+
+// Rows [r0, r1) of the T*B rows: act (.,4H), c and cp (.,H) -> s (.,6H).
+template <class S>
+static void lstm_slopes_forward(int64_t H, int64_t r0, int64_t r1, const S* act, const S* c, const S* cp, S* s) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const S *ai = act + r * 4 * H, *af = ai + H, *ag = af + H, *ao = ag + H, *cr = c + r * H, *cpr = cp + r * H;
+    S* sr = s + r * 6 * H;
+#pragma omp simd
+    for (int64_t q = 0; q < H; ++q) {
+      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = tanh_gate(cr[q]);
+      sr[q] = f;
+      sr[H + q] = o * (S(1) - tc * tc);
+      sr[2 * H + q] = g * i * (S(1) - i);
+      sr[3 * H + q] = cpr[q] * f * (S(1) - f);
+      sr[4 * H + q] = i * (S(1) - g * g);
+      sr[5 * H + q] = tc * o * (S(1) - o);
+    }
+  }
+}
+
+// Rows [r0, r1): ds (.,6H) -> dact (.,4H), dc and dcp (.,H).
+template <class S>
+static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds, const S* act, const S* c,
+                                 const S* cp, S* dact, S* dc, S* dcp) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const S *ai = act + r * 4 * H, *af = ai + H, *ag = af + H, *ao = ag + H, *cr = c + r * H, *cpr = cp + r * H;
+    const S* d = ds + r * 6 * H;
+    S *dar = dact + r * 4 * H, *dcr = dc + r * H, *dcpr = dcp + r * H;
+#pragma omp simd
+    for (int64_t q = 0; q < H; ++q) {
+      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = tanh_gate(cr[q]);
+      const S si = i * (S(1) - i), sf = f * (S(1) - f), so = o * (S(1) - o);
+      const S tg = S(1) - g * g, tcc = S(1) - tc * tc;
+      const S df = d[q], dk = d[H + q], dji = d[2 * H + q], djf = d[3 * H + q], djg = d[4 * H + q], djo = d[5 * H + q];
+      dar[q] = dji * g * (S(1) - S(2) * i) + djg * tg;
+      dar[H + q] = df + djf * cpr[q] * (S(1) - S(2) * f);
+      dar[2 * H + q] = dji * si - S(2) * djg * i * g;
+      dar[3 * H + q] = dk * tcc + djo * tc * (S(1) - S(2) * o);
+      dcr[q] = tcc * (djo * so - S(2) * dk * o * tc);
+      dcpr[q] = djf * sf;
+    }
+  }
+}
+
+// Recorded (third and higher derivatives of the LSTM): the formulas above in tensor ops.
+static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor act = n.saved_tensor(LstmSlopesSaved::kAct), c = n.saved_tensor(LstmSlopesSaved::kC);
+  const Tensor cp = n.saved_tensor(LstmSlopesSaved::kCPrev);
+  const std::vector<Tensor> z = chunk(act, 4, 2), d = chunk(grad, 6, 2);
+  const Tensor &i = z[0], &f = z[1], &g = z[2], &o = z[3], tc = tanh(c);
+  const Tensor tg = rsub(1.0, mul(g, g)), tcc = rsub(1.0, mul(tc, tc));
+  const Tensor &df = d[0], &dk = d[1], &dji = d[2], &djf = d[3], &djg = d[4], &djo = d[5];
+  if (n.needs(0))
+    gin[0] = concat({add(mul(mul(dji, g), rsub(1.0, mul(i, 2.0))), mul(djg, tg)),
+                     add(df, mul(mul(djf, cp), rsub(1.0, mul(f, 2.0)))),
+                     sub(mul(dji, sigmoid_slope(i)), mul(mul(djg, mul(i, g)), 2.0)),
+                     add(mul(dk, tcc), mul(mul(djo, tc), rsub(1.0, mul(o, 2.0))))},
+                    2);
+  if (n.needs(1)) gin[1] = mul(tcc, sub(mul(djo, sigmoid_slope(o)), mul(mul(dk, mul(o, tc)), 2.0)));
+  if (n.needs(2)) gin[2] = mul(djf, sigmoid_slope(f));
+}
+
+static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return lstm_slopes_backward_recorded(n, grad, gin);
+  const Tensor act = contig(n.saved_tensor(LstmSlopesSaved::kAct)), c = contig(n.saved_tensor(LstmSlopesSaved::kC));
+  const Tensor cp = contig(n.saved_tensor(LstmSlopesSaved::kCPrev));
+  const Tensor ds = grad.contiguous();
+  const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
+  // All three in one pass (the LSTM's recorded backward needs them all).
+  Tensor dact = empty(act.shape(), act.dtype()), dc = empty(c.shape(), c.dtype()), dcp = empty(cp.shape(), cp.dtype());
+  dispatch_float(act.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    parallel_for(rows, row_grain(6 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
+      lstm_slopes_backward<scalar_t>(H, r0, r1, ds.data<scalar_t>(), act.data<scalar_t>(), c.data<scalar_t>(),
+                                     cp.data<scalar_t>(), dact.data<scalar_t>(), dc.data<scalar_t>(),
+                                     dcp.data<scalar_t>());
+    });
+  });
+  if (n.needs(0)) gin[0] = dact;
+  if (n.needs(1)) gin[1] = dc;
+  if (n.needs(2)) gin[2] = dcp;
+}
+static const OpDef lstm_gate_slopes_op(
+    "lstm_gate_slopes", 3, "lstm_gate_slopes(act (T,B,4H) [i, f, g, o], c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
+    "act, c, c_prev", lstm_gate_slopes_backward, tangent_from_backward, [] {
+      using samples::uniform;
+      const int64_t T = 3, B = 2, H = 3;
+      auto fn = [](const std::vector<Tensor>& x) { return lstm_gate_slopes(x[0], x[1], x[2]); };
+      return std::vector<OpSample>{
+          {"T=3 B=2 H=3", {uniform({T, B, 4 * H}, 221), uniform({T, B, H}, 222, -2, 2), uniform({T, B, H}, 223)}, fn},
+          {"non-contiguous act",
+           {samples::strided({1, B, 4 * H}, 224), uniform({1, B, H}, 225), uniform({1, B, H}, 226)},
+           fn},
+      };
+    });
+
+Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& cp_in) {
+  ProfileScope prof(lstm_gate_slopes_op.name);
+  const std::string_view op = lstm_gate_slopes_op.name;
+  detail::check_floating(op, act_in, "act");
+  check_same_dtypes(op, act_in, "act", {{&c_in, "c"}, {&cp_in, "c_prev"}});
+  if (c_in.dim() != 3 || !(cp_in.shape() == c_in.shape()) ||
+      !(act_in.shape() == Shape{c_in.size(0), c_in.size(1), 4 * c_in.size(2)}))
+    throw ShapeError(fmt::format("{}: c {} and c_prev {} must be (T,B,H) and act {} (T,B,4H)", op, c_in.shape(),
+                                 cp_in.shape(), act_in.shape()));
+  Tensor act, c, cp;
+  {
+    NoGradGuard ng;
+    act = act_in.contiguous(), c = c_in.contiguous(), cp = cp_in.contiguous();
+  }
+  const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
+  Tensor out = empty({c.size(0), c.size(1), 6 * H}, act.dtype());
+  dispatch_float(act.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    parallel_for(rows, row_grain(6 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
+      lstm_slopes_forward<scalar_t>(H, r0, r1, act.data<scalar_t>(), c.data<scalar_t>(), cp.data<scalar_t>(),
+                                    out.data<scalar_t>());
+    });
+  });
+  if (Node* n = record(lstm_gate_slopes_op, out, act_in, c_in, cp_in)) {
+    n->save(act_in);  // LstmSlopesSaved::kAct
+    n->save(c_in);    // kC
+    n->save(cp_in);   // kCPrev
+  }
+  return out;
+}
+
+// ============================ lstm_recurrence_grad ============================
+// The LSTM's backward recursion through time as an op of its own, so that a
+// recorded LSTM backward is one node for the recursion (not a dozen per
+// step) and its own backward is one fused kernel. With gh_t, gc_t the
+// gradients of h_t, c_t (gout (2,T,B,H)), and the slopes s_t = [f_t, k_t, j_t]
+// of lstm_gate_slopes, going t = T-1 .. 0 with e_h = e_c = 0:
+//   u_t = gh_t + e_h,  v_t = gc_t + e_c + u_t k_t             (dh_t, dc_t)
+//   D_t = [v_t j_i, v_t j_f, v_t j_g, u_t j_o]                (dA_t, (B,4H))
+//   e_h = D_t W,  e_c = v_t f_t                               (into step t-1)
+// The output is [D_t; v_t] (T,B,5H). Its backward runs the adjoint of that
+// recursion forward in time (see lstm_grad_adjoint).
+namespace {
+struct LstmGradSaved {
+  enum : size_t { kGout, kSlopes, kWeight, kOutput, kU };  // u_t (T,B,H), computed by forward
+};
+}  // namespace
+
+// s (T,B,6H) row r holds f at r*6H, k at +H and j at +2H.
+template <class S>
+static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* s, const S* w, S* out, S* us, S* eh) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H, L = 6 * H;
+  S* e = eh + rows.first * H;  // D_{t+1} W, zero for t = T-1
+  for (int64_t t = T; t-- > 0;) {
+    const int64_t r = t * B + rows.first;
+    const S *gh = gout + r * H, *gc = gout + (T * B + r) * H, *st = s + r * L;
+    const S* sn = t + 1 < T ? st + B * L : nullptr;             // f_{t+1} in s_{t+1}
+    const S* vn = t + 1 < T ? out + (r + B) * O + G : nullptr;  // v_{t+1}
+    S *ot = out + r * O, *ut = us + r * H;
+    for (int64_t b = 0; b < n; ++b) {
+      const S *kb = st + b * L + H, *jb = kb + H, *fn = sn ? sn + b * L : nullptr;
+      S* ob = ot + b * O;
+#pragma omp simd
+      for (int64_t q = 0; q < H; ++q) {
+        const S u = gh[b * H + q] + e[b * H + q];
+        const S v = gc[b * H + q] + (fn ? vn[b * O + q] * fn[q] : S(0)) + u * kb[q];
+        ob[q] = v * jb[q];
+        ob[H + q] = v * jb[H + q];
+        ob[2 * H + q] = v * jb[2 * H + q];
+        ob[3 * H + q] = u * jb[3 * H + q];
+        ob[G + q] = v;
+        ut[b * H + q] = u;
+      }
+    }
+    if (t > 0) gemm(false, false, n, H, G, S(1), ot, O, w, H, S(0), e, H);
+  }
+}
+
+// The adjoint, t = 0 .. T-1, given the output's gradient [dD_t; dv_t]; with
+// U_t, V_t the total gradients of u_t, v_t (U_{-1} = V_{-1} = 0):
+//   D~_t = dD_t + U_{t-1} W^T
+//   V_t = dv_t + V_{t-1} f_t + D~_i j_i + D~_f j_f + D~_g j_g,  U_t = D~_o j_o + V_t k_t
+// and the inputs' gradients: d gh_t = U_t, d gc_t = V_t, and into ds (T,B,6H)
+// d f_t = V_{t-1} v_t, d k_t = V_t u_t, d j_t = [D~_i v_t, D~_f v_t, D~_g v_t, D~_o u_t];
+// dW = sum_{t>0} D_t^T U_{t-1} (one GEMM, after). dt (B,4H) is scratch.
+template <class S>
+static void lstm_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* s, const S* w, const S* out,
+                              const S* us, S* dgout, S* ds, S* dt) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H, L = 6 * H;
+  S* dtil = dt + rows.first * G;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t r = t * B + rows.first;
+    const S *gyt = gy + r * O, *st = s + r * L, *ot = out + r * O, *ut = us + r * H;
+    S *U = dgout + r * H, *V = dgout + (T * B + r) * H, *dst = ds + r * L;
+    const S* Up = t > 0 ? U - B * H : nullptr;  // U_{t-1}, V_{t-1}
+    const S* Vp = t > 0 ? V - B * H : nullptr;
+    for (int64_t b = 0; b < n; ++b) std::copy_n(gyt + b * O, G, dtil + b * G);
+    if (Up) gemm(false, true, n, G, H, S(1), Up, H, w, H, S(1), dtil, G);
+    for (int64_t b = 0; b < n; ++b) {
+      const S *fb = st + b * L, *kb = fb + H, *jb = kb + H, *ob = ot + b * O, *db = dtil + b * G;
+      S *dfb = dst + b * L, *dkb = dfb + H, *djb = dkb + H;
+      const int64_t x = b * H;
+#pragma omp simd
+      for (int64_t q = 0; q < H; ++q) {
+        const S v = ob[G + q], u = ut[x + q];
+        const S Vt = gyt[b * O + G + q] + (Vp ? Vp[x + q] * fb[q] : S(0)) + db[q] * jb[q] + db[H + q] * jb[H + q] +
+                     db[2 * H + q] * jb[2 * H + q];
+        const S Ut = db[3 * H + q] * jb[3 * H + q] + Vt * kb[q];
+        dfb[q] = Vp ? Vp[x + q] * v : S(0);
+        dkb[q] = Vt * u;
+        djb[q] = db[q] * v;
+        djb[H + q] = db[H + q] * v;
+        djb[2 * H + q] = db[2 * H + q] * v;
+        djb[3 * H + q] = db[3 * H + q] * u;
+        U[x + q] = Ut;
+        V[x + q] = Vt;
+      }
+    }
+  }
+}
+
+// Recorded (third and higher derivatives of the LSTM): the adjoint above in
+// tensor ops, step by step, with u_t recomputed from the output.
+static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor gout = n.saved_tensor(LstmGradSaved::kGout), s = n.saved_tensor(LstmGradSaved::kSlopes);
+  const Tensor w = n.saved_tensor(LstmGradSaved::kWeight), out = n.saved_tensor(LstmGradSaved::kOutput);
+  const int64_t T = out.size(0), H = out.size(2) / 5, G = 4 * H;
+  const Tensor f = narrow(s, 2, 0, H), k = narrow(s, 2, H, H), j = narrow(s, 2, 2 * H, G);
+  const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
+  // u_t = gh_t + D_{t+1} W (no D_T).
+  const Tensor u = add(select(gout, 0, 0), into_previous_states(D, w));
+  const Tensor wt = transpose(w, 0, 1);
+  std::vector<Tensor> dgh(T), dgc(T), ds(T);
+  for (int64_t t = 0; t < T; ++t) {
+    Tensor dtil = narrow(select(grad, 0, t), 1, 0, G);
+    if (t > 0) dtil = add(dtil, matmul(dgh[t - 1], wt));
+    const std::vector<Tensor> dd = chunk(dtil, 4, 1), jj = chunk(select(j, 0, t), 4, 1);
+    const Tensor vt = select(v, 0, t), ut = select(u, 0, t);
+    Tensor V = add(narrow(select(grad, 0, t), 1, G, H), add(add(mul(dd[0], jj[0]), mul(dd[1], jj[1])), mul(dd[2], jj[2])));
+    if (t > 0) V = add(V, mul(dgc[t - 1], select(f, 0, t)));
+    dgh[t] = add(mul(dd[3], jj[3]), mul(V, select(k, 0, t)));
+    const Tensor df = t > 0 ? mul(dgc[t - 1], vt) : mul(vt, 0.0);  // zero at t = 0, kept in the graph
+    dgc[t] = V;
+    ds[t] = concat({df, mul(V, ut), mul(dd[0], vt), mul(dd[1], vt), mul(dd[2], vt), mul(dd[3], ut)}, 1);
+  }
+  const Tensor dU = stack(dgh, 0);
+  if (n.needs(0)) gin[0] = stack({dU, stack(dgc, 0)}, 0);
+  if (n.needs(1)) gin[1] = stack(ds, 0);
+  if (n.needs(2))  // zero for one step, as a product so that it stays in the graph
+    gin[2] = T > 1 ? weight_grad_recorded(narrow(D, 0, 1, T - 1), narrow(dU, 0, 0, T - 1)) : mul(w, 0.0);
+}
+
+static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return lstm_grad_backward_recorded(n, grad, gin);
+  const Tensor s = contig(n.saved_tensor(LstmGradSaved::kSlopes)), w = contig(n.saved_tensor(LstmGradSaved::kWeight));
+  const Tensor out = n.saved_tensor(LstmGradSaved::kOutput), us = n.saved_tensor(LstmGradSaved::kU);
+  const Dims d{out.size(0), out.size(1), out.size(2) / 5};
+  const Tensor gy = grad.contiguous();
+  Tensor dgout = empty({2, d.T, d.B, d.H}, out.dtype()), ds = empty(s.shape(), out.dtype());
+  Tensor scratch = empty({d.B, 4 * d.H}, out.dtype());
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
+      lstm_grad_adjoint<scalar_t>(d, rows, gy.data<scalar_t>(), s.data<scalar_t>(), w.data<scalar_t>(),
+                                  out.data<scalar_t>(), us.data<scalar_t>(), dgout.data<scalar_t>(),
+                                  ds.data<scalar_t>(), scratch.data<scalar_t>());
+    });
+    if (n.needs(2)) {
+      // dW (4H,H) = sum_{t>0} D_t^T U_{t-1}: D_t rows of the output (stride 5H), U the first half of dgout.
+      const int64_t G = 4 * d.H;
+      Tensor dW = zeros({G, d.H}, out.dtype());
+      if (d.T > 1)
+        gemm(true, false, G, d.H, (d.T - 1) * d.B, scalar_t(1), out.data<scalar_t>() + d.B * 5 * d.H, 5 * d.H,
+             dgout.data<scalar_t>(), d.H, scalar_t(0), dW.data<scalar_t>(), d.H);
+      gin[2] = dW;
+    }
+  });
+  if (n.needs(0)) gin[0] = dgout;
+  if (n.needs(1)) gin[1] = ds;
+}
+static const OpDef lstm_recurrence_grad_op(
+    "lstm_recurrence_grad", 3,
+    "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
+    "gout, s, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, tangent_from_backward, [] {
+      using samples::uniform;
+      const int64_t T = 3, B = 2, H = 3;
+      auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2]); };
+      return std::vector<OpSample>{
+          {"T=3 B=2 H=3", {uniform({2, T, B, H}, 211), uniform({T, B, 6 * H}, 212), uniform({4 * H, H}, 215)}, fn},
+          {"one step, non-contiguous s",
+           {uniform({2, 1, B, H}, 216), samples::strided({1, B, 6 * H}, 219), uniform({4 * H, H}, 220)},
+           fn},
+      };
+    });
+
+Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Tensor& w_in) {
+  ProfileScope prof(lstm_recurrence_grad_op.name);
+  const std::string_view op = lstm_recurrence_grad_op.name;
+  detail::check_floating(op, gout_in, "gout");
+  check_same_dtypes(op, gout_in, "gout", {{&s_in, "s"}, {&w_in, "w_hh"}});
+  if (gout_in.dim() != 4 || gout_in.size(0) != 2 || gout_in.size(1) < 1)
+    throw ShapeError(fmt::format("{}: gout {} must be (2,T,B,H) with T >= 1", op, gout_in.shape()));
+  const int64_t T = gout_in.size(1), B = gout_in.size(2), H = gout_in.size(3);
+  if (!(s_in.shape() == Shape{T, B, 6 * H}) || !(w_in.shape() == Shape{4 * H, H}))
+    throw ShapeError(fmt::format("{}: for gout {}, s {} must be (T,B,6H) and w_hh {} (4H,H)", op, gout_in.shape(),
+                                 s_in.shape(), w_in.shape()));
+  Tensor gout, s, w;
+  {
+    NoGradGuard ng;
+    gout = gout_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous();
+  }
+  const Dims d{T, B, H};
+  Tensor out = empty({T, B, 5 * H}, gout.dtype()), us = empty({T, B, H}, gout.dtype());
+  Tensor eh = zeros({B, H}, gout.dtype());
+  dispatch_float(gout.dtype(), op, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    for_batch_rows(d, 4 * H, [&](Rows rows) {
+      lstm_grad_forward<scalar_t>(d, rows, gout.data<scalar_t>(), s.data<scalar_t>(), w.data<scalar_t>(),
+                                  out.data<scalar_t>(), us.data<scalar_t>(), eh.data<scalar_t>());
+    });
+  });
+  if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, s_in, w_in)) {
+    n->save(gout_in);  // LstmGradSaved::kGout
+    n->save(s_in);     // kSlopes
+    n->save(w_in);     // kWeight
+    n->save(out);      // kOutput
+    n->save(us);       // kU
+  }
+  return out;
+}
+
+}  // namespace tg

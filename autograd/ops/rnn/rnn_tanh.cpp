@@ -1,0 +1,130 @@
+// rnn_tanh_recurrence (see ../rnn_ops.h): the tanh RNN's forward and backward
+// kernels and its OpDef side by side.
+#include "autograd/ops/rnn_ops.h"
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/rnn/common.h"
+#include "autograd/ops/view.h"
+#include "autograd/profiler.h"
+
+namespace tg {
+using detail::row_grain;
+using namespace detail::rnn;
+
+// ============================ rnn_tanh_recurrence ============================
+// Saves w_hh, h0 and the output (tanh' = 1 - h^2); the recorded backward needs nothing more.
+namespace {
+struct RnnTanhSaved {
+  enum : size_t { kWeight, kH0, kOutput };  // w_hh and h0 as given (h0 may be undefined)
+};
+}  // namespace
+// Step t of units u (see UnitSplit): w their rows of W_hh (n,H), z the
+// part's scratch (B,n), nullptr for all units (h_t itself then).
+template <class S>
+static void rnn_tanh_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, S* z,
+                                  S* hs) {
+  const int64_t B = d.B, H = d.H, n = u.n;
+  S* h = hs + t * B * H;
+  const S* hprev = t > 0 ? h - B * H : h0;
+  if (!z) z = h;
+  for (int64_t b = 0; b < B; ++b) std::copy_n(xp + (t * B + b) * H + u.first, n, z + b * n);
+  if (hprev) gemm(false, true, B, n, H, S(1), hprev, H, w, H, S(1), z, n);
+  parallel_for(B, row_grain(n, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S* zb = z + b * n;
+      S* hb = h + b * H + u.first;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) hb[j] = tanh_gate(zb[j]);
+    }
+  });
+}
+
+// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
+// step t = T - c, these units of the gradient reaching h_{t-1} (rec, or dh0
+// at t = 0) from all of da_t; then, for c < T, the pointwise pass of step
+// t - 1 on these units. rec (B,H) is zero on entry.
+template <class S>
+static void rnn_tanh_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* hs,
+                                   S* dA, S* rec, S* dh0) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n;
+  if (S* to = c == T ? dh0 : rec; c > 0 && to)
+    gemm(false, false, B, n, H, S(1), dA + (T - c) * B * H, H, w + u.first, H, S(0), to + u.first, H);
+  if (c == T) return;
+  const int64_t at = (T - 1 - c) * B * H + u.first;
+  parallel_for(B, row_grain(n, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *h = hs + at + b * H, *g = gout + at + b * H, *dh = rec + b * H + u.first;
+      S* da = dA + at + b * H;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) da[j] = (g[j] + dh[j]) * (S(1) - h[j] * h[j]);
+    }
+  });
+}
+
+// Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T; with k = 1 - h_t^2
+// for all steps at once, the gradient u_t reaching h_t is one
+// gated_recurrence_grad node (u_t = g_t + (u_{t+1} k_{t+1}) W), and
+// da = u k, dW = sum_t da_t^T h_{t-1} (one GEMM), dh0 = da_0 W.
+static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor w = n.saved_tensor(RnnTanhSaved::kWeight), h0 = n.saved_tensor(RnnTanhSaved::kH0);
+  const Tensor out = n.saved_tensor(RnnTanhSaved::kOutput);
+  const Tensor k = rsub(1.0, mul(out, out));
+  const Tensor dA = mul(gated_recurrence_grad(grad, Tensor(), k, w), k);
+  if (n.needs(0)) gin[0] = dA;
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, previous_states(out, h0));
+  if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
+}
+
+static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (grad_enabled()) return rnn_tanh_backward_recorded(n, grad, gin);
+  const Tensor w = contig(n.saved_tensor(RnnTanhSaved::kWeight)), h0 = contig(n.saved_tensor(RnnTanhSaved::kH0));
+  const Tensor out = n.saved_tensor(RnnTanhSaved::kOutput);
+  const Dims d{out.size(0), out.size(1), out.size(2)};
+  Tensor g = grad.contiguous();
+  Tensor dA = empty(out.shape(), out.dtype());
+  Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  Tensor rec = zeros({d.B, d.H}, out.dtype());
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    backward_by_units(d, 1, [&](Units u, int64_t c) {
+      rnn_tanh_backward_call(d, u, c, g.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(),
+                             dA.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
+    });
+    if (n.needs(1))
+      gin[1] = weight_grad<scalar_t>(d, d.H, dA.data<scalar_t>(), out.data<scalar_t>(), ptr<scalar_t>(h0), out.dtype());
+  });
+  if (n.needs(0)) gin[0] = dA;
+  if (n.needs(2)) gin[2] = dh0;
+}
+// The recurrence ops take their tangents from their recorded backward
+// (tangent_from_backward: two backward passes of the op per tangent).
+static const OpDef rnn_tanh_recurrence_op("rnn_tanh_recurrence", 3,
+                                          "rnn_tanh_recurrence(xp (T,B,H), w_hh (H,H), h0 (B,H)) -> (T,B,H)",
+                                          "w_hh, h0, output", rnn_tanh_recurrence_backward, tangent_from_backward,
+                                          [] { return recurrence_samples(1, false, false); });
+
+Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
+  ProfileScope prof(rnn_tanh_recurrence_op.name);
+  const Dims d = check_recurrence(rnn_tanh_recurrence_op.name, 1, xp_in, w_in, Tensor(), h0_in, Tensor());
+  Tensor xp, w, h0;
+  {
+    NoGradGuard ng;
+    xp = contig(xp_in), w = contig(w_in), h0 = contig(h0_in);
+  }
+  Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
+  dispatch_float(xp.dtype(), rnn_tanh_recurrence_op.name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    forward_by_units<scalar_t>(d, 1, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
+      rnn_tanh_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(h0), z, out.data<scalar_t>());
+    });
+  });
+  if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in)) {
+    n->save(w_in);   // RnnTanhSaved::kWeight
+    n->save(h0_in);  // kH0
+    n->save(out);    // kOutput
+  }
+  return out;
+}
+
+}  // namespace tg
