@@ -71,16 +71,6 @@ struct OpDef {
   OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
         BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false)
       : OpDef(name, arity, signature, saves, backward, nullptr, samples, recompute, once_differentiable) {}
-  // Transitional: an op that saves by position, described in words.
-  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
-        BackwardFn backward, TangentFn tangent, SampleFn samples, RecomputeFn recompute = nullptr,
-        bool once_differentiable = false)
-      : OpDef(name, arity, signature, SavedLayout{.type = nullptr, .fields = {}, .untyped = saves}, backward, tangent, samples, recompute,
-              once_differentiable) {}
-  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
-        BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false)
-      : OpDef(name, arity, signature, SavedLayout{.type = nullptr, .fields = {}, .untyped = saves}, backward, nullptr, samples, recompute,
-              once_differentiable) {}
   ~OpDef();  ///< unregisters
   OpDef(const OpDef&) = delete;
   OpDef& operator=(const OpDef&) = delete;

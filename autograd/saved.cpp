@@ -10,7 +10,6 @@
 namespace tg {
 
 std::string SavedLayout::str() const {
-  if (!type) return std::string(untyped);
   if (fields.empty()) return "nothing";
   std::string s;
   for (const SavedFieldInfo& f : fields) {

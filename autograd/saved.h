@@ -80,7 +80,6 @@ struct SavedFieldInfo {
 struct SavedLayout {
   const std::type_info* type = nullptr;
   std::span<const SavedFieldInfo> fields;
-  std::string_view untyped;  ///< transitional: an op still saving by position describes it in words
   /// "x, weight, mean (side output), rstd (side output), bias"; "nothing" without fields.
   std::string str() const;
 };
@@ -185,7 +184,7 @@ SavedLayout saves_of() {
                 "the saved struct's field list must name each of its fields");
   static_assert(detail::saved_fields_distinct<S>(), "the saved struct's field list names a field twice");
   static_assert(detail::saved_fields_valid<S>(), "a std::vector<Tensor> field must be the last saved field");
-  return {&typeid(S), saved_field_infos_v<S>, {}};
+  return {&typeid(S), saved_field_infos_v<S>};
 }
 
 /// Which output of its node a SideOutput field is: 1 for the first, 2 for the
