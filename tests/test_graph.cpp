@@ -178,9 +178,11 @@ void raw_double_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   NoGradGuard ng;
   gin[0] = out.mul_(2.0);
 }
-const OpDef raw_double_op("test_raw_double", 1, "2x, backward outside the graph", "nothing", raw_double_backward,
+const OpDef raw_double_op("test_raw_double", 1, "2x, backward outside the graph", saves_of<NoSaved>(),
+                          raw_double_backward,
                           nullptr, nullptr, /*once_differentiable=*/true);
-const OpDef unmarked_raw_op("test_unmarked_raw_double", 1, "2x, backward outside the graph, not declared", "nothing",
+const OpDef unmarked_raw_op("test_unmarked_raw_double", 1, "2x, backward outside the graph, not declared",
+                            saves_of<NoSaved>(),
                             raw_double_backward, nullptr);
 Tensor raw_double(const Tensor& x, const OpDef& op) {
   Tensor out;
@@ -407,7 +409,7 @@ BOOST_AUTO_TEST_CASE(gradcheck_module_gives_the_module_back_in_its_dtype) {
 
 BOOST_AUTO_TEST_CASE(an_op_name_is_registered_once) {
   check_throws<ValueError>(
-      [] { OpDef again("mul", 2, "another mul", "nothing", nullptr, nullptr); }, {"'mul'", "already registered"});
+      [] { OpDef again("mul", 2, "another mul", saves_of<NoSaved>(), nullptr, nullptr); }, {"'mul'", "already registered"});
   BOOST_TEST(find_op("mul")->signature.find("broadcasting") != std::string_view::npos);  // the original stays
 }
 
