@@ -43,7 +43,8 @@ Tensor swish(const Tensor& x) {
 void cube_wrong_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = mul(g, mul(n.saved_tensor(&XSaved::x), 3.0));
 }
-const OpDef cube_wrong_op("test_cube_wrong", 1, "cube(x) -> x^3, wrong backward", saves_of<XSaved>(), cube_wrong_backward, nullptr);
+const OpDef cube_wrong_op("test_cube_wrong", 1, "cube(x) -> x^3, wrong backward", saves_of<XSaved>(),
+                          cube_wrong_backward, nullptr);
 Tensor cube_wrong(const Tensor& x) {
   Tensor out;
   {

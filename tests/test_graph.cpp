@@ -409,7 +409,8 @@ BOOST_AUTO_TEST_CASE(gradcheck_module_gives_the_module_back_in_its_dtype) {
 
 BOOST_AUTO_TEST_CASE(an_op_name_is_registered_once) {
   check_throws<ValueError>(
-      [] { OpDef again("mul", 2, "another mul", saves_of<NoSaved>(), nullptr, nullptr); }, {"'mul'", "already registered"});
+      [] { OpDef again("mul", 2, "another mul", saves_of<NoSaved>(), nullptr, nullptr); },
+      {"'mul'", "already registered"});
   BOOST_TEST(find_op("mul")->signature.find("broadcasting") != std::string_view::npos);  // the original stays
 }
 

@@ -210,7 +210,8 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
   const Tensor q = n.saved_tensor(&AttentionSaved::q), k = n.saved_tensor(&AttentionSaved::k);
   const Tensor v = n.saved_tensor(&AttentionSaved::v);
   const AttentionDims a = saved_dims(n, q, k, v);
-  const Tensor p = attention_probabilities_recorded(a, q, k, padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask)));
+  const Tensor p =
+      attention_probabilities_recorded(a, q, k, padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask)));
   Tensor d_out = t[2].defined() ? matmul(p, t[2]) : Tensor();
   if (t[0].defined() || t[1].defined()) {
     Tensor ds = t[0].defined() ? matmul(t[0], transpose(k, 2, 3)) : Tensor();

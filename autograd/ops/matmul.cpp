@@ -319,7 +319,8 @@ static void matmul_tangent(const Node& n, std::span<const Tensor> t, std::span<T
                        t[1].defined() ? matmul(n.saved_tensor(&MatmulSaved::a), t[1]) : Tensor());
 }
 static const OpDef matmul_op(
-    "matmul", 2, "matmul(a, b) -> a @ b (torch.matmul semantics)", saves_of<MatmulSaved>(), matmul_backward, matmul_tangent, [] {
+    "matmul", 2, "matmul(a, b) -> a @ b (torch.matmul semantics)",
+    saves_of<MatmulSaved>(), matmul_backward, matmul_tangent, [] {
       using samples::uniform;
       auto fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
       return std::vector<OpSample>{

@@ -345,7 +345,8 @@ Tensor unsqueeze(const Tensor& x, int64_t axis) {
 
 // ============================ clone ============================
 static void clone_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
-static const OpDef clone_op("clone", 1, "clone(x) / x.contiguous() -> a contiguous copy", saves_of<NoSaved>(), clone_backward,
+static const OpDef clone_op("clone", 1, "clone(x) / x.contiguous() -> a contiguous copy",
+                            saves_of<NoSaved>(), clone_backward,
                             [](const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; },
                             [] {
   return std::vector<OpSample>{

@@ -113,7 +113,8 @@ static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
                                          scaled_tangent(t[1], n.saved_tensor(&BinarySaved::a))),
                              n.out_shape);
 }
-static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting", saves_of<BinarySaved>(), mul_backward, mul_tangent,
+static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting",
+                          saves_of<BinarySaved>(), mul_backward, mul_tangent,
                           [] { return binary_samples(mul, -1, 1); });
 Tensor mul(const Tensor& a, const Tensor& b) {
   ProfileScope prof(mul_op.name);
@@ -136,7 +137,8 @@ static void div_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
   const Tensor num = tangent_add(t[0], tb);
   out[0] = broadcast_tangent(num.defined() ? div(num, n.saved_tensor(&BinaryOutputSaved::b)) : Tensor(), n.out_shape);
 }
-static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting", saves_of<BinaryOutputSaved>(), div_backward, div_tangent,
+static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting",
+                          saves_of<BinaryOutputSaved>(), div_backward, div_tangent,
                           [] { return binary_samples(div, 0.5, 2); });
 Tensor div(const Tensor& a, const Tensor& b) {
   ProfileScope prof(div_op.name);
@@ -172,7 +174,8 @@ static void pow_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
                                          t[1].defined() ? mul(t[1], pow_slope_exponent(n)) : Tensor()),
                              n.out_shape);
 }
-static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)", saves_of<BinaryOutputSaved>(),
+static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)",
+                          saves_of<BinaryOutputSaved>(),
                           pow_backward, pow_tangent, [] {
   std::vector<OpSample> s = binary_samples(pow, 0.5, 2);
   // A learnable exponent over a constant base with a zero: d/db there is 0
@@ -220,10 +223,12 @@ static void minmax_tangent(const Node& n, std::span<const Tensor> t, std::span<T
   const Tensor wa = minmax_weight<Max>(n);
   out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], wa), scaled_tangent(t[1], rsub(1.0, wa))), n.out_shape);
 }
-static const OpDef minimum_op("minimum", 2, "minimum(a, b), broadcasting", saves_of<BinarySaved>(), minmax_backward<false>,
+static const OpDef minimum_op("minimum", 2, "minimum(a, b), broadcasting",
+                              saves_of<BinarySaved>(), minmax_backward<false>,
                               minmax_tangent<false>,
                               [] { return binary_samples(minimum, -1, 1); });
-static const OpDef maximum_op("maximum", 2, "maximum(a, b), broadcasting", saves_of<BinarySaved>(), minmax_backward<true>,
+static const OpDef maximum_op("maximum", 2, "maximum(a, b), broadcasting",
+                              saves_of<BinarySaved>(), minmax_backward<true>,
                               minmax_tangent<true>,
                               [] { return binary_samples(maximum, -1, 1); });
 Tensor minimum(const Tensor& a, const Tensor& b) {
@@ -308,7 +313,8 @@ static void pow_scalar_tangent(const Node& n, std::span<const Tensor> t, std::sp
   const double c = n.attrs<ScalarAttrs>().c;
   out[0] = c == 0.0 ? Tensor() : t[0] * (pow(n.saved_tensor(&UnaryInputSaved::x), c - 1) * c);
 }
-static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c", saves_of<UnaryInputSaved>(), pow_scalar_backward,
+static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c",
+                                 saves_of<UnaryInputSaved>(), pow_scalar_backward,
                                  pow_scalar_tangent, [] {
   return std::vector<OpSample>{
       {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},

@@ -55,7 +55,8 @@ static void where_tangent(const Node& n, std::span<const Tensor> t, std::span<Te
                                    t[2].defined() ? t[2] : zero),
                              n.out_shape);
 }
-static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting", saves_of<MaskSaved>(), where_backward,
+static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting",
+                            saves_of<MaskSaved>(), where_backward,
                             where_tangent, [] {
   auto fn = [](const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
   return std::vector<OpSample>{
@@ -78,7 +79,8 @@ static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tenso
 static void masked_fill_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = masked_fill(t[0], n.saved_tensor(&MaskSaved::mask), 0.0);
 }
-static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)", saves_of<MaskSaved>(), masked_fill_backward,
+static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)",
+                                  saves_of<MaskSaved>(), masked_fill_backward,
                                   masked_fill_tangent, [] {
   return std::vector<OpSample>{{"(3,4) with mask (4)", {uniform({3, 4}, 47)}, [](auto& x) {
                                   return masked_fill(x[0], samples::indices({4}, 2, 48), -1e9);

@@ -132,7 +132,8 @@ TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, kinked_unary_samples(abs), [](auto x
 TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); },
             [](auto gy, auto y) { return gy * (decltype(y)(1) - y * y); },
             [](const Tensor& g, const Tensor& y) { return g * (1.0 - y * y); })
-TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, unary_samples(sigmoid, -3, 3), [](auto x) { return sigmoid_of(x); },
+TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, unary_samples(sigmoid, -3, 3),
+            [](auto x) { return sigmoid_of(x); },
             [](auto gy, auto y) { return gy * y * (decltype(y)(1) - y); },
             [](const Tensor& g, const Tensor& y) { return g * y * (1.0 - y); })
 TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, kinked_unary_samples(relu),
@@ -173,9 +174,11 @@ static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
 // The slope is 1 inside [low, high], 0 outside: tangent and gradient alike.
 static void clamp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
-  out[0] = t[0] * slope_of(n.saved_tensor(&UnaryInputSaved::x), [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
+  out[0] = t[0] * slope_of(n.saved_tensor(&UnaryInputSaved::x),
+                           [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
 }
-static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", saves_of<UnaryInputSaved>(), clamp_backward, clamp_tangent, [] {
+static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)",
+                            saves_of<UnaryInputSaved>(), clamp_backward, clamp_tangent, [] {
   return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
                                 [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
 });
@@ -198,7 +201,8 @@ static void cast_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
 static void cast_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = cast(t[0], n.out_dtype);
 }
-static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)", saves_of<NoSaved>(), cast_backward, cast_tangent, [] {
+static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)",
+                           saves_of<NoSaved>(), cast_backward, cast_tangent, [] {
   return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
                                 [](auto& x) { return cast(x[0], DType::f64); }}};
 });
