@@ -49,14 +49,15 @@ namespace tg {
 /// a Tensor that the saved struct marks as such.
 struct SideOutput : Tensor {
   SideOutput() = default;
-  SideOutput(Tensor t) : Tensor(std::move(t)) {}  // NOLINT: implicit, `.mean = mean`
+  /// Implicit, so that a saved struct is written `.mean = mean`.
+  SideOutput(Tensor t) : Tensor(std::move(t)) {}  // NOLINT
 };
 
 /// One entry of a saved struct's field list: its name and its member.
 template <class S, class M>
 struct SavedField {
-  std::string_view name;
-  M S::*member;
+  std::string_view name;  ///< as OpDef::saves prints it
+  M S::*member;           ///< the field
 };
 /// `saved_field("x", &LayerNormSaved::x)`: an entry of S::fields.
 template <class S, class M>
@@ -72,21 +73,21 @@ enum class SavedKind : uint8_t {
 };
 /// A field as OpDef::saves describes it.
 struct SavedFieldInfo {
-  std::string_view name;
-  SavedKind kind;
+  std::string_view name;  ///< the field's name
+  SavedKind kind;         ///< how it is saved
 };
 
 /// The saved struct an op declares (OpDef::saves): its type and its fields.
 struct SavedLayout {
-  const std::type_info* type = nullptr;
-  std::span<const SavedFieldInfo> fields;
+  const std::type_info* type = nullptr;   ///< the saved struct
+  std::span<const SavedFieldInfo> fields;  ///< its fields, in slot order
   /// "x, weight, mean (side output), rstd (side output), bias"; "nothing" without fields.
   std::string str() const;
 };
 
 /// The struct of an op that saves nothing.
 struct NoSaved {
-  static constexpr std::tuple<> fields{};
+  static constexpr std::tuple<> fields{};  ///< none
 };
 
 namespace detail {
@@ -178,6 +179,7 @@ template <SavedStruct S>
 inline constexpr std::array<SavedFieldInfo, std::tuple_size_v<std::remove_cv_t<decltype(S::fields)>>>
     saved_field_infos_v = detail::saved_field_infos<S>();
 
+/// What an OpDef declares its op saves: `saves_of<LayerNormSaved>()`.
 template <SavedStruct S>
 SavedLayout saves_of() {
   static_assert(detail::aggregate_size<S>() == std::tuple_size_v<std::remove_cv_t<decltype(S::fields)>>,

@@ -157,6 +157,7 @@ struct Node {
   Tensor saved_tensor(Tensor S::*field) const {
     return read_slot(saved_slot(typeid(S), detail::saved_index(field)));
   }
+  /// Backward: the side output saved in field `field`, read as saved_tensor's.
   template <class S>
   Tensor saved_tensor(SideOutput S::*field) const {
     return read_slot(saved_slot(typeid(S), detail::saved_index(field)));
@@ -204,7 +205,7 @@ struct Node {
 /// when asked for, like Node::saved_tensor.
 class SavedList {
  public:
-  size_t size() const { return size_; }
+  size_t size() const { return size_; }  ///< the tensors in the list
   /// Tensor i of the list.
   Tensor operator[](size_t i) const { return node_->read_slot(first_ + i); }
 
