@@ -49,7 +49,11 @@ struct CheckpointClosure {
   std::string module_path;
 };
 
-// Saved: every edge's tensor, in edge order.
+// Saved: every edge's tensor, in edge order (fn's inputs, then what it read).
+struct CheckpointSaved {
+  std::vector<Tensor> edges;
+  static constexpr std::tuple fields{saved_field("edges", &CheckpointSaved::edges)};
+};
 void checkpoint_backward(const Node& n, const Tensor& g, std::span<Tensor> grad_in) {
   const auto& c = *static_cast<const CheckpointClosure*>(n.closure.get());
   // Under forward over reverse the rerun and its pass are linked like any
@@ -61,8 +65,9 @@ void checkpoint_backward(const Node& n, const Tensor& g, std::span<Tensor> grad_
   const bool recorded = grad_enabled();
   std::vector<Tensor> args(c.arity), wrt;
   std::vector<size_t> wrt_edge;
+  const SavedList saved = n.saved_list(&CheckpointSaved::edges);
   for (size_t k = 0; k < n.edges.size(); ++k) {
-    Tensor t = n.saved_tensor(k);
+    Tensor t = saved[k];
     if (k < c.arity && !recorded && t.defined()) {
       t = t.detach();
       if (n.needs(k)) t.requires_grad_(true);
@@ -100,7 +105,7 @@ void checkpoint_backward(const Node& n, const Tensor& g, std::span<Tensor> grad_
 
 const OpDef checkpoint_op(
     "checkpoint", -1, "checkpoint(fn, inputs) -> fn(inputs), rerun by backward",
-    "fn's inputs and the tensors requiring grad it read; fn and the generators' states", checkpoint_backward,
+    saves_of<CheckpointSaved>(), checkpoint_backward,
     // Forward mode through a checkpoint: its backward reruns fn with tensor
     // ops, so J v comes from two passes of it (one forward-AD level per thread
     // rules out rerunning fn on dual inputs inside the rule).
@@ -149,7 +154,7 @@ Tensor checkpoint(std::function<Tensor(const std::vector<Tensor>&)> fn, const st
   std::vector<const Tensor*> ptrs;
   for (const Tensor& e : edges) ptrs.push_back(&e);
   if (Node* n = record(checkpoint_op, ptrs, out)) {
-    for (const Tensor& e : edges) n->save(e);
+    n->save(CheckpointSaved{.edges = std::move(edges)});
     n->closure = std::move(closure);
   }
   return out;

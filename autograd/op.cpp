@@ -13,7 +13,7 @@ std::vector<const OpDef*>& registry() {
 }
 }  // namespace
 
-OpDef::OpDef(std::string_view name_, int arity_, std::string_view signature_, std::string_view saves_,
+OpDef::OpDef(std::string_view name_, int arity_, std::string_view signature_, SavedLayout saves_,
              BackwardFn backward_, TangentFn tangent_, SampleFn samples_, RecomputeFn recompute_,
              bool once_differentiable_)
     : name(name_), arity(arity_), signature(signature_), saves(saves_), backward(backward_), tangent(tangent_),

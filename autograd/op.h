@@ -53,7 +53,7 @@ struct OpDef {
   std::string_view name;       ///< as in error messages and the profiler
   int arity;                   ///< tensor inputs; -1 for a list (concat, stack)
   std::string_view signature;  ///< the forward, e.g. "mul(a, b) -> a * b, broadcasting"
-  std::string_view saves;      ///< what forward saves for backward
+  SavedLayout saves;           ///< what forward saves for backward: saves_of<its saved struct>()
   BackwardFn backward;         ///< the gradients of the inputs
   TangentFn tangent;           ///< forward mode; null: forward mode through the op is an AutogradError naming it
   SampleFn samples;            ///< the cases gradchecked for this op (null: none)
@@ -64,11 +64,11 @@ struct OpDef {
   bool once_differentiable;
 
   /// Registers the op; a name already registered is a ValueError.
-  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
+  OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
         BackwardFn backward, TangentFn tangent, SampleFn samples, RecomputeFn recompute = nullptr,
         bool once_differentiable = false);
   /// An op without a tangent rule (reverse mode only).
-  OpDef(std::string_view name, int arity, std::string_view signature, std::string_view saves,
+  OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
         BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false)
       : OpDef(name, arity, signature, saves, backward, nullptr, samples, recompute, once_differentiable) {}
   ~OpDef();  ///< unregisters

@@ -145,7 +145,7 @@ NodeRef::~NodeRef() {
 }
 
 // ---------------------------------------------------------------- saving
-void Node::save(const Tensor& t) {
+void Node::save_slot(const Tensor& t) {
   if (t.defined()) {
     Node* producer = t.impl()->grad_fn.get();
     if (producer == this) {
@@ -165,15 +165,13 @@ void Node::save(const Tensor& t) {
   saved.push_back({t, t.defined() ? t.version() : 0, NodeRef(), -1});
 }
 
-uint32_t Node::save_side_output(const Tensor& t) {
+void Node::save_side_slot(const Tensor& t) {
   if (!t.defined() || t.requires_grad())
     throw AutogradError(fmt::format("'{}': a side output is an intermediate the forward computed, defined and "
                                     "not requiring grad",
                                     op->name));
   side_grads.emplace_back();
-  const auto k = static_cast<uint32_t>(side_grads.size());
-  saved.push_back({t, t.version(), NodeRef(), static_cast<int32_t>(k)});
-  return k;
+  saved.push_back({t, t.version(), NodeRef(), static_cast<int32_t>(side_grads.size())});
 }
 
 void Node::bad_attrs(const char* asked) const {
@@ -186,7 +184,7 @@ void Node::drop_recomputed() {
     if (s.producer) s.tensor = Tensor();
 }
 
-Tensor Node::saved_tensor(size_t k) const {
+Tensor Node::read_slot(size_t k) const {
   if (k >= saved.size())
     throw AutogradError(fmt::format("backward of '{}': saved tensor {} of {} asked for", op->name, k, saved.size()));
   const SavedTensor& s = saved[k];

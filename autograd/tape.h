@@ -44,12 +44,14 @@
 #include <string>
 #include <vector>
 
+#include "saved.h"
 #include "tensor.h"
 
 namespace tg {
 
 struct OpDef;
 struct Node;
+class SavedList;
 
 /// Where the gradient of one input goes.
 struct Edge {
@@ -61,8 +63,8 @@ struct Edge {
   bool needs_grad = false;            ///< false: backward skips this input entirely
 };
 
-/// A tensor a node saved for its backward (Node::save), read back with
-/// Node::saved_tensor.
+/// One slot of what a node saved for its backward (Node::save), read back
+/// with Node::saved_tensor.
 struct SavedTensor {
   mutable Tensor tensor;   ///< the tensor; empty while saved by reference and not rebuilt
   uint64_t version = 0;    ///< storage version when saved
@@ -131,24 +133,45 @@ struct Node {
     if (!attrs_type_ || *attrs_type_ != typeid(T)) bad_attrs(typeid(T).name());
     return *std::launder(reinterpret_cast<const T*>(attrs_));
   }
-  /// Saves t for backward, remembering its version. When t is the output of an
-  /// earlier node whose op has a recompute function, only a reference to that
-  /// node is kept, and t's memory is freed with the last handle to it:
-  /// backward rebuilds t from what that node saved.
-  void save(const Tensor& t);
-  /// Saves t, an intermediate the forward computed (not requiring grad), as
-  /// the node's next side output (1, 2, ...; returns its number). Backward
-  /// reads it with saved_tensor like any saved tensor; in grad mode it comes
+  /// Saves what the op's backward reads, one slot per field of s: S is the
+  /// struct its OpDef declares (OpDef::saves is saves_of<S>()), and a node
+  /// saves once. Each tensor's version is remembered. A tensor that is the
+  /// output of an earlier node whose op has a recompute function is kept as
+  /// a reference to that node only, so its memory is freed with the last
+  /// handle to it and backward rebuilds it from what that node saved. A
+  /// SideOutput field (an intermediate the forward computed, not requiring
+  /// grad) becomes the node's next side output: in grad mode it is read
   /// attached to this node, and what flows back into it arrives as
-  /// side_grad(k), which the op's backward must add to its gradients.
-  uint32_t save_side_output(const Tensor& t);
-  /// Backward: the gradient that reached side output k in this pass, or an
-  /// undefined tensor when none did.
-  const Tensor& side_grad(uint32_t k) const { return side_grads.at(k - 1); }
-  /// The k-th saved tensor (rebuilt if saved by reference; with grad mode on,
-  /// attached to its node so that a recorded backward differentiates through
-  /// it). AutogradError if it was modified in place since it was saved.
-  Tensor saved_tensor(size_t k) const;
+  /// side_grad(&S::field), which the op's backward must add to its gradients.
+  /// A list field is saved one tensor at a time.
+  template <SavedStruct S>
+  void save(const S& s) {
+    begin_save(typeid(S));
+    std::apply([&](const auto&... f) { (save_field(s.*f.member), ...); }, S::fields);
+  }
+  /// Backward: the tensor saved in field `field` of the op's saved struct S
+  /// (rebuilt if saved by reference; with grad mode on, attached to its node
+  /// so that a recorded backward differentiates through it). AutogradError if
+  /// it was modified in place since it was saved, or if S is not what the op saved.
+  template <class S>
+  Tensor saved_tensor(Tensor S::*field) const {
+    return read_slot(saved_slot(typeid(S), detail::saved_index(field)));
+  }
+  /// Backward: the side output saved in field `field`, read as saved_tensor's.
+  template <class S>
+  Tensor saved_tensor(SideOutput S::*field) const {
+    return read_slot(saved_slot(typeid(S), detail::saved_index(field)));
+  }
+  /// Backward: the tensors of list field `field`, each read like saved_tensor's.
+  template <class S>
+  SavedList saved_list(std::vector<Tensor> S::*field) const;
+  /// Backward: the gradient that reached side output `field` in this pass, or
+  /// an undefined tensor when none did.
+  template <class S>
+  const Tensor& side_grad(SideOutput S::*field) const {
+    saved_slot(typeid(S), detail::saved_index(field));
+    return side_grads.at(side_output(field) - 1);
+  }
   /// Drops the tensors rebuilt for this node's backward (they can be rebuilt again).
   void drop_recomputed();
 
@@ -156,10 +179,47 @@ struct Node {
 
  private:
   friend void reset_attrs(Node& n) { n.attrs_type_ = nullptr; }
+  friend class SavedList;
+  // save(S): checks that S is what the op declares and nothing was saved yet.
+  void begin_save(const std::type_info& type);
+  void save_field(const Tensor& t) { save_slot(t); }
+  void save_field(const SideOutput& t) { save_side_slot(t); }
+  void save_field(const std::vector<Tensor>& ts) {
+    for (const Tensor& t : ts) save_slot(t);
+  }
+  // One slot: t, or a reference to its producer (see save).
+  void save_slot(const Tensor& t);
+  // One slot holding t as the node's next side output.
+  void save_side_slot(const Tensor& t);
+  // Slot k, read as saved_tensor says.
+  Tensor read_slot(size_t k) const;
+  // The slot of field `index` of the saved struct `type`: AutogradError if the
+  // op saves another struct or its forward saved nothing.
+  size_t saved_slot(const std::type_info& type, size_t index) const;
   [[noreturn]] void bad_attrs(const char* asked) const;
   alignas(8) std::byte attrs_[kAttrBytes];
   const std::type_info* attrs_type_ = nullptr;
 };
+
+/// A list field of what a node saved (Node::saved_list): each tensor read
+/// when asked for, like Node::saved_tensor.
+class SavedList {
+ public:
+  size_t size() const { return size_; }  ///< the tensors in the list
+  /// Tensor i of the list.
+  Tensor operator[](size_t i) const { return node_->read_slot(first_ + i); }
+
+ private:
+  friend struct Node;
+  SavedList(const Node& node, size_t first) : node_(&node), first_(first), size_(node.saved.size() - first) {}
+  const Node* node_;
+  size_t first_, size_;
+};
+
+template <class S>
+SavedList Node::saved_list(std::vector<Tensor> S::*field) const {
+  return SavedList(*this, saved_slot(typeid(S), detail::saved_index(field)));
+}
 
 /// Options of backward() and grad(). retain_graph defaults to create_graph,
 /// as in PyTorch: a graph that was differentiated with create_graph is usually

@@ -182,7 +182,7 @@ struct TensorImpl {
   bool requires_grad = false;  ///< see Tensor::requires_grad()
   Tensor grad;      ///< leaves, and non-leaves that retain_grad()
   NodeRef grad_fn;  ///< the node that produced this tensor; null for leaves
-  uint32_t output_nr = 0;  ///< which output of grad_fn: 0, or one of its side outputs (Node::save_side_output)
+  uint32_t output_nr = 0;  ///< which output of grad_fn: 0, or one of its side outputs (saved.h: SideOutput)
   /// Leaves only: hooks, and the running backward's bookkeeping (see backward.cpp).
   /// A leaf's hooks, allocated on the first one.
   struct LeafHooks {

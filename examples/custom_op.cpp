@@ -4,8 +4,8 @@
 //      input that needs one (node.needs(k)), reading what forward saved; and a
 //      tangent rule (forward mode): given the tangents of the inputs, the
 //      tangent of the output;
-//   2. an OpDef: the op's name, arity, signature, what it saves, its backward,
-//      its tangent rule;
+//   2. an OpDef: the op's name, arity, signature, what it saves (a struct
+//      naming its fields), its backward, its tangent rule;
 //   3. a forward that computes the output without recording its inner ops,
 //      then record()s itself on the tape and saves what backward needs.
 //
@@ -20,15 +20,19 @@
 
 namespace {
 
-// What forward saves, in the order it saves it: backward reads the slots by name.
-enum SwishSaved : size_t { kX };
+// What forward saves: one struct, and its field list, which gives each field
+// its name (what opcheck prints) and its slot.
+struct SwishSaved {
+  tg::Tensor x;  // the input
+  static constexpr std::tuple fields{tg::saved_field("x", &SwishSaved::x)};
+};
 
 // 1. d/dx [x s(x)] = s + x s (1 - s), with s = sigmoid(x). Written with
 // library ops, the backward is itself differentiable: under create_graph
 // (second derivatives, Hessian-vector products) these ops are recorded.
 void swish_backward(const tg::Node& node, const tg::Tensor& grad_out, std::span<tg::Tensor> grad_in) {
   if (!node.needs(0)) return;
-  const tg::Tensor x = node.saved_tensor(kX);  // throws if x was modified in place since
+  const tg::Tensor x = node.saved_tensor(&SwishSaved::x);  // throws if x was modified in place since
   tg::Tensor s = tg::sigmoid(x);
   grad_in[0] = grad_out * (s + x * s * (1.0 - s));
 }
@@ -37,15 +41,15 @@ void swish_backward(const tg::Node& node, const tg::Tensor& grad_out, std::span<
 // elementwise op's Jacobian is diagonal). Written with library ops, it can be
 // differentiated in reverse too (forward-over-reverse Hessian-vector products).
 void swish_tangent(const tg::Node& node, std::span<const tg::Tensor> tangent_in, std::span<tg::Tensor> tangent_out) {
-  const tg::Tensor x = node.saved_tensor(kX);
+  const tg::Tensor x = node.saved_tensor(&SwishSaved::x);
   tg::Tensor s = tg::sigmoid(x);
   tangent_out[0] = tangent_in[0] * (s + x * s * (1.0 - s));
 }
 
 // 2. The OpDef. Defining it registers the op; a static one lives for the program.
 // No samples: user ops are not part of the library's own op table test.
-const tg::OpDef swish_op("swish", /*arity=*/1, "swish(x) -> x * sigmoid(x)", "x", swish_backward, swish_tangent,
-                         nullptr);
+const tg::OpDef swish_op("swish", /*arity=*/1, "swish(x) -> x * sigmoid(x)", tg::saves_of<SwishSaved>(),
+                         swish_backward, swish_tangent, nullptr);
 
 // 3. The forward.
 tg::Tensor swish(const tg::Tensor& x) {
@@ -54,7 +58,7 @@ tg::Tensor swish(const tg::Tensor& x) {
     tg::NoGradGuard no_grad;  // the inner mul/sigmoid are not recorded...
     out = x * tg::sigmoid(x);
   }
-  if (tg::Node* node = tg::record(swish_op, out, x)) node->save(x);  // ...swish is, once; saves kX
+  if (tg::Node* node = tg::record(swish_op, out, x)) node->save(SwishSaved{.x = x});  // ...swish is, once
   return out;
 }
 

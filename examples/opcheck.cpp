@@ -35,7 +35,7 @@ void list_ops() {
   for (const OpDef* op : op_table()) {
     size_t n = op->samples ? op->samples().size() : 0;
     fmt::print("{:<22} {:>5} {:>7}  {:<58} {}\n", op->name, op->arity < 0 ? std::string("list") : std::to_string(op->arity),
-               n, op->signature, op->saves);
+               n, op->signature, op->saves.str());
   }
 }
 

@@ -15,49 +15,56 @@ using namespace tg;
 
 namespace {
 
+// The test ops below save their input x.
+struct XSaved {
+  Tensor x;
+  static constexpr std::tuple fields{saved_field("x", &XSaved::x)};
+};
+
 // ---- a user-defined op, as examples/custom_op.cpp shows: swish(x) = x * sigmoid(x)
 void swish_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   // d/dx x*s(x) = s + x*s*(1-s)
-  const Tensor& x = n.saved_tensor(0);
+  const Tensor x = n.saved_tensor(&XSaved::x);
   Tensor s = sigmoid(x);
   gin[0] = mul(g, add(s, mul(mul(x, s), rsub(1.0, s))));
 }
-const OpDef swish_op("test_swish", 1, "swish(x) -> x * sigmoid(x)", "x", swish_backward, nullptr);
+const OpDef swish_op("test_swish", 1, "swish(x) -> x * sigmoid(x)", saves_of<XSaved>(), swish_backward, nullptr);
 Tensor swish(const Tensor& x) {
   Tensor out;
   {
     NoGradGuard ng;  // the forward's own ops are not recorded: swish is one node
     out = mul(x, sigmoid(x));
   }
-  if (Node* n = record(swish_op, out, x)) n->save(x);
+  if (Node* n = record(swish_op, out, x)) n->save(XSaved{.x = x});
   return out;
 }
 
 // ---- a deliberately wrong op: y = x^3 with backward 3x (should be 3x^2)
 void cube_wrong_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  gin[0] = mul(g, mul(n.saved_tensor(0), 3.0));
+  gin[0] = mul(g, mul(n.saved_tensor(&XSaved::x), 3.0));
 }
-const OpDef cube_wrong_op("test_cube_wrong", 1, "cube(x) -> x^3, wrong backward", "x", cube_wrong_backward, nullptr);
+const OpDef cube_wrong_op("test_cube_wrong", 1, "cube(x) -> x^3, wrong backward", saves_of<XSaved>(),
+                          cube_wrong_backward, nullptr);
 Tensor cube_wrong(const Tensor& x) {
   Tensor out;
   {
     NoGradGuard ng;
     out = mul(mul(x, x), x);
   }
-  if (Node* n = record(cube_wrong_op, out, x)) n->save(x);
+  if (Node* n = record(cube_wrong_op, out, x)) n->save(XSaved{.x = x});
   return out;
 }
 
 // ---- right for contiguous inputs only: backward reads the saved input as if it were dense
 void square_dense_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor& x = n.saved_tensor(0);
+  const Tensor x = n.saved_tensor(&XSaved::x);
   Tensor out = empty(x.shape(), DType::f64);
   const double* xp = x.data<double>();
   Tensor gc = g.contiguous();
   for (int64_t k = 0; k < x.numel(); ++k) out.data<double>()[k] = 2 * xp[k] * gc.data<double>()[k];
   gin[0] = out;
 }
-const OpDef square_dense_op("test_square_dense", 1, "square(x), contiguous-only backward", "x",
+const OpDef square_dense_op("test_square_dense", 1, "square(x), contiguous-only backward", saves_of<XSaved>(),
                             square_dense_backward, nullptr);
 Tensor square_dense(const Tensor& x) {
   Tensor out;
@@ -65,7 +72,7 @@ Tensor square_dense(const Tensor& x) {
     NoGradGuard ng;
     out = mul(x, x);
   }
-  if (Node* n = record(square_dense_op, out, x)) n->save(x);
+  if (Node* n = record(square_dense_op, out, x)) n->save(XSaved{.x = x});
   return out;
 }
 

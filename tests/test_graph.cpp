@@ -178,9 +178,11 @@ void raw_double_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   NoGradGuard ng;
   gin[0] = out.mul_(2.0);
 }
-const OpDef raw_double_op("test_raw_double", 1, "2x, backward outside the graph", "nothing", raw_double_backward,
+const OpDef raw_double_op("test_raw_double", 1, "2x, backward outside the graph", saves_of<NoSaved>(),
+                          raw_double_backward,
                           nullptr, nullptr, /*once_differentiable=*/true);
-const OpDef unmarked_raw_op("test_unmarked_raw_double", 1, "2x, backward outside the graph, not declared", "nothing",
+const OpDef unmarked_raw_op("test_unmarked_raw_double", 1, "2x, backward outside the graph, not declared",
+                            saves_of<NoSaved>(),
                             raw_double_backward, nullptr);
 Tensor raw_double(const Tensor& x, const OpDef& op) {
   Tensor out;
@@ -211,28 +213,34 @@ BOOST_AUTO_TEST_CASE(create_graph_through_a_once_differentiable_op_names_it) {
 // y = x^3, with s = 3x^2 saved as a side output. Backward returns g s (+ the
 // gradient that reached s, times ds/dx = 6x): in grad mode s comes attached
 // to the node, so a second pass sends its gradient back to this backward.
+struct SideCubeSaved {
+  Tensor x;
+  SideOutput slope;  // 3x^2
+  static constexpr std::tuple fields{saved_field("x", &SideCubeSaved::x), saved_field("slope", &SideCubeSaved::slope)};
+};
+static_assert(side_output(&SideCubeSaved::slope) == 1);
 enum class SideUse { add, ignore, hook };
 template <SideUse use>
 void side_cube_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(0), s = n.saved_tensor(1);
+  const Tensor x = n.saved_tensor(&SideCubeSaved::x), s = n.saved_tensor(&SideCubeSaved::slope);
   if (use == SideUse::hook && grad_enabled()) s.register_hook([](const Tensor& t) { return t; });
   gin[0] = mul(g, s);
-  if (const Tensor& ds = n.side_grad(1); ds.defined() && use != SideUse::ignore)
+  if (const Tensor& ds = n.side_grad(&SideCubeSaved::slope); ds.defined() && use != SideUse::ignore)
     gin[0] = add(gin[0], mul(ds, mul(x, 6.0)));
 }
 // With a recompute function, as an op whose output others save by reference
 // has: the side output s, saved by the mul in backward, must not be
 // "rebuilt" as the output.
 Tensor cube_recompute(const Node& n) {
-  const Tensor x = n.saved_tensor(0);
+  const Tensor x = n.saved_tensor(&SideCubeSaved::x);
   return mul(mul(x, x), x);
 }
-const OpDef side_cube_op("test_side_cube", 1, "x^3, its slope 3x^2 a side output", "x, 3x^2 (side output)",
+const OpDef side_cube_op("test_side_cube", 1, "x^3, its slope 3x^2 a side output", saves_of<SideCubeSaved>(),
                          side_cube_backward<SideUse::add>, nullptr, cube_recompute);
 const OpDef side_cube_ignored_op("test_side_cube_ignored", 1, "x^3, whose backward drops its side output's gradient",
-                                 "x, 3x^2 (side output)", side_cube_backward<SideUse::ignore>, nullptr);
+                                 saves_of<SideCubeSaved>(), side_cube_backward<SideUse::ignore>, nullptr);
 const OpDef side_cube_hooked_op("test_side_cube_hooked", 1, "x^3, whose backward hooks its side output",
-                                "x, 3x^2 (side output)", side_cube_backward<SideUse::hook>, nullptr);
+                                saves_of<SideCubeSaved>(), side_cube_backward<SideUse::hook>, nullptr);
 Tensor side_cube(const Tensor& x, const OpDef& op = side_cube_op) {
   Tensor out, s;
   {
@@ -240,10 +248,7 @@ Tensor side_cube(const Tensor& x, const OpDef& op = side_cube_op) {
     out = mul(mul(x, x), x);
     s = mul(mul(x, x), 3.0);
   }
-  if (Node* n = record(op, out, x)) {
-    n->save(x);
-    BOOST_TEST(n->save_side_output(s) == 1u);
-  }
+  if (Node* n = record(op, out, x)) n->save(SideCubeSaved{.x = x, .slope = s});
   return out;
 }
 
@@ -279,11 +284,40 @@ BOOST_AUTO_TEST_CASE(a_side_output_takes_no_hooks_and_is_not_a_grad_input) {
     if (e.output == 1) {
       ++side_edges;
       // Rebuild the attached side output the way saved_tensor does, and ask for its gradient.
-      Tensor s = e.node->saved_tensor(1);
+      Tensor s = e.node->saved_tensor(&SideCubeSaved::slope);
       BOOST_TEST(s.impl()->output_nr == 1u);
       check_throws<AutogradError>([&] { grad({sum(g)}, {s}); }, {"side output of 'test_side_cube'"});
     }
   BOOST_TEST(side_edges == 1);
+}
+
+// ---------------------------------------------------------------- typed saved state
+// An op saves the struct its OpDef declares, once, and backward reads it as
+// that struct; anything else is an AutogradError naming the op.
+struct XSaved {
+  Tensor x;
+  static constexpr std::tuple fields{saved_field("x", &XSaved::x)};
+};
+BOOST_AUTO_TEST_CASE(saving_or_reading_another_struct_than_declared_is_an_error) {
+  static const OpDef declares_nothing("test_declares_nothing", 1, "x^3, declaring no saved state",
+                                      saves_of<NoSaved>(), side_cube_backward<SideUse::add>, nullptr);
+  Tensor x = leaf({1.0, 2.0});
+  check_throws<AutogradError>([&] { side_cube(x, declares_nothing); }, {"'test_declares_nothing'", "OpDef declares"});
+  // side_cube_op declares SideCubeSaved; a backward reading XSaved from it is refused.
+  Tensor y = side_cube(x);
+  check_throws<AutogradError>([&] { (void)y.impl()->grad_fn->saved_tensor(&XSaved::x); },
+                              {"backward of 'test_side_cube'", "OpDef declares"});
+  // Each field is checked for in-place writes on its own: x was modified, the side output was not.
+  Tensor x2 = mul(leaf({1.0, 2.0}), 1.0);
+  Tensor y2 = side_cube(x2);
+  const Node& n = *y2.impl()->grad_fn.get();
+  {
+    NoGradGuard ng;
+    x2.add_(ones({2}, DType::f64));
+  }
+  BOOST_TEST(n.saved_tensor(&SideCubeSaved::slope).defined());
+  check_throws<AutogradError>([&] { (void)n.saved_tensor(&SideCubeSaved::x); },
+                              {"'test_side_cube'", "modified in place"});
 }
 
 // ---------------------------------------------------------------- hooks
@@ -375,7 +409,8 @@ BOOST_AUTO_TEST_CASE(gradcheck_module_gives_the_module_back_in_its_dtype) {
 
 BOOST_AUTO_TEST_CASE(an_op_name_is_registered_once) {
   check_throws<ValueError>(
-      [] { OpDef again("mul", 2, "another mul", "nothing", nullptr, nullptr); }, {"'mul'", "already registered"});
+      [] { OpDef again("mul", 2, "another mul", saves_of<NoSaved>(), nullptr, nullptr); },
+      {"'mul'", "already registered"});
   BOOST_TEST(find_op("mul")->signature.find("broadcasting") != std::string_view::npos);  // the original stays
 }
 

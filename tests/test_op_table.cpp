@@ -23,7 +23,7 @@ BOOST_AUTO_TEST_CASE(every_op_has_samples) {
     BOOST_TEST_CONTEXT("op " << op->name) {
       BOOST_TEST(names.insert(op->name).second, "op name registered twice");
       BOOST_TEST(!op->signature.empty());
-      BOOST_TEST(!op->saves.empty());
+      BOOST_TEST(!op->saves.str().empty());
       BOOST_TEST(op->backward != nullptr);
       BOOST_TEST_REQUIRE(op->samples != nullptr, "op has no sample function");
       std::vector<OpSample> s = op->samples();
@@ -164,6 +164,41 @@ void check_table(int order) {
   BOOST_TEST(passed == ops);
 }
 
+// What an op saves is declared by its OpDef (saves_of<its struct>()) and
+// saved by its forward in one call: every node of every sample's graph holds
+// one slot per field its op declares (a list field: any number), so an op
+// declaring a field its forward leaves unsaved, or saving without declaring,
+// fails here.
+BOOST_AUTO_TEST_CASE(every_node_saves_what_its_op_declares) {
+  for (const OpDef* op : op_table()) {
+    for (const OpSample& sample : op->samples()) {
+      Tensor out = sample.fn(sample.inputs);
+      std::vector<const Node*> todo;
+      if (out.impl()->grad_fn) todo.push_back(out.impl()->grad_fn.get());
+      std::set<const Node*> seen;
+      while (!todo.empty()) {
+        const Node* n = todo.back();
+        todo.pop_back();
+        if (!seen.insert(n).second) continue;
+        for (const Edge& e : n->edges)
+          if (e.node) todo.push_back(e.node.get());
+        const SavedLayout& layout = n->op->saves;
+        const bool list = !layout.fields.empty() && layout.fields.back().kind == SavedKind::list;
+        const size_t slots = n->saved.size(), declared = layout.fields.size();
+        BOOST_TEST((list ? slots + 1 >= declared : slots == declared),
+                   op->name << " / " << sample.desc << ": a node of '" << n->op->name << "' saved " << slots
+                            << " tensors, its OpDef declares " << layout.str());
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(saves_describes_the_saved_struct) {
+  BOOST_TEST(find_op("layer_norm")->saves.str() == "x, weight, mean (side output), rstd (side output), bias");
+  BOOST_TEST(find_op("reshape")->saves.str() == "nothing");
+  BOOST_TEST(find_op("matmul")->saves.str() == "a, b");
+}
+
 BOOST_AUTO_TEST_CASE(gradcheck_every_op_float64) { check_table(1); }
 
 BOOST_AUTO_TEST_CASE(gradgradcheck_every_op_float64) { check_table(2); }
@@ -172,8 +207,12 @@ BOOST_AUTO_TEST_CASE(third_derivatives_of_every_op_float64) { check_table(3); }
 
 // The walk above must be able to fail: an op whose backward is a raw kernel
 // (right first derivatives, no recorded backward) fails its gradgradcheck.
+struct RawSquareSaved {
+  Tensor x;
+  static constexpr std::tuple fields{saved_field("x", &RawSquareSaved::x)};
+};
 void raw_square_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  Tensor x = n.saved_tensor(0).contiguous(), gc = g.contiguous();
+  Tensor x = n.saved_tensor(&RawSquareSaved::x).contiguous(), gc = g.contiguous();
   Tensor out = empty(x.shape(), DType::f64);
   for (int64_t k = 0; k < x.numel(); ++k) out.data<double>()[k] = 2 * x.data<double>()[k] * gc.data<double>()[k];
   gin[0] = out;
@@ -181,7 +220,7 @@ void raw_square_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 
 BOOST_AUTO_TEST_CASE(gradgradcheck_walk_fails_for_a_once_differentiable_op) {
   static const OpDef* square_op = nullptr;
-  OpDef op("test_raw_square", 1, "x * x, backward by a raw loop", "x", raw_square_backward, [] {
+  OpDef op("test_raw_square", 1, "x * x, backward by a raw loop", saves_of<RawSquareSaved>(), raw_square_backward, [] {
     Tensor x = from_vector(std::vector<double>{0.5, -1.5, 2.0}, {3});
     x.requires_grad_();
     return std::vector<OpSample>{{"(3)", {x}, [](const std::vector<Tensor>& in) {
@@ -190,7 +229,7 @@ BOOST_AUTO_TEST_CASE(gradgradcheck_walk_fails_for_a_once_differentiable_op) {
                                       NoGradGuard ng;
                                       out = in[0] * in[0];
                                     }
-                                    if (Node* n = record(*square_op, out, in[0])) n->save(in[0]);
+                                    if (Node* n = record(*square_op, out, in[0])) n->save(RawSquareSaved{.x = in[0]});
                                     return out;
                                   }}};
   });

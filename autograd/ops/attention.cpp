@@ -42,7 +42,11 @@ struct AttentionAttrs {
   bool causal;
 };
 struct AttentionSaved {
-  enum : size_t { kQ, kK, kV, kKeyPaddingMask };  // the mask may be undefined
+  Tensor q, k, v;
+  Tensor key_padding_mask;  // (B,Tk) bool, or undefined
+  static constexpr std::tuple fields{
+      saved_field("q", &AttentionSaved::q), saved_field("k", &AttentionSaved::k), saved_field("v", &AttentionSaved::v),
+      saved_field("key_padding_mask", &AttentionSaved::key_padding_mask)};
 };
 
 // A (B,H,T,D) tensor as B*H row-major (T,D) matrices for GEMM: element
@@ -214,10 +218,11 @@ static AttentionDims saved_dims(const Node& n, const Tensor& q, const Tensor& k,
 //   dS = (tq k^T + q tk^T) / sqrt(D), dP = P (dS - rowsum(dS P)), d out = dP v + P tv.
 // Masked keys and blind rows have P = 0, so their dP is 0 too.
 static void attention_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor q = n.saved_tensor(AttentionSaved::kQ), k = n.saved_tensor(AttentionSaved::kK);
-  const Tensor v = n.saved_tensor(AttentionSaved::kV);
+  const Tensor q = n.saved_tensor(&AttentionSaved::q), k = n.saved_tensor(&AttentionSaved::k);
+  const Tensor v = n.saved_tensor(&AttentionSaved::v);
   const AttentionDims a = saved_dims(n, q, k, v);
-  const Tensor p = attention_probabilities_recorded(a, q, k, padding_bytes(n.saved_tensor(AttentionSaved::kKeyPaddingMask)));
+  const Tensor p =
+      attention_probabilities_recorded(a, q, k, padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask)));
   Tensor d_out = t[2].defined() ? matmul(p, t[2]) : Tensor();
   if (t[0].defined() || t[1].defined()) {
     Tensor ds = t[0].defined() ? matmul(t[0], transpose(k, 2, 3)) : Tensor();
@@ -230,10 +235,10 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
 }
 
 static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor q = n.saved_tensor(AttentionSaved::kQ), k = n.saved_tensor(AttentionSaved::kK);
-  const Tensor v = n.saved_tensor(AttentionSaved::kV);
+  const Tensor q = n.saved_tensor(&AttentionSaved::q), k = n.saved_tensor(&AttentionSaved::k);
+  const Tensor v = n.saved_tensor(&AttentionSaved::v);
   const AttentionDims a = saved_dims(n, q, k, v);
-  const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(AttentionSaved::kKeyPaddingMask));
+  const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask));
   const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
   if (grad_enabled()) {
     attention_backward_recorded(a, q, k, v, pad, g, need_q, need_k, need_v, gin);
@@ -297,7 +302,7 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
 static const OpDef attention_op(
     "scaled_dot_product_attention", 3,
     "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
-    "q, k, v, key_padding_mask (backward recomputes the probabilities); attrs: causal", attention_backward,
+    saves_of<AttentionSaved>(), attention_backward,
     attention_tangent, [] {
       using samples::uniform;
       auto attend = [](bool causal, Tensor mask = Tensor()) {
@@ -381,10 +386,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (attn_weights) *attn_weights = probs;
   if (Node* n = record(attention_op, out, q, k, v)) {
     n->attrs<AttentionAttrs>() = {.causal = causal};
-    n->save(q);                 // AttentionSaved::kQ
-    n->save(k);                 // kK
-    n->save(v);                 // kV
-    n->save(key_padding_mask);  // kKeyPaddingMask
+    n->save(AttentionSaved{.q = q, .k = k, .v = v, .key_padding_mask = key_padding_mask});
   }
   return out;
 }

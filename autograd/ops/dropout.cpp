@@ -16,12 +16,13 @@ using detail::check_floating;
 // The saved mask holds 0 or 1/(1-p): backward is one multiply.
 namespace {
 struct DropoutSaved {
-  enum : size_t { kMask };  // 0 or 1/(1-p), of x's shape and dtype
+  Tensor mask;  // 0 or 1/(1-p), of x's shape and dtype
+  static constexpr std::tuple fields{saved_field("mask", &DropoutSaved::mask)};
 };
 }  // namespace
 
 static void dropout_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor mask = n.saved_tensor(DropoutSaved::kMask);
+  const Tensor mask = n.saved_tensor(&DropoutSaved::mask);
   if (grad_enabled()) {  // recorded: linear in g, the mask a constant
     gin[0] = mul(g, mask);
     return;
@@ -34,9 +35,9 @@ static void dropout_backward(const Node& n, const Tensor& g, std::span<Tensor> g
 }
 
 static const OpDef dropout_op("dropout", 1, "dropout(x, p, training, generator) -> x * mask / (1 - p)",
-                              "mask (0 or 1/(1-p))", dropout_backward,
+                              saves_of<DropoutSaved>(), dropout_backward,
                               [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                                out[0] = mul(t[0], n.saved_tensor(DropoutSaved::kMask));
+                                out[0] = mul(t[0], n.saved_tensor(&DropoutSaved::mask));
                               },
                               [] {
   // A fresh generator per call: every gradcheck evaluation sees the same mask.
@@ -78,7 +79,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     using scalar_t = decltype(tag);
     detail::map2<scalar_t, scalar_t, scalar_t>(out, x, mask, [](scalar_t a, scalar_t m) { return a * m; });
   });
-  if (Node* n = record(dropout_op, out, x)) n->save(mask);  // DropoutSaved::kMask
+  if (Node* n = record(dropout_op, out, x)) n->save(DropoutSaved{.mask = mask});
   return out;
 }
 

@@ -193,7 +193,8 @@ struct EmbeddingAttrs {
 };
 // Every op here saves its index tensor (the ids, for embedding), and only that.
 struct IndexSaved {
-  enum : size_t { kIndex };
+  Tensor index;  // int64
+  static constexpr std::tuple fields{saved_field("index", &IndexSaved::index)};
 };
 
 }  // namespace
@@ -207,7 +208,7 @@ static Tensor tangent_or_zeros(const Node& n, std::span<const Tensor> t, size_t 
 // ============================ index_select ============================
 static void index_select_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& xs = n.edges[0].shape;
-  const Tensor index = n.saved_tensor(IndexSaved::kIndex);
+  const Tensor index = n.saved_tensor(&IndexSaved::index);
   const int64_t axis = n.attrs<IndexAttrs>().axis;
   if (grad_enabled()) {
     gin[0] = index_add(zeros(xs, g.dtype()), axis, index, g);
@@ -223,11 +224,11 @@ static void index_select_backward(const Node& n, const Tensor& g, std::span<Tens
   gin[0] = gx;
 }
 static const OpDef index_select_op("index_select", 2, "index_select(x, axis, index) -> x's rows at index",
-                                   "index; attrs: axis",
+                                   saves_of<IndexSaved>(),
                                    index_select_backward,
                                    [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
                                      out[0] = index_select(t[0], n.attrs<IndexAttrs>().axis,
-                                                           n.saved_tensor(IndexSaved::kIndex));
+                                                           n.saved_tensor(&IndexSaved::index));
                                    },
                                    [] {
                                      return std::vector<OpSample>{
@@ -256,7 +257,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   });
   if (Node* n = record(index_select_op, out, x, index)) {
     n->attrs<IndexAttrs>() = {.axis = ax};
-    n->save(ic);  // IndexSaved::kIndex
+    n->save(IndexSaved{.index = ic});
   }
   return out;
 }
@@ -265,14 +266,14 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
 // index_select's adjoint: each is the other's backward.
 static void index_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g;
-  if (n.needs(2)) gin[2] = index_select(g, n.attrs<IndexAttrs>().axis, n.saved_tensor(IndexSaved::kIndex));
+  if (n.needs(2)) gin[2] = index_select(g, n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
 }
 static const OpDef index_add_op(
-    "index_add", 3, "index_add(x, axis, index, src) -> x with src's rows added at index", "index; attrs: axis",
+    "index_add", 3, "index_add(x, axis, index, src) -> x with src's rows added at index", saves_of<IndexSaved>(),
     index_add_backward,
     [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = t[2].defined() ? index_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
-                                          n.saved_tensor(IndexSaved::kIndex), t[2])
+                                          n.saved_tensor(&IndexSaved::index), t[2])
                               : t[0];
     },
     [] {
@@ -313,7 +314,7 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
   });
   if (Node* n = record(index_add_op, out, x, index, src)) {
     n->attrs<IndexAttrs>() = {.axis = ax};
-    n->save(ic);  // IndexSaved::kIndex
+    n->save(IndexSaved{.index = ic});
   }
   return out;
 }
@@ -323,7 +324,7 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
 // zeroed by a mask.
 static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& ws = n.edges[0].shape;
-  const Tensor ids = n.saved_tensor(IndexSaved::kIndex);
+  const Tensor ids = n.saved_tensor(&IndexSaved::index);
   const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
   if (grad_enabled()) {
     Tensor gw = index_add(zeros(ws, g.dtype()), 0, ids, g);
@@ -345,7 +346,7 @@ static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor>
   gin[0] = gw;
 }
 static const OpDef embedding_op("embedding", 2, "embedding(weight (V,C), ids, padding_idx) -> (..., C)",
-                                "ids; attrs: padding_idx",
+                                saves_of<IndexSaved>(),
                                 embedding_backward,
                                 // The padding row is constant, as backward has it: its tangent is dropped.
                                 [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
@@ -356,7 +357,7 @@ static const OpDef embedding_op("embedding", 2, "embedding(weight (V,C), ids, pa
                                     keep.select(0, padding_idx).fill_(0.0);
                                     tw = mul(tw, keep);
                                   }
-                                  out[0] = embedding(tw, n.saved_tensor(IndexSaved::kIndex));
+                                  out[0] = embedding(tw, n.saved_tensor(&IndexSaved::index));
                                 },
                                 [] {
                                   return std::vector<OpSample>{
@@ -394,14 +395,14 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
   });
   if (Node* n = record(embedding_op, out, weight, ids)) {
     n->attrs<EmbeddingAttrs>() = {.padding_idx = padding_idx};
-    n->save(ic);  // IndexSaved::kIndex
+    n->save(IndexSaved{.index = ic});
   }
   return out;
 }
 
 // ============================ gather ============================
 static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor index = n.saved_tensor(IndexSaved::kIndex);
+  const Tensor index = n.saved_tensor(&IndexSaved::index);
   const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
   if (grad_enabled()) {
     gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), ax, index, g);
@@ -417,10 +418,10 @@ static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   gin[0] = gx;
 }
 static const OpDef gather_op("gather", 2, "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]",
-                             "index; attrs: axis",
+                             saves_of<IndexSaved>(),
                              gather_backward,
                              [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                               out[0] = gather(t[0], n.attrs<IndexAttrs>().axis, n.saved_tensor(IndexSaved::kIndex));
+                               out[0] = gather(t[0], n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
                              },
                              [] {
                                return std::vector<OpSample>{
@@ -450,7 +451,7 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   });
   if (Node* n = record(gather_op, out, x, index)) {
     n->attrs<IndexAttrs>() = {.axis = ax};
-    n->save(index);  // IndexSaved::kIndex
+    n->save(IndexSaved{.index = index});
   }
   return out;
 }
@@ -469,7 +470,7 @@ static int check_scatter(const char* op, const Tensor& x, int64_t axis, const Te
 // Overwritten positions take no gradient from x; src gets g gathered there.
 // Recorded (create_graph), x's gradient is g with zeros scattered over them.
 static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor index = n.saved_tensor(IndexSaved::kIndex);
+  const Tensor index = n.saved_tensor(&IndexSaved::index);
   const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
   if (n.needs(0)) {
     if (grad_enabled()) {
@@ -487,10 +488,10 @@ static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> g
   if (n.needs(2)) gin[2] = gather_into_src_shape(n.op->name, g, ax, index, n.edges[2].shape);
 }
 static const OpDef scatter_op(
-    "scatter", 3, "scatter(x, axis, index, src) -> x with src written at index", "index; attrs: axis",
+    "scatter", 3, "scatter(x, axis, index, src) -> x with src written at index", saves_of<IndexSaved>(),
     scatter_backward,
     [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = scatter(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis, n.saved_tensor(IndexSaved::kIndex),
+      out[0] = scatter(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index),
                        tangent_or_zeros(n, t, 2));
     },
     [] {
@@ -509,14 +510,14 @@ static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tenso
   if (n.needs(0)) gin[0] = g.clone();
   if (n.needs(2))
     gin[2] = gather_into_src_shape(n.op->name, g, static_cast<int>(n.attrs<IndexAttrs>().axis),
-                                   n.saved_tensor(IndexSaved::kIndex), n.edges[2].shape);
+                                   n.saved_tensor(&IndexSaved::index), n.edges[2].shape);
 }
 static const OpDef scatter_add_op(
-    "scatter_add", 3, "scatter_add(x, axis, index, src) -> x with src added at index", "index; attrs: axis",
+    "scatter_add", 3, "scatter_add(x, axis, index, src) -> x with src added at index", saves_of<IndexSaved>(),
     scatter_add_backward,
     [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = t[2].defined() ? scatter_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
-                                            n.saved_tensor(IndexSaved::kIndex), t[2])
+                                            n.saved_tensor(&IndexSaved::index), t[2])
                               : t[0];
     },
     [] {
@@ -539,7 +540,7 @@ static Tensor scatter_forward(const Tensor& x, int64_t axis, const Tensor& index
   Tensor out = scatter_impl<Add>(op.name, x, ax, index, src);
   if (Node* n = record(op, out, x, index, src)) {
     n->attrs<IndexAttrs>() = {.axis = ax};
-    n->save(index);  // IndexSaved::kIndex
+    n->save(IndexSaved{.index = index});
   }
   return out;
 }

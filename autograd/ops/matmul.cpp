@@ -248,10 +248,12 @@ void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
 }
 
 struct MatmulSaved {
-  enum : size_t { kA, kB };
+  Tensor a, b;
+  static constexpr std::tuple fields{saved_field("a", &MatmulSaved::a), saved_field("b", &MatmulSaved::b)};
 };
 struct LinearSaved {
-  enum : size_t { kX, kWeight };
+  Tensor x, weight;  // (..., IC), (OC, IC)
+  static constexpr std::tuple fields{saved_field("x", &LinearSaved::x), saved_field("weight", &LinearSaved::weight)};
 };
 
 // The batch dims of a matmul: broadcast of a's and b's leading dims.
@@ -294,7 +296,7 @@ static void matmul_backward_recorded(const Node& n, const Tensor& g, const Tenso
 }
 
 static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor a = n.saved_tensor(MatmulSaved::kA), b = n.saved_tensor(MatmulSaved::kB);
+  const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
   if (grad_enabled()) {
     matmul_backward_recorded(n, g, a, b, gin);
     return;
@@ -313,11 +315,12 @@ static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
 }
 // ta @ b + a @ tb: two GEMMs of the forward's size.
 static void matmul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = tangent_add(t[0].defined() ? matmul(t[0], n.saved_tensor(MatmulSaved::kB)) : Tensor(),
-                       t[1].defined() ? matmul(n.saved_tensor(MatmulSaved::kA), t[1]) : Tensor());
+  out[0] = tangent_add(t[0].defined() ? matmul(t[0], n.saved_tensor(&MatmulSaved::b)) : Tensor(),
+                       t[1].defined() ? matmul(n.saved_tensor(&MatmulSaved::a), t[1]) : Tensor());
 }
 static const OpDef matmul_op(
-    "matmul", 2, "matmul(a, b) -> a @ b (torch.matmul semantics)", "a, b", matmul_backward, matmul_tangent, [] {
+    "matmul", 2, "matmul(a, b) -> a @ b (torch.matmul semantics)",
+    saves_of<MatmulSaved>(), matmul_backward, matmul_tangent, [] {
       using samples::uniform;
       auto fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
       return std::vector<OpSample>{
@@ -354,8 +357,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = empty(out_shape, a.dtype());
   run_product(batch, {a, a_rows, true}, {b, true, b_cols}, {out, a_rows, b_cols}, false, false, false);
   if (Node* n = record(matmul_op, out, a, b)) {
-    n->save(a);  // MatmulSaved::kA
-    n->save(b);  // kB
+    n->save(MatmulSaved{.a = a, .b = b});
   }
   return out;
 }
@@ -377,7 +379,7 @@ static void linear_backward_recorded(const Node& n, const Tensor& g, const Tenso
 }
 
 static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(LinearSaved::kX), w = n.saved_tensor(LinearSaved::kWeight);
+  const Tensor x = n.saved_tensor(&LinearSaved::x), w = n.saved_tensor(&LinearSaved::weight);
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();  // ops: recorded under create_graph too
   if (grad_enabled()) {
     linear_backward_recorded(n, g, x, w, gin);
@@ -398,15 +400,15 @@ static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
 // linear(tx, weight) + linear(x, tweight, tbias): two GEMMs, the bias's
 // tangent added by the second as a bias.
 static void linear_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor x = n.saved_tensor(LinearSaved::kX);
-  Tensor r = t[0].defined() ? linear(t[0], n.saved_tensor(LinearSaved::kWeight)) : Tensor();
+  const Tensor x = n.saved_tensor(&LinearSaved::x);
+  Tensor r = t[0].defined() ? linear(t[0], n.saved_tensor(&LinearSaved::weight)) : Tensor();
   if (t[1].defined())
     r = tangent_add(r, linear(x, t[1], t[2]));
   else
     r = tangent_add(r, detail::broadcast_tangent(t[2], n.out_shape));
   out[0] = detail::broadcast_tangent(r, n.out_shape);
 }
-static const OpDef linear_op("linear", 3, "linear(x, weight, bias) -> x @ weight^T + bias", "x, weight",
+static const OpDef linear_op("linear", 3, "linear(x, weight, bias) -> x @ weight^T + bias", saves_of<LinearSaved>(),
                              linear_backward, linear_tangent, [] {
                                using samples::uniform;
                                return std::vector<OpSample>{
@@ -465,8 +467,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   run_product(batch, {x, x_rows, true}, {weight, true, true}, {out, x_rows, true}, false, true, bias.defined());
   if (Node* n = record(linear_op, out, x, weight, bias)) {
-    n->save(x);       // LinearSaved::kX
-    n->save(weight);  // kWeight
+    n->save(LinearSaved{.x = x, .weight = weight});
   }
   return out;
 }

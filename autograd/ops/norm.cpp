@@ -37,12 +37,15 @@ namespace {
 struct LayerNormAttrs {
   double eps;
 };
+// bias is read only by layer_norm_recompute; weight and bias may be undefined.
 struct LayerNormSaved {
-  // x and weight made contiguous (weight or bias may be undefined), mean and
-  // rstd (R, side outputs 1 and 2), and the bias, which only
-  // layer_norm_recompute reads.
-  enum : size_t { kX, kWeight, kMean, kRstd, kBias };
-  enum : uint32_t { kMeanOutput = 1, kRstdOutput = 2 };
+  Tensor x, weight;       // (..., C), (C): made contiguous
+  SideOutput mean, rstd;  // (R), R = x.numel() / C
+  Tensor bias;            // (C)
+  static constexpr std::tuple fields{
+      saved_field("x", &LayerNormSaved::x), saved_field("weight", &LayerNormSaved::weight),
+      saved_field("mean", &LayerNormSaved::mean), saved_field("rstd", &LayerNormSaved::rstd),
+      saved_field("bias", &LayerNormSaved::bias)};
 };
 }  // namespace
 
@@ -53,16 +56,16 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const T
   const double inv_c = 1.0 / static_cast<double>(x.shape().back());
   Shape rows = x.shape();  // (..., 1)
   rows[rows.size() - 1] = 1;
-  const Tensor mean = reshape(n.saved_tensor(LayerNormSaved::kMean), rows);
-  const Tensor rstd = reshape(n.saved_tensor(LayerNormSaved::kRstd), rows);
+  const Tensor mean = reshape(n.saved_tensor(&LayerNormSaved::mean), rows);
+  const Tensor rstd = reshape(n.saved_tensor(&LayerNormSaved::rstd), rows);
   auto row_mean = [inv_c](const Tensor& t) { return mul(sum(t, {-1}, true), inv_c); };  // (..., 1)
   const Tensor xhat = mul(sub(x, mean), rstd);
   if (n.needs(0)) {
     const Tensor dn = w.defined() ? mul(g, w) : g;
     Tensor dx = mul(rstd, sub(sub(dn, row_mean(dn)), mul(xhat, row_mean(mul(dn, xhat)))));
-    if (const Tensor& gm = n.side_grad(LayerNormSaved::kMeanOutput); gm.defined())
+    if (const Tensor& gm = n.side_grad(&LayerNormSaved::mean); gm.defined())
       dx = add(dx, mul(reshape(gm, rows), inv_c));
-    if (const Tensor& gr = n.side_grad(LayerNormSaved::kRstdOutput); gr.defined())
+    if (const Tensor& gr = n.side_grad(&LayerNormSaved::rstd); gr.defined())
       dx = sub(dx, mul(mul(reshape(gr, rows), mul(rstd, rstd)), mul(xhat, inv_c)));
     gin[0] = dx;
   }
@@ -71,16 +74,16 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const T
 }
 
 static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(LayerNormSaved::kX), w = n.saved_tensor(LayerNormSaved::kWeight);
+  const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
   if (grad_enabled()) {
     layer_norm_backward_recorded(n, g, x, w, gin);
     return;
   }
-  const Tensor mean = n.saved_tensor(LayerNormSaved::kMean), rstd = n.saved_tensor(LayerNormSaved::kRstd);
+  const Tensor mean = n.saved_tensor(&LayerNormSaved::mean), rstd = n.saved_tensor(&LayerNormSaved::rstd);
   const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
   Tensor gc = dense(g);
-  const Tensor& gm = n.side_grad(LayerNormSaved::kMeanOutput);
-  const Tensor& gr = n.side_grad(LayerNormSaved::kRstdOutput);
+  const Tensor& gm = n.side_grad(&LayerNormSaved::mean);
+  const Tensor& gr = n.side_grad(&LayerNormSaved::rstd);
   const Tensor gmc = gm.defined() ? dense(gm) : Tensor(), grc = gr.defined() ? dense(gr) : Tensor();
   const bool need_dx = n.needs(0), need_dw = n.needs(1), need_db = n.needs(2);
   const int64_t blocks = (R + kLayerNormBlock - 1) / kLayerNormBlock;
@@ -149,19 +152,19 @@ static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor
 
 // The same forward on the saved input: the output bit for bit.
 static Tensor layer_norm_recompute(const Node& n) {
-  return layer_norm(n.saved_tensor(LayerNormSaved::kX), n.saved_tensor(LayerNormSaved::kWeight),
-                    n.saved_tensor(LayerNormSaved::kBias), n.attrs<LayerNormAttrs>().eps);
+  return layer_norm(n.saved_tensor(&LayerNormSaved::x), n.saved_tensor(&LayerNormSaved::weight),
+                    n.saved_tensor(&LayerNormSaved::bias), n.attrs<LayerNormAttrs>().eps);
 }
 // Forward mode, per row with xhat = (x - mean) * rstd:
 //   d mean = mean(tx),  d rstd = -rstd^2 mean(xhat tx),
 //   d xhat = rstd (tx - mean(tx) - xhat mean(xhat tx))  (backward's dx formula: the Jacobian is symmetric),
 //   d y = d xhat * w + xhat * tw + tb; mean and rstd get their tangents as side outputs.
 static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor x = n.saved_tensor(LayerNormSaved::kX), w = n.saved_tensor(LayerNormSaved::kWeight);
+  const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
   const double inv_c = 1.0 / static_cast<double>(x.shape().back());
   Shape rows = x.shape();  // (..., 1)
   rows[rows.size() - 1] = 1;
-  const Tensor saved_mean = n.saved_tensor(LayerNormSaved::kMean), saved_rstd = n.saved_tensor(LayerNormSaved::kRstd);
+  const Tensor saved_mean = n.saved_tensor(&LayerNormSaved::mean), saved_rstd = n.saved_tensor(&LayerNormSaved::rstd);
   const Tensor rstd = reshape(saved_rstd, rows);
   const Tensor xhat = mul(sub(x, reshape(saved_mean, rows)), rstd);
   auto row_mean = [inv_c](const Tensor& v) { return mul(sum(v, {-1}, true), inv_c); };  // (..., 1)
@@ -170,8 +173,8 @@ static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::sp
     const Tensor d_mean = row_mean(t[0]), xhat_t = row_mean(mul(xhat, t[0]));
     const Tensor d_xhat = mul(rstd, sub(sub(t[0], d_mean), mul(xhat, xhat_t)));
     y = w.defined() ? mul(d_xhat, w) : d_xhat;
-    out[LayerNormSaved::kMeanOutput] = reshape(d_mean, saved_mean.shape());
-    out[LayerNormSaved::kRstdOutput] = reshape(neg(mul(mul(rstd, rstd), xhat_t)), saved_rstd.shape());
+    out[side_output(&LayerNormSaved::mean)] = reshape(d_mean, saved_mean.shape());
+    out[side_output(&LayerNormSaved::rstd)] = reshape(neg(mul(mul(rstd, rstd), xhat_t)), saved_rstd.shape());
   }
   if (t[1].defined()) y = tangent_add(y, mul(xhat, t[1]));
   out[0] = detail::broadcast_tangent(tangent_add(y, t[2]), n.out_shape);
@@ -179,7 +182,7 @@ static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::sp
 
 static const OpDef layer_norm_op(
     "layer_norm", 3, "layer_norm(x (...,C), weight (C) or none, bias (C) or none, eps) over the last axis",
-    "x, weight, mean and rstd (side outputs), bias (the output is recomputed for ops that save it); attrs: eps",
+    saves_of<LayerNormSaved>(),
     layer_norm_backward, layer_norm_tangent, [] {
       using samples::uniform;
       auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };
@@ -262,11 +265,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   });
   if (Node* n = record(layer_norm_op, out, x, weight, bias)) {
     n->attrs<LayerNormAttrs>() = {.eps = eps};
-    n->save(xc);    // LayerNormSaved::kX
-    n->save(wc);    // kWeight
-    n->save_side_output(mean);  // kMean, kMeanOutput
-    n->save_side_output(rstd);  // kRstd, kRstdOutput
-    n->save(bc);                // kBias, for layer_norm_recompute only
+    n->save(LayerNormSaved{.x = xc, .weight = wc, .mean = mean, .rstd = rstd, .bias = bc});
   }
   return out;
 }

@@ -138,7 +138,7 @@ static void sum_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 static void sum_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = reshape(sum(t[0], n.attrs<ReduceAttrs>().axes.vec()), n.out_shape);
 }
-static const OpDef sum_op("sum", 1, "sum(x, axes, keepdim)", "nothing; attrs: axes", sum_backward, sum_tangent, [] {
+static const OpDef sum_op("sum", 1, "sum(x, axes, keepdim)", saves_of<NoSaved>(), sum_backward, sum_tangent, [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"all of (3,4)", {uniform({3, 4}, 201)}, [](auto& x) { return sum(x[0]); }},
@@ -244,19 +244,20 @@ struct VarAttrs {
   double denom;  // N - correction
 };
 struct VarSaved {
-  enum : size_t { kX, kMean };  // the mean with keepdim
+  Tensor x, mean;  // the mean with keepdim
+  static constexpr std::tuple fields{saved_field("x", &VarSaved::x), saved_field("mean", &VarSaved::mean)};
 };
 }  // namespace
 static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const VarAttrs& attrs = n.attrs<VarAttrs>();
-  const Tensor x = n.saved_tensor(VarSaved::kX);
+  const Tensor x = n.saved_tensor(&VarSaved::x);
   const double scale = 2.0 / attrs.denom;
   if (grad_enabled()) {
     const Tensor mu = mean(x, attrs.axes.vec(), true);
     gin[0] = mul(mul(reshape(g, mu.shape()), scale), sub(x, mu));
     return;
   }
-  const Tensor mu = n.saved_tensor(VarSaved::kMean);
+  const Tensor mu = n.saved_tensor(&VarSaved::mean);
   const Tensor gk = reshape(g, mu.shape());
   Tensor gx = empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
@@ -271,12 +272,12 @@ static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 // multiplies sum(x - mean) = 0.
 static void var_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const VarAttrs& attrs = n.attrs<VarAttrs>();
-  const Tensor x = n.saved_tensor(VarSaved::kX);
+  const Tensor x = n.saved_tensor(&VarSaved::x);
   const Tensor centred = sub(x, mean(x, attrs.axes.vec(), true));
   out[0] = reshape(mul(sum(mul(centred, t[0]), attrs.axes.vec()), 2.0 / attrs.denom), n.out_shape);
 }
 static const OpDef var_op(
-    "var", 1, "var(x, axes, correction, keepdim)", "x, mean (keepdim); attrs: axes, N - correction", var_backward,
+    "var", 1, "var(x, axes, correction, keepdim)", saves_of<VarSaved>(), var_backward,
     var_tangent, [] {
       using samples::uniform;
       return std::vector<OpSample>{
@@ -319,8 +320,7 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
   });
   if (Node* n = record(var_op, out, x)) {
     n->attrs<VarAttrs>() = {.axes = ax_shape, .denom = denom};
-    n->save(x);   // VarSaved::kX
-    n->save(mu);  // kMean
+    n->save(VarSaved{.x = x, .mean = mu});
   }
   return out;
 }
@@ -337,13 +337,15 @@ Tensor std(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
 // reaches x through out as well.
 namespace {
 struct LogsumexpSaved {
-  enum : size_t { kX, kOutput };
+  Tensor x, output;
+  static constexpr std::tuple fields{
+      saved_field("x", &LogsumexpSaved::x), saved_field("output", &LogsumexpSaved::output)};
 };
 }  // namespace
 static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(LogsumexpSaved::kX);
+  const Tensor x = n.saved_tensor(&LogsumexpSaved::x);
   const Shape kept = kept_shape(n.edges[0].shape, n.attrs<ReduceAttrs>().axes);
-  const Tensor lse = reshape(n.saved_tensor(LogsumexpSaved::kOutput), kept), gk = reshape(g, kept);
+  const Tensor lse = reshape(n.saved_tensor(&LogsumexpSaved::output), kept), gk = reshape(g, kept);
   if (grad_enabled()) {
     gin[0] = mul(gk, exp(sub(x, lse)));
     return;
@@ -359,11 +361,11 @@ static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor>
 // The softmax-weighted sum of the tangent over the axes.
 static void logsumexp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const Shape& axes = n.attrs<ReduceAttrs>().axes;
-  const Tensor lse = reshape(n.saved_tensor(LogsumexpSaved::kOutput), kept_shape(n.edges[0].shape, axes));
-  out[0] = reshape(sum(mul(exp(sub(n.saved_tensor(LogsumexpSaved::kX), lse)), t[0]), axes.vec()), n.out_shape);
+  const Tensor lse = reshape(n.saved_tensor(&LogsumexpSaved::output), kept_shape(n.edges[0].shape, axes));
+  out[0] = reshape(sum(mul(exp(sub(n.saved_tensor(&LogsumexpSaved::x), lse)), t[0]), axes.vec()), n.out_shape);
 }
 static const OpDef logsumexp_op(
-    "logsumexp", 1, "logsumexp(x, axes, keepdim)", "x, output; attrs: axes", logsumexp_backward, logsumexp_tangent,
+    "logsumexp", 1, "logsumexp(x, axes, keepdim)", saves_of<LogsumexpSaved>(), logsumexp_backward, logsumexp_tangent,
     [] {
       using samples::uniform;
       return std::vector<OpSample>{
@@ -403,8 +405,7 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
   Tensor out = keepdim ? lse : reshape(lse, detail::reduced_shape(x.shape(), ax, false));
   if (Node* n = record(logsumexp_op, out, x)) {
     n->attrs<ReduceAttrs>() = {.axes = ax_shape};
-    n->save(x);    // LogsumexpSaved::kX
-    n->save(out);  // kOutput
+    n->save(LogsumexpSaved{.x = x, .output = out});
   }
   return out;
 }
@@ -459,10 +460,11 @@ struct ExtremeAttrs {
   Shape order;  // the permutation of x that moved the reduced axes last (Rows::order)
 };
 struct ExtremeSaved {
-  enum : size_t { kIndices };  // int64 positions within each row, reduced_shape(keepdim)
+  Tensor indices;  // int64 positions within each row, reduced_shape(keepdim)
+  static constexpr std::tuple fields{saved_field("indices", &ExtremeSaved::indices)};
 };
 void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor idx = n.saved_tensor(ExtremeSaved::kIndices);
+  const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
   const Shape& in = n.edges[0].shape;
   const Shape& order = n.attrs<ExtremeAttrs>().order;
   Shape perm_shape, inverse(order);
@@ -490,7 +492,7 @@ void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
 
 // The tangent at the chosen element of each row: the same rows layout, gathered.
 void extreme_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor idx = n.saved_tensor(ExtremeSaved::kIndices);
+  const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
   const int64_t rows = idx.numel(), R = rows ? n.edges[0].shape.numel() / rows : 0;
   const Tensor tr = reshape(permute(t[0], n.attrs<ExtremeAttrs>().order), {rows, R});
   out[0] = reshape(gather(tr, 1, reshape(idx, {rows, 1})), n.out_shape);
@@ -511,9 +513,9 @@ std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, 
 
 }  // namespace
 
-static const OpDef max_op("max", 1, "max(x, axis, keepdim) / max(x)", "argmax (int64); attrs: the axis order",
+static const OpDef max_op("max", 1, "max(x, axis, keepdim) / max(x)", saves_of<ExtremeSaved>(),
                           extreme_backward, extreme_tangent, [] { return extreme_samples(max, max); });
-static const OpDef min_op("min", 1, "min(x, axis, keepdim) / min(x)", "argmin (int64); attrs: the axis order",
+static const OpDef min_op("min", 1, "min(x, axis, keepdim) / min(x)", saves_of<ExtremeSaved>(),
                           extreme_backward, extreme_tangent, [] { return extreme_samples(min, min); });
 
 template <bool Max>
@@ -523,7 +525,7 @@ static Tensor extreme_op(const Tensor& x, const std::vector<int>& ax, bool keepd
   Extreme e = extreme<Max>(x, ax, keepdim, op.name);
   if (Node* n = record(op, e.values, x)) {
     n->attrs<ExtremeAttrs>() = {.order = e.rows.order};
-    n->save(e.indices);  // ExtremeSaved::kIndices
+    n->save(ExtremeSaved{.indices = e.indices});
   }
   return e.values;
 }

@@ -67,7 +67,7 @@ static void concat_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
     start += len;
   }
 }
-static const OpDef concat_op("concat", -1, "concat(xs, axis): join along an existing axis", "nothing; attrs: axis",
+static const OpDef concat_op("concat", -1, "concat(xs, axis): join along an existing axis", saves_of<NoSaved>(),
                              concat_backward,
                              [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
                                out[0] = concat(join_tangents(n, t), n.attrs<JoinAttrs>().axis);
@@ -117,7 +117,7 @@ static void stack_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   for (size_t k = 0; k < n.edges.size(); ++k)
     if (n.needs(k)) gin[k] = select(g, n.attrs<JoinAttrs>().axis, static_cast<int64_t>(k)).contiguous();
 }
-static const OpDef stack_op("stack", -1, "stack(xs, axis): join along a new axis", "nothing; attrs: axis",
+static const OpDef stack_op("stack", -1, "stack(xs, axis): join along a new axis", saves_of<NoSaved>(),
                             stack_backward,
                             [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
                               out[0] = stack(join_tangents(n, t), n.attrs<JoinAttrs>().axis);
@@ -242,7 +242,7 @@ static void pad_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
   out[0] = pad(t[0], pads);
 }
 static const OpDef pad_op("pad", 1, "pad(x, pads, value): constant padding of the last axes, innermost pair first",
-                          "nothing; attrs: padding before each axis", pad_backward, pad_tangent, [] {
+                          saves_of<NoSaved>(), pad_backward, pad_tangent, [] {
   using samples::uniform;
   return std::vector<OpSample>{
       {"(2,3) pads (1,2)", {uniform({2, 3}, 421)}, [](auto& x) { return pad(x[0], {1, 2}); }},
@@ -300,7 +300,7 @@ struct FlipAttrs {
 static void flip_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = flip(g, n.attrs<FlipAttrs>().axes.vec());
 }
-static const OpDef flip_op("flip", 1, "flip(x, axes): reverse the order along each axis", "nothing; attrs: axes",
+static const OpDef flip_op("flip", 1, "flip(x, axes): reverse the order along each axis", saves_of<NoSaved>(),
                            flip_backward,
                            [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
                              out[0] = flip(t[0], n.attrs<FlipAttrs>().axes.vec());
@@ -394,10 +394,10 @@ static std::vector<OpSample> triangle_samples() {
   };
 }
 static const OpDef triu_op("triu", 1, "triu(x, diagonal): upper triangle of the last two axes",
-                           "nothing; attrs: diagonal",
+                           saves_of<NoSaved>(),
                            triu_backward, triu_tangent, triangle_samples<true>);
 static const OpDef tril_op("tril", 1, "tril(x, diagonal): lower triangle of the last two axes",
-                           "nothing; attrs: diagonal",
+                           saves_of<NoSaved>(),
                            tril_backward, tril_tangent, triangle_samples<false>);
 
 Tensor triu(const Tensor& x, int64_t diagonal) {

@@ -133,7 +133,8 @@ struct SoftmaxAttrs {
   int64_t axis;  // normalised; 0 for a 0-d input
 };
 struct SoftmaxSaved {
-  enum : size_t { kOutput };  // the probabilities (softmax) or their log (log_softmax)
+  Tensor output;  // the probabilities (softmax) or their log (log_softmax)
+  static constexpr std::tuple fields{saved_field("output", &SoftmaxSaved::output)};
 };
 }  // namespace
 
@@ -143,7 +144,7 @@ static Axes softmax_axes(const Tensor& y, int64_t axis) { return y.dim() == 0 ? 
 
 template <bool Log>
 static void softmax_family_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor y = n.saved_tensor(SoftmaxSaved::kOutput);
+  const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
   const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
   if (grad_enabled()) {  // recorded: the same formulas in ops, differentiable again
     const Axes axes = softmax_axes(y, axis);
@@ -176,23 +177,23 @@ static std::vector<OpSample> softmax_samples() {
 // softmax: y (t - sum(y t)); log_softmax: t - sum(softmax t), along the axis.
 template <bool Log>
 static void softmax_family_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor y = n.saved_tensor(SoftmaxSaved::kOutput);
+  const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
   const Axes axes = softmax_axes(y, n.attrs<SoftmaxAttrs>().axis);
   out[0] = Log ? sub(t[0], sum(mul(exp(y), t[0]), axes, true)) : mul(y, sub(t[0], sum(mul(y, t[0]), axes, true)));
 }
 
 static const OpDef softmax_op("softmax", 1, "softmax(x, axis) -> exp(x) / sum(exp(x)) along axis, max subtracted",
-                              "output; attrs: axis", softmax_family_backward<false>, softmax_family_tangent<false>,
+                              saves_of<SoftmaxSaved>(), softmax_family_backward<false>, softmax_family_tangent<false>,
                               softmax_samples<false>);
 static const OpDef log_softmax_op("log_softmax", 1, "log_softmax(x, axis) -> x - logsumexp(x) along axis",
-                                  "output; attrs: axis", softmax_family_backward<true>, softmax_family_tangent<true>,
+                                  saves_of<SoftmaxSaved>(), softmax_family_backward<true>, softmax_family_tangent<true>,
                                   softmax_samples<true>);
 
 // Records out = (log_)softmax(x) along axis a; the node keeps the output.
 static void record_softmax(const OpDef& op, const Tensor& x, Tensor& out, int a) {
   if (Node* n = record(op, out, x)) {
     n->attrs<SoftmaxAttrs>() = {.axis = a};
-    n->save(out);  // SoftmaxSaved::kOutput
+    n->save(SoftmaxSaved{.output = out});
   }
 }
 
@@ -231,7 +232,10 @@ struct CrossEntropyAttrs {
   int64_t count;  // targets not ignored: the mean's denominator
 };
 struct CrossEntropySaved {
-  enum : size_t { kProbs, kTargets };  // (R,C) softmax of the rows, (R) int64 targets
+  // (R,C) softmax of the rows (recorded as the softmax of the logits' rows), (R) int64 targets
+  Tensor probs, targets;
+  static constexpr std::tuple fields{
+      saved_field("probs", &CrossEntropySaved::probs), saved_field("targets", &CrossEntropySaved::targets)};
 };
 }  // namespace
 
@@ -336,8 +340,8 @@ static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const 
 
 static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (!n.needs(0)) return;
-  const Tensor p = n.saved_tensor(CrossEntropySaved::kProbs);
-  const Tensor targets = n.saved_tensor(CrossEntropySaved::kTargets);
+  const Tensor p = n.saved_tensor(&CrossEntropySaved::probs);
+  const Tensor targets = n.saved_tensor(&CrossEntropySaved::targets);
   const Tensor gx =
       grad_enabled() ? cross_entropy_grad_recorded(n, g, p, targets) : cross_entropy_grad_rows(n, g, p, targets);
   // Back to the logits' layout: (N,d...,C) -> (N,C,d...).
@@ -360,10 +364,10 @@ static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Ten
 // the recorded backward at g = 1 (which also scales by the mean's count),
 // then reduced as the loss is.
 static void cross_entropy_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor p = n.saved_tensor(CrossEntropySaved::kProbs);
+  const Tensor p = n.saved_tensor(&CrossEntropySaved::probs);
   const int64_t R = p.shape()[0], C = p.shape()[1];
   const Tensor slope = cross_entropy_grad_recorded(n, ones(n.out_shape, n.out_dtype), p,
-                                                   n.saved_tensor(CrossEntropySaved::kTargets));
+                                                   n.saved_tensor(&CrossEntropySaved::targets));
   // The tangent in the rows layout (R,C), as forward moved the logits.
   const Shape& ls = n.edges[0].shape;
   Tensor rows = t[0];
@@ -381,8 +385,7 @@ static void cross_entropy_tangent(const Node& n, std::span<const Tensor> t, std:
 static const OpDef cross_entropy_op(
     "cross_entropy", 2,
     "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, reduction)",
-    "probs (R,C) (recorded as the softmax of the logits' rows), targets (R); attrs: ignore_index, "
-    "label_smoothing, reduction, count of non-ignored targets",
+    saves_of<CrossEntropySaved>(),
     cross_entropy_backward, cross_entropy_tangent, [] {
       using samples::uniform;
       auto ce = [](int64_t ignore, double smoothing, Reduction red) {
@@ -478,8 +481,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   if (Node* n = record(cross_entropy_op, out, logits, targets)) {
     n->attrs<CrossEntropyAttrs>() = {
         .ignore_index = ignore_index, .label_smoothing = label_smoothing, .reduction = reduction, .count = count};
-    n->save(probs);       // CrossEntropySaved::kProbs
-    n->save(in.targets);  // CrossEntropySaved::kTargets
+    n->save(CrossEntropySaved{.probs = probs, .targets = in.targets});
   }
   return out;
 }

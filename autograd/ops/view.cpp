@@ -96,7 +96,7 @@ static void reshape_backward(const Node& n, const Tensor& g, std::span<Tensor> g
 static void reshape_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = reshape(t[0], n.out_shape);
 }
-static const OpDef reshape_op("reshape", 1, "reshape(x, shape) / view(x, shape)", "nothing", reshape_backward,
+static const OpDef reshape_op("reshape", 1, "reshape(x, shape) / view(x, shape)", saves_of<NoSaved>(), reshape_backward,
                               reshape_tangent, [] {
   return std::vector<OpSample>{
       {"(3,4) -> (2,-1,3)", {samples::uniform({3, 4}, 101)}, [](auto& x) { return reshape(x[0], {2, -1, 3}); }},
@@ -154,7 +154,7 @@ static void permute_backward(const Node& n, const Tensor& g, std::span<Tensor> g
   for (int d = 0; d < order.size(); ++d) inverse[static_cast<int>(order[d])] = d;
   gin[0] = permute(g, inverse);
 }
-static const OpDef permute_op("permute", 1, "permute(x, order) / transpose(x, a, b)", "nothing; attrs: order",
+static const OpDef permute_op("permute", 1, "permute(x, order) / transpose(x, a, b)", saves_of<NoSaved>(),
                               permute_backward,
                               [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
                                 out[0] = permute(t[0], n.attrs<PermuteAttrs>().order);
@@ -232,7 +232,7 @@ static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   gin[0] = gx;
 }
 static const OpDef slice_op("slice", 1, "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis",
-                            "nothing; attrs: axis, start, stop, step", slice_backward,
+                            saves_of<NoSaved>(), slice_backward,
                             [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
                               const SliceAttrs& s = n.attrs<SliceAttrs>();
                               out[0] = slice(t[0], s.axis, s.start, s.stop, s.step);
@@ -284,7 +284,7 @@ Tensor select(const Tensor& x, int64_t axis, int64_t index) {
 static void expand_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = sum_to(g, n.edges[0].shape);
 }
-static const OpDef expand_op("expand", 1, "expand(x, shape)", "nothing", expand_backward,
+static const OpDef expand_op("expand", 1, "expand(x, shape)", saves_of<NoSaved>(), expand_backward,
                              [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
                                out[0] = expand(t[0], n.out_shape);
                              },
@@ -345,7 +345,8 @@ Tensor unsqueeze(const Tensor& x, int64_t axis) {
 
 // ============================ clone ============================
 static void clone_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
-static const OpDef clone_op("clone", 1, "clone(x) / x.contiguous() -> a contiguous copy", "nothing", clone_backward,
+static const OpDef clone_op("clone", 1, "clone(x) / x.contiguous() -> a contiguous copy",
+                            saves_of<NoSaved>(), clone_backward,
                             [](const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; },
                             [] {
   return std::vector<OpSample>{

@@ -8,12 +8,17 @@ using namespace tg;
 
 // swish(x) = x * sigmoid(x); d/dx = s + x s (1 - s), s = sigmoid(x). The
 // backward is written with tensor ops, so it can be differentiated again.
+// What forward saves for it: x.
+struct SwishSaved {
+  Tensor x;
+  static constexpr std::tuple fields{saved_field("x", &SwishSaved::x)};
+};
 void swish_backward(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in) {
-  const Tensor x = node.saved_tensor(0);
+  const Tensor x = node.saved_tensor(&SwishSaved::x);
   const Tensor s = sigmoid(x);
   grad_in[0] = grad_out * (s + x * s * (1.0 - s));
 }
-const OpDef swish_op("swish", 1, "swish(x) -> x * sigmoid(x)", "x", swish_backward, nullptr);
+const OpDef swish_op("swish", 1, "swish(x) -> x * sigmoid(x)", saves_of<SwishSaved>(), swish_backward, nullptr);
 
 Tensor swish(const Tensor& x) {
   Tensor out;
@@ -21,7 +26,7 @@ Tensor swish(const Tensor& x) {
     NoGradGuard no_grad;  // one swish node instead of a sigmoid and a mul
     out = x * sigmoid(x);
   }
-  if (Node* node = record(swish_op, out, x)) node->save(x);
+  if (Node* node = record(swish_op, out, x)) node->save(SwishSaved{.x = x});
   return out;
 }
 

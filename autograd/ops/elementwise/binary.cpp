@@ -63,7 +63,7 @@ static void add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 static void add_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = broadcast_tangent(tangent_add(t[0], t[1]), n.out_shape);
 }
-static const OpDef add_op("add", 2, "add(a, b) -> a + b, broadcasting", "nothing", add_backward, add_tangent,
+static const OpDef add_op("add", 2, "add(a, b) -> a + b, broadcasting", saves_of<NoSaved>(), add_backward, add_tangent,
                           [] { return binary_samples(add, -1, 1); });
 Tensor add(const Tensor& a, const Tensor& b) {
   ProfileScope prof(add_op.name);
@@ -79,7 +79,7 @@ static void sub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 static void sub_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = broadcast_tangent(tangent_add(t[0], t[1].defined() ? neg(t[1]) : Tensor()), n.out_shape);
 }
-static const OpDef sub_op("sub", 2, "sub(a, b) -> a - b, broadcasting", "nothing", sub_backward, sub_tangent,
+static const OpDef sub_op("sub", 2, "sub(a, b) -> a - b, broadcasting", saves_of<NoSaved>(), sub_backward, sub_tangent,
                           [] { return binary_samples(sub, -1, 1); });
 Tensor sub(const Tensor& a, const Tensor& b) {
   ProfileScope prof(sub_op.name);
@@ -92,56 +92,59 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 namespace {
 // mul, minimum, maximum: both operands.
 struct BinarySaved {
-  enum : size_t { kA, kB };
+  Tensor a, b;
+  static constexpr std::tuple fields{saved_field("a", &BinarySaved::a), saved_field("b", &BinarySaved::b)};
 };
 // div, pow: both operands and the output.
 struct BinaryOutputSaved {
-  enum : size_t { kA, kB, kOutput };
+  Tensor a, b, output;
+  static constexpr std::tuple fields{
+      saved_field("a", &BinaryOutputSaved::a), saved_field("b", &BinaryOutputSaved::b),
+      saved_field("output", &BinaryOutputSaved::output)};
 };
 }  // namespace
 
 static void mul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  if (n.needs(0)) gin[0] = sum_to(mul(g, n.saved_tensor(BinarySaved::kB)), n.edges[0].shape);
-  if (n.needs(1)) gin[1] = sum_to(mul(g, n.saved_tensor(BinarySaved::kA)), n.edges[1].shape);
+  if (n.needs(0)) gin[0] = sum_to(mul(g, n.saved_tensor(&BinarySaved::b)), n.edges[0].shape);
+  if (n.needs(1)) gin[1] = sum_to(mul(g, n.saved_tensor(&BinarySaved::a)), n.edges[1].shape);
 }
 static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], n.saved_tensor(BinarySaved::kB)),
-                                         scaled_tangent(t[1], n.saved_tensor(BinarySaved::kA))),
+  out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], n.saved_tensor(&BinarySaved::b)),
+                                         scaled_tangent(t[1], n.saved_tensor(&BinarySaved::a))),
                              n.out_shape);
 }
-static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting", "a, b", mul_backward, mul_tangent,
+static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting",
+                          saves_of<BinarySaved>(), mul_backward, mul_tangent,
                           [] { return binary_samples(mul, -1, 1); });
 Tensor mul(const Tensor& a, const Tensor& b) {
   ProfileScope prof(mul_op.name);
   Tensor out = binary("mul", a, b, [](auto x, auto y) { return x * y; });
   if (Node* n = record(mul_op, out, a, b)) {
-    n->save(a);  // BinarySaved::kA
-    n->save(b);  // kB
+    n->save(BinarySaved{.a = a, .b = b});
   }
   return out;
 }
 
 static void div_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor b = n.saved_tensor(BinaryOutputSaved::kB);
+  const Tensor b = n.saved_tensor(&BinaryOutputSaved::b);
   if (n.needs(0)) gin[0] = sum_to(div(g, b), n.edges[0].shape);
   if (n.needs(1))  // -g * out / b
-    gin[1] = sum_to(neg(div(mul(g, n.saved_tensor(BinaryOutputSaved::kOutput)), b)), n.edges[1].shape);
+    gin[1] = sum_to(neg(div(mul(g, n.saved_tensor(&BinaryOutputSaved::output)), b)), n.edges[1].shape);
 }
 static void div_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   // (ta - out * tb) / b
-  const Tensor tb = t[1].defined() ? neg(mul(n.saved_tensor(BinaryOutputSaved::kOutput), t[1])) : Tensor();
+  const Tensor tb = t[1].defined() ? neg(mul(n.saved_tensor(&BinaryOutputSaved::output), t[1])) : Tensor();
   const Tensor num = tangent_add(t[0], tb);
-  out[0] = broadcast_tangent(num.defined() ? div(num, n.saved_tensor(BinaryOutputSaved::kB)) : Tensor(), n.out_shape);
+  out[0] = broadcast_tangent(num.defined() ? div(num, n.saved_tensor(&BinaryOutputSaved::b)) : Tensor(), n.out_shape);
 }
-static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting", "a, b, output", div_backward, div_tangent,
+static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting",
+                          saves_of<BinaryOutputSaved>(), div_backward, div_tangent,
                           [] { return binary_samples(div, 0.5, 2); });
 Tensor div(const Tensor& a, const Tensor& b) {
   ProfileScope prof(div_op.name);
   Tensor out = binary("div", a, b, [](auto x, auto y) { return x / y; });
   if (Node* n = record(div_op, out, a, b)) {
-    n->save(a);    // BinaryOutputSaved::kA
-    n->save(b);    // kB
-    n->save(out);  // kOutput
+    n->save(BinaryOutputSaved{.a = a, .b = b, .output = out});
   }
   return out;
 }
@@ -153,14 +156,14 @@ Tensor div(const Tensor& a, const Tensor& b) {
 // where 0 * log 0 would be NaN). log reads a with its zeros replaced by 1, so
 // that no NaN reaches the gradient of the derivative either.
 static Tensor pow_slope_base(const Node& n) {
-  const Tensor a = n.saved_tensor(BinaryOutputSaved::kA), b = n.saved_tensor(BinaryOutputSaved::kB);
+  const Tensor a = n.saved_tensor(&BinaryOutputSaved::a), b = n.saved_tensor(&BinaryOutputSaved::b);
   const Tensor zero = zeros({}, b.dtype());
   return where(eq(b, zero), zero, mul(b, pow(a, add(b, -1.0))));
 }
 static Tensor pow_slope_exponent(const Node& n) {
-  const Tensor a = n.saved_tensor(BinaryOutputSaved::kA);
+  const Tensor a = n.saved_tensor(&BinaryOutputSaved::a);
   const Tensor a_zero = eq(a, zeros({}, a.dtype()));
-  return mul(n.saved_tensor(BinaryOutputSaved::kOutput), log(where(a_zero, ones({}, a.dtype()), a)));
+  return mul(n.saved_tensor(&BinaryOutputSaved::output), log(where(a_zero, ones({}, a.dtype()), a)));
 }
 static void pow_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = sum_to(mul(g, pow_slope_base(n)), n.edges[0].shape);
@@ -171,7 +174,8 @@ static void pow_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
                                          t[1].defined() ? mul(t[1], pow_slope_exponent(n)) : Tensor()),
                              n.out_shape);
 }
-static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)", "a, b, output",
+static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)",
+                          saves_of<BinaryOutputSaved>(),
                           pow_backward, pow_tangent, [] {
   std::vector<OpSample> s = binary_samples(pow, 0.5, 2);
   // A learnable exponent over a constant base with a zero: d/db there is 0
@@ -187,9 +191,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   ProfileScope prof(pow_op.name);
   Tensor out = binary("pow", a, b, [](auto x, auto y) { return std::pow(x, y); }, true);
   if (Node* n = record(pow_op, out, a, b)) {
-    n->save(a);    // BinaryOutputSaved::kA
-    n->save(b);    // kB
-    n->save(out);  // kOutput
+    n->save(BinaryOutputSaved{.a = a, .b = b, .output = out});
   }
   return out;
 }
@@ -199,7 +201,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 // The weight of a in the result (1, 0, or 0.5 on ties); b's is 1 - it.
 template <bool Max>
 static Tensor minmax_weight(const Node& n) {
-  const Tensor a = n.saved_tensor(BinarySaved::kA), b = n.saved_tensor(BinarySaved::kB);
+  const Tensor a = n.saved_tensor(&BinarySaved::a), b = n.saved_tensor(&BinarySaved::b);
   Shape s = broadcast_shapes(a.shape(), b.shape(), Max ? "maximum" : "minimum");
   Tensor wa = empty(s, a.dtype());
   dispatch_float(a.dtype(), n.op->name, [&](auto tag) {
@@ -221,29 +223,31 @@ static void minmax_tangent(const Node& n, std::span<const Tensor> t, std::span<T
   const Tensor wa = minmax_weight<Max>(n);
   out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], wa), scaled_tangent(t[1], rsub(1.0, wa))), n.out_shape);
 }
-static const OpDef minimum_op("minimum", 2, "minimum(a, b), broadcasting", "a, b", minmax_backward<false>,
+static const OpDef minimum_op("minimum", 2, "minimum(a, b), broadcasting",
+                              saves_of<BinarySaved>(), minmax_backward<false>,
                               minmax_tangent<false>,
                               [] { return binary_samples(minimum, -1, 1); });
-static const OpDef maximum_op("maximum", 2, "maximum(a, b), broadcasting", "a, b", minmax_backward<true>,
+static const OpDef maximum_op("maximum", 2, "maximum(a, b), broadcasting",
+                              saves_of<BinarySaved>(), minmax_backward<true>,
                               minmax_tangent<true>,
                               [] { return binary_samples(maximum, -1, 1); });
 Tensor minimum(const Tensor& a, const Tensor& b) {
   ProfileScope prof(minimum_op.name);
   Tensor out = binary("minimum", a, b, [](auto x, auto y) { return y < x ? y : x; });
-  if (Node* n = record(minimum_op, out, a, b)) n->save(a), n->save(b);  // BinarySaved
+  if (Node* n = record(minimum_op, out, a, b)) n->save(BinarySaved{.a = a, .b = b});
   return out;
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   ProfileScope prof(maximum_op.name);
   Tensor out = binary("maximum", a, b, [](auto x, auto y) { return y > x ? y : x; });
-  if (Node* n = record(maximum_op, out, a, b)) n->save(a), n->save(b);  // BinarySaved
+  if (Node* n = record(maximum_op, out, a, b)) n->save(BinarySaved{.a = a, .b = b});
   return out;
 }
 
 // ============================ with a scalar ============================
 static void add_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
 static void add_scalar_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; }
-static const OpDef add_scalar_op("add_scalar", 1, "add(a, c) -> a + c", "nothing", add_scalar_backward,
+static const OpDef add_scalar_op("add_scalar", 1, "add(a, c) -> a + c", saves_of<NoSaved>(), add_scalar_backward,
                                  add_scalar_tangent, [] {
   return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
 });
@@ -271,7 +275,7 @@ static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
 static void mul_scalar_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = mul(t[0], n.attrs<ScalarAttrs>().c);
 }
-static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", "nothing; attrs: c", mul_scalar_backward,
+static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", saves_of<NoSaved>(), mul_scalar_backward,
                                  mul_scalar_tangent, [] {
   return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
 });
@@ -294,7 +298,7 @@ static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
     gin[0] = mul(g, 0.0);
     return;
   }
-  const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
+  const Tensor x = n.saved_tensor(&UnaryInputSaved::x);
   if (grad_enabled()) {
     gin[0] = g * (pow(x, c - 1) * c);
     return;
@@ -307,9 +311,10 @@ static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
 // Elementwise, so the tangent is the gradient formula applied to the tangent.
 static void pow_scalar_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const double c = n.attrs<ScalarAttrs>().c;
-  out[0] = c == 0.0 ? Tensor() : t[0] * (pow(n.saved_tensor(UnaryInputSaved::kX), c - 1) * c);
+  out[0] = c == 0.0 ? Tensor() : t[0] * (pow(n.saved_tensor(&UnaryInputSaved::x), c - 1) * c);
 }
-static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c", "a; attrs: c", pow_scalar_backward,
+static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c",
+                                 saves_of<UnaryInputSaved>(), pow_scalar_backward,
                                  pow_scalar_tangent, [] {
   return std::vector<OpSample>{
       {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
@@ -325,14 +330,14 @@ Tensor pow(const Tensor& a, double c) {
     out = unary("pow", a, [c](auto x) { return std::pow(x, static_cast<decltype(x)>(c)); });
   if (Node* n = record(pow_scalar_op, out, a)) {
     n->attrs<ScalarAttrs>() = {.c = c};
-    n->save(a);  // UnaryInputSaved::kX
+    n->save(UnaryInputSaved{.x = a});
   }
   return out;
 }
 
 static void rsub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
 static void rsub_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = neg(t[0]); }
-static const OpDef rsub_op("rsub", 1, "rsub(c, b) -> c - b", "nothing", rsub_backward, rsub_tangent, [] {
+static const OpDef rsub_op("rsub", 1, "rsub(c, b) -> c - b", saves_of<NoSaved>(), rsub_backward, rsub_tangent, [] {
   return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
 });
 Tensor rsub(double c, const Tensor& b) {
@@ -349,12 +354,13 @@ Tensor rsub(double c, const Tensor& b) {
 
 namespace {
 struct RdivSaved {
-  enum : size_t { kB, kOutput };
+  Tensor b, output;
+  static constexpr std::tuple fields{saved_field("b", &RdivSaved::b), saved_field("output", &RdivSaved::output)};
 };
 }  // namespace
 static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   // d(c/b)/db = -c/b^2 = -out/b
-  Tensor ratio = div(n.saved_tensor(RdivSaved::kOutput), n.saved_tensor(RdivSaved::kB));
+  Tensor ratio = div(n.saved_tensor(&RdivSaved::output), n.saved_tensor(&RdivSaved::b));
   if (grad_enabled()) {
     gin[0] = -(g * ratio);
     return;
@@ -362,15 +368,15 @@ static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
   gin[0] = fused_grad(g, ratio, [](auto gy, auto r) { return -gy * r; });
 }
 static void rdiv_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = -(t[0] * div(n.saved_tensor(RdivSaved::kOutput), n.saved_tensor(RdivSaved::kB)));
+  out[0] = -(t[0] * div(n.saved_tensor(&RdivSaved::output), n.saved_tensor(&RdivSaved::b)));
 }
-static const OpDef rdiv_op("rdiv", 1, "rdiv(c, b) -> c / b", "b, output", rdiv_backward, rdiv_tangent, [] {
+static const OpDef rdiv_op("rdiv", 1, "rdiv(c, b) -> c / b", saves_of<RdivSaved>(), rdiv_backward, rdiv_tangent, [] {
   return std::vector<OpSample>{{"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
 });
 Tensor rdiv(double c, const Tensor& b) {
   ProfileScope prof(rdiv_op.name);
   Tensor out = unary("rdiv", b, [c](auto x) { return static_cast<decltype(x)>(c) / x; });
-  if (Node* n = record(rdiv_op, out, b)) n->save(b), n->save(out);  // RdivSaved::kB, kOutput
+  if (Node* n = record(rdiv_op, out, b)) n->save(RdivSaved{.b = b, .output = out});
   return out;
 }
 

@@ -40,9 +40,15 @@ Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
   return out;
 }
 
-// pow_scalar, gelu, clamp: the input x.
+// pow_scalar, gelu, clamp and the unary ops whose backward reads x: the input x.
 struct UnaryInputSaved {
-  enum : size_t { kX };
+  Tensor x;
+  static constexpr std::tuple fields{saved_field("x", &UnaryInputSaved::x)};
+};
+// The unary ops whose backward reads their output.
+struct UnaryOutputSaved {
+  Tensor output;
+  static constexpr std::tuple fields{saved_field("output", &UnaryOutputSaved::output)};
 };
 
 }  // namespace tg::detail::elementwise

@@ -53,7 +53,7 @@ template <class T> [[gnu::always_inline]] inline T gelu_curvature_tanh(T x) {
 }  // namespace
 
 static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
+  const Tensor x = n.saved_tensor(&UnaryInputSaved::x);
   const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
   if (grad_enabled()) {
     gin[0] = gelu_grad(g, x, tanh_approximation);
@@ -66,13 +66,13 @@ static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
 // The output again from the saved input, for ops that save it by reference
 // (a transformer MLP's proj then holds no copy of its (B,T,4C) input).
 static Tensor gelu_recompute(const Node& n) {
-  return gelu(n.saved_tensor(UnaryInputSaved::kX), n.attrs<GeluAttrs>().tanh_approximation);
+  return gelu(n.saved_tensor(&UnaryInputSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
 }
 static void gelu_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = gelu_grad(t[0], n.saved_tensor(UnaryInputSaved::kX), n.attrs<GeluAttrs>().tanh_approximation);
+  out[0] = gelu_grad(t[0], n.saved_tensor(&UnaryInputSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
 }
 static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)",
-                           "x (the output is recomputed); attrs: tanh_approximation",
+                           saves_of<UnaryInputSaved>(),
                            gelu_backward, gelu_tangent, [] {
   return std::vector<OpSample>{
       {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
@@ -101,7 +101,7 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
   }
   if (Node* n = record(gelu_op, out, x)) {
     n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
-    n->save(x);  // UnaryInputSaved::kX
+    n->save(UnaryInputSaved{.x = x});
   }
   return out;
 }
@@ -112,7 +112,8 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
 // through gelu''(x). Its own recorded backward takes gelu''(x) in tensor ops.
 namespace {
 struct GeluGradSaved {
-  enum : size_t { kGrad, kX };
+  Tensor grad, x;
+  static constexpr std::tuple fields{saved_field("grad", &GeluGradSaved::grad), saved_field("x", &GeluGradSaved::x)};
 };
 }  // namespace
 // gelu''(x) in tensor ops (see gelu_curvature_exact / _tanh).
@@ -124,7 +125,7 @@ static Tensor gelu_curvature(const Tensor& x, bool tanh_approximation) {
   return (1.0 - t * t) * (du + x * 0.5 * (x * (6 * kGeluK * kGeluC) - t * du * du * 2.0));
 }
 static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor> gin) {
-  const Tensor g = n.saved_tensor(GeluGradSaved::kGrad), x = n.saved_tensor(GeluGradSaved::kX);
+  const Tensor g = n.saved_tensor(&GeluGradSaved::grad), x = n.saved_tensor(&GeluGradSaved::x);
   const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
   if (n.needs(0)) gin[0] = gelu_grad(gg, x, tanh_approximation);
   if (!n.needs(1)) return;
@@ -138,14 +139,14 @@ static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor
 }
 // d/d(g, x) of g * gelu'(x) along (tg, tx): gelu'(x) tg + g gelu''(x) tx.
 static void gelu_grad_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor x = n.saved_tensor(GeluGradSaved::kX);
+  const Tensor x = n.saved_tensor(&GeluGradSaved::x);
   const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
   out[0] = tangent_add(
       t[0].defined() ? gelu_grad(t[0], x, tanh_approximation) : Tensor(),
-      t[1].defined() ? t[1] * n.saved_tensor(GeluGradSaved::kGrad) * gelu_curvature(x, tanh_approximation) : Tensor());
+      t[1].defined() ? t[1] * n.saved_tensor(&GeluGradSaved::grad) * gelu_curvature(x, tanh_approximation) : Tensor());
 }
 static const OpDef gelu_grad_op("gelu_grad", 2, "gelu_grad(g, x, tanh_approximation=false) -> g * gelu'(x)",
-                                "g, x; attrs: tanh_approximation", gelu_grad_backward, gelu_grad_tangent, [] {
+                                saves_of<GeluGradSaved>(), gelu_grad_backward, gelu_grad_tangent, [] {
   return std::vector<OpSample>{
       {"exact (3,4)", {uniform({3, 4}, 35), uniform({3, 4}, 36, -3, 3)},
        [](auto& x) { return gelu_grad(x[0], x[1]); }},
@@ -172,8 +173,7 @@ Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation) {
   });
   if (Node* n = record(gelu_grad_op, out, g, x)) {
     n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
-    n->save(g);  // GeluGradSaved::kGrad
-    n->save(x);  // kX
+    n->save(GeluGradSaved{.grad = g, .x = x});
   }
   return out;
 }

@@ -34,11 +34,12 @@ Tensor mask_where(const Tensor& mask, const Tensor& a, const Tensor& b, const ch
 namespace {
 // where, masked_fill: the mask (any dtype, nonzero = true).
 struct MaskSaved {
-  enum : size_t { kMask };
+  Tensor mask;
+  static constexpr std::tuple fields{saved_field("mask", &MaskSaved::mask)};
 };
 }  // namespace
 static void where_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor mask = n.saved_tensor(MaskSaved::kMask);
+  const Tensor mask = n.saved_tensor(&MaskSaved::mask);
   const Tensor zero = zeros({}, g.dtype());
   // Recorded, the selection is where itself: differentiable in g.
   auto select = [&](const Tensor& a, const Tensor& b) {
@@ -50,11 +51,12 @@ static void where_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
 static void where_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   if (!t[1].defined() && !t[2].defined()) return;
   const Tensor zero = zeros({}, n.out_dtype);
-  out[0] = broadcast_tangent(where(n.saved_tensor(MaskSaved::kMask), t[1].defined() ? t[1] : zero,
+  out[0] = broadcast_tangent(where(n.saved_tensor(&MaskSaved::mask), t[1].defined() ? t[1] : zero,
                                    t[2].defined() ? t[2] : zero),
                              n.out_shape);
 }
-static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting", "mask", where_backward,
+static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting",
+                            saves_of<MaskSaved>(), where_backward,
                             where_tangent, [] {
   auto fn = [](const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
   return std::vector<OpSample>{
@@ -65,19 +67,20 @@ static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broa
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   ProfileScope prof(where_op.name);
   Tensor out = mask_where(mask, a, b, "where");
-  if (Node* n = record(where_op, out, mask, a, b)) n->save(mask);  // MaskSaved::kMask
+  if (Node* n = record(where_op, out, mask, a, b)) n->save(MaskSaved{.mask = mask});
   return out;
 }
 
 static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   // g has x's shape (the mask broadcasts to it)
-  const Tensor mask = n.saved_tensor(MaskSaved::kMask);
+  const Tensor mask = n.saved_tensor(&MaskSaved::mask);
   gin[0] = grad_enabled() ? masked_fill(g, mask, 0.0) : mask_where(mask, zeros({}, g.dtype()), g, "masked_fill");
 }
 static void masked_fill_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = masked_fill(t[0], n.saved_tensor(MaskSaved::kMask), 0.0);
+  out[0] = masked_fill(t[0], n.saved_tensor(&MaskSaved::mask), 0.0);
 }
-static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)", "mask", masked_fill_backward,
+static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)",
+                                  saves_of<MaskSaved>(), masked_fill_backward,
                                   masked_fill_tangent, [] {
   return std::vector<OpSample>{{"(3,4) with mask (4)", {uniform({3, 4}, 47)}, [](auto& x) {
                                   return masked_fill(x[0], samples::indices({4}, 2, 48), -1e9);
@@ -88,7 +91,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   if (!(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape()))
     throw ShapeError(fmt::format("masked_fill: mask of shape {} does not broadcast to {}", mask.shape(), x.shape()));
   Tensor out = mask_where(mask, full({}, value, x.dtype()), x, "masked_fill");
-  if (Node* n = record(masked_fill_op, out, x)) n->save(mask);  // MaskSaved::kMask
+  if (Node* n = record(masked_fill_op, out, x)) n->save(MaskSaved{.mask = mask});
   return out;
 }
 

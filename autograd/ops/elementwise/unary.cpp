@@ -17,6 +17,7 @@ namespace tg {
 using detail::elementwise::fused_grad;
 using detail::elementwise::unary;
 using detail::elementwise::UnaryInputSaved;
+using detail::elementwise::UnaryOutputSaved;
 
 namespace {
 
@@ -59,26 +60,44 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
 // Each unary op: forward kernel, fused backward kernel (grad_out, saved) ->
 // grad_in, the same backward in tensor ops (recorded under create_graph; an
 // elementwise Jacobian is diagonal, so applied to a tangent it is also the
-// tangent rule), OpDef, samples. It saves one tensor: x, or the output when SAVE_OUTPUT.
+// tangent rule), OpDef, samples. SAVED is what it saves: UnaryInputSaved (x),
+// UnaryOutputSaved (the output) or NoSaved (a backward that reads neither).
 namespace {
-struct UnarySaved {
-  enum : size_t { kXOrOutput };
-};
+// The tensor a unary op's backward reads, saved as S: x, the output, or none.
+template <class S>
+void unary_save(Node& n, const Tensor& x, const Tensor& out) {
+  if constexpr (std::is_same_v<S, UnaryInputSaved>)
+    n.save(UnaryInputSaved{.x = x});
+  else if constexpr (std::is_same_v<S, UnaryOutputSaved>)
+    n.save(UnaryOutputSaved{.output = out});
+}
+template <class S>
+Tensor unary_saved(const Node& n) {
+  if constexpr (std::is_same_v<S, UnaryInputSaved>)
+    return n.saved_tensor(&UnaryInputSaved::x);
+  else if constexpr (std::is_same_v<S, UnaryOutputSaved>)
+    return n.saved_tensor(&UnaryOutputSaved::output);
+  else
+    return Tensor();
+}
 }  // namespace
-#define TG_UNARY_OP(NAME, SIGNATURE, SAVES, SAMPLES, FORWARD, SAVE_OUTPUT, BACKWARD, RECORDED_BACKWARD) \
+#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, SAMPLES, FORWARD, BACKWARD, RECORDED_BACKWARD)                \
   static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
-    const Tensor s = n.saved_tensor(UnarySaved::kXOrOutput);                                            \
-    gin[0] = grad_enabled() ? (RECORDED_BACKWARD)(g, s) : fused_grad(g, s, BACKWARD);                   \
+    const Tensor s = unary_saved<SAVED>(n);                                                             \
+    if constexpr (std::is_same_v<SAVED, NoSaved>)                                                       \
+      gin[0] = (RECORDED_BACKWARD)(g, s);                                                               \
+    else                                                                                                \
+      gin[0] = grad_enabled() ? (RECORDED_BACKWARD)(g, s) : fused_grad(g, s, BACKWARD);                 \
   }                                                                                                     \
   static void NAME##_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {         \
-    out[0] = (RECORDED_BACKWARD)(t[0], n.saved_tensor(UnarySaved::kXOrOutput));                         \
+    out[0] = (RECORDED_BACKWARD)(t[0], unary_saved<SAVED>(n));                                          \
   }                                                                                                     \
-  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, SAVES, NAME##_backward, NAME##_tangent,             \
+  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, saves_of<SAVED>(), NAME##_backward, NAME##_tangent, \
                                [] { return SAMPLES; });                                                 \
   Tensor NAME(const Tensor& x) {                                                                        \
     ProfileScope prof(NAME##_op.name);                                                                  \
     Tensor out = unary(NAME##_op.name, x, FORWARD);                                                     \
-    if (Node* n = record(NAME##_op, out, x)) n->save(SAVE_OUTPUT ? out : x);                            \
+    if (Node* n = record(NAME##_op, out, x)) unary_save<SAVED>(*n, x, out);                             \
     return out;                                                                                         \
   }
 
@@ -90,45 +109,49 @@ template <class T> T sigmoid_of(T x) {
 }
 template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
 
-TG_UNARY_OP(neg, "neg(x) -> -x", "nothing (saves x only to keep one mechanism)", unary_samples(neg, -1, 1),
-            [](auto x) { return -x; }, false, [](auto gy, auto) { return -gy; },
+TG_UNARY_OP(neg, "neg(x) -> -x", NoSaved, unary_samples(neg, -1, 1),
+            [](auto x) { return -x; },
+            [](auto gy, auto) { return -gy; },
             [](const Tensor& g, const Tensor&) { return -g; })
-TG_UNARY_OP(exp, "exp(x)", "output", unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); }, true,
+TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); },
             [](auto gy, auto y) { return gy * y; }, [](const Tensor& g, const Tensor& y) { return g * y; })
-TG_UNARY_OP(log, "log(x), x > 0", "x", unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); }, false,
+TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); },
             [](auto gy, auto x) { return gy / x; }, [](const Tensor& g, const Tensor& x) { return g / x; })
-TG_UNARY_OP(sqrt, "sqrt(x), x > 0", "output", unary_samples(sqrt, 0.2, 3), [](auto x) { return std::sqrt(x); },
-            true, [](auto gy, auto y) { return gy / (y + y); },
+TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, unary_samples(sqrt, 0.2, 3), [](auto x) { return std::sqrt(x); },
+            [](auto gy, auto y) { return gy / (y + y); },
             [](const Tensor& g, const Tensor& y) { return g / (y + y); })
-TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", "output", unary_samples(rsqrt, 0.2, 3),
-            [](auto x) { return decltype(x)(1) / std::sqrt(x); }, true,
+TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, unary_samples(rsqrt, 0.2, 3),
+            [](auto x) { return decltype(x)(1) / std::sqrt(x); },
             [](auto gy, auto y) { return decltype(y)(-0.5) * gy * y * y * y; },
             [](const Tensor& g, const Tensor& y) { return g * -0.5 * y * y * y; })
-TG_UNARY_OP(abs, "abs(x)", "x", kinked_unary_samples(abs), [](auto x) { return std::abs(x); }, false,
+TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, kinked_unary_samples(abs), [](auto x) { return std::abs(x); },
             [](auto gy, auto x) { return x > 0 ? gy : (x < 0 ? -gy : decltype(gy)(0)); },
             [](const Tensor& g, const Tensor& x) {
               return g * slope_of(x, [](auto v) { return decltype(v)((v > 0) - (v < 0)); });  // sign(x)
             })
-TG_UNARY_OP(tanh, "tanh(x)", "output", unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); }, true,
+TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); },
             [](auto gy, auto y) { return gy * (decltype(y)(1) - y * y); },
             [](const Tensor& g, const Tensor& y) { return g * (1.0 - y * y); })
-TG_UNARY_OP(sigmoid, "sigmoid(x)", "output", unary_samples(sigmoid, -3, 3), [](auto x) { return sigmoid_of(x); },
-            true, [](auto gy, auto y) { return gy * y * (decltype(y)(1) - y); },
+TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, unary_samples(sigmoid, -3, 3),
+            [](auto x) { return sigmoid_of(x); },
+            [](auto gy, auto y) { return gy * y * (decltype(y)(1) - y); },
             [](const Tensor& g, const Tensor& y) { return g * y * (1.0 - y); })
-TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", "output", kinked_unary_samples(relu),
-            [](auto x) { return x > 0 ? x : decltype(x)(0); }, true,
+TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, kinked_unary_samples(relu),
+            [](auto x) { return x > 0 ? x : decltype(x)(0); },
             [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); },
             [](const Tensor& g, const Tensor& y) {
               return g * slope_of(y, [](auto v) { return v > 0 ? decltype(v)(1) : decltype(v)(0); });
             })
-TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", "x", unary_samples(softplus, -3, 3),
-            [](auto x) { return softplus_of(x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(x); },
+TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", UnaryInputSaved, unary_samples(softplus, -3, 3),
+            [](auto x) { return softplus_of(x); },
+            [](auto gy, auto x) { return gy * sigmoid_of(x); },
             [](const Tensor& g, const Tensor& x) { return g * sigmoid(x); })
-TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", "x", unary_samples(log_sigmoid, -3, 3),
-            [](auto x) { return -softplus_of(-x); }, false, [](auto gy, auto x) { return gy * sigmoid_of(-x); },
+TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", UnaryInputSaved, unary_samples(log_sigmoid, -3, 3),
+            [](auto x) { return -softplus_of(-x); },
+            [](auto gy, auto x) { return gy * sigmoid_of(-x); },
             [](const Tensor& g, const Tensor& x) { return g * sigmoid(-x); })
 // erf(x), gradient 2/sqrt(pi) exp(-x^2): the normal CDF Phi(x) = (1 + erf(x/sqrt(2))) / 2 in tensor ops.
-TG_UNARY_OP(erf, "erf(x)", "x", unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); }, false,
+TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); },
             [](auto gy, auto x) { return gy * decltype(x)(2 * std::numbers::inv_sqrtpi) * std::exp(-x * x); },
             [](const Tensor& g, const Tensor& x) { return g * (2 * std::numbers::inv_sqrtpi) * exp(-(x * x)); })
 #undef TG_UNARY_OP
@@ -140,7 +163,7 @@ struct ClampAttrs {
 }  // namespace
 static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
-  const Tensor x = n.saved_tensor(UnaryInputSaved::kX);
+  const Tensor x = n.saved_tensor(&UnaryInputSaved::x);
   // torch passes the gradient at the bounds
   if (grad_enabled()) {
     gin[0] = g * slope_of(x, [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
@@ -151,9 +174,11 @@ static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
 // The slope is 1 inside [low, high], 0 outside: tangent and gradient alike.
 static void clamp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
-  out[0] = t[0] * slope_of(n.saved_tensor(UnaryInputSaved::kX), [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
+  out[0] = t[0] * slope_of(n.saved_tensor(&UnaryInputSaved::x),
+                           [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
 }
-static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)", "x; attrs: low, high", clamp_backward, clamp_tangent, [] {
+static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)",
+                            saves_of<UnaryInputSaved>(), clamp_backward, clamp_tangent, [] {
   return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
                                 [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
 });
@@ -166,7 +191,7 @@ Tensor clamp(const Tensor& x, double low, double high) {
   });
   if (Node* n = record(clamp_op, out, x)) {
     n->attrs<ClampAttrs>() = {.low = low, .high = high};
-    n->save(x);  // UnaryInputSaved::kX
+    n->save(UnaryInputSaved{.x = x});
   }
   return out;
 }
@@ -176,7 +201,8 @@ static void cast_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
 static void cast_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = cast(t[0], n.out_dtype);
 }
-static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)", "nothing", cast_backward, cast_tangent, [] {
+static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)",
+                           saves_of<NoSaved>(), cast_backward, cast_tangent, [] {
   return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
                                 [](auto& x) { return cast(x[0], DType::f64); }}};
 });

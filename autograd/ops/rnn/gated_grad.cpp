@@ -28,8 +28,13 @@ using namespace detail::rnn;
 //   U_t = du_t + a_t U_{t-1} + sum_q R_t,q j_t,q
 // gives d g_t = U_t, d a_t = U_{t-1} u_t, d j_t,q = R_t,q u_t, dW = sum_{t>0} P_t^T U_{t-1}.
 namespace {
+// a (T,B,H) may be undefined; j (T,B,QH), w_hh (QH,H), output u (T,B,H), p = u j (T,B,QH) from forward
 struct GatedGradSaved {
-  enum : size_t { kCarry, kSlopes, kWeight, kOutput, kP };  // a may be undefined; P (T,B,G) from forward
+  Tensor carry, slopes, weight, output, p;
+  static constexpr std::tuple fields{
+      saved_field("carry", &GatedGradSaved::carry), saved_field("slopes", &GatedGradSaved::slopes),
+      saved_field("weight", &GatedGradSaved::weight), saved_field("output", &GatedGradSaved::output),
+      saved_field("p", &GatedGradSaved::p)};
 };
 }  // namespace
 
@@ -110,8 +115,8 @@ Tensor gate_sum(const Tensor& R, const Tensor& j, int64_t H) {
 // Recorded (third and higher derivatives): the adjoint above in tensor ops,
 // step by step; P recomputed from the output.
 static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor a = n.saved_tensor(GatedGradSaved::kCarry), j = n.saved_tensor(GatedGradSaved::kSlopes);
-  const Tensor w = n.saved_tensor(GatedGradSaved::kWeight), u = n.saved_tensor(GatedGradSaved::kOutput);
+  const Tensor a = n.saved_tensor(&GatedGradSaved::carry), j = n.saved_tensor(&GatedGradSaved::slopes);
+  const Tensor w = n.saved_tensor(&GatedGradSaved::weight), u = n.saved_tensor(&GatedGradSaved::output);
   const int64_t T = u.size(0), H = u.size(2);
   const Tensor wt = transpose(w, 0, 1);
   std::vector<Tensor> dg(T), da(T), dj(T);
@@ -141,9 +146,9 @@ static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std:
 
 static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return gated_grad_backward_recorded(n, grad, gin);
-  const Tensor a = contig(n.saved_tensor(GatedGradSaved::kCarry)), j = contig(n.saved_tensor(GatedGradSaved::kSlopes));
-  const Tensor w = contig(n.saved_tensor(GatedGradSaved::kWeight)), u = n.saved_tensor(GatedGradSaved::kOutput);
-  const Tensor P = n.saved_tensor(GatedGradSaved::kP);
+  const Tensor a = contig(n.saved_tensor(&GatedGradSaved::carry)), j = contig(n.saved_tensor(&GatedGradSaved::slopes));
+  const Tensor w = contig(n.saved_tensor(&GatedGradSaved::weight)), u = n.saved_tensor(&GatedGradSaved::output);
+  const Tensor P = n.saved_tensor(&GatedGradSaved::p);
   const Dims d{u.size(0), u.size(1), u.size(2)};
   const int64_t G = j.size(2);
   const Tensor gy = grad.contiguous();
@@ -173,7 +178,7 @@ static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, st
 static const OpDef gated_recurrence_grad_op(
     "gated_recurrence_grad", 4,
     "gated_recurrence_grad(g (T,B,H), a (T,B,H) or undefined, j (T,B,QH), w_hh (QH,H)) -> u (T,B,H)",
-    "a, j, w_hh, output, P = u j (T,B,QH)", gated_recurrence_grad_backward, tangent_from_backward, [] {
+    saves_of<GatedGradSaved>(), gated_recurrence_grad_backward, tangent_from_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       return std::vector<OpSample>{
@@ -220,11 +225,7 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
     });
   });
   if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
-    n->save(a_in);  // GatedGradSaved::kCarry
-    n->save(j_in);  // kSlopes
-    n->save(w_in);  // kWeight
-    n->save(u);     // kOutput
-    n->save(P);     // kP
+    n->save(GatedGradSaved{.carry = a_in, .slopes = j_in, .weight = w_in, .output = u, .p = P});
   }
   return u;
 }

@@ -20,8 +20,14 @@ using namespace detail::rnn;
 // from it, and what a second-order pass sends into it comes back to the
 // fused backward, which adds it to dX and dP before the step's GEMM.
 namespace {
+// w_hh, h0 as given; gates r, z, n and h W_hn^T + b_hn (T,B,4H)
 struct GruSaved {
-  enum : size_t { kWeight, kH0, kGates, kOutput };  // w_hh, h0 as given
+  Tensor weight, h0;
+  SideOutput gates;
+  Tensor output;
+  static constexpr std::tuple fields{
+      saved_field("weight", &GruSaved::weight), saved_field("h0", &GruSaved::h0),
+      saved_field("gates", &GruSaved::gates), saved_field("output", &GruSaved::output)};
 };
 }  // namespace
 
@@ -134,8 +140,8 @@ static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, 
 // A_z = g_z z(1-z), it adds [A_r, A_z, A_n] to dxp, Q = [A_r, A_z, g_hn + A_n r]
 // to dp, and Q_t W to the gradient of h_{t-1}.
 static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = n.saved_tensor(GruSaved::kWeight), h0 = n.saved_tensor(GruSaved::kH0);
-  const Tensor out = n.saved_tensor(GruSaved::kOutput), act = n.saved_tensor(GruSaved::kGates);
+  const Tensor w = n.saved_tensor(&GruSaved::weight), h0 = n.saved_tensor(&GruSaved::h0);
+  const Tensor out = n.saved_tensor(&GruSaved::output), act = n.saved_tensor(&GruSaved::gates);
   const int64_t H = out.size(2), G = w.size(0);
   const Tensor hprev = previous_states(out, h0);
   const std::vector<Tensor> a = chunk(act, 4, 2);
@@ -143,7 +149,7 @@ static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<T
   const Tensor c = mul(rsub(1.0, z), rsub(1.0, mul(nn, nn)));
   const Tensor j = concat({mul(mul(c, hn), sigmoid_slope(r)), mul(sub(hprev, nn), sigmoid_slope(z)), mul(c, r)}, 2);
   Tensor g = grad, Qx, Q;
-  if (const Tensor& gact = n.side_grad(1); gact.defined()) {
+  if (const Tensor& gact = n.side_grad(&GruSaved::gates); gact.defined()) {
     const std::vector<Tensor> ga = chunk(gact, 4, 2);
     const Tensor An = mul(ga[2], rsub(1.0, mul(nn, nn)));
     const Tensor Ar = mul(add(ga[0], mul(An, hn)), sigmoid_slope(r)), Az = mul(ga[1], sigmoid_slope(z));
@@ -163,9 +169,10 @@ static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<T
 
 static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return gru_backward_recorded(n, grad, gin);
-  const Tensor w = contig(n.saved_tensor(GruSaved::kWeight)), h0 = contig(n.saved_tensor(GruSaved::kH0));
-  const Tensor act = n.saved_tensor(GruSaved::kGates), out = n.saved_tensor(GruSaved::kOutput);
-  const Tensor gact = n.side_grad(1).defined() ? n.side_grad(1).contiguous() : Tensor();
+  const Tensor w = contig(n.saved_tensor(&GruSaved::weight)), h0 = contig(n.saved_tensor(&GruSaved::h0));
+  const Tensor act = n.saved_tensor(&GruSaved::gates), out = n.saved_tensor(&GruSaved::output);
+  const Tensor& side = n.side_grad(&GruSaved::gates);
+  const Tensor gact = side.defined() ? side.contiguous() : Tensor();
   const Dims d{out.size(0), out.size(1), out.size(2)};
   const int64_t G = 3 * d.H;
   Tensor g = grad.contiguous();
@@ -189,7 +196,7 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
 }
 static const OpDef gru_recurrence_op("gru_recurrence", 4,
                                      "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
-                                     "w_hh, h0, gates r, z, n and h W_hn^T + b_hn (T,B,4H) as a side output, output",
+                                     saves_of<GruSaved>(),
                                      gru_recurrence_backward, tangent_from_backward, [] { return recurrence_samples(3, true, false); });
 
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
@@ -211,10 +218,7 @@ Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_i
     });
   });
   if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
-    n->save(w_in);             // GruSaved::kWeight
-    n->save(h0_in);            // kH0
-    n->save_side_output(act);  // kGates
-    n->save(out);              // kOutput
+    n->save(GruSaved{.weight = w_in, .h0 = h0_in, .gates = act, .output = out});
   }
   return out;
 }

@@ -20,8 +20,14 @@ using namespace detail::rnn;
 // it, and a second-order pass sends their gradient back here, where the
 // fused backward adds it to the gates' gradient before the step's GEMM.
 namespace {
+// w_hh, h0, c0 as given; the gate activations (T,B,4H)
 struct LstmSaved {
-  enum : size_t { kWeight, kH0, kC0, kGates, kOutput };  // w_hh, h0, c0 as given
+  Tensor weight, h0, c0;
+  SideOutput gates;
+  Tensor output;
+  static constexpr std::tuple fields{
+      saved_field("weight", &LstmSaved::weight), saved_field("h0", &LstmSaved::h0), saved_field("c0", &LstmSaved::c0),
+      saved_field("gates", &LstmSaved::gates), saved_field("output", &LstmSaved::output)};
 };
 }  // namespace
 
@@ -128,15 +134,15 @@ static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout,
 // with create_graph, a gradient gact has reached the activations: it adds
 // P = gact * slope to dA_t and P_t W to the gradient of h_{t-1}.
 static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = n.saved_tensor(LstmSaved::kWeight), h0 = n.saved_tensor(LstmSaved::kH0);
-  const Tensor c0 = n.saved_tensor(LstmSaved::kC0), out = n.saved_tensor(LstmSaved::kOutput);
-  const Tensor act = n.saved_tensor(LstmSaved::kGates);
+  const Tensor w = n.saved_tensor(&LstmSaved::weight), h0 = n.saved_tensor(&LstmSaved::h0);
+  const Tensor c0 = n.saved_tensor(&LstmSaved::c0), out = n.saved_tensor(&LstmSaved::output);
+  const Tensor act = n.saved_tensor(&LstmSaved::gates);
   const int64_t H = out.size(3);
   const Tensor cs = select(out, 0, 1);
   const Tensor hprev = previous_states(select(out, 0, 0), h0), cprev = previous_states(cs, c0);  // (T,B,H)
   const Tensor s = lstm_gate_slopes(act, cs, cprev);  // (T,B,6H): [f, k, j]
   Tensor gout = grad, P;
-  if (const Tensor& gact = n.side_grad(1); gact.defined()) {
+  if (const Tensor& gact = n.side_grad(&LstmSaved::gates); gact.defined()) {
     const std::vector<Tensor> q = chunk(act, 4, 2);
     P = mul(gact, concat({sigmoid_slope(q[0]), sigmoid_slope(q[1]), rsub(1.0, mul(q[2], q[2])), sigmoid_slope(q[3])},
                          2));  // (T,B,4H)
@@ -152,10 +158,11 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
 
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return lstm_backward_recorded(n, grad, gin);
-  const Tensor w = contig(n.saved_tensor(LstmSaved::kWeight)), h0 = contig(n.saved_tensor(LstmSaved::kH0));
-  const Tensor c0 = contig(n.saved_tensor(LstmSaved::kC0));
-  const Tensor act = n.saved_tensor(LstmSaved::kGates), out = n.saved_tensor(LstmSaved::kOutput);
-  const Tensor gact = n.side_grad(1).defined() ? n.side_grad(1).contiguous() : Tensor();
+  const Tensor w = contig(n.saved_tensor(&LstmSaved::weight)), h0 = contig(n.saved_tensor(&LstmSaved::h0));
+  const Tensor c0 = contig(n.saved_tensor(&LstmSaved::c0));
+  const Tensor act = n.saved_tensor(&LstmSaved::gates), out = n.saved_tensor(&LstmSaved::output);
+  const Tensor& side = n.side_grad(&LstmSaved::gates);
+  const Tensor gact = side.defined() ? side.contiguous() : Tensor();
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t BH = d.B * d.H;
   Tensor g = grad.contiguous();
@@ -180,7 +187,7 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
 }
 static const OpDef lstm_recurrence_op(
     "lstm_recurrence", 4, "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
-    "w_hh, h0, c0, gate activations (T,B,4H) as a side output, output", lstm_recurrence_backward, tangent_from_backward,
+    saves_of<LstmSaved>(), lstm_recurrence_backward, tangent_from_backward,
     [] { return recurrence_samples(4, false, true); });
 
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
@@ -203,11 +210,7 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
     });
   });
   if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in)) {
-    n->save(w_in);   // LstmSaved::kWeight
-    n->save(h0_in);  // kH0
-    n->save(c0_in);  // kC0
-    n->save_side_output(act);  // kGates
-    n->save(out);              // kOutput
+    n->save(LstmSaved{.weight = w_in, .h0 = h0_in, .c0 = c0_in, .gates = act, .output = out});
   }
   return out;
 }

@@ -26,7 +26,10 @@ using namespace detail::rnn;
 //   dc_t = tcc (dj_o so - 2 dk o tc)      dc_{t-1} = dj_f sf
 namespace {
 struct LstmSlopesSaved {
-  enum : size_t { kAct, kC, kCPrev };
+  Tensor act, c, c_prev;
+  static constexpr std::tuple fields{
+      saved_field("act", &LstmSlopesSaved::act), saved_field("c", &LstmSlopesSaved::c),
+      saved_field("c_prev", &LstmSlopesSaved::c_prev)};
 };
 }  // namespace
 
@@ -75,8 +78,8 @@ static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds,
 
 // Recorded (third and higher derivatives of the LSTM): the formulas above in tensor ops.
 static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor act = n.saved_tensor(LstmSlopesSaved::kAct), c = n.saved_tensor(LstmSlopesSaved::kC);
-  const Tensor cp = n.saved_tensor(LstmSlopesSaved::kCPrev);
+  const Tensor act = n.saved_tensor(&LstmSlopesSaved::act), c = n.saved_tensor(&LstmSlopesSaved::c);
+  const Tensor cp = n.saved_tensor(&LstmSlopesSaved::c_prev);
   const std::vector<Tensor> z = chunk(act, 4, 2), d = chunk(grad, 6, 2);
   const Tensor &i = z[0], &f = z[1], &g = z[2], &o = z[3], tc = tanh(c);
   const Tensor tg = rsub(1.0, mul(g, g)), tcc = rsub(1.0, mul(tc, tc));
@@ -93,8 +96,8 @@ static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std
 
 static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return lstm_slopes_backward_recorded(n, grad, gin);
-  const Tensor act = contig(n.saved_tensor(LstmSlopesSaved::kAct)), c = contig(n.saved_tensor(LstmSlopesSaved::kC));
-  const Tensor cp = contig(n.saved_tensor(LstmSlopesSaved::kCPrev));
+  const Tensor act = contig(n.saved_tensor(&LstmSlopesSaved::act)), c = contig(n.saved_tensor(&LstmSlopesSaved::c));
+  const Tensor cp = contig(n.saved_tensor(&LstmSlopesSaved::c_prev));
   const Tensor ds = grad.contiguous();
   const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
   // All three in one pass (the LSTM's recorded backward needs them all).
@@ -113,7 +116,7 @@ static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::sp
 }
 static const OpDef lstm_gate_slopes_op(
     "lstm_gate_slopes", 3, "lstm_gate_slopes(act (T,B,4H) [i, f, g, o], c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
-    "act, c, c_prev", lstm_gate_slopes_backward, tangent_from_backward, [] {
+    saves_of<LstmSlopesSaved>(), lstm_gate_slopes_backward, tangent_from_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_gate_slopes(x[0], x[1], x[2]); };
@@ -149,9 +152,7 @@ Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& 
     });
   });
   if (Node* n = record(lstm_gate_slopes_op, out, act_in, c_in, cp_in)) {
-    n->save(act_in);  // LstmSlopesSaved::kAct
-    n->save(c_in);    // kC
-    n->save(cp_in);   // kCPrev
+    n->save(LstmSlopesSaved{.act = act_in, .c = c_in, .c_prev = cp_in});
   }
   return out;
 }
@@ -168,8 +169,13 @@ Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& 
 // The output is [D_t; v_t] (T,B,5H). Its backward runs the adjoint of that
 // recursion forward in time (see lstm_grad_adjoint).
 namespace {
+// gout, s and w_hh as given, the output, and u_t (T,B,H) computed by forward
 struct LstmGradSaved {
-  enum : size_t { kGout, kSlopes, kWeight, kOutput, kU };  // u_t (T,B,H), computed by forward
+  Tensor gout, slopes, weight, output, u;
+  static constexpr std::tuple fields{
+      saved_field("gout", &LstmGradSaved::gout), saved_field("slopes", &LstmGradSaved::slopes),
+      saved_field("weight", &LstmGradSaved::weight), saved_field("output", &LstmGradSaved::output),
+      saved_field("u", &LstmGradSaved::u)};
 };
 }  // namespace
 
@@ -249,8 +255,8 @@ static void lstm_grad_adjoint(const Dims& d, Rows rows, const S* gy, const S* s,
 // Recorded (third and higher derivatives of the LSTM): the adjoint above in
 // tensor ops, step by step, with u_t recomputed from the output.
 static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor gout = n.saved_tensor(LstmGradSaved::kGout), s = n.saved_tensor(LstmGradSaved::kSlopes);
-  const Tensor w = n.saved_tensor(LstmGradSaved::kWeight), out = n.saved_tensor(LstmGradSaved::kOutput);
+  const Tensor gout = n.saved_tensor(&LstmGradSaved::gout), s = n.saved_tensor(&LstmGradSaved::slopes);
+  const Tensor w = n.saved_tensor(&LstmGradSaved::weight), out = n.saved_tensor(&LstmGradSaved::output);
   const int64_t T = out.size(0), H = out.size(2) / 5, G = 4 * H;
   const Tensor f = narrow(s, 2, 0, H), k = narrow(s, 2, H, H), j = narrow(s, 2, 2 * H, G);
   const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
@@ -279,8 +285,8 @@ static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::
 
 static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return lstm_grad_backward_recorded(n, grad, gin);
-  const Tensor s = contig(n.saved_tensor(LstmGradSaved::kSlopes)), w = contig(n.saved_tensor(LstmGradSaved::kWeight));
-  const Tensor out = n.saved_tensor(LstmGradSaved::kOutput), us = n.saved_tensor(LstmGradSaved::kU);
+  const Tensor s = contig(n.saved_tensor(&LstmGradSaved::slopes)), w = contig(n.saved_tensor(&LstmGradSaved::weight));
+  const Tensor out = n.saved_tensor(&LstmGradSaved::output), us = n.saved_tensor(&LstmGradSaved::u);
   const Dims d{out.size(0), out.size(1), out.size(2) / 5};
   const Tensor gy = grad.contiguous();
   Tensor dgout = empty({2, d.T, d.B, d.H}, out.dtype()), ds = empty(s.shape(), out.dtype());
@@ -308,7 +314,7 @@ static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std
 static const OpDef lstm_recurrence_grad_op(
     "lstm_recurrence_grad", 3,
     "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
-    "gout, s, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, tangent_from_backward, [] {
+    saves_of<LstmGradSaved>(), lstm_recurrence_grad_backward, tangent_from_backward, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2]); };
@@ -347,11 +353,7 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Ten
     });
   });
   if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, s_in, w_in)) {
-    n->save(gout_in);  // LstmGradSaved::kGout
-    n->save(s_in);     // kSlopes
-    n->save(w_in);     // kWeight
-    n->save(out);      // kOutput
-    n->save(us);       // kU
+    n->save(LstmGradSaved{.gout = gout_in, .slopes = s_in, .weight = w_in, .output = out, .u = us});
   }
   return out;
 }

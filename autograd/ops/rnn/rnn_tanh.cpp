@@ -15,8 +15,12 @@ using namespace detail::rnn;
 // ============================ rnn_tanh_recurrence ============================
 // Saves w_hh, h0 and the output (tanh' = 1 - h^2); the recorded backward needs nothing more.
 namespace {
+// w_hh and h0 as given (h0 may be undefined)
 struct RnnTanhSaved {
-  enum : size_t { kWeight, kH0, kOutput };  // w_hh and h0 as given (h0 may be undefined)
+  Tensor weight, h0, output;
+  static constexpr std::tuple fields{
+      saved_field("weight", &RnnTanhSaved::weight), saved_field("h0", &RnnTanhSaved::h0),
+      saved_field("output", &RnnTanhSaved::output)};
 };
 }  // namespace
 // Step t of units u (see UnitSplit): w their rows of W_hh (n,H), z the
@@ -67,8 +71,8 @@ static void rnn_tanh_backward_call(const Dims& d, Units u, int64_t c, const S* g
 // gated_recurrence_grad node (u_t = g_t + (u_{t+1} k_{t+1}) W), and
 // da = u k, dW = sum_t da_t^T h_{t-1} (one GEMM), dh0 = da_0 W.
 static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = n.saved_tensor(RnnTanhSaved::kWeight), h0 = n.saved_tensor(RnnTanhSaved::kH0);
-  const Tensor out = n.saved_tensor(RnnTanhSaved::kOutput);
+  const Tensor w = n.saved_tensor(&RnnTanhSaved::weight), h0 = n.saved_tensor(&RnnTanhSaved::h0);
+  const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
   const Tensor k = rsub(1.0, mul(out, out));
   const Tensor dA = mul(gated_recurrence_grad(grad, Tensor(), k, w), k);
   if (n.needs(0)) gin[0] = dA;
@@ -78,8 +82,8 @@ static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::s
 
 static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   if (grad_enabled()) return rnn_tanh_backward_recorded(n, grad, gin);
-  const Tensor w = contig(n.saved_tensor(RnnTanhSaved::kWeight)), h0 = contig(n.saved_tensor(RnnTanhSaved::kH0));
-  const Tensor out = n.saved_tensor(RnnTanhSaved::kOutput);
+  const Tensor w = contig(n.saved_tensor(&RnnTanhSaved::weight)), h0 = contig(n.saved_tensor(&RnnTanhSaved::h0));
+  const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
   const Dims d{out.size(0), out.size(1), out.size(2)};
   Tensor g = grad.contiguous();
   Tensor dA = empty(out.shape(), out.dtype());
@@ -101,7 +105,7 @@ static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std:
 // (tangent_from_backward: two backward passes of the op per tangent).
 static const OpDef rnn_tanh_recurrence_op("rnn_tanh_recurrence", 3,
                                           "rnn_tanh_recurrence(xp (T,B,H), w_hh (H,H), h0 (B,H)) -> (T,B,H)",
-                                          "w_hh, h0, output", rnn_tanh_recurrence_backward, tangent_from_backward,
+                                          saves_of<RnnTanhSaved>(), rnn_tanh_recurrence_backward, tangent_from_backward,
                                           [] { return recurrence_samples(1, false, false); });
 
 Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
@@ -120,9 +124,7 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
     });
   });
   if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in)) {
-    n->save(w_in);   // RnnTanhSaved::kWeight
-    n->save(h0_in);  // kH0
-    n->save(out);    // kOutput
+    n->save(RnnTanhSaved{.weight = w_in, .h0 = h0_in, .output = out});
   }
   return out;
 }
