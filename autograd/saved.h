@@ -19,9 +19,9 @@
 ///     };
 ///
 /// The forward saves it with one call, `n->save(LayerNormSaved{.x = xc, ...})`;
-/// backward reads one field at a time, `n.saved(&LayerNormSaved::x)`, so a
+/// backward reads one field at a time, `n.saved_tensor(&LayerNormSaved::x)`, so a
 /// field saved by reference is rebuilt only when read and each field's
-/// in-place check is its own (Node::saved). The op's OpDef declares the struct,
+/// in-place check is its own (Node::saved_tensor). The op's OpDef declares the struct,
 /// `saves_of<LayerNormSaved>()`, which is what opcheck prints ("x, weight, mean
 /// (side output), rstd (side output), bias"): the description is the code. An
 /// op that saves nothing declares saves_of<NoSaved>() and never calls save.
