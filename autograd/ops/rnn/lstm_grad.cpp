@@ -305,10 +305,40 @@ static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std
   if (n.needs(0)) gin[0] = dgout;
   if (n.needs(1)) gin[1] = ds;
 }
+// Tangent: the output is linear in gout, so its tangent is the same recursion
+// driven by what the tangents of s and W add, with E_t = [v dj_i, v dj_f,
+// v dj_g, u dj_o] (T,B,4H), what ds adds to dD_t directly:
+//   gh'_t = dgh_t + E_{t+1} W + D_{t+1} dW,  gc'_t = dgc_t + v_{t+1} df_{t+1} + u_t dk_t,
+// the tangent being lstm_recurrence_grad([gh'; gc'], s, W) + [E; 0]: the op's
+// fused kernel under no_grad, a recorded (differentiable) node when not.
+static void lstm_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
+  const Tensor gout = n.saved_tensor(LstmGradSaved::kGout), s = n.saved_tensor(LstmGradSaved::kSlopes);
+  const Tensor w = n.saved_tensor(LstmGradSaved::kWeight), out = n.saved_tensor(LstmGradSaved::kOutput);
+  const int64_t H = out.size(2) / 5, G = 4 * H;
+  const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
+  // u_t = gh_t + D_{t+1} W, saved by forward; recomputed when recorded so that it carries the graph.
+  const Tensor u = grad_enabled() ? add(select(gout, 0, 0), into_previous_states(D, w))
+                                  : n.saved_tensor(LstmGradSaved::kU);
+  const Tensor dgout = tangent_at(tin, 0), ds = tangent_at(tin, 1), dw = tangent_at(tin, 2);
+  Tensor gh = dgout.defined() ? select(dgout, 0, 0) : Tensor(), gc = dgout.defined() ? select(dgout, 0, 1) : Tensor();
+  auto plus = [](Tensor& to, const Tensor& term) { to = to.defined() ? add(to, term) : term; };
+  Tensor E;
+  if (ds.defined()) {
+    const Tensor j = narrow(ds, 2, 2 * H, G);  // dj (T,B,4H)
+    E = concat({mul(narrow(j, 2, 0, 3 * H), concat({v, v, v}, 2)), mul(narrow(j, 2, 3 * H, H), u)}, 2);
+    plus(gh, into_previous_states(E, w));
+    plus(gc, add(next_steps(mul(v, narrow(ds, 2, 0, H))), mul(u, narrow(ds, 2, H, H))));
+  }
+  if (dw.defined()) plus(gh, into_previous_states(D, dw));
+  if (!gh.defined()) return;
+  if (!gc.defined()) gc = zeros_like(gh);
+  const Tensor lin = lstm_recurrence_grad(stack({gh, gc}, 0), s, w);
+  tout[0] = E.defined() ? add(lin, concat({E, zeros_like(v)}, 2)) : lin;
+}
 static const OpDef lstm_recurrence_grad_op(
     "lstm_recurrence_grad", 3,
     "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
-    "gout, s, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, tangent_from_backward, [] {
+    "gout, s, w_hh, output, u (T,B,H)", lstm_recurrence_grad_backward, lstm_recurrence_grad_tangent, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2]); };
