@@ -317,7 +317,7 @@ BOOST_AUTO_TEST_CASE(errors_name_the_layer_and_shapes) {
                         says<ShapeError>({"lstm_recurrence", "h0", "(3,4)", "(2,4)"}));
 }
 
-// The fused tangent rules of the RNN and the LSTM against their recorded
+// The fused tangent rules of the RNN, the LSTM and the GRU against their recorded
 // form (jvp with create_graph takes the tangent from the backward), at sizes
 // where the recurrences split their units over two threads (the op table's
 // samples are too small to split), float64, every input with a tangent.
@@ -330,17 +330,24 @@ BOOST_AUTO_TEST_CASE(fused_tangents_match_recorded_split_over_units) {
     const char* name;
     int64_t G, H;
     TensorListFn fn;
+    bool cell_state, bias;
   };
   const Case cases[] = {
       {"rnn_tanh_recurrence", 128, 128,
-       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{rnn_tanh_recurrence(x[0], x[1], x[2])}; }},
+       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{rnn_tanh_recurrence(x[0], x[1], x[2])}; }, false,
+       false},
       {"lstm_recurrence", 256, 64,
-       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{lstm_recurrence(x[0], x[1], x[2], x[3])}; }},
+       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{lstm_recurrence(x[0], x[1], x[2], x[3])}; }, true,
+       false},
+      {"gru_recurrence", 384, 128,
+       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{gru_recurrence(x[0], x[1], x[2], x[3])}; }, false,
+       true},
   };
   for (const Case& c : cases) {
-    std::vector<Tensor> x = {uniform({T, B, c.G}, 601, -2, 2), uniform({c.G, c.H}, 602, -0.2, 0.2),
-                             uniform({B, c.H}, 603), uniform({B, c.H}, 604)};
-    if (c.G == c.H) x.pop_back();  // no cell state
+    std::vector<Tensor> x = {uniform({T, B, c.G}, 601, -2, 2), uniform({c.G, c.H}, 602, -0.2, 0.2)};
+    if (c.bias) x.push_back(uniform({c.G}, 603));
+    x.push_back(uniform({B, c.H}, 604));
+    if (c.cell_state) x.push_back(uniform({B, c.H}, 605));
     std::vector<Tensor> v;
     for (size_t k = 0; k < x.size(); ++k) v.push_back(uniform(x[k].shape(), 610 + k).detach());
     for (Tensor& t : x) t = t.detach();
