@@ -2,7 +2,9 @@
 // modules built on them (nn/rnn): PyTorch parity (tests/fixtures/nn_rnn.json,
 // made by make_nn_rnn.py), float64 gradchecks through time w.r.t. input,
 // initial state and every named parameter, the fused recurrence ops' own
-// samples, dropout between layers, and error messages.
+// samples, their tangent rules (fused against recorded where the recurrences
+// split over threads; the recorded ones differentiated in reverse), dropout
+// between layers, and error messages.
 #define BOOST_TEST_MODULE rnn_ops
 #include <boost/test/unit_test.hpp>
 
