@@ -2,7 +2,9 @@
 // modules built on them (nn/rnn): PyTorch parity (tests/fixtures/nn_rnn.json,
 // made by make_nn_rnn.py), float64 gradchecks through time w.r.t. input,
 // initial state and every named parameter, the fused recurrence ops' own
-// samples, dropout between layers, and error messages.
+// samples, their tangent rules (fused against recorded where the recurrences
+// split over threads; the recorded ones differentiated in reverse), dropout
+// between layers, and error messages.
 #define BOOST_TEST_MODULE rnn_ops
 #include <boost/test/unit_test.hpp>
 
@@ -315,4 +317,82 @@ BOOST_AUTO_TEST_CASE(errors_name_the_layer_and_shapes) {
                         says<DTypeError>({"rnn_tanh_recurrence", "float64", "float32"}));
   BOOST_CHECK_EXCEPTION(lstm_recurrence(zeros({3, 2, 16}), zeros({16, 4}), zeros({3, 4})), ShapeError,
                         says<ShapeError>({"lstm_recurrence", "h0", "(3,4)", "(2,4)"}));
+}
+
+// The fused tangent rules of the RNN, the LSTM and the GRU against their recorded
+// form (jvp with create_graph takes the tangent from the backward), at sizes
+// where the recurrences split their units over two threads (the op table's
+// samples are too small to split), float64, every input with a tangent.
+BOOST_AUTO_TEST_CASE(fused_tangents_match_recorded_split_over_units) {
+  using samples::uniform;
+  const int before = num_threads();
+  set_num_threads(2);
+  const int64_t T = 4, B = 32;
+  struct Case {
+    const char* name;
+    int64_t G, H;
+    TensorListFn fn;
+    bool cell_state, bias;
+  };
+  const Case cases[] = {
+      {"rnn_tanh_recurrence", 128, 128,
+       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{rnn_tanh_recurrence(x[0], x[1], x[2])}; }, false,
+       false},
+      {"lstm_recurrence", 256, 64,
+       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{lstm_recurrence(x[0], x[1], x[2], x[3])}; }, true,
+       false},
+      {"gru_recurrence", 384, 128,
+       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{gru_recurrence(x[0], x[1], x[2], x[3])}; }, false,
+       true},
+  };
+  for (const Case& c : cases) {
+    std::vector<Tensor> x = {uniform({T, B, c.G}, 601, -2, 2), uniform({c.G, c.H}, 602, -0.2, 0.2)};
+    if (c.bias) x.push_back(uniform({c.G}, 603));
+    x.push_back(uniform({B, c.H}, 604));
+    if (c.cell_state) x.push_back(uniform({B, c.H}, 605));
+    std::vector<Tensor> v;
+    for (size_t k = 0; k < x.size(); ++k) v.push_back(uniform(x[k].shape(), 610 + k).detach());
+    for (Tensor& t : x) t = t.detach();
+    const Tensor fused = jvp(c.fn, x, v).tangents[0];
+    const Tensor recorded = jvp(c.fn, x, v, /*create_graph=*/true).tangents[0].detach();
+    const double diff = max(abs(sub(fused, recorded))).item<double>() / max(abs(recorded)).item<double>();
+    BOOST_TEST(diff < 1e-12, c.name << ": fused and recorded tangents differ by " << diff << " (relative)");
+  }
+  set_num_threads(before);
+}
+
+// The recorded forms of the recurrence ops' tangent rules (grad mode on):
+// reverse over forward, d/dx <w, J(x) v> from jvp with create_graph, equals
+// forward over reverse, H v of <w, f(x)> (hvp), for every sample of the six ops.
+BOOST_AUTO_TEST_CASE(recorded_tangents_differentiate_to_the_hvp) {
+  for (const char* name : {"rnn_tanh_recurrence", "lstm_recurrence", "gru_recurrence", "gated_recurrence_grad",
+                           "lstm_gate_slopes", "lstm_recurrence_grad"}) {
+    const OpDef* op = find_op(name);
+    BOOST_TEST_REQUIRE(op != nullptr);
+    for (const OpSample& s : op->samples()) {
+      std::vector<Tensor> x, v;
+      for (size_t k = 0; k < s.inputs.size(); ++k) {
+        x.push_back(s.inputs[k].detach());
+        v.push_back(samples::uniform(x[k].shape(), 700 + k).detach());
+      }
+      const TensorListFn f = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{s.fn(in)}; };
+      Tensor w;
+      {
+        NoGradGuard ng;
+        w = samples::uniform(s.fn(x).shape(), 720).detach();
+      }
+      std::vector<Tensor> xs;
+      for (const Tensor& t : x) xs.push_back(t.detach().requires_grad_());
+      const JvpResult r = jvp(f, xs, v, /*create_graph=*/true);
+      const std::vector<Tensor> rof = grad({sum(mul(r.tangents[0], w))}, xs, {}, {.allow_unused = true});
+      const TensorListFn loss = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{sum(mul(s.fn(in), w))}; };
+      const HvpResult h = hvp(loss, x, v);
+      for (size_t k = 0; k < x.size(); ++k) {
+        const Tensor want = h.hvp[k], got = rof[k].defined() ? rof[k] : zeros_like(want);
+        const double diff = max(abs(sub(got, want))).item<double>() / (1 + max(abs(want)).item<double>());
+        BOOST_TEST(diff < 1e-12, name << " / " << s.desc << ", input " << k << ": reverse over forward differs from "
+                                      << "forward over reverse by " << diff);
+      }
+    }
+  }
 }

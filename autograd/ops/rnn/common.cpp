@@ -59,6 +59,11 @@ Tensor into_previous_states(const Tensor& D, const Tensor& w) {
   return concat({reshape(matmul(reshape(narrow(D, 0, 1, T - 1), {(T - 1) * B, D.size(2)}), w), {T - 1, B, H}), last},
                 0);
 }
+Tensor next_steps(const Tensor& x) {
+  const int64_t T = x.size(0);
+  const Tensor last = zeros({1, x.size(1), x.size(2)}, x.dtype());
+  return T == 1 ? last : concat({narrow(x, 0, 1, T - 1), last}, 0);
+}
 Tensor sigmoid_slope(const Tensor& s) { return mul(s, rsub(1.0, s)); }
 Tensor weight_grad_recorded(const Tensor& dG, const Tensor& hprev) {
   return matmul(transpose(reshape(dG, {-1, dG.size(2)}), 0, 1), reshape(hprev, {-1, hprev.size(2)}));

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -196,6 +197,12 @@ Tensor previous_states(const Tensor& states, const Tensor& init);
 // h_{t-1} W^T to the previous states, one row early: row t is D_{t+1} W, the
 // last row zero, (T,B,H).
 Tensor into_previous_states(const Tensor& D, const Tensor& w);
+// Input k's tangent in a tangent rule's tangent_in (undefined: zero).
+inline Tensor tangent_at(std::span<const Tensor> tangent_in, size_t k) {
+  return k < tangent_in.size() ? tangent_in[k] : Tensor();
+}
+// x (T,B,K) one step early: row t is x_{t+1}, the last row zero.
+Tensor next_steps(const Tensor& x);
 // The derivative of the sigmoid from its value s: s (1 - s).
 Tensor sigmoid_slope(const Tensor& s);
 // dW (G,H) = sum_t dG_t^T h_{t-1} from dG (T,B,G) and the previous states (T,B,H).

@@ -175,10 +175,29 @@ static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, st
   if (n.needs(1)) gin[1] = da;
   if (n.needs(2)) gin[2] = dj;
 }
+// Tangent: u is linear in g, so its tangent is the same recursion driven by
+// what the tangents of a, j and W add to each step,
+//   du_t = c_t + a_{t+1} du_{t+1} + (du_{t+1} j_{t+1}) W,
+//   c_t = dg_t + da_{t+1} u_{t+1} + (u_{t+1} dj_{t+1}) W + P_{t+1} dW,
+// i.e. du = gated_recurrence_grad(c, a, j, W): the op's fused kernel when
+// the rule runs under no_grad, a recorded (differentiable) node when not.
+static void gated_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
+  const Tensor a = n.saved_tensor(&GatedGradSaved::carry), j = n.saved_tensor(&GatedGradSaved::slopes);
+  const Tensor w = n.saved_tensor(&GatedGradSaved::weight), u = n.saved_tensor(&GatedGradSaved::output);
+  // P = u j, saved by forward; recomputed when recorded so that it carries u's and j's graph.
+  const Tensor P = grad_enabled() ? spread_mul(u, j) : n.saved_tensor(&GatedGradSaved::p);
+  const Tensor dg = tangent_at(tin, 0), da = tangent_at(tin, 1), dj = tangent_at(tin, 2), dw = tangent_at(tin, 3);
+  Tensor c = dg;
+  auto plus = [&c](const Tensor& term) { c = c.defined() ? add(c, term) : term; };
+  if (da.defined()) plus(next_steps(mul(da, u)));
+  if (dj.defined()) plus(into_previous_states(spread_mul(u, dj), w));
+  if (dw.defined()) plus(into_previous_states(P, dw));
+  if (c.defined()) tout[0] = gated_recurrence_grad(c, a, j, w);
+}
 static const OpDef gated_recurrence_grad_op(
     "gated_recurrence_grad", 4,
     "gated_recurrence_grad(g (T,B,H), a (T,B,H) or undefined, j (T,B,QH), w_hh (QH,H)) -> u (T,B,H)",
-    saves_of<GatedGradSaved>(), gated_recurrence_grad_backward, tangent_from_backward, [] {
+    saves_of<GatedGradSaved>(), gated_recurrence_grad_backward, gated_recurrence_grad_tangent, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       return std::vector<OpSample>{

@@ -66,6 +66,52 @@ static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, co
   });
 }
 
+// Tangent, step t of units u: da_t = [da_i da_f da_g da_o] = drive_t +
+// dh_{t-1} W^T, the drive (T,B,4H) holding the tangents of xp and W's term
+// h_{t-1} dW^T; then the activations' tangents di = i(1-i) da_i, df, dg =
+// (1-g^2) da_g, do alike, dc_t = df c_{t-1} + f dc_{t-1} + di g + i dg and
+// dh_t = do tanh(c_t) + o (1 - tanh^2 c_t) dc_t. dh_{-1} = dh0 (nullptr:
+// zero), dc_{-1} = dc0 (zero when missing); w, z as in the forward step, z
+// nullptr for the step's dact itself.
+template <class S>
+static void lstm_tangent_step(const Dims& d, Units u, int64_t t, const S* drive, const S* w, const S* dh0,
+                              const S* dc0, const S* c0, const S* zero, const S* act, const S* cs, S* z, S* dact,
+                              S* dhs, S* dcs) {
+  const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n;
+  const S* a = act + t * B * G;
+  S* da = dact + t * B * G;
+  S* dh = dhs + t * B * H;
+  S* dc = dcs + t * B * H;
+  const S* c = cs + t * B * H;
+  const S* dhprev = t > 0 ? dh - B * H : dh0;
+  const S* dcprev = t > 0 ? dc - B * H : dc0 ? dc0 : zero;
+  const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
+  if (!z) z = da;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t q = 0; q < 4; ++q) std::copy_n(drive + (t * B + b) * G + q * H + u.first, n, z + b * Z + q * n);
+  if (dhprev) gemm(false, true, B, Z, H, S(1), dhprev, H, w, H, S(1), z, Z);
+  parallel_for(B, row_grain(Z, kGateGrain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const S *zi = z + b * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
+      const S *ai = a + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
+      S *di = da + b * G + u.first, *df = di + H, *dg = df + H, *dout = dg + H;
+      const int64_t r = b * H + u.first;
+      const S *cp = cprev + r, *dcp = dcprev + r, *cb = c + r;
+      S *dcb = dc + r, *dhb = dh + r;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const S i = ai[j], f = af[j], g = ag[j], o = ao[j], tc = tanh_gate(cb[j]);
+        const S ti = i * (S(1) - i) * zi[j], tf = f * (S(1) - f) * zf[j], tg = (S(1) - g * g) * zg[j],
+                to = o * (S(1) - o) * zo[j];
+        di[j] = ti, df[j] = tf, dg[j] = tg, dout[j] = to;
+        const S tcn = tf * cp[j] + f * dcp[j] + ti * g + i * tg;
+        dcb[j] = tcn;
+        dhb[j] = to * tc + o * (S(1) - tc * tc) * tcn;
+      }
+    }
+  });
+}
+
 // gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
 // gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
 // Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
@@ -185,9 +231,44 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
   if (n.needs(2)) gin[2] = dh0;
   if (n.needs(3)) gin[3] = dc0;
 }
+// Tangent: a linear recurrence driven by the saved activations and states
+// (lstm_tangent_step), run like the forward, W's term for all steps at once
+// by one GEMM; the side output act gets its tangent dact. Recorded (grad
+// mode on): from the backward.
+static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
+  if (grad_enabled()) return tangent_from_backward(n, tin, tout);
+  const Tensor dxp = tangent_at(tin, 0), dw = contig(tangent_at(tin, 1));
+  const Tensor dh0 = contig(tangent_at(tin, 2)), dc0 = contig(tangent_at(tin, 3));
+  if (!dxp.defined() && !dw.defined() && !dh0.defined() && !dc0.defined()) return;
+  const Tensor w = contig(n.saved_tensor(&LstmSaved::weight)), h0 = contig(n.saved_tensor(&LstmSaved::h0));
+  const Tensor c0 = contig(n.saved_tensor(&LstmSaved::c0));
+  const Tensor act = n.saved_tensor(&LstmSaved::gates), out = n.saved_tensor(&LstmSaved::output);
+  const Dims d{out.size(1), out.size(2), out.size(3)};
+  const int64_t G = 4 * d.H, BH = d.B * d.H;
+  Tensor drive = dxp.defined() ? dxp.clone() : zeros(act.shape(), act.dtype());
+  Tensor dact = empty(act.shape(), act.dtype()), dout = empty(out.shape(), out.dtype());
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    scalar_t* dr = drive.data<scalar_t>();
+    const scalar_t* hs = out.data<scalar_t>();
+    if (dw.defined()) {  // drive_t += h_{t-1} dW^T: steps 1..T-1 in one GEMM, step 0 from h0
+      const scalar_t* dwp = dw.data<scalar_t>();
+      if (d.T > 1) gemm(false, true, (d.T - 1) * d.B, G, d.H, scalar_t(1), hs, d.H, dwp, d.H, scalar_t(1), dr + d.B * G, G);
+      if (h0.defined()) gemm(false, true, d.B, G, d.H, scalar_t(1), h0.data<scalar_t>(), d.H, dwp, d.H, scalar_t(1), dr, G);
+    }
+    const Tensor zero = c0.defined() && dc0.defined() ? Tensor() : zeros({d.B, d.H}, out.dtype());
+    scalar_t* dhs = dout.data<scalar_t>();
+    forward_by_units<scalar_t>(d, 4, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
+      lstm_tangent_step(d, u, t, dr, wu, ptr<scalar_t>(dh0), ptr<scalar_t>(dc0), ptr<scalar_t>(c0), ptr<scalar_t>(zero),
+                        act.data<scalar_t>(), hs + d.T * BH, z, dact.data<scalar_t>(), dhs, dhs + d.T * BH);
+    });
+  });
+  tout[0] = dout;
+  tout[1] = dact;
+}
 static const OpDef lstm_recurrence_op(
     "lstm_recurrence", 4, "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
-    saves_of<LstmSaved>(), lstm_recurrence_backward, tangent_from_backward,
+    saves_of<LstmSaved>(), lstm_recurrence_backward, lstm_recurrence_tangent,
     [] { return recurrence_samples(4, false, true); });
 
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {

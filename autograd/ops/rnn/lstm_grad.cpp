@@ -76,6 +76,33 @@ static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds,
   }
 }
 
+// The tangent, rows [r0, r1): dact (.,4H), dc and dcp (.,H) -> ds (.,6H), the
+// transpose of the backward above:
+//   ds_f = df,  ds_k = do tcc - 2 o tc tcc dc,  ds_ji = dg si + g (1-2i) di,
+//   ds_jf = dcp sf + c_{t-1} (1-2f) df,  ds_jg = di tg - 2 i g dg,  ds_jo = tcc dc so + tc (1-2o) do.
+template <class S>
+static void lstm_slopes_tangent(int64_t H, int64_t r0, int64_t r1, const S* dact, const S* dc, const S* dcp,
+                                const S* act, const S* c, const S* cp, S* ds) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const S *ai = act + r * 4 * H, *af = ai + H, *ag = af + H, *ao = ag + H, *cr = c + r * H, *cpr = cp + r * H;
+    const S *da = dact + r * 4 * H, *dcr = dc + r * H, *dcpr = dcp + r * H;
+    S* d = ds + r * 6 * H;
+#pragma omp simd
+    for (int64_t q = 0; q < H; ++q) {
+      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = tanh_gate(cr[q]);
+      const S si = i * (S(1) - i), sf = f * (S(1) - f), so = o * (S(1) - o);
+      const S tg = S(1) - g * g, tcc = S(1) - tc * tc;
+      const S di = da[q], df = da[H + q], dg = da[2 * H + q], dout = da[3 * H + q], dct = dcr[q];
+      d[q] = df;
+      d[H + q] = dout * tcc - S(2) * o * tc * tcc * dct;
+      d[2 * H + q] = dg * si + g * (S(1) - S(2) * i) * di;
+      d[3 * H + q] = dcpr[q] * sf + cpr[q] * (S(1) - S(2) * f) * df;
+      d[4 * H + q] = di * tg - S(2) * i * g * dg;
+      d[5 * H + q] = tcc * dct * so + tc * (S(1) - S(2) * o) * dout;
+    }
+  }
+}
+
 // Recorded (third and higher derivatives of the LSTM): the formulas above in tensor ops.
 static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor act = n.saved_tensor(&LstmSlopesSaved::act), c = n.saved_tensor(&LstmSlopesSaved::c);
@@ -114,9 +141,33 @@ static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::sp
   if (n.needs(1)) gin[1] = dc;
   if (n.needs(2)) gin[2] = dcp;
 }
+// Under no_grad, the fused pass above (an undefined tangent as zeros);
+// recorded (grad mode on): from the backward.
+static void lstm_gate_slopes_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
+  if (grad_enabled()) return tangent_from_backward(n, tin, tout);
+  const Tensor act = contig(n.saved_tensor(&LstmSlopesSaved::act)), c = contig(n.saved_tensor(&LstmSlopesSaved::c));
+  const Tensor cp = contig(n.saved_tensor(&LstmSlopesSaved::c_prev));
+  auto or_zeros = [&](size_t k, const Tensor& like) {
+    const Tensor t = tangent_at(tin, k);
+    return t.defined() ? t.contiguous() : zeros_like(like);
+  };
+  if (!tangent_at(tin, 0).defined() && !tangent_at(tin, 1).defined() && !tangent_at(tin, 2).defined()) return;
+  const Tensor dact = or_zeros(0, act), dc = or_zeros(1, c), dcp = or_zeros(2, cp);
+  const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
+  Tensor ds = empty({c.size(0), c.size(1), 6 * H}, act.dtype());
+  dispatch_float(act.dtype(), n.op->name, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    parallel_for(rows, row_grain(10 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
+      lstm_slopes_tangent<scalar_t>(H, r0, r1, dact.data<scalar_t>(), dc.data<scalar_t>(), dcp.data<scalar_t>(),
+                                    act.data<scalar_t>(), c.data<scalar_t>(), cp.data<scalar_t>(),
+                                    ds.data<scalar_t>());
+    });
+  });
+  tout[0] = ds;
+}
 static const OpDef lstm_gate_slopes_op(
     "lstm_gate_slopes", 3, "lstm_gate_slopes(act (T,B,4H) [i, f, g, o], c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
-    saves_of<LstmSlopesSaved>(), lstm_gate_slopes_backward, tangent_from_backward, [] {
+    saves_of<LstmSlopesSaved>(), lstm_gate_slopes_backward, lstm_gate_slopes_tangent, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_gate_slopes(x[0], x[1], x[2]); };
@@ -311,10 +362,40 @@ static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std
   if (n.needs(0)) gin[0] = dgout;
   if (n.needs(1)) gin[1] = ds;
 }
+// Tangent: the output is linear in gout, so its tangent is the same recursion
+// driven by what the tangents of s and W add, with E_t = [v dj_i, v dj_f,
+// v dj_g, u dj_o] (T,B,4H), what ds adds to dD_t directly:
+//   gh'_t = dgh_t + E_{t+1} W + D_{t+1} dW,  gc'_t = dgc_t + v_{t+1} df_{t+1} + u_t dk_t,
+// the tangent being lstm_recurrence_grad([gh'; gc'], s, W) + [E; 0]: the op's
+// fused kernel under no_grad, a recorded (differentiable) node when not.
+static void lstm_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
+  const Tensor gout = n.saved_tensor(&LstmGradSaved::gout), s = n.saved_tensor(&LstmGradSaved::slopes);
+  const Tensor w = n.saved_tensor(&LstmGradSaved::weight), out = n.saved_tensor(&LstmGradSaved::output);
+  const int64_t H = out.size(2) / 5, G = 4 * H;
+  const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
+  // u_t = gh_t + D_{t+1} W, saved by forward; recomputed when recorded so that it carries the graph.
+  const Tensor u = grad_enabled() ? add(select(gout, 0, 0), into_previous_states(D, w))
+                                  : n.saved_tensor(&LstmGradSaved::u);
+  const Tensor dgout = tangent_at(tin, 0), ds = tangent_at(tin, 1), dw = tangent_at(tin, 2);
+  Tensor gh = dgout.defined() ? select(dgout, 0, 0) : Tensor(), gc = dgout.defined() ? select(dgout, 0, 1) : Tensor();
+  auto plus = [](Tensor& to, const Tensor& term) { to = to.defined() ? add(to, term) : term; };
+  Tensor E;
+  if (ds.defined()) {
+    const Tensor j = narrow(ds, 2, 2 * H, G);  // dj (T,B,4H)
+    E = concat({mul(narrow(j, 2, 0, 3 * H), concat({v, v, v}, 2)), mul(narrow(j, 2, 3 * H, H), u)}, 2);
+    plus(gh, into_previous_states(E, w));
+    plus(gc, add(next_steps(mul(v, narrow(ds, 2, 0, H))), mul(u, narrow(ds, 2, H, H))));
+  }
+  if (dw.defined()) plus(gh, into_previous_states(D, dw));
+  if (!gh.defined()) return;
+  if (!gc.defined()) gc = zeros_like(gh);
+  const Tensor lin = lstm_recurrence_grad(stack({gh, gc}, 0), s, w);
+  tout[0] = E.defined() ? add(lin, concat({E, zeros_like(v)}, 2)) : lin;
+}
 static const OpDef lstm_recurrence_grad_op(
     "lstm_recurrence_grad", 3,
     "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
-    saves_of<LstmGradSaved>(), lstm_recurrence_grad_backward, tangent_from_backward, [] {
+    saves_of<LstmGradSaved>(), lstm_recurrence_grad_backward, lstm_recurrence_grad_tangent, [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2]); };
