@@ -177,6 +177,16 @@ Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* 
   return dW;
 }
 
+// The transpose of weight_grad: drive_t (B,G) += h_{t-1} dW^T for dW (G,H),
+// one GEMM over steps 1..T-1 plus step 0's term when h0 is given (a tangent
+// of the weight drives the tangent recurrence so).
+template <class S>
+void add_previous_states_times(const Dims& d, int64_t G, const S* dW, const S* hs, const S* h0, S* drive) {
+  const int64_t T = d.T, B = d.B, H = d.H;
+  if (T > 1) gemm(false, true, (T - 1) * B, G, H, S(1), hs, H, dW, H, S(1), drive + B * G, G);
+  if (h0) gemm(false, true, B, G, H, S(1), h0, H, dW, H, S(1), drive, G);
+}
+
 // ---- Recorded backward (create_graph). Each backward also has a form in
 // differentiable ops, taken when it is recorded, with h_t (and c_t) read from
 // the output, which is then attached to this node, and the gates from the

@@ -251,11 +251,7 @@ static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, 
     using scalar_t = decltype(tag);
     scalar_t* dr = drive.data<scalar_t>();
     const scalar_t* hs = out.data<scalar_t>();
-    if (dw.defined()) {  // drive_t += h_{t-1} dW^T: steps 1..T-1 in one GEMM, step 0 from h0
-      const scalar_t* dwp = dw.data<scalar_t>();
-      if (d.T > 1) gemm(false, true, (d.T - 1) * d.B, G, d.H, scalar_t(1), hs, d.H, dwp, d.H, scalar_t(1), dr + d.B * G, G);
-      if (h0.defined()) gemm(false, true, d.B, G, d.H, scalar_t(1), h0.data<scalar_t>(), d.H, dwp, d.H, scalar_t(1), dr, G);
-    }
+    if (dw.defined()) add_previous_states_times(d, G, dw.data<scalar_t>(), hs, ptr<scalar_t>(h0), dr);
     const Tensor zero = c0.defined() && dc0.defined() ? Tensor() : zeros({d.B, d.H}, out.dtype());
     scalar_t* dhs = dout.data<scalar_t>();
     forward_by_units<scalar_t>(d, 4, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {

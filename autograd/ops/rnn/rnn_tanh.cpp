@@ -141,12 +141,7 @@ static void rnn_tanh_recurrence_tangent(const Node& n, std::span<const Tensor> t
     using scalar_t = decltype(tag);
     scalar_t* c = dh.data<scalar_t>();
     const scalar_t* hs = out.data<scalar_t>();
-    if (dw.defined()) {  // c_t += h_{t-1} dW^T: steps 1..T-1 in one GEMM, step 0 from h0
-      const scalar_t* dwp = dw.data<scalar_t>();
-      if (d.T > 1)
-        gemm(false, true, (d.T - 1) * d.B, d.H, d.H, scalar_t(1), hs, d.H, dwp, d.H, scalar_t(1), c + d.B * d.H, d.H);
-      if (h0.defined()) gemm(false, true, d.B, d.H, d.H, scalar_t(1), h0.data<scalar_t>(), d.H, dwp, d.H, scalar_t(1), c, d.H);
-    }
+    if (dw.defined()) add_previous_states_times(d, d.H, dw.data<scalar_t>(), hs, ptr<scalar_t>(h0), c);
     forward_by_units<scalar_t>(d, 1, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
       rnn_tanh_tangent_step(d, u, t, wu, ptr<scalar_t>(dh0), hs, z, c);
     });
