@@ -242,6 +242,16 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST(num(r, "points") == 6.0);
     BOOST_TEST((std::isfinite(num(r, "exponent")) && num(r, "exponent_se") >= 0));
   }
+  // Context at each size: every fit run scored at block/16 and block characters (block 16 here: 1 and 16).
+  auto ctx = read_csv(out / "scale_context.csv", {"model", "size", "params", "seed", "dtype", "context", "val_loss",
+                                                  "targets"});
+  BOOST_TEST(ctx.size() == 2 * 18u);
+  std::map<std::string, int> per_context;
+  for (auto& r : ctx) {
+    ++per_context[r["context"]];
+    BOOST_TEST((num(r, "val_loss") > 0 && std::isfinite(num(r, "val_loss"))));
+  }
+  BOOST_TEST(per_context.size() == 2u);
   const std::string scale_md = read_text(out / "scale.md");
   BOOST_TEST(scale_md.find("agree within the seed spread") != std::string::npos, scale_md);
   BOOST_TEST(scale_md.find("Estimated time of `scripts/main.sh --full` (all 3 sizes, 3 seeds)") != std::string::npos);
@@ -252,7 +262,8 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   // Headed by when, where and from which commit it was measured (report::provenance).
   BOOST_TEST(results.find(" cores; commit ") != std::string::npos, results.substr(0, 300));
   for (const char* claim : {"long-range dependencies", "neither vanish nor explode", "fewer training steps",
-                            "do not grow with sequence length", "O(n^2 d)", "falls faster with parameters"})
+                            "do not grow with sequence length", "O(n^2 d)", "falls faster with parameters",
+                            "puts long context to more use"})
     BOOST_TEST(results.find(claim) != std::string::npos, claim);
   BOOST_TEST(results.find("not measured") == std::string::npos, results);
   BOOST_TEST(results.find("## 5. Parallelism") != std::string::npos);

@@ -82,9 +82,8 @@ size_t context_gain_from(const std::vector<int64_t>& contexts, int64_t block) {
   return i;
 }
 
-// Mean loss of predicting n targets of ids, spread evenly over [block, size),
-// each from the t ids just before it: windows (n, t), the prediction at the
-// last position scored.
+}  // namespace
+
 double loss_given_context(models::LanguageModel& m, const std::vector<int64_t>& ids, int64_t t, int64_t block,
                           int64_t n) {
   NoGradGuard no_grad;
@@ -105,8 +104,6 @@ double loss_given_context(models::LanguageModel& m, const std::vector<int64_t>& 
   }
   return total / static_cast<double>(n);
 }
-
-}  // namespace
 
 PartOutput run_recall(Study& s) {
   const Config& c = s.c;

@@ -4,7 +4,10 @@
 // each trained on a token budget proportional to its size, from every seed;
 // validation loss against parameters and against training FLOPs, a power
 // law fitted per model on each axis (fit.h), and where GPT's fit would meet
-// each recurrence's.
+// each recurrence's. And at every size, what block characters of context are
+// worth over block/16 to each trained model (loss_given_context, as part 3
+// measures it for part 1's models): does the gain grow with size, and is
+// GPT's larger than a recurrence's at the largest?
 //
 // Training FLOPs are counted, not modelled: the GEMM work of one float32
 // training step (forward, loss, backward; the optimizer does no GEMM),
@@ -93,12 +96,28 @@ std::map<std::string, PowerLaw> scale_fits(const Csv& csv, const std::string& x_
   return fits;
 }
 
+std::map<std::string, std::map<int64_t, std::vector<double>>> context_gains(const Csv& csv) {
+  // model -> size -> seed -> context -> loss
+  std::map<std::string, std::map<int64_t, std::map<std::string, std::map<double, double>>>> loss;
+  for (size_t r = 0; r < csv.size(); ++r)
+    loss[csv.str(r, "model")][static_cast<int64_t>(csv.num(r, "size"))][csv.str(r, "seed")][csv.num(r, "context")] =
+        csv.num(r, "val_loss");
+  std::map<std::string, std::map<int64_t, std::vector<double>>> gains;
+  for (const auto& [model, sizes] : loss)
+    for (const auto& [size, seeds] : sizes)
+      for (const auto& [seed, by_t] : seeds)
+        gains[model][size].push_back(by_t.begin()->second - by_t.rbegin()->second);
+  return gains;
+}
+
 PartOutput run_scale(Study& s) {
   const Config& c = s.c;
   const auto tok = data::load_tokenizer(from_tuning(s, "tokenizer.json"));
   const int64_t V = tok->vocab_size();
   const Text& text = s.text();
   const data::LMBatches train_set(tok->encode(text.train), c.block), val_set(tok->encode(text.val), c.block);
+  const std::vector<int64_t> val_ids = tok->encode(text.val);
+  const int64_t short_context = std::max<int64_t>(1, c.block / 16), n_targets = c.context_batches * c.batch;
   const int64_t tokens_per_step = c.batch * c.block;
   const size_t n_run = std::min<size_t>(static_cast<size_t>(c.scale_sizes), c.scale_dims.size());
   if (n_run < 2 && c.scale_dims.size() >= 2)
@@ -130,6 +149,11 @@ PartOutput run_scale(Study& s) {
   report::Table table{{"model", "size", "shape", "params", "tokens", "train FLOPs", "GEMMs",
                          fmt::format("val loss, mean (min-max of {} seeds)", c.seeds), "time per run"}, {}};
   std::string check_md, check_summary;
+  std::string context_csv = "model,size,params,seed,dtype,context,val_loss,targets\n";
+  report::Table context_table{{"model"}, {}};
+  for (size_t j = 0; j < n_run; ++j)
+    context_table.header.push_back(fmt::format("size {} ({})", j + 1,
+                                               report::format_count(static_cast<double>(sizes[j].params_gpt))));
   double full_seconds = 0;  // the estimate of every size, seeds and check runs included
   std::vector<std::string> estimate_rows;
   for (const std::string& kind : c.models) {
@@ -160,6 +184,11 @@ PartOutput run_scale(Study& s) {
                        .tokens_per_step = tokens_per_step, .seed = run_seed(c, i) + 1};
         TrainResult r = train(*m, spec, next, lm_loss, [&] { return validation_loss(*m, val_set, c.eval_batches, c.batch); });
         const double v = r.curve.back().val_loss;
+        if (role == "fit")
+          for (int64_t t : {short_context, c.block})
+            context_csv += fmt::format("{},{},{},{},{},{},{:.6f},{}\n", kind, j + 1, params, run_seed(c, i),
+                                       precision_name(p), t, loss_given_context(*m, val_ids, t, c.block, n_targets),
+                                       n_targets);
         csv += fmt::format("{},{},{},{},{},{},{:.6e},{},{},{},{:.6f},{:.2f}\n", kind, j + 1, z.dim, params,
                            z.steps * tokens_per_step, z.steps, flops, run_seed(c, i), precision_name(p), role, v, r.seconds);
         full_seconds += r.seconds;
@@ -197,6 +226,21 @@ PartOutput run_scale(Study& s) {
     }
   }
   report::write_file(s.path("scale.csv"), csv);
+  report::write_file(s.path("scale_context.csv"), context_csv);
+
+  // The context gains, from the file just written: per model and size, the
+  // loss at short_context minus the loss at block, per seed.
+  std::string context_summary;
+  {
+    const Csv ctx(s.path("scale_context.csv"));
+    const auto gains = context_gains(ctx);
+    for (const std::string& kind : c.models) {
+      std::vector<std::string> row{kind};
+      for (const auto& [size, by_seed] : gains.at(kind)) row.push_back(format_range(range_of(by_seed), 3));
+      context_table.rows.push_back(row);
+      context_summary += fmt::format("{}{} {}", context_summary.empty() ? "" : ", ", kind, row.back());
+    }
+  }
 
   // The fits, from the file just written (as the verdicts read them).
   const Csv back(s.path("scale.csv"));
@@ -271,7 +315,9 @@ PartOutput run_scale(Study& s) {
     fmt::print("scale: {}\n", estimate);
   }
 
-  fmt::print("\n{}\n{}\n{}", table.text(), fit_table.text(), meetings);
+  fmt::print("\n{}\n{}\n{}\nloss at {} characters of context minus the loss at {} (nats/char; > 0: the longer "
+             "context helps):\n{}",
+             table.text(), fit_table.text(), meetings, short_context, c.block, context_table.text());
   std::string md = fmt::format(
       "GPT at widths {} ({} blocks x {} heads; each about 4x the parameters of the last), the RNN and LSTM matched to "
       "its parameter count at each; {} of these sizes run. Each size is trained on {} tokens per GPT parameter "
@@ -282,7 +328,10 @@ PartOutput run_scale(Study& s) {
       "**float32 against bfloat16 at the smallest size** (the same seeds in the other precision):\n\n{}\n"
       "**Power laws** L = A x^-α fitted by least squares on log L against log x, every seed's run a point; "
       "± is the standard error of α from the residuals (0 with one point per size and two sizes).\n\n{}\n{}\n{}\n"
-      "![scale](scale.png)\n",
+      "![scale](scale.png)\n\n"
+      "**Context at each size.** Every run above of role fit predicts the same {} validation characters given {} and "
+      "given {} characters before each (as part 3 does for part 1's models); the table gives the loss at {} minus the "
+      "loss at {} in nats/char, mean and min-max over the seeds (> 0: the longer context helps).\n\n{}",
       fmt::join(c.scale_dims, ", "), c.gpt_layers, c.gpt_heads, n_run, c.scale_tokens_per_param, c.batch, c.block,
       c.seeds, c.eval_batches,
       c.bf16 ? "Every size trains under bfloat16 autocast (--bf16)."
@@ -291,8 +340,11 @@ PartOutput run_scale(Study& s) {
                                  c.scale_bf16_from + 1)
                    : std::string("Every size trains in float32."),
       table.markdown(), check_md, fit_table.markdown(), meetings,
-      estimate.empty() ? "" : estimate + "\n");
-  return {fmt::format("loss ∝ params^-α: {}; float32 and bfloat16 at the smallest size: {}", summary, check_summary),
+      estimate.empty() ? "" : estimate + "\n", n_targets, short_context, c.block, short_context, c.block,
+      context_table.markdown());
+  return {fmt::format("loss ∝ params^-α: {}; float32 and bfloat16 at the smallest size: {}; context {}->{} at the "
+                      "largest size: {}",
+                      summary, check_summary, short_context, c.block, context_summary),
           md};
 }
 

@@ -204,6 +204,12 @@ struct Sweep {
 };
 Sweep sweep_lr(std::vector<double> grid, const std::function<double(double)>& run, int max_extra = 2);
 
+// Mean loss of predicting n targets of ids, spread evenly over [block, size),
+// each from the t ids just before it (windows (n, t), the prediction at the
+// last position scored; eval mode, no graph): the same targets at every t,
+// so losses at two t differ only by what the longer context is worth.
+double loss_given_context(models::LanguageModel& m, const std::vector<int64_t>& ids, int64_t t, int64_t block,
+                          int64_t n);
 // Mean next-token loss over count fixed validation batches of B windows, in eval mode.
 double validation_loss(models::LanguageModel& m, const data::LMBatches& val, int64_t count, int64_t batch);
 
@@ -231,6 +237,9 @@ class Csv {
 // "train_flops") over scale.csv's rows of role "fit", every seed's run a
 // point (scale.cpp).
 std::map<std::string, PowerLaw> scale_fits(const Csv& csv, const std::string& x_column);
+// Per model and size, each seed's loss at the shortest context of
+// scale_context.csv minus its loss at the longest (> 0: the longer helps).
+std::map<std::string, std::map<int64_t, std::vector<double>>> context_gains(const Csv& csv);
 
 // <out>/<name>, which part 1 (tuning) writes and later parts build on; a
 // std::runtime_error saying to run part 1 first when it is missing.
