@@ -354,7 +354,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                  key_padding_mask.shape(), a.B, a.Tk, qs, ks));
   const std::vector<uint8_t> pad = padding_bytes(key_padding_mask);
   // The full (B,H,Tq,Tk) probabilities are kept only when the caller asks for
-  // them; otherwise each thread reuses one (Tq,Tk) scratch.
+  // them; otherwise each thread reuses one (rows, Tk) scratch block.
   const bool keep_probs = attn_weights != nullptr;
   Tensor probs = keep_probs ? empty({a.B, a.H, a.Tq, a.Tk}, q.dtype()) : Tensor();
   Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());

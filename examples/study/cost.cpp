@@ -117,16 +117,16 @@ PartOutput run_cost(Study& s) {
                     "ckpt_bwd_us_per_token,ckpt_step_mib,dtype\n";
   report::Table table{{"model", "T", "B", "fwd us/tok", "bwd us/tok", "predicted fwd", "predicted bwd", "GFLOP/s",
                          "fwd MiB", "fwd+bwd MiB", "checkpointed us/tok", "checkpointed MiB"}, {}};
-  Panel time_panel{.title = "time per token, forward + backward (points: measured; dashed: predicted from FLOPs; line: "
-                            "checkpointed)",
+  // Dashed is checkpointed in both panels; every series is in a legend.
+  Panel time_panel{.title = "time per token, forward + backward",
                    .xlabel = "context length T", .ylabel = "microseconds per token", .logx = true, .logy = true, .xbase = 2,
-                   .key = "top left"};
+                   .key = "above vertical maxrows 3"};
   // Flat when the work per batch is fixed: attention keeps no (T,T) matrix for
   // its backward (it recomputes the probabilities), so nothing grows with T.
-  Panel mem_panel{.title = "peak tensor memory of a step (attention stores no T x T matrix; dashed: checkpointed)",
+  Panel mem_panel{.title = "peak tensor memory of a step",
                   .xlabel = "context length T",
                   .ylabel = fmt::format("MiB (batch of {} tokens)", c.cost_tokens), .logx = true, .xbase = 2,
-                  .key = "outside right top"};
+                  .key = "above vertical maxrows 3"};
   std::map<std::string, std::vector<double>> total_us, total_flops;
   double attention_crossover = 0;
   report::Progress bar("cost", static_cast<int64_t>(c.models.size() * lengths.size()), "runs");
@@ -146,9 +146,9 @@ PartOutput run_cost(Study& s) {
     }
     // Predicted: the measured time at the shortest T, scaled by the FLOP counts.
     const Measurement& first = ms.front();
-    Series measured{kind, {}, {}, kind, Series::points}, predicted{"", {}, {}, kind, Series::dashed};
+    Series measured{kind, {}, {}, kind, Series::points}, predicted{kind + ", predicted from FLOPs", {}, {}, kind, Series::line};
     Series memory{kind, {}, {}, kind}, ckpt_memory{kind + ", checkpointed", {}, {}, kind, Series::dashed};
-    Series ckpt_time{kind + ", checkpointed", {}, {}, kind, Series::line};
+    Series ckpt_time{kind + ", checkpointed", {}, {}, kind, Series::dashed};
     for (size_t i = 0; i < ms.size(); ++i) {
       const Measurement& r = ms[i];
       const Measurement& ck = checkpointed[i];
@@ -198,7 +198,7 @@ PartOutput run_cost(Study& s) {
     }
   }
   report::write_file(s.path("cost.csv"), csv);
-  std::string why = plot(s.path("cost.png"), {time_panel, mem_panel}, 1300, 500);
+  std::string why = plot(s.path("cost.png"), {time_panel, mem_panel}, 1400, 600);
   if (!why.empty()) fmt::print("cost: no plot: {}\n", why);
   fmt::print("\n{}\n{}\n", table.text(), crossings);
 
@@ -208,10 +208,10 @@ PartOutput run_cost(Study& s) {
       "repetitions; microseconds per token. *predicted* scales the time measured at T = {} by the model's FLOP count "
       "(see examples/study/cost.cpp). Memory is the peak of tensor memory above what was in use before the forward "
       "(activations kept for backward, gradients, temporaries). It does not grow with T for GPT either: this library's "
-      "attention saves only q, k and v for its backward and recomputes the (T, T) probabilities there, in a per-thread "
-      "scratch of T² floats (4 MiB at T = 1024) that is not tensor memory. The recurrences' FLOPs per token do not "
+      "attention saves only q, k and v for its backward and recomputes the (T, T) probabilities there, a block of "
+      "query rows at a time in a per-thread scratch (at most 1 MiB) that is not tensor memory. The recurrences' FLOPs per token do not "
       "depend on T, yet their time grows: at a fixed token budget a longer T means fewer sequences, so each of the T "
-      "sequential steps multiplies a narrower (B, H) matrix, which runs at fewer GFLOP/s. *checkpointed* is the same "
+      "sequential steps multiplies a narrower (B, H) matrix, which runs at fewer GFLOP/s. *checkpointed* (dashed in the plot) is the same "
       "step with activation checkpointing (tg::checkpoint): every GPT block, and the recurrences over chunks of "
       "ceil(sqrt(T)) steps, keep only their inputs for backward, which reruns them.\n\n{}\n{}\n\n![cost](cost.png)\n",
       c.cost_tokens, c.cost_tokens, num_threads(), c.cost_reps, lengths.front(), table.markdown(), crossings);
