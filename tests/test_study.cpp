@@ -331,7 +331,7 @@ BOOST_AUTO_TEST_CASE(same_seed_threads_and_code_give_the_same_numbers) {
   // measure models (timings differ from run to run by nature, so the cost
   // and parallel parts and the seconds column are left out) must agree to
   // the last digit written. At 2 threads, so the pool's splits are exercised.
-  std::string common = kTiny + " --part tuning recall gradients --seeds 2";
+  std::string common = kTiny + " --part tuning recall gradients scale --seeds 2";
   common.replace(common.find("--threads 1"), 11, "--threads 2");
   std::vector<fs::path> outs;
   for (int run_no : {1, 2}) {
@@ -356,7 +356,8 @@ BOOST_AUTO_TEST_CASE(same_seed_threads_and_code_give_the_same_numbers) {
     }
     return kept;
   };
-  for (const char* file : {"sweep.csv", "tuning.csv", "recall_sweep.csv", "recall.csv", "context.csv", "gradients.csv"}) {
+  for (const char* file : {"sweep.csv", "tuning.csv", "recall_sweep.csv", "recall.csv", "context.csv", "gradients.csv",
+                           "scale.csv", "scale_context.csv", "scale_fit.csv"}) {
     const std::string a = without(outs[0] / file, {"seconds"}), b = without(outs[1] / file, {"seconds"});
     BOOST_TEST(!a.empty(), file);
     BOOST_TEST(a == b, file);
