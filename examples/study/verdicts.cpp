@@ -1,6 +1,7 @@
 // Part 6, verdicts: each claim against what the other parts wrote (read back
 // from their CSV files, so a verdict can be re-derived by hand), one table,
 // printed and written to results.md with every part's section.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -400,7 +401,7 @@ Verdict scaling(const Study& s) {
   const Csv csv(s.path("scale.csv"));
   const auto rec = recurrent(s.c);
   std::vector<Order> steeper;
-  std::vector<std::string> trends;
+  std::vector<std::string> trends, meetings;
   for (const auto& [axis, name] : {std::pair{"params", "parameters"}, std::pair{"train_flops", "training FLOPs"}}) {
     const auto fits = scale_fits(csv, axis);
     double lo = INFINITY, hi = 0;  // the x range measured
@@ -410,6 +411,8 @@ Verdict scaling(const Study& s) {
     v.measured += fmt::format("{}loss ∝ {}^-α: gpt α {:.3f} ± {:.3f}", v.measured.empty() ? "" : "; ", name, -g.b, g.se_b);
     for (const auto& m : rec)
       v.measured += fmt::format(", {} {:.3f} ± {:.3f}", m, -fits.at(m).b, fits.at(m).se_b);
+    // What GPT's curve does against each recurrence's, the models that share a trend named together.
+    std::vector<std::pair<std::string, std::vector<std::string>>> by_trend;
     for (const auto& m : rec) {
       const PowerLaw& r = fits.at(m);
       const double db = r.b - g.b, se = std::hypot(g.se_b, r.se_b);  // > 0: GPT's loss falls faster
@@ -419,24 +422,33 @@ Verdict scaling(const Study& s) {
       const double g0 = g.log10_at(std::log10(lo)) - r.log10_at(std::log10(lo));
       const double g1 = g.log10_at(std::log10(hi)) - r.log10_at(std::log10(hi));
       const auto meet = meeting(g, r);
-      const std::string at = meet ? fmt::format("{:.2g} {} (1σ {:.2g} to {:.2g})", std::pow(10.0, meet->log10x), name,
-                                                std::pow(10.0, meet->log10x - meet->se),
-                                                std::pow(10.0, meet->log10x + meet->se))
-                                  : "no point (equal exponents)";
+      meetings.push_back(meet ? fmt::format("{} in {} at {:.2g} (1σ {:.2g} to {:.2g})", m, name,
+                                            std::pow(10.0, meet->log10x), std::pow(10.0, meet->log10x - meet->se),
+                                            std::pow(10.0, meet->log10x + meet->se))
+                              : fmt::format("{} in {}: never (equal exponents)", m, name));
       const std::string side = g1 > 0 ? "GPT's loss the higher" : "GPT's loss the lower";
       std::string trend;
       if ((g0 > 0) != (g1 > 0))
-        trend = fmt::format("crosses the {}'s inside the range measured, at {}", m, at);
+        trend = "crosses {} inside the range measured";
       else if (o == Order::level)
-        trend = fmt::format("runs parallel to the {}'s within the uncertainty ({}; the fits would meet at {})", m,
-                            side, at);
+        trend = "runs parallel to {} within the uncertainty (" + side + ")";
       else if (std::fabs(g1) < std::fabs(g0))
-        trend = fmt::format("approaches the {}'s ({}); the fits would cross at {}", m, side, at);
+        trend = "approaches {} (" + side + ")";
       else
-        trend = fmt::format("diverges from the {}'s ({}; the fits met, going back, at {})", m, side, at);
-      trends.push_back(fmt::format("in {}, GPT's curve {}", name, trend));
+        trend = "diverges from {} (" + side + ")";
+      auto at = std::find_if(by_trend.begin(), by_trend.end(), [&](const auto& t) { return t.first == trend; });
+      if (at == by_trend.end()) by_trend.push_back({trend, {m}});
+      else at->second.push_back(m);
     }
+    std::vector<std::string> parts;
+    for (const auto& [trend, models] : by_trend) {
+      std::vector<std::string> names;
+      for (const auto& m : models) names.push_back(fmt::format("the {}'s", m));
+      parts.push_back(fmt::format(fmt::runtime(trend), fmt::join(names, " and ")));
+    }
+    trends.push_back(fmt::format("in {}, GPT's curve {}", name, fmt::join(parts, ", ")));
   }
+  v.measured += fmt::format("; GPT's fit meets the {}", fmt::join(meetings, ", the "));
   v.verdict = fmt::format("{}; {}", judge(rec, steeper), fmt::join(trends, "; "));
   return v;
 }
@@ -491,8 +503,8 @@ PartOutput run_verdicts(Study& s) {
       {"cost", cost, "Self-attention costs O(n^2 d) per layer against a recurrence's O(n d^2): cheaper while n << d"},
       {"scale", scaling, "Transformers scale better: their loss falls faster with parameters and compute"},
       {"scale", context_at_scale,
-       "Grown larger, a transformer puts long context to more use: at the largest size, its whole context instead of "
-       "a sixteenth of it lowers its loss more than a recurrence's"}};
+       "At the largest size, a transformer gains more than a recurrence from its whole context over a sixteenth of it "
+       "(it puts long context to more use)"}};
   const bool has_gpt = std::find(s.c.models.begin(), s.c.models.end(), "gpt") != s.c.models.end();
   report::Table table{{"claim", "measured", "verdict"}, {}};
   for (const Claim& cl : claims) {
