@@ -47,7 +47,8 @@ RNNLM::RNNLM(const RNNLMOptions& o) : LanguageModel(std::string(cell_name(o.cell
     throw ValueError(fmt::format("{}LM: vocab ({}), embed ({}), hidden ({}) and layers ({}) must be positive",
                                  cell_name(o.cell), o.vocab, o.embed, o.hidden, o.layers));
   embedding = register_module("embedding", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.vocab, .dim = o.embed}));
-  nn::RNNOptions ro{.input = o.embed, .hidden = o.hidden, .layers = o.layers, .batch_first = true, .dropout = o.dropout};
+  nn::RNNOptions ro{.input = o.embed, .hidden = o.hidden, .layers = o.layers, .batch_first = true, .dropout = o.dropout,
+                    .recompute_gates = o.checkpoint_time && o.cell == CellKind::lstm};
   switch (o.cell) {
     case CellKind::rnn: rnn = register_module("rnn", std::make_shared<nn::RNN>(ro)); break;
     case CellKind::lstm: lstm = register_module("rnn", std::make_shared<nn::LSTM>(ro)); break;
@@ -68,47 +69,43 @@ nn::RNNOutput RNNLM::run(const Tensor& x, const Tensor& h0, const Tensor& c0) {
   return rnn->forward(x, h0);
 }
 
-// checkpoint() keeps one output per region: a chunk's output (B,k,H) and
-// final states (L,B,H) travel flattened into one vector and are cut apart
-// after. The states are copied out (2 L B H values), so that the next chunk
-// saves those copies and the vector goes once its output was concatenated.
-// The last chunk is not checkpointed: backward needs its activations first,
-// so a rerun would rebuild what the forward just had.
+// The RNN's and the GRU's. checkpoint() keeps one output per region: a
+// chunk's output (B,k,H) and final state (L,B,H) travel flattened into one
+// vector and are cut apart after. The state is copied out (L B H values), so
+// that the next chunk saves that copy and the vector goes once its output
+// was concatenated. The last chunk is not checkpointed: backward needs its
+// activations first, so a rerun would rebuild what the forward just had.
 nn::RNNOutput RNNLM::run_checkpointed(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), H = options.hidden, L = options.layers;
   const int64_t chunk = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(T))));
-  const bool has_c = options.cell == CellKind::lstm;
   std::vector<Tensor> outputs;
-  Tensor h, c;
+  Tensor h;
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t k = std::min(chunk, T - t0);
     if (t0 + k == T) {
-      nn::RNNOutput last = run(x.narrow(1, t0, k), h, c);
+      nn::RNNOutput last = run(x.narrow(1, t0, k), h, Tensor());
       outputs.push_back(last.output);
       h = last.h;
-      c = last.c;
       break;
     }
     Tensor packed = checkpoint(
-        [this, has_c](const std::vector<Tensor>& in) {
-          nn::RNNOutput o = run(in[0], in[1], in[2]);
-          std::vector<Tensor> parts{o.output.reshape({-1}), o.h.reshape({-1})};
-          if (has_c) parts.push_back(o.c.reshape({-1}));
-          return concat(parts, 0);
+        [this](const std::vector<Tensor>& in) {
+          nn::RNNOutput o = run(in[0], in[1], Tensor());
+          return concat({o.output.reshape({-1}), o.h.reshape({-1})}, 0);
         },
-        {x.narrow(1, t0, k), h, c});
+        {x.narrow(1, t0, k), h});
     outputs.push_back(packed.narrow(0, 0, B * k * H).reshape({B, k, H}));
     h = packed.narrow(0, B * k * H, L * B * H).reshape({L, B, H}).clone();
-    if (has_c) c = packed.narrow(0, B * k * H + L * B * H, L * B * H).reshape({L, B, H}).clone();
   }
-  return {.output = concat(outputs, 1), .h = h, .c = c};
+  return {.output = concat(outputs, 1), .h = h, .c = Tensor()};
 }
 
 Tensor RNNLM::forward(const Tensor& ids) {
   ModulePathScope path(name());
   if (ids.dim() != 2) throw ShapeError(fmt::format("{}: ids must be (B,T), got {}", type_name(), ids.shape()));
   const Tensor x = embedding->forward(ids);
-  nn::RNNOutput out = options.checkpoint_time ? run_checkpointed(x) : run(x, Tensor(), Tensor());
+  // The LSTM's own option does its trade (see RNNLMOptions::checkpoint_time).
+  nn::RNNOutput out = options.checkpoint_time && !lstm ? run_checkpointed(x) : run(x, Tensor(), Tensor());
   return (*head)((*drop)(out.output));  // through operator(): hooks see them
 }
 

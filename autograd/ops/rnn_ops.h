@@ -31,6 +31,17 @@ Tensor rnn_tanh_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h
 /// -> (2,T,B,H): [h_t; c_t] with c_t = sig(f) c_{t-1} + sig(i) tanh(g), h_t = sig(o) tanh(c_t)
 Tensor lstm_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
 
+/// The same LSTM layer with its input projection, for less memory: x (T,B,I),
+/// w_ih (4H,I), bias (4H) = b_ih + b_hh or undefined, w_hh (4H,H), h0 and c0
+/// (B,H) -> (T+1,B,H): [h_t; c_{T-1}], the hidden states of lstm_recurrence(x
+/// W_ih^T + bias, w_hh, h0, c0), then the last cell state. Its node keeps x,
+/// the h_t and a cell state per chunk of ceil(sqrt(T)) steps -- not the gates
+/// and cell states of every step, 6H values a step -- and backward rebuilds
+/// the gates chunk by chunk, two GEMMs over each chunk's steps at once and a
+/// pointwise pass, instead of rerunning the sequential recurrence.
+Tensor lstm_recompute(const Tensor& x, const Tensor& w_ih, const Tensor& bias, const Tensor& w_hh,
+                      const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
+
 /// The slopes of one LSTM step that its backward recursion reads, for all
 /// steps at once, as a differentiable op (what lstm_recurrence's recorded
 /// backward builds on): act (T,B,4H) the gate activations [i, f, g, o]
