@@ -4,8 +4,9 @@
 /// op on the tape, with backpropagation through time written by hand.
 ///
 /// The input projection xp = x W_ih^T + b stays outside (tg::linear: one GEMM
-/// for all steps). Inside, the forward runs one GEMM h_{t-1} W_hh^T per step
-/// and one fused pointwise pass; the backward one GEMM dG_t W_hh per step, and
+/// for all steps), but for lstm_recompute, which rebuilds it in backward.
+/// Inside, the forward runs one GEMM h_{t-1} W_hh^T per step and one fused
+/// pointwise pass; the backward one GEMM dG_t W_hh per step, and
 /// dW_hh = sum_t dG_t^T h_{t-1} as one GEMM over all steps at the end.
 /// Why one op and not one per step: a step reads row block t of xp, and on
 /// this tape the gradient of a slice has its input's full shape, so per-step
