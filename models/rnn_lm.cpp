@@ -47,8 +47,7 @@ RNNLM::RNNLM(const RNNLMOptions& o) : LanguageModel(std::string(cell_name(o.cell
     throw ValueError(fmt::format("{}LM: vocab ({}), embed ({}), hidden ({}) and layers ({}) must be positive",
                                  cell_name(o.cell), o.vocab, o.embed, o.hidden, o.layers));
   embedding = register_module("embedding", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.vocab, .dim = o.embed}));
-  nn::RNNOptions ro{.input = o.embed, .hidden = o.hidden, .layers = o.layers, .batch_first = true, .dropout = o.dropout,
-                    .recompute_gates = o.checkpoint_time && o.cell == CellKind::lstm};
+  nn::RNNOptions ro{.input = o.embed, .hidden = o.hidden, .layers = o.layers, .batch_first = true, .dropout = o.dropout};
   switch (o.cell) {
     case CellKind::rnn: rnn = register_module("rnn", std::make_shared<nn::RNN>(ro)); break;
     case CellKind::lstm: lstm = register_module("rnn", std::make_shared<nn::LSTM>(ro)); break;
@@ -104,7 +103,9 @@ Tensor RNNLM::forward(const Tensor& ids) {
   ModulePathScope path(name());
   if (ids.dim() != 2) throw ShapeError(fmt::format("{}: ids must be (B,T), got {}", type_name(), ids.shape()));
   const Tensor x = embedding->forward(ids);
-  // The LSTM's own option does its trade (see RNNLMOptions::checkpoint_time).
+  // The LSTM's own option does its trade (see RNNLMOptions::checkpoint_time),
+  // set here since checkpoint_time may change between steps.
+  if (lstm) lstm->options.recompute_gates = options.checkpoint_time;
   nn::RNNOutput out = options.checkpoint_time && !lstm ? run_checkpointed(x) : run(x, Tensor(), Tensor());
   return (*head)((*drop)(out.output));  // through operator(): hooks see them
 }

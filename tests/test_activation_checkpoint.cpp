@@ -325,6 +325,15 @@ BOOST_AUTO_TEST_CASE(lstm_checkpointed_over_time_holds_less_memory) {
   const size_t plain = peak(false), ckpt = peak(true);
   BOOST_TEST_MESSAGE("LSTM LM, peak above the start: plain " << plain << " bytes, checkpoint_time " << ckpt);
   BOOST_TEST(2 * ckpt < plain);
+  // The option may change between steps (the study's cost part toggles it on a built model).
+  manual_seed(15);
+  models::RNNLM lm({.vocab = 11, .embed = 8, .hidden = 64, .cell = models::CellKind::lstm});
+  lm.options.checkpoint_time = true;
+  empty_cache();
+  const size_t base = memory_stats().bytes_in_use;
+  reset_peak_memory_stats();
+  lm.loss(ids, ids).backward();
+  BOOST_TEST(memory_stats().peak_bytes_in_use - base == ckpt);
 }
 
 // Two threads train checkpointed stacks with dropout at once (each draws from
