@@ -2,7 +2,8 @@
 // The LSTM's step kernels, shared by lstm_recurrence (lstm.cpp), which runs
 // them over the whole sequence, and lstm_recompute (lstm_recompute.cpp),
 // which runs them chunk by chunk. Internal to autograd/ops/rnn/ (not
-// installed).
+// installed). Static, as they were in lstm.cpp alone: each file inlines
+// its own copy into its loops.
 #include "autograd/ops/rnn/common.h"
 
 namespace tg::detail::rnn {
@@ -11,7 +12,7 @@ namespace tg::detail::rnn {
 // part's scratch (B,4n), nullptr for all units (the step's act itself then).
 // zero (B,H) stands in for a missing c0.
 template <class S>
-inline void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
+static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
                               const S* zero, S* z, S* act, S* hs, S* cs) {
   const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n;
   S* a = act + t * B * G;
@@ -53,7 +54,7 @@ inline void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, co
 // gact (T,B,4H), when given, is the gradient that reached the activations
 // (the side output act); it joins dG_t through the gates' slopes.
 template <class S>
-inline void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
+static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
                                const S* c0, const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
   const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 4 * H;
   S* dh = rec;
