@@ -2,8 +2,8 @@
 // projecting the inputs of all steps (tg::linear), then the fused recurrence
 // of autograd/ops/rnn_ops.h (one GEMM per step inside); an LSTM layer with
 // recompute_gates is one op, lstm_recompute, projection included. A cell is
-// a layer run for one step. The recurrences are time-major: batch-first input is
-// transposed once at the bottom and the output once at the top.
+// a layer run for one step. The recurrences are time-major: batch-first
+// input is transposed once at the bottom and the output once at the top.
 #include "nn/rnn.h"
 
 #include <cmath>
