@@ -63,7 +63,12 @@ std::string RNNLM::extra_repr() const {
 }
 
 nn::RNNOutput RNNLM::run(const Tensor& x, const Tensor& h0, const Tensor& c0) {
-  if (lstm) return lstm->forward(x, h0, c0);
+  if (lstm) {
+    // The LSTM's own option does its trade (see RNNLMOptions::checkpoint_time),
+    // set at every call since checkpoint_time may change between steps.
+    lstm->options.recompute_gates = options.checkpoint_time;
+    return lstm->forward(x, h0, c0);
+  }
   if (gru) return gru->forward(x, h0);
   return rnn->forward(x, h0);
 }
@@ -103,9 +108,6 @@ Tensor RNNLM::forward(const Tensor& ids) {
   ModulePathScope path(name());
   if (ids.dim() != 2) throw ShapeError(fmt::format("{}: ids must be (B,T), got {}", type_name(), ids.shape()));
   const Tensor x = embedding->forward(ids);
-  // The LSTM's own option does its trade (see RNNLMOptions::checkpoint_time),
-  // set here since checkpoint_time may change between steps.
-  if (lstm) lstm->options.recompute_gates = options.checkpoint_time;
   nn::RNNOutput out = options.checkpoint_time && !lstm ? run_checkpointed(x) : run(x, Tensor(), Tensor());
   return (*head)((*drop)(out.output));  // through operator(): hooks see them
 }
