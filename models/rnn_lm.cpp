@@ -63,52 +63,52 @@ std::string RNNLM::extra_repr() const {
 }
 
 nn::RNNOutput RNNLM::run(const Tensor& x, const Tensor& h0, const Tensor& c0) {
-  if (lstm) return lstm->forward(x, h0, c0);
+  if (lstm) {
+    // The LSTM's own option does its trade (see RNNLMOptions::checkpoint_time),
+    // set at every call since checkpoint_time may change between steps.
+    lstm->options.recompute_gates = options.checkpoint_time;
+    return lstm->forward(x, h0, c0);
+  }
   if (gru) return gru->forward(x, h0);
   return rnn->forward(x, h0);
 }
 
-// checkpoint() keeps one output per region: a chunk's output (B,k,H) and
-// final states (L,B,H) travel flattened into one vector and are cut apart
-// after. The states are copied out (2 L B H values), so that the next chunk
-// saves those copies and the vector goes once its output was concatenated.
-// The last chunk is not checkpointed: backward needs its activations first,
-// so a rerun would rebuild what the forward just had.
+// The RNN's and the GRU's. checkpoint() keeps one output per region: a
+// chunk's output (B,k,H) and final state (L,B,H) travel flattened into one
+// vector and are cut apart after. The state is copied out (L B H values), so
+// that the next chunk saves that copy and the vector goes once its output
+// was concatenated. The last chunk is not checkpointed: backward needs its
+// activations first, so a rerun would rebuild what the forward just had.
 nn::RNNOutput RNNLM::run_checkpointed(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), H = options.hidden, L = options.layers;
   const int64_t chunk = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(T))));
-  const bool has_c = options.cell == CellKind::lstm;
   std::vector<Tensor> outputs;
-  Tensor h, c;
+  Tensor h;
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t k = std::min(chunk, T - t0);
     if (t0 + k == T) {
-      nn::RNNOutput last = run(x.narrow(1, t0, k), h, c);
+      nn::RNNOutput last = run(x.narrow(1, t0, k), h, Tensor());
       outputs.push_back(last.output);
       h = last.h;
-      c = last.c;
       break;
     }
     Tensor packed = checkpoint(
-        [this, has_c](const std::vector<Tensor>& in) {
-          nn::RNNOutput o = run(in[0], in[1], in[2]);
-          std::vector<Tensor> parts{o.output.reshape({-1}), o.h.reshape({-1})};
-          if (has_c) parts.push_back(o.c.reshape({-1}));
-          return concat(parts, 0);
+        [this](const std::vector<Tensor>& in) {
+          nn::RNNOutput o = run(in[0], in[1], Tensor());
+          return concat({o.output.reshape({-1}), o.h.reshape({-1})}, 0);
         },
-        {x.narrow(1, t0, k), h, c});
+        {x.narrow(1, t0, k), h});
     outputs.push_back(packed.narrow(0, 0, B * k * H).reshape({B, k, H}));
     h = packed.narrow(0, B * k * H, L * B * H).reshape({L, B, H}).clone();
-    if (has_c) c = packed.narrow(0, B * k * H + L * B * H, L * B * H).reshape({L, B, H}).clone();
   }
-  return {.output = concat(outputs, 1), .h = h, .c = c};
+  return {.output = concat(outputs, 1), .h = h, .c = Tensor()};
 }
 
 Tensor RNNLM::forward(const Tensor& ids) {
   ModulePathScope path(name());
   if (ids.dim() != 2) throw ShapeError(fmt::format("{}: ids must be (B,T), got {}", type_name(), ids.shape()));
   const Tensor x = embedding->forward(ids);
-  nn::RNNOutput out = options.checkpoint_time ? run_checkpointed(x) : run(x, Tensor(), Tensor());
+  nn::RNNOutput out = options.checkpoint_time && !lstm ? run_checkpointed(x) : run(x, Tensor(), Tensor());
   return (*head)((*drop)(out.output));  // through operator(): hooks see them
 }
 

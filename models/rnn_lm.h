@@ -23,10 +23,14 @@ struct RNNLMOptions {
   int64_t layers = 1;   // L
   CellKind cell = CellKind::lstm;
   double dropout = 0.0;
-  // Checkpoint the recurrence over chunks of ceil(sqrt(T)) time steps
-  // (tg::checkpoint): backward keeps each chunk's input and entering state,
-  // not the gates of every step, and reruns one chunk at a time (all but the
-  // last chunk, whose activations backward needs first).
+  // Trade time for activation memory in the recurrence. LSTM: its layers
+  // keep h_t, not the gates and cell states of every step, and backward
+  // rebuilds them over chunks of ceil(sqrt(T)) steps with a GEMM per chunk
+  // (nn::RNNOptions::recompute_gates). RNN and GRU: the recurrence is
+  // checkpointed over chunks of ceil(sqrt(T)) steps (tg::checkpoint):
+  // backward keeps each chunk's input and entering state and reruns one
+  // chunk at a time (all but the last, whose activations backward needs
+  // first).
   bool checkpoint_time = false;
 };
 
@@ -59,7 +63,7 @@ class RNNLM : public LanguageModel {
 
  private:
   nn::RNNOutput run(const Tensor& x, const Tensor& h0, const Tensor& c0);
-  nn::RNNOutput run_checkpointed(const Tensor& x);
+  nn::RNNOutput run_checkpointed(const Tensor& x);  // RNN and GRU
 };
 
 }  // namespace tg::models

@@ -1,11 +1,13 @@
 // Recurrent cells and modules. Each layer is two ops on the tape: one GEMM
 // projecting the inputs of all steps (tg::linear), then the fused recurrence
-// of autograd/ops/rnn_ops.h (one GEMM per step inside). A cell is a layer
-// run for one step. The recurrences are time-major: batch-first input is
-// transposed once at the bottom and the output once at the top.
+// of autograd/ops/rnn_ops.h (one GEMM per step inside); an LSTM layer with
+// recompute_gates is one op, lstm_recompute, projection included. A cell is
+// a layer run for one step. The recurrences are time-major: batch-first
+// input is transposed once at the bottom and the output once at the top.
 #include "nn/rnn.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "autograd/ops/rnn_ops.h"
 #include "nn/init.h"
@@ -109,6 +111,8 @@ template <class Cell>
 void build_layers(Module& m, const RNNOptions& o, std::shared_ptr<ModuleList<Cell>>& layers,
                   std::shared_ptr<Dropout>& drop) {
   check_options(m, o);
+  if (o.recompute_gates && !std::is_same_v<Cell, LSTMCell>)
+    throw ValueError(fmt::format("{}: recompute_gates is an LSTM option", m.type_name()));
   layers = m.register_module("layers", std::make_shared<ModuleList<Cell>>());
   for (int64_t l = 0; l < o.layers; ++l) layers->push_back(std::make_shared<Cell>(layer_options(o, l)));
   drop = m.register_module("drop", std::make_shared<Dropout>(DropoutOptions{.p = o.dropout}));
@@ -183,9 +187,18 @@ RNNOutput LSTM::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
   return run_layers(*this, options, *drop, x, h0, c0, true,
                     [&](int64_t l, const Tensor& seq, const Tensor& h, const Tensor& c, Tensor& h_n, Tensor& c_n) {
                       LSTMCell& cell = (*layers)[l];
-                      Tensor xp = project(seq, cell.weight_ih, both_biases(cell.bias_ih, cell.bias_hh));
+                      const Tensor bias = both_biases(cell.bias_ih, cell.bias_hh);
+                      const int64_t T = seq.size(0);
+                      if (options.recompute_gates) {
+                        // (T+1,B,H): rows 0..T-1 are h_t, row T is c_{T-1}. The copy of a
+                        // batch-first input is the one project() makes.
+                        Tensor out = lstm_recompute(seq.contiguous(), cell.weight_ih, bias, cell.weight_hh, h, c);
+                        h_n = out.select(0, T - 1);
+                        c_n = out.select(0, T);
+                        return out.narrow(0, 0, T);
+                      }
+                      Tensor xp = project(seq, cell.weight_ih, bias);
                       // (2,T,B,H) seen as (2T,B,H): rows 0..T-1 are h_t, rows T..2T-1 are c_t.
-                      const int64_t T = xp.size(0);
                       Tensor out = lstm_recurrence(xp, cell.weight_hh, h, c).view({2 * T, xp.size(1), options.hidden});
                       h_n = out.select(0, T - 1);
                       c_n = out.select(0, 2 * T - 1);

@@ -88,6 +88,10 @@ struct RNNOptions {
   bool bias = true;    ///< whether the cells have biases
   bool batch_first = true;  ///< x (B, T, I); false: (T, B, I)
   double dropout = 0.0;     ///< between layers (not after the last), in training
+  /// LSTM only: each layer keeps its input and h_t, not the gates and cell
+  /// states of every step (tg::lstm_recompute), and backward rebuilds them;
+  /// RNN and GRU reject it.
+  bool recompute_gates = false;
 };
 
 /// What RNN, LSTM and GRU return.

@@ -305,6 +305,37 @@ BOOST_AUTO_TEST_CASE(lstm_checkpointed_over_time_gives_the_plain_gradients) {
   }
 }
 
+// The LSTM LM's checkpoint_time keeps h_t and not the gates and cell states
+// of every step (6H values a step): its step's peak above the start is less
+// than half the plain one's at T = 256.
+BOOST_AUTO_TEST_CASE(lstm_checkpointed_over_time_holds_less_memory) {
+  std::vector<int64_t> v(4 * 256);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(i * 7 % 11);
+  const Tensor ids = from_vector(v, Shape{4, 256});
+  auto peak = [&](bool checkpointed) {
+    manual_seed(15);
+    models::RNNLM lm({.vocab = 11, .embed = 8, .hidden = 64, .cell = models::CellKind::lstm,
+                      .checkpoint_time = checkpointed});
+    empty_cache();
+    const size_t base = memory_stats().bytes_in_use;
+    reset_peak_memory_stats();
+    lm.loss(ids, ids).backward();
+    return memory_stats().peak_bytes_in_use - base;
+  };
+  const size_t plain = peak(false), ckpt = peak(true);
+  BOOST_TEST_MESSAGE("LSTM LM, peak above the start: plain " << plain << " bytes, checkpoint_time " << ckpt);
+  BOOST_TEST(2 * ckpt < plain);
+  // The option may change between steps (the study's cost part toggles it on a built model).
+  manual_seed(15);
+  models::RNNLM lm({.vocab = 11, .embed = 8, .hidden = 64, .cell = models::CellKind::lstm});
+  lm.options.checkpoint_time = true;
+  empty_cache();
+  const size_t base = memory_stats().bytes_in_use;
+  reset_peak_memory_stats();
+  lm.loss(ids, ids).backward();
+  BOOST_TEST(memory_stats().peak_bytes_in_use - base == ckpt);
+}
+
 // Two threads train checkpointed stacks with dropout at once (each draws from
 // its own default generator), one of them under anomaly detection: each gets
 // the gradients it gets alone.

@@ -254,6 +254,41 @@ BOOST_AUTO_TEST_CASE(dropout_only_between_layers_in_training) {
   BOOST_TEST(rel_error(plain.forward(x).output, eval_out.output) == 0.0);
 }
 
+// An LSTM with recompute_gates (each layer one lstm_recompute node) gives the
+// plain LSTM's outputs, final states and gradients, in float64 to 1e-12:
+// through h0, c0, h_n and c_n, two layers with dropout between them, batch
+// first and time-major, T = 10 (backward chunks of 4, 4 and 2 steps) and
+// T = 1.
+BOOST_AUTO_TEST_CASE(lstm_recomputing_its_gates_gives_the_plain_gradients) {
+  for (const bool batch_first : {true, false})
+    for (const int64_t T : {int64_t{10}, int64_t{1}}) {
+      const int64_t B = 3, I = 4, H = 5, L = 2;
+      auto run = [&](bool recompute) {
+        manual_seed(31);
+        nn::LSTM m({.input = I, .hidden = H, .layers = L, .batch_first = batch_first, .dropout = 0.3,
+                    .recompute_gates = recompute});
+        m.to(DType::f64);
+        manual_seed(32);
+        const Tensor x = randn(batch_first ? Shape{B, T, I} : Shape{T, B, I}, DType::f64).requires_grad_(true);
+        const Tensor h0 = randn({L, B, H}, DType::f64).requires_grad_(true);
+        const Tensor c0 = randn({L, B, H}, DType::f64).requires_grad_(true);
+        const Tensor px = randn(batch_first ? Shape{B, T, H} : Shape{T, B, H}, DType::f64);
+        const Tensor ph = randn({L, B, H}, DType::f64), pc = randn({L, B, H}, DType::f64);
+        nn::RNNOutput o = m.forward(x, h0, c0);
+        const Tensor loss = add(add(sum(mul(o.output, px)), sum(mul(o.h, ph))), sum(mul(o.c, pc)));
+        std::vector<Tensor> wrt{x, h0, c0};
+        for (const Tensor& p : m.parameters()) wrt.push_back(p);
+        std::vector<Tensor> got{o.output, o.h, o.c};
+        for (const Tensor& g : grad({loss}, wrt)) got.push_back(g);
+        return got;
+      };
+      const std::vector<Tensor> plain = run(false), lean = run(true);
+      BOOST_REQUIRE_EQUAL(plain.size(), lean.size());
+      for (size_t k = 0; k < plain.size(); ++k)
+        BOOST_TEST(max_abs_diff(lean[k], plain[k]) <= 1e-12, "batch_first " << batch_first << " T " << T << " #" << k);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(parameter_names_shapes_and_init) {
   manual_seed(7);
   nn::GRU m({.input = 3, .hidden = 16, .layers = 2});
@@ -317,6 +352,21 @@ BOOST_AUTO_TEST_CASE(errors_name_the_layer_and_shapes) {
                         says<DTypeError>({"rnn_tanh_recurrence", "float64", "float32"}));
   BOOST_CHECK_EXCEPTION(lstm_recurrence(zeros({3, 2, 16}), zeros({16, 4}), zeros({3, 4})), ShapeError,
                         says<ShapeError>({"lstm_recurrence", "h0", "(3,4)", "(2,4)"}));
+  BOOST_CHECK_EXCEPTION(nn::GRU({.input = 3, .hidden = 4, .recompute_gates = true}), ValueError,
+                        says<ValueError>({"GRU", "recompute_gates", "LSTM"}));
+  const Tensor x = zeros({5, 2, 3}), w_ih = zeros({16, 3}), w_hh = zeros({16, 4});
+  BOOST_CHECK_EXCEPTION(lstm_recompute(x, zeros({16, 2}), Tensor(), w_hh), ShapeError,
+                        says<ShapeError>({"lstm_recompute", "w_ih", "(16,2)", "(5,2,3)", "(16,4)"}));
+  BOOST_CHECK_EXCEPTION(lstm_recompute(x, w_ih, Tensor(), zeros({12, 4})), ShapeError,
+                        says<ShapeError>({"lstm_recompute", "w_hh", "(12,4)", "(4H,H)"}));
+  BOOST_CHECK_EXCEPTION(lstm_recompute(x, w_ih, zeros({12}), w_hh), ShapeError,
+                        says<ShapeError>({"lstm_recompute", "bias", "(12)", "(16)"}));
+  BOOST_CHECK_EXCEPTION(lstm_recompute(x, w_ih, Tensor(), w_hh, Tensor(), zeros({3, 4})), ShapeError,
+                        says<ShapeError>({"lstm_recompute", "c0", "(3,4)", "(2,4)"}));
+  BOOST_CHECK_EXCEPTION(lstm_recompute(zeros({0, 2, 3}), w_ih, Tensor(), w_hh), ShapeError,
+                        says<ShapeError>({"lstm_recompute", "(0,2,3)", "T >= 1"}));
+  BOOST_CHECK_EXCEPTION(lstm_recompute(x, w_ih, Tensor(), zeros({16, 4}, DType::f64)), DTypeError,
+                        says<DTypeError>({"lstm_recompute", "w_hh", "float64", "float32"}));
 }
 
 // The fused tangent rules of the RNN, the LSTM and the GRU against their recorded

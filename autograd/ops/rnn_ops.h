@@ -4,8 +4,9 @@
 /// op on the tape, with backpropagation through time written by hand.
 ///
 /// The input projection xp = x W_ih^T + b stays outside (tg::linear: one GEMM
-/// for all steps). Inside, the forward runs one GEMM h_{t-1} W_hh^T per step
-/// and one fused pointwise pass; the backward one GEMM dG_t W_hh per step, and
+/// for all steps), but for lstm_recompute, which rebuilds it in backward.
+/// Inside, the forward runs one GEMM h_{t-1} W_hh^T per step and one fused
+/// pointwise pass; the backward one GEMM dG_t W_hh per step, and
 /// dW_hh = sum_t dG_t^T h_{t-1} as one GEMM over all steps at the end.
 /// Why one op and not one per step: a step reads row block t of xp, and on
 /// this tape the gradient of a slice has its input's full shape, so per-step
@@ -30,6 +31,17 @@ Tensor rnn_tanh_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h
 /// xp (T,B,4H) = x W_ih^T + b_ih + b_hh (gates i, f, g, o), w_hh (4H,H), h0 and c0 (B,H)
 /// -> (2,T,B,H): [h_t; c_t] with c_t = sig(f) c_{t-1} + sig(i) tanh(g), h_t = sig(o) tanh(c_t)
 Tensor lstm_recurrence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
+
+/// The same LSTM layer with its input projection, for less memory: x (T,B,I),
+/// w_ih (4H,I), bias (4H) = b_ih + b_hh or undefined, w_hh (4H,H), h0 and c0
+/// (B,H) -> (T+1,B,H): [h_t; c_{T-1}], the hidden states of lstm_recurrence(x
+/// W_ih^T + bias, w_hh, h0, c0), then the last cell state. Its node keeps x,
+/// the h_t and a cell state per chunk of ceil(sqrt(T)) steps -- not the gates
+/// and cell states of every step, 6H values a step -- and backward rebuilds
+/// the gates chunk by chunk, two GEMMs over each chunk's steps at once and a
+/// pointwise pass, instead of rerunning the sequential recurrence.
+Tensor lstm_recompute(const Tensor& x, const Tensor& w_ih, const Tensor& bias, const Tensor& w_hh,
+                      const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
 
 /// The slopes of one LSTM step that its backward recursion reads, for all
 /// steps at once, as a differentiable op (what lstm_recurrence's recorded

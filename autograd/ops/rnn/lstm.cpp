@@ -4,7 +4,7 @@
 
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
-#include "autograd/ops/rnn/common.h"
+#include "autograd/ops/rnn/lstm_kernels.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
@@ -30,41 +30,6 @@ struct LstmSaved {
       saved_field("gates", &LstmSaved::gates), saved_field("output", &LstmSaved::output)};
 };
 }  // namespace
-
-// Step t of units u (see UnitSplit): w their rows of W_hh (4n,H), z the
-// part's scratch (B,4n), nullptr for all units (the step's act itself then).
-// zero (B,H) stands in for a missing c0.
-template <class S>
-static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
-                              const S* zero, S* z, S* act, S* hs, S* cs) {
-  const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n;
-  S* a = act + t * B * G;
-  S* h = hs + t * B * H;
-  S* c = cs + t * B * H;
-  const S* hprev = t > 0 ? h - B * H : h0;
-  const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
-  if (!z) z = a;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t q = 0; q < 4; ++q) std::copy_n(xp + (t * B + b) * G + q * H + u.first, n, z + b * Z + q * n);
-  if (hprev) gemm(false, true, B, Z, H, S(1), hprev, H, w, H, S(1), z, Z);
-  parallel_for(B, row_grain(Z, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const S *zi = z + b * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
-      S *ai = a + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
-      const int64_t r = b * H + u.first;
-      const S* cp = cprev + r;
-      S *cb = c + r, *hb = h + r;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) {
-        const S i = sigmoid_gate(zi[j]), f = sigmoid_gate(zf[j]), g = tanh_gate(zg[j]), o = sigmoid_gate(zo[j]);
-        ai[j] = i, af[j] = f, ag[j] = g, ao[j] = o;
-        const S cn = i * g + f * cp[j];
-        cb[j] = cn;
-        hb[j] = o * tanh_gate(cn);
-      }
-    }
-  });
-}
 
 // Tangent, step t of units u: da_t = [da_i da_f da_g da_o] = drive_t +
 // dh_{t-1} W^T, the drive (T,B,4H) holding the tangents of xp and W's term
@@ -107,64 +72,6 @@ static void lstm_tangent_step(const Dims& d, Units u, int64_t t, const S* drive,
         const S tcn = tf * cp[j] + f * dcp[j] + ti * g + i * tg;
         dcb[j] = tcn;
         dhb[j] = to * tc + o * (S(1) - tc * tc) * tcn;
-      }
-    }
-  });
-}
-
-// gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
-// gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
-// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
-// step t = T - c, these units of the gradient reaching h_{t-1} (or dh0) from
-// all of dG_t; then, for c < T, the pointwise pass of step t - 1 on these
-// units. rec (3,B,H) is zero on entry: the gradients reaching h_t and c_t
-// from step t+1, and c_{-1} = 0.
-//
-// gact (T,B,4H), when given, is the gradient that reached the activations
-// (the side output act); it joins dG_t through the gates' slopes.
-template <class S>
-static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
-                               const S* c0, const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 4 * H;
-  S* dh = rec;
-  S* dc = dh + B * H;
-  const S* zero = dc + B * H;
-  if (S* to = c == T ? dh0 : dh; c > 0 && to)
-    gemm(false, false, B, n, G, S(1), dG + (T - c) * B * G, G, w + u.first, H, S(0), to + u.first, H);
-  if (c == T) {
-    if (dc0)
-      for (int64_t b = 0; b < B; ++b) std::copy_n(dc + b * H + u.first, n, dc0 + b * H + u.first);
-    return;
-  }
-  const int64_t t = T - 1 - c;
-  const S* cprev = t > 0 ? cs + (t - 1) * B * H : c0 ? c0 : zero;
-  parallel_for(B, row_grain(4 * n, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r = b * H + u.first, at = t * B * H + r;
-      const S *ai = act + t * B * G + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
-      S *di = dG + t * B * G + b * G + u.first, *df = di + H, *dgg = df + H, *dout = dgg + H;
-      const S *gh = gout + at, *gc = gout + T * B * H + at, *ct = cs + at, *cp = cprev + r;
-      S *dhb = dh + r, *dcb = dc + r;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) {
-        const S i = ai[j], f = af[j], g = ag[j], o = ao[j];
-        const S tc = tanh_gate(ct[j]);
-        const S dht = gh[j] + dhb[j];
-        const S dct = gc[j] + dcb[j] + dht * o * (S(1) - tc * tc);
-        di[j] = dct * g * i * (S(1) - i);
-        df[j] = dct * cp[j] * f * (S(1) - f);
-        dgg[j] = dct * i * (S(1) - g * g);
-        dout[j] = dht * tc * o * (S(1) - o);
-        dcb[j] = dct * f;
-      }
-      if (!gact) continue;
-      const S *gi = gact + t * B * G + b * G + u.first, *gf = gi + H, *gg = gf + H, *go = gg + H;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) {
-        di[j] += gi[j] * ai[j] * (S(1) - ai[j]);
-        df[j] += gf[j] * af[j] * (S(1) - af[j]);
-        dgg[j] += gg[j] * (S(1) - ag[j] * ag[j]);
-        dout[j] += go[j] * ao[j] * (S(1) - ao[j]);
       }
     }
   });

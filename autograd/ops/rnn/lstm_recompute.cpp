@@ -1,0 +1,283 @@
+// lstm_recompute (see ../rnn_ops.h): an LSTM layer, input projection
+// included, whose node keeps the hidden states h_t but not the gates. Its
+// backward goes over the sequence in chunks of ceil(sqrt(T)) steps, last
+// first: it rebuilds a chunk's pre-activations with two GEMMs over all its
+// steps at once (x_t W_ih^T + h_{t-1} W_hh^T: the h_{t-1} are saved), then its
+// gates and cell states with one pointwise pass, and runs lstm_recurrence's
+// backward kernel over the chunk. Forward, kernels and OpDef side by side.
+#include "autograd/ops/rnn_ops.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/rnn/lstm_kernels.h"
+#include "autograd/ops/samples.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/view.h"
+#include "autograd/profiler.h"
+#include "autograd/tape.h"
+
+namespace tg {
+using detail::row_grain;
+using namespace detail::rnn;
+
+namespace {
+// The inputs as given, the output (T+1,B,H), and the cell state entering
+// each chunk, (chunks,B,H): c0 (zeros when missing), then c at the end of
+// every chunk but the last.
+struct LstmRecomputeSaved {
+  Tensor x, w_ih, bias, w_hh, h0, c0, output, entering;
+  static constexpr std::tuple fields{
+      saved_field("x", &LstmRecomputeSaved::x),           saved_field("w_ih", &LstmRecomputeSaved::w_ih),
+      saved_field("bias", &LstmRecomputeSaved::bias),     saved_field("w_hh", &LstmRecomputeSaved::w_hh),
+      saved_field("h0", &LstmRecomputeSaved::h0),         saved_field("c0", &LstmRecomputeSaved::c0),
+      saved_field("output", &LstmRecomputeSaved::output), saved_field("entering", &LstmRecomputeSaved::entering)};
+};
+
+// Steps per chunk. A chunk's scratch is (k,B,4H) twice (gates and their
+// gradient) and the saved entering states (T/k,B,H): ceil(sqrt(T)) keeps
+// both small; at T = 4096, B = 8 a chunk's GEMMs have 512 rows.
+int64_t chunk_steps(int64_t T) { return static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(T)))); }
+}  // namespace
+
+// a (n,B,4H) = bias + x_t W_ih^T for the n steps from t0; x (T,B,I), w_ih (4H,I), bias (4H) or nullptr.
+template <class S>
+static void project_chunk(const Dims& d, int64_t I, int64_t t0, int64_t n, const S* x, const S* w_ih, const S* bias,
+                          S* a) {
+  const int64_t rows = n * d.B, G = 4 * d.H;
+  if (bias)
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(bias, G, a + r * G);
+  gemm(false, true, rows, G, I, S(1), x + t0 * d.B * I, I, w_ih, I, S(bias ? 1 : 0), a, G);
+}
+
+// a (n,B,4H) += h_{t-1} W_hh^T for the n steps from t0, the previous states
+// being rows t0-1.. of hs (T,B,H), and h0 (nullptr: zero) before step 0.
+template <class S>
+static void add_recurrent_term(const Dims& d, int64_t t0, int64_t n, const S* hs, const S* h0, const S* w, S* a) {
+  const int64_t B = d.B, H = d.H, G = 4 * H;
+  if (t0 > 0) return gemm(false, true, n * B, G, H, S(1), hs + (t0 - 1) * B * H, H, w, H, S(1), a, G);
+  if (n > 1) gemm(false, true, (n - 1) * B, G, H, S(1), hs, H, w, H, S(1), a + B * G, G);
+  if (h0) gemm(false, true, B, G, H, S(1), h0, H, w, H, S(1), a, G);
+}
+
+// Its transpose: dW (4H,H) += sum over the n steps from t0 of dG_t^T h_{t-1}, dG (n,B,4H).
+template <class S>
+static void add_weight_grad(const Dims& d, int64_t t0, int64_t n, const S* hs, const S* h0, const S* dG, S* dW) {
+  const int64_t B = d.B, H = d.H, G = 4 * H;
+  if (t0 > 0) return gemm(true, false, G, H, n * B, S(1), dG, G, hs + (t0 - 1) * B * H, H, S(1), dW, H);
+  if (n > 1) gemm(true, false, G, H, (n - 1) * B, S(1), dG + B * G, G, hs, H, S(1), dW, H);
+  if (h0) gemm(true, false, G, H, B, S(1), dG, G, h0, H, S(1), dW, H);
+}
+
+// A chunk's gates and cell states from its pre-activations, batch rows
+// [b0, b1) through its n steps (rows never mix): a (n,B,4H) becomes [sig(i),
+// sig(f), tanh(g), sig(o)] in place, cs (n,B,H) gets c_t = f c_{t-1} + i g
+// from cin (B,H), with the forward's arithmetic (lstm_forward_step).
+template <class S>
+static void chunk_cells(int64_t n, int64_t B, int64_t H, int64_t b0, int64_t b1, const S* cin, S* a, S* cs) {
+  const int64_t G = 4 * H;
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t t = 0; t < n; ++t) {
+      S *ai = a + (t * B + b) * G, *af = ai + H, *ag = af + H, *ao = ag + H;
+      const S* cp = t > 0 ? cs + ((t - 1) * B + b) * H : cin + b * H;
+      S* c = cs + (t * B + b) * H;
+#pragma omp simd
+      for (int64_t j = 0; j < H; ++j) {
+        const S i = sigmoid_gate(ai[j]), f = sigmoid_gate(af[j]), g = tanh_gate(ag[j]), o = sigmoid_gate(ao[j]);
+        ai[j] = i, af[j] = f, ag[j] = g, ao[j] = o;
+        c[j] = i * g + f * cp[j];
+      }
+    }
+}
+
+// Recorded (create_graph): the layer rebuilt from differentiable ops -- the
+// projection, lstm_recurrence (whose recorded backward is fused kernels) and
+// the output's rows -- and differentiated with create_graph, as a
+// checkpoint's rerun is. Higher derivatives thus cost one more forward.
+static Tensor lstm_from_ops(const Tensor& x, const Tensor& w_ih, const Tensor& bias, const Tensor& w_hh,
+                            const Tensor& h0, const Tensor& c0) {
+  const int64_t T = x.size(0), B = x.size(1), G = w_ih.size(0);
+  Tensor xp = matmul(reshape(x, {T * B, x.size(2)}), transpose(w_ih, 0, 1));
+  if (bias.defined()) xp = add(xp, bias);
+  const Tensor out = lstm_recurrence(reshape(xp, {T, B, G}), w_hh, h0, c0);  // (2,T,B,H)
+  return concat({select(out, 0, 0), narrow(select(out, 0, 1), 0, T - 1, 1)}, 0);
+}
+
+static void lstm_recompute_backward_recorded(const Node& n, const Tensor& grad_out, std::span<Tensor> gin) {
+  // Under forward over reverse the rebuilt layer and its pass are linked like
+  // any forward at the level, so the gradients carry their tangents.
+  detail::TangentsOnlySuspended linked;
+  const std::vector<Tensor> in{
+      n.saved_tensor(&LstmRecomputeSaved::x),    n.saved_tensor(&LstmRecomputeSaved::w_ih),
+      n.saved_tensor(&LstmRecomputeSaved::bias), n.saved_tensor(&LstmRecomputeSaved::w_hh),
+      n.saved_tensor(&LstmRecomputeSaved::h0),   n.saved_tensor(&LstmRecomputeSaved::c0)};
+  std::vector<Tensor> wrt;
+  std::vector<size_t> at;
+  for (size_t k = 0; k < in.size(); ++k)
+    if (n.needs(k)) {
+      wrt.push_back(in[k]);
+      at.push_back(k);
+    }
+  const Tensor out = lstm_from_ops(in[0], in[1], in[2], in[3], in[4], in[5]);
+  const std::vector<Tensor> g =
+      grad({out}, wrt, {grad_out}, {.retain_graph = true, .create_graph = true, .allow_unused = true});
+  for (size_t i = 0; i < at.size(); ++i) gin[at[i]] = g[i];
+}
+
+// Chunks last to first. rec (3,B,H) carries the gradients reaching h and c
+// at a chunk's start into the chunk before (lstm_backward_call's dh0 and
+// the dc it keeps); the weights' and bias's gradients add up chunk by chunk.
+static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::span<Tensor> gin) {
+  if (grad_enabled()) return lstm_recompute_backward_recorded(n, grad_out, gin);
+  const Tensor x = contig(n.saved_tensor(&LstmRecomputeSaved::x)), w_ih = contig(n.saved_tensor(&LstmRecomputeSaved::w_ih));
+  const Tensor bias = contig(n.saved_tensor(&LstmRecomputeSaved::bias)), w = contig(n.saved_tensor(&LstmRecomputeSaved::w_hh));
+  const Tensor h0 = contig(n.saved_tensor(&LstmRecomputeSaved::h0));
+  const Tensor out = n.saved_tensor(&LstmRecomputeSaved::output), entering = n.saved_tensor(&LstmRecomputeSaved::entering);
+  const Dims d{out.size(0) - 1, out.size(1), out.size(2)};
+  const int64_t B = d.B, H = d.H, G = 4 * H, I = x.size(2), K = chunk_steps(d.T), chunks = entering.size(0);
+  const DType dt = out.dtype();
+  const Tensor g = grad_out.contiguous();
+  Tensor dx = n.needs(0) ? empty({d.T, B, I}, dt) : Tensor(), dw_ih = n.needs(1) ? zeros({G, I}, dt) : Tensor();
+  Tensor db = n.needs(2) ? zeros({G}, dt) : Tensor(), dw = n.needs(3) ? zeros({G, H}, dt) : Tensor();
+  Tensor dh0 = n.needs(4) ? empty({B, H}, dt) : Tensor(), dc0 = n.needs(5) ? empty({B, H}, dt) : Tensor();
+  Tensor act = empty({K, B, G}, dt), cs = empty({K, B, H}, dt), gout = empty({2, K, B, H}, dt);
+  Tensor dG = empty({K, B, G}, dt), rec = zeros({3, B, H}, dt);
+  const Tensor ones = db.defined() ? full({K * B}, 1.0, dt) : Tensor();
+  dispatch_float(dt, n.op->name, [&](auto tag) {
+    using S = decltype(tag);
+    const S *hs = out.data<S>(), *xs = x.data<S>(), *wi = w_ih.data<S>(), *wh = w.data<S>(), *gs = g.data<S>();
+    S *a = act.data<S>(), *c = cs.data<S>(), *go = gout.data<S>(), *dg = dG.data<S>(), *carry = rec.data<S>();
+    for (int64_t k = chunks; k-- > 0;) {
+      const int64_t t0 = k * K, steps = std::min(K, d.T - t0), BH = B * H;
+      const Dims dk{steps, B, H};
+      const S* cin = entering.data<S>() + k * BH;
+      project_chunk(d, I, t0, steps, xs, wi, ptr<S>(bias), a);
+      add_recurrent_term(d, t0, steps, hs, ptr<S>(h0), wh, a);
+      parallel_for(B, row_grain(steps * G, kGateGrain),
+                   [&](int64_t b0, int64_t b1) { chunk_cells(steps, B, H, b0, b1, cin, a, c); });
+      // [gh; gc] of the chunk (2,steps,B,H): c_t reaches the output only at the last step.
+      std::copy_n(gs + t0 * BH, steps * BH, go);
+      std::fill_n(go + steps * BH, steps * BH, S(0));
+      if (k == chunks - 1) std::copy_n(gs + d.T * BH, BH, go + (2 * steps - 1) * BH);
+      backward_by_units(dk, 4, [&](Units u, int64_t call) {
+        lstm_backward_call(dk, u, call, go, static_cast<const S*>(nullptr), wh, cin, a, c, dg, carry,
+                           k > 0 ? carry : ptr<S>(dh0), k > 0 ? nullptr : ptr<S>(dc0));
+      });
+      const int64_t rows = steps * B;
+      if (dw.defined()) add_weight_grad(d, t0, steps, hs, ptr<S>(h0), dg, dw.data<S>());
+      if (dw_ih.defined()) gemm(true, false, G, I, rows, S(1), dg, G, xs + t0 * B * I, I, S(1), dw_ih.data<S>(), I);
+      if (db.defined()) gemm(true, false, G, 1, rows, S(1), dg, G, ones.data<S>(), 1, S(1), db.data<S>(), 1);
+      if (dx.defined()) gemm(false, false, rows, I, G, S(1), dg, G, wi, I, S(0), dx.data<S>() + t0 * B * I, I);
+    }
+  });
+  if (n.needs(0)) gin[0] = dx;
+  if (n.needs(1)) gin[1] = dw_ih;
+  if (n.needs(2)) gin[2] = db;
+  if (n.needs(3)) gin[3] = dw;
+  if (n.needs(4)) gin[4] = dh0;
+  if (n.needs(5)) gin[5] = dc0;
+}
+
+static const OpDef lstm_recompute_op(
+    "lstm_recompute", 6,
+    "lstm_recompute(x (T,B,I), w_ih (4H,I), bias (4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (T+1,B,H) [h_t; c_{T-1}]",
+    saves_of<LstmRecomputeSaved>(), lstm_recompute_backward, tangent_from_backward, [] {
+      using samples::uniform;
+      const int64_t B = 2, H = 3, I = 2, G = 4 * H;
+      auto fn = [](bool bias, bool state) {
+        return [=](const std::vector<Tensor>& v) {
+          const size_t w = bias ? 3 : 2;
+          return lstm_recompute(v[0], v[1], bias ? v[2] : Tensor(), v[w], state ? v[w + 1] : Tensor(),
+                                state ? v[w + 2] : Tensor());
+        };
+      };
+      return std::vector<OpSample>{
+          {"T=5 (chunks of 3 and 2) B=2 H=3 I=2, bias and initial state",
+           {uniform({5, B, I}, 251, -2, 2), uniform({G, I}, 252), uniform({G}, 253), uniform({G, H}, 254),
+            uniform({B, H}, 255), uniform({B, H}, 256)},
+           fn(true, true)},
+          {"T=4 (chunks of 2), no bias, zero initial state, non-contiguous x",
+           {samples::strided({4, B, I}, 257, -2, 2), uniform({G, I}, 258), uniform({G, H}, 259)},
+           fn(false, false)},
+          {"one step",
+           {uniform({1, B, I}, 260, -2, 2), uniform({G, I}, 261), uniform({G}, 262), uniform({G, H}, 263)},
+           fn(true, false)},
+      };
+    });
+
+// Checks the arguments and returns (T, B, H).
+static Dims check_lstm_recompute(const Tensor& x, const Tensor& w_ih, const Tensor& bias, const Tensor& w_hh,
+                                 const Tensor& h0, const Tensor& c0) {
+  const std::string_view op = lstm_recompute_op.name;
+  detail::check_floating(op, x, "x");
+  check_same_dtypes(op, x, "x", {{&w_ih, "w_ih"}, {&w_hh, "w_hh"}});
+  if (w_hh.dim() != 2 || w_hh.size(0) != 4 * w_hh.size(1))
+    throw ShapeError(fmt::format("{}: w_hh {} must be (4H,H)", op, w_hh.shape()));
+  const int64_t H = w_hh.size(1);
+  if (x.dim() != 3 || x.size(0) < 1)
+    throw ShapeError(fmt::format("{}: x {} must be (T,B,I) with T >= 1", op, x.shape()));
+  const int64_t B = x.size(1);
+  if (!(w_ih.shape() == Shape{4 * H, x.size(2)}))
+    throw ShapeError(fmt::format("{}: w_ih {} must be (4H,I) for x {} and w_hh {}", op, w_ih.shape(), x.shape(),
+                                 w_hh.shape()));
+  auto check = [&](const Tensor& t, const char* name, const Shape& want) {
+    if (!t.defined()) return;
+    check_same_dtypes(op, x, "x", {{&t, name}});
+    if (!(t.shape() == want))
+      throw ShapeError(fmt::format("{}: {} {} must be {} for x {} and w_hh {}", op, name, t.shape(), want, x.shape(),
+                                   w_hh.shape()));
+  };
+  check(bias, "bias", Shape{4 * H});
+  check(h0, "h0", Shape{B, H});
+  check(c0, "c0", Shape{B, H});
+  return {x.size(0), B, H};
+}
+
+Tensor lstm_recompute(const Tensor& x_in, const Tensor& w_ih_in, const Tensor& bias_in, const Tensor& w_hh_in,
+                      const Tensor& h0_in, const Tensor& c0_in) {
+  ProfileScope prof(lstm_recompute_op.name);
+  const Dims d = check_lstm_recompute(x_in, w_ih_in, bias_in, w_hh_in, h0_in, c0_in);
+  Tensor x, w_ih, bias, w, h0, c0;
+  {
+    NoGradGuard ng;
+    x = contig(x_in), w_ih = contig(w_ih_in), bias = contig(bias_in), w = contig(w_hh_in), h0 = contig(h0_in);
+    c0 = contig(c0_in);
+  }
+  const int64_t B = d.B, H = d.H, G = 4 * H, I = x.size(2), BH = B * H, K = chunk_steps(d.T);
+  const int64_t chunks = (d.T + K - 1) / K;
+  const DType dt = x.dtype();
+  Tensor out = empty({d.T + 1, B, H}, dt), entering = empty({chunks, B, H}, dt);
+  Tensor xp = empty({K, B, G}, dt), act = empty({K, B, G}, dt), cs = empty({K, B, H}, dt);
+  dispatch_float(dt, lstm_recompute_op.name, [&](auto tag) {
+    using S = decltype(tag);
+    S *hs = out.data<S>(), *c = cs.data<S>();
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t t0 = k * K, steps = std::min(K, d.T - t0);
+      const Dims dk{steps, B, H};
+      S* cin = entering.data<S>() + k * BH;
+      if (k > 0)
+        std::copy_n(c + (K - 1) * BH, BH, cin);  // the last cell state of the chunk before (K steps)
+      else if (c0.defined())
+        std::copy_n(c0.data<S>(), BH, cin);
+      else
+        std::fill_n(cin, BH, S(0));
+      project_chunk(d, I, t0, steps, x.data<S>(), w_ih.data<S>(), ptr<S>(bias), xp.data<S>());
+      const S* hin = t0 > 0 ? hs + (t0 - 1) * BH : ptr<S>(h0);
+      forward_by_units<S>(dk, 4, w, true, [&](Units u, int64_t t, const S* wu, S* z) {
+        lstm_forward_step(dk, u, t, xp.data<S>(), wu, hin, cin, static_cast<const S*>(nullptr), z, act.data<S>(),
+                          hs + t0 * BH, c);
+      });
+      if (k == chunks - 1) std::copy_n(c + (steps - 1) * BH, BH, hs + d.T * BH);
+    }
+  });
+  if (Node* n = record(lstm_recompute_op, out, x_in, w_ih_in, bias_in, w_hh_in, h0_in, c0_in)) {
+    n->save(LstmRecomputeSaved{.x = x_in, .w_ih = w_ih_in, .bias = bias_in, .w_hh = w_hh_in, .h0 = h0_in,
+                               .c0 = c0_in, .output = out, .entering = entering});
+  }
+  return out;
+}
+
+}  // namespace tg
