@@ -2,9 +2,9 @@
 // of a forward and a backward at T from 32 to 1024, measured, and the time
 // predicted from the FLOP counts; where attention's n^2 d term overtakes the
 // n d^2 terms, and where GPT's cost overtakes the recurrences'. Each is
-// measured again with activation checkpointing (every GPT block; a
-// recurrence over chunks of sqrt(T) steps): the memory it saves and the time
-// it costs.
+// measured again with activation checkpointing (every GPT block; the RNN's
+// recurrence over chunks of sqrt(T) steps; the LSTM's gates rebuilt in
+// backward): the memory it saves and the time it costs.
 //
 // FLOP counts per token (a multiply-add is 2 FLOPs; GEMMs only):
 //   recurrent (G gates: 1 RNN, 3 GRU, 4 LSTM; E embedding, H hidden, V vocabulary)
@@ -90,8 +90,8 @@ Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps
   return r;
 }
 
-// Activation checkpointing on or off in m: every GPT block, or the
-// recurrence over chunks of ceil(sqrt(T)) steps. The same weights either way.
+// Activation checkpointing on or off in m (GPTOptions::checkpoint_blocks,
+// RNNLMOptions::checkpoint_time). The same weights either way.
 void set_checkpointing(models::LanguageModel& m, bool on) {
   if (auto* g = dynamic_cast<models::GPT*>(&m))
     g->options.checkpoint_blocks = on ? 1 : 0;
@@ -212,8 +212,10 @@ PartOutput run_cost(Study& s) {
       "query rows at a time in a per-thread scratch (at most 1 MiB) that is not tensor memory. The recurrences' FLOPs per token do not "
       "depend on T, yet their time grows: at a fixed token budget a longer T means fewer sequences, so each of the T "
       "sequential steps multiplies a narrower (B, H) matrix, which runs at fewer GFLOP/s. *checkpointed* (dashed in the plot) is the same "
-      "step with activation checkpointing (tg::checkpoint): every GPT block, and the recurrences over chunks of "
-      "ceil(sqrt(T)) steps, keep only their inputs for backward, which reruns them.\n\n{}\n{}\n\n![cost](cost.png)\n",
+      "step with activation checkpointing (the models' checkpoint options): every GPT block keeps only its input and "
+      "backward reruns it (tg::checkpoint); the RNN keeps the input and entering state of each chunk of ceil(sqrt(T)) "
+      "steps and reruns the chunk; the LSTM keeps its hidden states but not its gates, which backward rebuilds chunk by "
+      "chunk with one GEMM over the chunk's steps.\n\n{}\n{}\n\n![cost](cost.png)\n",
       c.cost_tokens, c.cost_tokens, num_threads(), c.cost_reps, lengths.front(), table.markdown(), crossings);
   std::string summary;
   for (const std::string& kind : c.models)
