@@ -272,7 +272,7 @@ std::vector<Tensor> compute_tangents(Node& n) {
     else
       no_grad.emplace();
     AutocastGuard precision(n.autocast);
-    ProfileScope prof(n.op->name, ProfilePhase::backward);
+    ProfileScope prof(n.op->name, ProfilePhase::tangent);
     n.op->tangent(n, n.tangents_in, out);
   }
   n.drop_recomputed();
