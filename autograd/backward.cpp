@@ -333,15 +333,20 @@ class Pass {
   }
 
   // After n's backward ran: unless the graph is retained it never runs again,
-  // so what it saved goes now and activations are freed as the reverse pass
-  // goes instead of all at the end.
+  // so what it saved goes now, with the tangents it keeps for forward over
+  // reverse, and activations are freed as the reverse pass goes instead of
+  // all at the end.
   void release_saved(Node& n) const {
     if (retain_) {
       n.drop_recomputed();
-    } else if (!n.saved.empty()) {
+      return;
+    }
+    if (!n.saved.empty()) {
       n.saved.clear();
       n.released = true;
     }
+    n.tangents_in.clear();
+    n.tangents.clear();
   }
 
   // The gradients n's backward returned, one per input edge: each of its
@@ -440,15 +445,17 @@ void Tensor::backward(const Tensor& grad, std::optional<bool> retain_graph, bool
 }
 
 GradTangents grad_and_tangents(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                               const std::vector<Tensor>& grad_outputs) {
+                               const std::vector<Tensor>& grad_outputs, bool retain_graph) {
   if (!forward_ad_enabled())
     throw AutogradError("grad_and_tangents: no forward-AD level is open (make a ForwardADGuard)");
   if (inputs.empty()) throw AutogradError("grad_and_tangents: no inputs given");
   detail::TangentsOnly only;
   // create_graph: the backward functions take their forms in ops, whose
-  // record() computes tangents here instead of recording.
-  std::vector<Tensor> g = Pass(outputs, &inputs, {.create_graph = true, .allow_unused = true}, "grad_and_tangents")
-                              .run(grad_outputs);
+  // record() computes tangents here instead of recording. Nothing of this
+  // pass is recorded, so unless retained the graph is freed as it goes, as by
+  // a plain backward: each node's saved tensors and their tangents.
+  const GradOptions options{.retain_graph = retain_graph, .create_graph = true, .allow_unused = true};
+  std::vector<Tensor> g = Pass(outputs, &inputs, options, "grad_and_tangents").run(grad_outputs);
   GradTangents r;
   for (Tensor& gk : g) {
     r.tangents.push_back(gk.defined() ? tangent(gk) : Tensor());

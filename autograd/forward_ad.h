@@ -73,10 +73,12 @@ struct GradTangents {
 /// inputs allowed) and their tangents at the open forward-AD level. The
 /// backward's ops compute their tangents as they run and record nothing, so
 /// its intermediates (and their tangents) are freed as the pass goes; the
-/// gradients do not require grad. With the inputs' tangents v, the tangents
-/// are H v. AutogradError outside a ForwardADGuard.
+/// gradients do not require grad. Without retain_graph the forward's graph
+/// goes too, node by node as the pass leaves it (what each node saved and
+/// the tangents it kept), as in a plain backward. With the inputs' tangents
+/// v, the tangents are H v. AutogradError outside a ForwardADGuard.
 GradTangents grad_and_tangents(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                               const std::vector<Tensor>& grad_outputs = {});
+                               const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
 
 /// A function of several tensors to several tensors.
 using TensorListFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;

@@ -41,10 +41,23 @@ thread_local int t_depth = 0;
 // run on the pool's workers, so a scope counts the growth of this total while
 // it is open (the profiler assumes one thread drives the ops, as training does).
 std::atomic<uint64_t> g_flops{0};
-// Time and work of the recompute scopes run on this thread so far: the
-// enclosing op's scope subtracts what grew while it was open.
-thread_local double t_recompute_seconds = 0;
-thread_local uint64_t t_recompute_flops = 0;
+// Time and work of the scopes timed apart (stands_apart) run on this thread
+// so far: the enclosing op's scope subtracts what grew while it was open.
+thread_local double t_apart_seconds = 0;
+thread_local uint64_t t_apart_flops = 0;
+
+// A recompute (an output rebuilt for another op's backward) and a tangent
+// rule (run when the next op reads the tangent) are rows of their own even
+// when nested in another op's scope, and that op's time excludes them.
+bool stands_apart(ProfilePhase phase) { return phase == ProfilePhase::recompute || phase == ProfilePhase::tangent; }
+const char* phase_suffix(ProfilePhase phase) {
+  switch (phase) {
+    case ProfilePhase::backward: return " (backward)";
+    case ProfilePhase::recompute: return " (recompute)";
+    case ProfilePhase::tangent: return " (tangent)";
+    default: return "";
+  }
+}
 
 }  // namespace
 
@@ -64,34 +77,32 @@ ProfileScope*& ProfileScope::innermost() {
 std::string current_op_name() {
   const ProfileScope* s = ProfileScope::innermost();
   if (!s) return "";
-  const char* suffix = s->phase_ == ProfilePhase::backward ? " (backward)" : s->phase_ == ProfilePhase::recompute ? " (recompute)" : "";
-  return fmt::format("'{}'{}", s->op_, suffix);
+  return fmt::format("'{}'{}", s->op_, phase_suffix(s->phase_));
 }
 
 void ProfileScope::start() {
-  // Nested in a timed op: counted in the outer one, unless it is a recompute.
-  if (t_depth > 0 && phase_ != ProfilePhase::recompute) return;
+  // Nested in a timed op: counted in the outer one, unless it stands apart.
+  if (t_depth > 0 && !stands_apart(phase_)) return;
   ++t_depth;
   active_ = true;
   flops0_ = g_flops.load(std::memory_order_relaxed);
-  excluded0_ = t_recompute_seconds;
-  excluded_flops0_ = t_recompute_flops;
+  excluded0_ = t_apart_seconds;
+  excluded_flops0_ = t_apart_flops;
   t0_ = std::chrono::steady_clock::now();
 }
 
 void ProfileScope::stop() {
   const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const uint64_t total_flops = g_flops.load(std::memory_order_relaxed) - flops0_;
-  const double dt = total_seconds - (t_recompute_seconds - excluded0_);
-  const double flops = static_cast<double>(total_flops - (t_recompute_flops - excluded_flops0_));
+  const double dt = total_seconds - (t_apart_seconds - excluded0_);
+  const double flops = static_cast<double>(total_flops - (t_apart_flops - excluded_flops0_));
   --t_depth;
-  if (phase_ == ProfilePhase::recompute) {
-    // Everything it took, nested recomputes included, leaves the enclosing op.
-    t_recompute_seconds = excluded0_ + total_seconds;
-    t_recompute_flops = excluded_flops0_ + total_flops;
+  if (stands_apart(phase_)) {
+    // Everything it took, nested scopes included, leaves the enclosing op.
+    t_apart_seconds = excluded0_ + total_seconds;
+    t_apart_flops = excluded_flops0_ + total_flops;
   }
-  const char* suffix = phase_ == ProfilePhase::backward ? " (backward)" : phase_ == ProfilePhase::recompute ? " (recompute)" : "";
-  std::string key = fmt::format("{}{}", op_, suffix);
+  std::string key = fmt::format("{}{}", op_, phase_suffix(phase_));
   std::lock_guard lock(state().mu);
   Entry& e = state().entries[key];
   e.calls++;

@@ -35,11 +35,13 @@ void profiler_add_flops(double flops);
 double measure_sgemm_peak_gflops(int64_t n = 1024);
 
 /// forward: "op"; backward: "op (backward)"; recompute: "op (recompute)",
-/// an output rebuilt for another op's backward (Node::saved_tensor). A
-/// recompute is timed as its own row even inside another op's scope, and that
-/// op's time and work exclude it, so a GEMM op's GFLOP/s is not diluted by
-/// the pointwise work of rebuilding its input.
-enum class ProfilePhase { forward, backward, recompute };
+/// an output rebuilt for another op's backward (Node::saved_tensor);
+/// tangent: "op (tangent)", the op's tangent rule (forward mode), which runs
+/// when the next op reads the tangent. A recompute or a tangent rule is timed
+/// as its own row even inside another op's scope, and that op's time and work
+/// exclude it, so a GEMM op's GFLOP/s is not diluted by the pointwise work of
+/// rebuilding its input, nor an op's time by the rule of the op before it.
+enum class ProfilePhase { forward, backward, recompute, tangent };
 
 /// Times its own lifetime as one call of `op` in the profiler's table (when
 /// the profiler is on); an op of one's own opens one in its forward and

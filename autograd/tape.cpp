@@ -236,12 +236,22 @@ const Shape& side_output_shape(const Node& n, uint32_t k) {
   throw AutogradError(fmt::format("'{}': side output {} was not saved", n.op->name, k));
 }
 
+// Whether n can hand its output out again after the output tensor is gone:
+// read_slot() attaches a fresh tensor to n for its own saved output and for
+// an output saved by reference (rebuilt by recompute). Such a tensor reads
+// its tangent from the node; the output tensor itself keeps its own.
+bool hands_out_output(const Node& n) {
+  if (n.op->recompute) return true;
+  return std::any_of(n.saved.begin(), n.saved.end(), [](const SavedTensor& s) { return s.output == 0; });
+}
+
 // Runs n's tangent rule: the tangents of its output and side outputs. The
 // node keeps them only when they are not recorded: a recorded tangent's graph
 // reaches back to the node (through the saved tensors its rule read), and
 // would own it in a cycle. The tensor that asked keeps it instead (see
 // tangent_of), and the node its inputs' tangents, to run the rule again for a
-// saved output read later.
+// saved output read later. Not recorded, the node keeps them until its
+// output tensor has taken its own (see give_output_tangent).
 std::vector<Tensor> compute_tangents(Node& n) {
   if (!n.op->tangent)
     throw AutogradError(fmt::format("forward-mode AD reached {}, which has no tangent rule (OpDef::tangent)",
@@ -262,7 +272,7 @@ std::vector<Tensor> compute_tangents(Node& n) {
     else
       no_grad.emplace();
     AutocastGuard precision(n.autocast);
-    ProfileScope prof(n.op->name, ProfilePhase::backward);
+    ProfileScope prof(n.op->name, ProfilePhase::tangent);
     n.op->tangent(n, n.tangents_in, out);
   }
   n.drop_recomputed();
@@ -283,6 +293,16 @@ std::vector<Tensor> compute_tangents(Node& n) {
 
 void flush_pending();
 
+// The output tensor `out` of n takes its tangent. The node then keeps it only
+// if it can hand the output out again (hands_out_output): otherwise nothing
+// else can ask for it, and an activation's tangent goes with the activation
+// instead of living as long as the graph.
+void give_output_tangent(TensorImpl& out, Node& n, Tensor t) {
+  out.tangent = std::move(t);
+  out.tangent_level = t_fw_level;
+  if (!n.tangents.empty() && !hands_out_output(n)) n.tangents[0] = Tensor();
+}
+
 // The tangent of t at the open level (undefined: zero), kept in t.
 Tensor tangent_of(TensorImpl& t) {
   if (!t_fw_level) return Tensor();
@@ -290,8 +310,13 @@ Tensor tangent_of(TensorImpl& t) {
   if (t.tangent_level == t_fw_level) return t.tangent;
   Node* n = t.grad_fn.get();
   if (!n || n->fw_level != t_fw_level) return Tensor();
-  t.tangent = n->tangents.empty() ? compute_tangents(*n)[t.output_nr] : n->tangents[t.output_nr];
-  t.tangent_level = t_fw_level;
+  Tensor tn = n->tangents.empty() ? compute_tangents(*n)[t.output_nr] : n->tangents[t.output_nr];
+  if (t.output_nr == 0) {
+    give_output_tangent(t, *n, std::move(tn));
+  } else {
+    t.tangent = std::move(tn);
+    t.tangent_level = t_fw_level;
+  }
   return t.tangent;
 }
 
@@ -318,8 +343,7 @@ void flush_pending() {
   std::shared_ptr<TensorImpl> out = t_pending_out.lock();
   t_pending_out.reset();
   if (!n || !out) return;
-  out->tangent = compute_tangents(*n.get())[0];
-  out->tangent_level = t_fw_level;
+  give_output_tangent(*out, *n.get(), compute_tangents(*n.get())[0]);
 }
 
 // A fresh node for op's output out: what record() and the tangents-only

@@ -92,8 +92,9 @@ def main():
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if a.out:
+        header = provenance()  # before opening: truncating a tracked table would mark the tree as changed
         with open(a.out, "w") as f:
-            f.write(provenance() + text)
+            f.write(header + text)
         print(f"wrote {a.out}")
 
 

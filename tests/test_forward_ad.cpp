@@ -251,6 +251,39 @@ BOOST_AUTO_TEST_CASE(reverse_over_forward_equals_forward_over_reverse) {
   BOOST_TEST(max_rel_diff(h.grads[0], grad({f({x})[0]}, {x})[0]) < 1e-15);
 }
 
+// Forward over reverse frees the forward's graph as its backward passes it,
+// as a plain backward does: a second pass over it is refused, unless the
+// first retained it (and then gives the same).
+BOOST_AUTO_TEST_CASE(grad_and_tangents_frees_the_graph_unless_retained) {
+  const Tensor x0 = samples::uniform({8}, 41).detach(), v = samples::uniform({8}, 42).detach();
+  ForwardADGuard level(false);
+  const Tensor x = make_dual(x0, v);
+  const Tensor y = sum(mul(tanh(x), x));
+  const GradTangents kept = grad_and_tangents({y}, {x}, {}, /*retain_graph=*/true);
+  const GradTangents again = grad_and_tangents({y}, {x});
+  BOOST_TEST(max_rel_diff(kept.tangents[0], again.tangents[0]) == 0.0);
+  BOOST_CHECK_THROW(grad_and_tangents({y}, {x}), AutogradError);
+}
+
+// A forward at a level without recorded tangents keeps an activation's
+// tangent only as long as the activation: exp(3 x) holds exp's output and
+// its tangent (exp saves its output), not the tangent of 3 x, which is gone.
+BOOST_AUTO_TEST_CASE(a_dead_activation_takes_its_tangent_with_it) {
+  const int64_t n = 1 << 16;  // 512 KiB of float64 per tensor
+  const Tensor x0 = samples::uniform({n}, 43).detach(), v = samples::uniform({n}, 44).detach();
+  const size_t bytes = n * sizeof(double);
+  ForwardADGuard level(false);
+  const Tensor x = make_dual(x0, v);
+  const size_t before = memory_stats().bytes_in_use;
+  const Tensor y = sum(exp(mul(x, 3.0)));
+  const double ty = tangent(y).item<double>();
+  const size_t held = memory_stats().bytes_in_use - before;
+  BOOST_TEST_MESSAGE("held after the forward: " << held << " bytes");
+  BOOST_TEST(held >= 2 * bytes);  // exp's output and its tangent
+  BOOST_TEST(held < 3 * bytes);   // and not 3 x's tangent
+  BOOST_TEST(std::abs(ty - sum(mul(exp(mul(x0, 3.0)), mul(v, 3.0))).item<double>()) < 1e-9 * std::abs(ty));
+}
+
 BOOST_AUTO_TEST_CASE(dual_tensors) {
   const Tensor x0 = samples::uniform({2, 3}, 31).detach(), t = samples::uniform({2, 3}, 32).detach();
   BOOST_CHECK_THROW(make_dual(x0, t), AutogradError);  // no level open

@@ -313,8 +313,17 @@ static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
     run_product(batch, {a, a_rows, true}, {g, a_rows, b_cols}, {gin[1], true, b_cols}, true, false, false);
   }
 }
-// ta @ b + a @ tb: two GEMMs of the forward's size.
+// ta @ b + a @ tb: two GEMMs of the forward's size. Under no_grad the second
+// accumulates into the first's output (beta 1): no temporary, no add pass.
 static void matmul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  if (!grad_enabled() && t[0].defined() && t[1].defined()) {
+    const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
+    Tensor r = matmul(t[0], b);
+    run_product(matmul_batch(a, b), {a, a.dim() >= 2, true}, {t[1], true, b.dim() >= 2},
+                {r, a.dim() >= 2, b.dim() >= 2}, false, false, true);
+    out[0] = r;
+    return;
+  }
   out[0] = tangent_add(t[0].defined() ? matmul(t[0], n.saved_tensor(&MatmulSaved::b)) : Tensor(),
                        t[1].defined() ? matmul(n.saved_tensor(&MatmulSaved::a), t[1]) : Tensor());
 }
@@ -398,9 +407,19 @@ static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   }
 }
 // linear(tx, weight) + linear(x, tweight, tbias): two GEMMs, the bias's
-// tangent added by the second as a bias.
+// tangent added by the second as a bias. Under no_grad the bias's tangent
+// rides on the first and the second accumulates into its output (beta 1).
 static void linear_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const Tensor x = n.saved_tensor(&LinearSaved::x);
+  if (!grad_enabled() && t[0].defined() && t[1].defined()) {
+    Tensor r = linear(t[0], n.saved_tensor(&LinearSaved::weight), t[2]);
+    Shape batch;
+    for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
+    const bool x_rows = x.dim() >= 2;
+    run_product(batch, {x, x_rows, true}, {t[1], true, true}, {r, x_rows, true}, false, true, true);
+    out[0] = r;
+    return;
+  }
   Tensor r = t[0].defined() ? linear(t[0], n.saved_tensor(&LinearSaved::weight)) : Tensor();
   if (t[1].defined())
     r = tangent_add(r, linear(x, t[1], t[2]));

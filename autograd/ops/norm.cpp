@@ -159,7 +159,62 @@ static Tensor layer_norm_recompute(const Node& n) {
 //   d mean = mean(tx),  d rstd = -rstd^2 mean(xhat tx),
 //   d xhat = rstd (tx - mean(tx) - xhat mean(xhat tx))  (backward's dx formula: the Jacobian is symmetric),
 //   d y = d xhat * w + xhat * tw + tb; mean and rstd get their tangents as side outputs.
+// Under no_grad (jvp, forward over reverse) one pass over the rows: the
+// tangent of y and of mean and rstd, no (..., C) temporary.
+static void layer_norm_tangent_fused(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  auto dense_or_none = [](const Tensor& v) { return v.defined() ? v.contiguous() : v; };
+  const Tensor x = n.saved_tensor(&LayerNormSaved::x).contiguous();
+  const Tensor w = dense_or_none(n.saved_tensor(&LayerNormSaved::weight));
+  const Tensor mean = n.saved_tensor(&LayerNormSaved::mean).contiguous();
+  const Tensor rstd = n.saved_tensor(&LayerNormSaved::rstd).contiguous();
+  const Tensor tx = dense_or_none(t[0]), tw = dense_or_none(t[1]), tb = dense_or_none(t[2]);
+  const int64_t C = x.shape().back(), R = x.numel() / C;
+  Tensor y = empty(x.shape(), x.dtype());
+  Tensor d_mean = tx.defined() ? empty(mean.shape(), mean.dtype()) : Tensor();
+  Tensor d_rstd = tx.defined() ? empty(rstd.shape(), rstd.dtype()) : Tensor();
+  dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
+    using T = decltype(tag);
+    auto at = [](const Tensor& v) { return v.defined() ? v.data<T>() : nullptr; };
+    const T *xp = x.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>(), *wp = at(w);
+    const T *txp = at(tx), *twp = at(tw), *tbp = at(tb);
+    T *yp = y.data<T>(), *dmp = at(d_mean), *drp = at(d_rstd);
+    parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T *xr = xp + r * C, *tr = txp ? txp + r * C : nullptr;
+        const T mu = mp[r], rs = rp[r];
+        T a = 0, b = 0;  // mean(tx), mean(xhat tx)
+        if (tr) {
+#pragma omp simd reduction(+ : a, b)
+          for (int64_t c = 0; c < C; ++c) {
+            a += tr[c];
+            b += (xr[c] - mu) * rs * tr[c];
+          }
+          a /= static_cast<T>(C), b /= static_cast<T>(C);
+          dmp[r] = a;
+          drp[r] = -rs * rs * b;
+        }
+        T* o = yp + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          const T xh = (xr[c] - mu) * rs;
+          T v = tr ? rs * (tr[c] - a - xh * b) : T(0);
+          if (wp) v *= wp[c];
+          if (twp) v += xh * twp[c];
+          if (tbp) v += tbp[c];
+          o[c] = v;
+        }
+      }
+    });
+  });
+  out[0] = y;
+  if (tx.defined()) {
+    out[side_output(&LayerNormSaved::mean)] = d_mean;
+    out[side_output(&LayerNormSaved::rstd)] = d_rstd;
+  }
+}
+
 static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  if (!grad_enabled() && n.out_shape.numel() > 0) return layer_norm_tangent_fused(n, t, out);
   const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
   const double inv_c = 1.0 / static_cast<double>(x.shape().back());
   Shape rows = x.shape();  // (..., 1)

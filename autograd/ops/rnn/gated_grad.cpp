@@ -3,6 +3,7 @@
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/loop.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/rnn/common.h"
@@ -38,16 +39,17 @@ struct GatedGradSaved {
 };
 }  // namespace
 
+// ps holds P for every step (T,B,G) when keep_p, else one step's (B,G).
 template <class S>
 static void gated_grad_forward(const Dims& d, int64_t G, Rows rows, const S* g, const S* a, const S* j, const S* w,
-                               S* us, S* ps, S* eh) {
+                               S* us, S* ps, bool keep_p, S* eh) {
   const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, Q = G / H;
   S* e = eh + rows.first * H;  // P_{t+1} W
   for (int64_t t = T; t-- > 0;) {
     const int64_t r = t * B + rows.first;
     const S *gt = g + r * H, *jt = j + r * G;
     const S* an = t + 1 < T && a ? a + (r + B) * H : nullptr;  // a_{t+1}
-    S *u = us + r * H, *P = ps + r * G;
+    S *u = us + r * H, *P = ps + ((keep_p ? t * B : 0) + rows.first) * G;
     const S* un = t + 1 < T ? u + B * H : nullptr;  // u_{t+1}
 #pragma omp simd
     for (int64_t i = 0; i < n * H; ++i) u[i] = gt[i] + (un ? e[i] + (an ? an[i] * un[i] : S(0)) : S(0));
@@ -181,12 +183,42 @@ static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, st
 //   c_t = dg_t + da_{t+1} u_{t+1} + (u_{t+1} dj_{t+1}) W + P_{t+1} dW,
 // i.e. du = gated_recurrence_grad(c, a, j, W): the op's fused kernel when
 // the rule runs under no_grad, a recorded (differentiable) node when not.
+// c above under no_grad, into one (T,B,H) buffer: the shifted terms are
+// added in place to its rows t < T-1 and the two GEMMs accumulate there
+// (beta 1), so that only u dj (T,B,G) is a temporary. u and P contiguous.
+static Tensor gated_tangent_drive(const Tensor& dg, const Tensor& da, const Tensor& dj, const Tensor& dw,
+                                  const Tensor& u, const Tensor& P, const Tensor& w) {
+  const int64_t T = u.size(0), B = u.size(1), H = u.size(2), G = w.size(0);
+  Tensor c = dg.defined() ? dg.clone() : zeros(u.shape(), u.dtype());
+  if (T == 1) return c;
+  const int64_t rows = (T - 1) * B;  // c_t for t < T-1, driven by step t+1
+  const Tensor head = narrow(c, 0, 0, T - 1);
+  const Tensor uj = dj.defined() ? spread_mul(u, dj) : Tensor(), dwc = contig(dw);
+  dispatch_float(u.dtype(), "gated_recurrence_grad", [&](auto tag) {
+    using S = decltype(tag);
+    if (da.defined())
+      detail::map3<S, S, S, S>(head, head, narrow(da, 0, 1, T - 1), narrow(u, 0, 1, T - 1),
+                               [](auto acc, auto x, auto y) { return acc + x * y; });
+    S* out = c.data<S>();
+    const Tensor wc = contig(w);
+    if (uj.defined())
+      gemm(false, false, rows, H, G, S(1), uj.data<S>() + B * G, G, wc.data<S>(), H, S(1), out, H);
+    if (dwc.defined()) gemm(false, false, rows, H, G, S(1), P.data<S>() + B * G, G, dwc.data<S>(), H, S(1), out, H);
+  });
+  return c;
+}
+
 static void gated_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
   const Tensor a = n.saved_tensor(&GatedGradSaved::carry), j = n.saved_tensor(&GatedGradSaved::slopes);
   const Tensor w = n.saved_tensor(&GatedGradSaved::weight), u = n.saved_tensor(&GatedGradSaved::output);
   // P = u j, saved by forward; recomputed when recorded so that it carries u's and j's graph.
   const Tensor P = grad_enabled() ? spread_mul(u, j) : n.saved_tensor(&GatedGradSaved::p);
   const Tensor dg = tangent_at(tin, 0), da = tangent_at(tin, 1), dj = tangent_at(tin, 2), dw = tangent_at(tin, 3);
+  if (!grad_enabled()) {
+    if (dg.defined() || da.defined() || dj.defined() || dw.defined())
+      tout[0] = gated_recurrence_grad(gated_tangent_drive(dg, da, dj, dw, u, P, w), a, j, w);
+    return;
+  }
   Tensor c = dg;
   auto plus = [&c](const Tensor& term) { c = c.defined() ? add(c, term) : term; };
   if (da.defined()) plus(next_steps(mul(da, u)));
@@ -235,12 +267,18 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
     g = g_in.contiguous(), a = contig(a_in), j = j_in.contiguous(), w = w_in.contiguous();
   }
   const Dims d{T, B, H};
-  Tensor u = empty({T, B, H}, g.dtype()), P = empty({T, B, G}, g.dtype()), eh = zeros({B, H}, g.dtype());
+  // P is saved for the tangent rule only when a node may be recorded; under
+  // no_grad (a fused tangent rule's call, forward over reverse) one step's
+  // rows are scratch.
+  const bool keep_p = grad_enabled();
+  Tensor u = empty({T, B, H}, g.dtype()), eh = zeros({B, H}, g.dtype());
+  Tensor P = keep_p ? empty({T, B, G}, g.dtype()) : empty({B, G}, g.dtype());
   dispatch_float(g.dtype(), op, [&](auto tag) {
     using scalar_t = decltype(tag);
     for_batch_rows(d, G, [&](Rows rows) {
       gated_grad_forward<scalar_t>(d, G, rows, g.data<scalar_t>(), ptr<scalar_t>(a), j.data<scalar_t>(),
-                                   w.data<scalar_t>(), u.data<scalar_t>(), P.data<scalar_t>(), eh.data<scalar_t>());
+                                   w.data<scalar_t>(), u.data<scalar_t>(), P.data<scalar_t>(), keep_p,
+                                   eh.data<scalar_t>());
     });
   });
   if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
