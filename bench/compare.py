@@ -75,6 +75,15 @@ def torch_settings(t):
     return [own] if t == 1 else [own, blas]
 
 
+def write_atomically(path, text):
+    """Writes text to path through a temporary file renamed over it: a reader (or an interrupted run) never sees
+    half a table, and the tracked file is untouched until the new one is whole."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def provenance():
     """When, where and from what the table was made: date, CPU (and whether it has the AVX-512 BF16 and AMX
     instructions a bf16 GEMM can use), cores, commit (marked when the tree has uncommitted changes) and command."""
@@ -274,12 +283,9 @@ def main():
             gap = f" {o - loss[w, 'f32'][0]:+.4f} |" if d == "bf16" and (w, "f32") in loss else (
                 " – |" if len(dtypes) > 1 else "")
             md += f"| {w} | {d} | {o:.4f} | {p:.4f} | {o - p:+.4f} |{gap}\n"
-    with open(os.path.join(a.out, "compare.md"), "w") as f:
-        f.write(md)
-    with open(os.path.join(a.out, "compare.csv"), "w") as f:
-        f.write(",".join(rows[0].keys()) + "\n")
-        for r in rows:
-            f.write(",".join(str(v) for v in r.values()) + "\n")
+    write_atomically(os.path.join(a.out, "compare.md"), md)
+    write_atomically(os.path.join(a.out, "compare.csv"), ",".join(rows[0].keys()) + "\n" + "".join(
+        ",".join(str(v) for v in r.values()) + "\n" for r in rows))
     print(md)
     print(f"wrote {a.out}/compare.md and compare.csv")
 

@@ -28,7 +28,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare import provenance, torch_settings  # noqa: E402
+from compare import provenance, torch_settings, write_atomically  # noqa: E402
 
 
 def run(cmd, env=None):
@@ -92,9 +92,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if a.out:
-        header = provenance()  # before opening: truncating a tracked table would mark the tree as changed
-        with open(a.out, "w") as f:
-            f.write(header + text)
+        write_atomically(a.out, provenance() + text)
         print(f"wrote {a.out}")
 
 

@@ -25,7 +25,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from compare import provenance  # noqa: E402
+from compare import provenance, write_atomically  # noqa: E402
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 # No pinning: the ranks share the cores with the pool threads and everything else.
 MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
@@ -197,10 +197,8 @@ def main():
     lines += model_tables(results, bw)
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(a.out, "dist_compare.md"), "w") as f:
-        f.write(provenance() + text)
-    with open(os.path.join(a.out, "dist_compare.json"), "w") as f:
-        json.dump({"runs": results, "allreduce": bw}, f, indent=1)
+    write_atomically(os.path.join(a.out, "dist_compare.md"), provenance() + text)
+    write_atomically(os.path.join(a.out, "dist_compare.json"), json.dumps({"runs": results, "allreduce": bw}, indent=1))
 
 
 if __name__ == "__main__":
