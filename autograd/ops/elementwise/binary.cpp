@@ -104,7 +104,6 @@ struct BinaryOutputSaved {
 };
 }  // namespace
 
-static constexpr const char* mul_op_name = "mul";
 static void mul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = sum_to(mul(g, n.saved_tensor(&BinarySaved::b)), n.edges[0].shape);
   if (n.needs(1)) gin[1] = sum_to(mul(g, n.saved_tensor(&BinarySaved::a)), n.edges[1].shape);
@@ -116,7 +115,7 @@ static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
     // product of a backward.
     const Tensor a = n.saved_tensor(&BinarySaved::a), b = n.saved_tensor(&BinarySaved::b);
     Tensor r = empty(n.out_shape, n.out_dtype);
-    dispatch_float(n.out_dtype, mul_op_name, [&](auto tag) {
+    dispatch_float(n.out_dtype, n.op->name, [&](auto tag) {
       using S = decltype(tag);
       detail::map2<S, S, S>(r, t[0], b, [](auto x, auto y) { return x * y; });
       detail::map3<S, S, S, S>(r, r, a, t[1], [](auto acc, auto x, auto y) { return acc + x * y; });
@@ -128,7 +127,7 @@ static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
                                          scaled_tangent(t[1], n.saved_tensor(&BinarySaved::a))),
                              n.out_shape);
 }
-static const OpDef mul_op(mul_op_name, 2, "mul(a, b) -> a * b, broadcasting",
+static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting",
                           saves_of<BinarySaved>(), mul_backward, mul_tangent,
                           [] { return binary_samples(mul, -1, 1); });
 Tensor mul(const Tensor& a, const Tensor& b) {

@@ -137,7 +137,6 @@ static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor
   }
   gin[1] = gg * g * gelu_curvature(x, tanh_approximation);
 }
-static constexpr const char* gelu_grad_op_name = "gelu_grad";
 // d/d(g, x) of g * gelu'(x) along (tg, tx): gelu'(x) tg + g gelu''(x) tx.
 // Under no_grad (forward over reverse) one buffer and two passes, the second
 // adding in place; recorded, in tensor ops.
@@ -147,7 +146,7 @@ static void gelu_grad_tangent(const Node& n, std::span<const Tensor> t, std::spa
   if (!grad_enabled() && t[1].defined()) {
     const Tensor g = n.saved_tensor(&GeluGradSaved::grad);
     Tensor r = empty(x.shape(), x.dtype());
-    dispatch_float(x.dtype(), gelu_grad_op_name, [&](auto tag) {
+    dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
       using S = decltype(tag);
       if (tanh_approximation)
         detail::map3<S, S, S, S>(r, t[1], g, x, [](auto tx, auto gy, auto v) { return tx * gy * gelu_curvature_tanh(v); });
@@ -166,7 +165,7 @@ static void gelu_grad_tangent(const Node& n, std::span<const Tensor> t, std::spa
       t[0].defined() ? gelu_grad(t[0], x, tanh_approximation) : Tensor(),
       t[1].defined() ? t[1] * n.saved_tensor(&GeluGradSaved::grad) * gelu_curvature(x, tanh_approximation) : Tensor());
 }
-static const OpDef gelu_grad_op(gelu_grad_op_name, 2, "gelu_grad(g, x, tanh_approximation=false) -> g * gelu'(x)",
+static const OpDef gelu_grad_op("gelu_grad", 2, "gelu_grad(g, x, tanh_approximation=false) -> g * gelu'(x)",
                                 saves_of<GeluGradSaved>(), gelu_grad_backward, gelu_grad_tangent, [] {
   return std::vector<OpSample>{
       {"exact (3,4)", {uniform({3, 4}, 35), uniform({3, 4}, 36, -3, 3)},
