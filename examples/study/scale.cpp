@@ -115,8 +115,8 @@ PartOutput run_scale(Study& s) {
   const auto tok = data::load_tokenizer(from_tuning(s, "tokenizer.json"));
   const int64_t V = tok->vocab_size();
   const Text& text = s.text();
-  const data::LMBatches train_set(tok->encode(text.train), c.block), val_set(tok->encode(text.val), c.block);
   const std::vector<int64_t> val_ids = tok->encode(text.val);
+  const data::LMBatches train_set(tok->encode(text.train), c.block), val_set(val_ids, c.block);
   const int64_t short_context = std::max<int64_t>(1, c.block / 16), n_targets = c.context_batches * c.batch;
   const int64_t tokens_per_step = c.batch * c.block;
   const size_t n_run = std::min<size_t>(static_cast<size_t>(c.scale_sizes), c.scale_dims.size());

@@ -167,26 +167,35 @@ S* ptr(const Tensor& t) {
   return t.defined() ? t.data<S>() : nullptr;
 }
 
-// dW (G,H) = sum_t dG_t^T h_{t-1}: one GEMM over steps 1..T-1 (whose previous
-// states are the output rows 0..T-2) plus step 0's term when h0 is given.
+// The products with the previous states h_{t-1} of the n steps from t0: rows
+// t0-1.. of hs (T,B,H), and h0 (nullptr: zero) before step 0. One GEMM over
+// the steps whose previous state is in hs, plus step 0's term when h0 is given.
+//   add_previous_states_times: out (n,B,G) += h_{t-1} w^T, w (G,H) -- the
+//     recurrent term of the pre-activations, or (w a weight's tangent) the
+//     drive of a tangent recurrence;
+//   add_weight_grad, its transpose: dW (G,H) += sum_t dG_t^T h_{t-1}, dG (n,B,G).
 template <class S>
-Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* h0, DType dtype) {
-  const int64_t T = d.T, B = d.B, H = d.H;
-  Tensor dW = zeros({G, H}, dtype);
-  S* w = dW.data<S>();
-  if (T > 1) gemm(true, false, G, H, (T - 1) * B, S(1), dG + B * G, G, hs, H, S(0), w, H);
-  if (h0) gemm(true, false, G, H, B, S(1), dG, G, h0, H, S(1), w, H);
-  return dW;
+void add_previous_states_times(const Dims& d, int64_t G, int64_t t0, int64_t n, const S* w, const S* hs,
+                               const S* h0, S* out) {
+  const int64_t B = d.B, H = d.H;
+  if (t0 > 0) return gemm(false, true, n * B, G, H, S(1), hs + (t0 - 1) * B * H, H, w, H, S(1), out, G);
+  if (n > 1) gemm(false, true, (n - 1) * B, G, H, S(1), hs, H, w, H, S(1), out + B * G, G);
+  if (h0) gemm(false, true, B, G, H, S(1), h0, H, w, H, S(1), out, G);
+}
+template <class S>
+void add_weight_grad(const Dims& d, int64_t G, int64_t t0, int64_t n, const S* dG, const S* hs, const S* h0, S* dW) {
+  const int64_t B = d.B, H = d.H;
+  if (t0 > 0) return gemm(true, false, G, H, n * B, S(1), dG, G, hs + (t0 - 1) * B * H, H, S(1), dW, H);
+  if (n > 1) gemm(true, false, G, H, (n - 1) * B, S(1), dG + B * G, G, hs, H, S(1), dW, H);
+  if (h0) gemm(true, false, G, H, B, S(1), dG, G, h0, H, S(1), dW, H);
 }
 
-// The transpose of weight_grad: drive_t (B,G) += h_{t-1} dW^T for dW (G,H),
-// one GEMM over steps 1..T-1 plus step 0's term when h0 is given (a tangent
-// of the weight drives the tangent recurrence so).
+// dW (G,H) = sum over all T steps of dG_t^T h_{t-1}, dG (T,B,G).
 template <class S>
-void add_previous_states_times(const Dims& d, int64_t G, const S* dW, const S* hs, const S* h0, S* drive) {
-  const int64_t T = d.T, B = d.B, H = d.H;
-  if (T > 1) gemm(false, true, (T - 1) * B, G, H, S(1), hs, H, dW, H, S(1), drive + B * G, G);
-  if (h0) gemm(false, true, B, G, H, S(1), h0, H, dW, H, S(1), drive, G);
+Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* h0, DType dtype) {
+  Tensor dW = zeros({G, d.H}, dtype);
+  add_weight_grad(d, G, 0, d.T, dG, hs, h0, dW.data<S>());
+  return dW;
 }
 
 // ---- Recorded backward (create_graph). Each backward also has a form in

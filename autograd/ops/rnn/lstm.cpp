@@ -158,7 +158,7 @@ static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, 
     using scalar_t = decltype(tag);
     scalar_t* dr = drive.data<scalar_t>();
     const scalar_t* hs = out.data<scalar_t>();
-    if (dw.defined()) add_previous_states_times(d, G, dw.data<scalar_t>(), hs, ptr<scalar_t>(h0), dr);
+    if (dw.defined()) add_previous_states_times(d, G, 0, d.T, dw.data<scalar_t>(), hs, ptr<scalar_t>(h0), dr);
     const Tensor zero = c0.defined() && dc0.defined() ? Tensor() : zeros({d.B, d.H}, out.dtype());
     scalar_t* dhs = dout.data<scalar_t>();
     forward_by_units<scalar_t>(d, 4, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {

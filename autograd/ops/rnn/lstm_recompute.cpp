@@ -53,25 +53,6 @@ static void project_chunk(const Dims& d, int64_t I, int64_t t0, int64_t n, const
   gemm(false, true, rows, G, I, S(1), x + t0 * d.B * I, I, w_ih, I, S(bias ? 1 : 0), a, G);
 }
 
-// a (n,B,4H) += h_{t-1} W_hh^T for the n steps from t0, the previous states
-// being rows t0-1.. of hs (T,B,H), and h0 (nullptr: zero) before step 0.
-template <class S>
-static void add_recurrent_term(const Dims& d, int64_t t0, int64_t n, const S* hs, const S* h0, const S* w, S* a) {
-  const int64_t B = d.B, H = d.H, G = 4 * H;
-  if (t0 > 0) return gemm(false, true, n * B, G, H, S(1), hs + (t0 - 1) * B * H, H, w, H, S(1), a, G);
-  if (n > 1) gemm(false, true, (n - 1) * B, G, H, S(1), hs, H, w, H, S(1), a + B * G, G);
-  if (h0) gemm(false, true, B, G, H, S(1), h0, H, w, H, S(1), a, G);
-}
-
-// Its transpose: dW (4H,H) += sum over the n steps from t0 of dG_t^T h_{t-1}, dG (n,B,4H).
-template <class S>
-static void add_weight_grad(const Dims& d, int64_t t0, int64_t n, const S* hs, const S* h0, const S* dG, S* dW) {
-  const int64_t B = d.B, H = d.H, G = 4 * H;
-  if (t0 > 0) return gemm(true, false, G, H, n * B, S(1), dG, G, hs + (t0 - 1) * B * H, H, S(1), dW, H);
-  if (n > 1) gemm(true, false, G, H, (n - 1) * B, S(1), dG + B * G, G, hs, H, S(1), dW, H);
-  if (h0) gemm(true, false, G, H, B, S(1), dG, G, h0, H, S(1), dW, H);
-}
-
 // A chunk's gates and cell states from its pre-activations, batch rows
 // [b0, b1) through its n steps (rows never mix): a (n,B,4H) becomes [sig(i),
 // sig(f), tanh(g), sig(o)] in place, cs (n,B,H) gets c_t = f c_{t-1} + i g
@@ -155,7 +136,7 @@ static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::
       const Dims dk{steps, B, H};
       const S* cin = entering.data<S>() + k * BH;
       project_chunk(d, I, t0, steps, xs, wi, ptr<S>(bias), a);
-      add_recurrent_term(d, t0, steps, hs, ptr<S>(h0), wh, a);
+      add_previous_states_times(d, 4 * d.H, t0, steps, wh, hs, ptr<S>(h0), a);
       parallel_for(B, row_grain(steps * G, kGateGrain),
                    [&](int64_t b0, int64_t b1) { chunk_cells(steps, B, H, b0, b1, cin, a, c); });
       // [gh; gc] of the chunk (2,steps,B,H): c_t reaches the output only at the last step.
@@ -167,7 +148,7 @@ static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::
                            k > 0 ? carry : ptr<S>(dh0), k > 0 ? nullptr : ptr<S>(dc0));
       });
       const int64_t rows = steps * B;
-      if (dw.defined()) add_weight_grad(d, t0, steps, hs, ptr<S>(h0), dg, dw.data<S>());
+      if (dw.defined()) add_weight_grad(d, 4 * d.H, t0, steps, dg, hs, ptr<S>(h0), dw.data<S>());
       if (dw_ih.defined()) gemm(true, false, G, I, rows, S(1), dg, G, xs + t0 * B * I, I, S(1), dw_ih.data<S>(), I);
       if (db.defined()) gemm(true, false, G, 1, rows, S(1), dg, G, ones.data<S>(), 1, S(1), db.data<S>(), 1);
       if (dx.defined()) gemm(false, false, rows, I, G, S(1), dg, G, wi, I, S(0), dx.data<S>() + t0 * B * I, I);

@@ -141,7 +141,7 @@ static void rnn_tanh_recurrence_tangent(const Node& n, std::span<const Tensor> t
     using scalar_t = decltype(tag);
     scalar_t* c = dh.data<scalar_t>();
     const scalar_t* hs = out.data<scalar_t>();
-    if (dw.defined()) add_previous_states_times(d, d.H, dw.data<scalar_t>(), hs, ptr<scalar_t>(h0), c);
+    if (dw.defined()) add_previous_states_times(d, d.H, 0, d.T, dw.data<scalar_t>(), hs, ptr<scalar_t>(h0), c);
     forward_by_units<scalar_t>(d, 1, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
       rnn_tanh_tangent_step(d, u, t, wu, ptr<scalar_t>(dh0), hs, z, c);
     });
