@@ -40,10 +40,14 @@ Tensor run_hooks(std::vector<HookEntry>& hooks, Tensor g, const char* where) {
 // (PyTorch semantics); a node's slot may alias a tensor another node also
 // received, so it is only written in place when nothing else holds it. When
 // the backward is recorded (create_graph) the sum is a recorded op instead.
+// A dense tensor that nothing else holds: it can be written in place.
+bool exclusive(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous();
+}
+
 void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
   if (!slot.defined()) {
-    bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous();
-    slot = (leaf && !exclusive && !grad_enabled()) ? g.clone() : g;
+    slot = (leaf && !exclusive(g) && !grad_enabled()) ? g.clone() : g;
     return;
   }
   if (grad_enabled()) {
@@ -53,8 +57,7 @@ void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
   // In place only into a dense slot: a strided one (a transposed view a
   // backward returned) is replaced by a dense sum, so that later
   // contributions add at memory speed.
-  bool exclusive = slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous();
-  if ((leaf && !slot.requires_grad()) || exclusive)
+  if ((leaf && !slot.requires_grad()) || exclusive(slot))
     slot.add_(g);
   else
     slot = add(slot, g);
@@ -300,6 +303,13 @@ class Pass {
     // only a side output was reached (it is zero then).
     const bool g_records = options_.create_graph && g.defined() && g.requires_grad();
     if (!g.defined()) g = zeros(n.out_shape, n.out_dtype);  // only a side output was reached
+    if (Tensor* into = accumulating_slot(n)) {
+      ProfileScope prof(n.op->name, ProfilePhase::backward);
+      n.op->accumulate(n, g, *into);
+      clear_side_grads(n);
+      release_saved(n);
+      return;  // grads stay undefined: nothing more to deliver
+    }
     {
       ProfileScope prof(n.op->name, ProfilePhase::backward);
       AutocastGuard precision(n.autocast);
@@ -310,6 +320,20 @@ class Pass {
     clear_side_grads(n);
     release_saved(n);
     check_input_grads(n, grads, g_records);
+  }
+
+  // For an op with an accumulate function (OpDef::accumulate), on a plain
+  // pass: its input's slot, when that already holds a buffer the op can add
+  // into. Anomaly detection checks each backward's result, and forward mode
+  // computes the tangents of what a backward returns, so both take the
+  // general path.
+  Tensor* accumulating_slot(Node& n) {
+    if (!n.op->accumulate || options_.create_graph || anomaly_enabled() || forward_ad_enabled()) return nullptr;
+    Edge& e = n.edges[0];
+    Node* p = e.node.get();
+    if (!e.needs_grad || !p || !(p->run || p->capture >= 0)) return nullptr;
+    Tensor& s = slot(*p, e.output);
+    return s.defined() && exclusive(s) && s.dtype() == n.out_dtype ? &s : nullptr;
   }
 
   static void clear_side_grads(Node& n) {

@@ -36,6 +36,15 @@ using TangentFn = void (*)(const Node& node, std::span<const Tensor> tangent_in,
 /// reference to the node instead of the tensor (see Node::save), so e.g. a
 /// LayerNorm followed by a Linear holds one activation, not two.
 using RecomputeFn = Tensor (*)(const Node& node);
+/// For an op whose input gradient is its output gradient written into part
+/// of a zero tensor (slice, and select and narrow through it): adds
+/// grad_out into that part of grad_in, a dense tensor of the input's shape.
+/// When the input's gradient is already accumulating in a dense buffer that
+/// nothing else holds (the second and later of several slices of one
+/// tensor, like attention's q, k and v of one fused projection), a plain
+/// backward pass adds into it instead of running backward, which would
+/// allocate a zero tensor of the whole input per slice.
+using AccumulateFn = void (*)(const Node& node, const Tensor& grad_out, Tensor& grad_in);
 
 /// One gradcheck case: fn applied to inputs (float64; some may be int64 indices).
 struct OpSample {
@@ -62,11 +71,12 @@ struct OpDef {
   /// it is an AutogradError naming the op (PyTorch's once_differentiable).
   /// Every op of the library's table is differentiable twice.
   bool once_differentiable;
+  AccumulateFn accumulate;     ///< null: backward always allocates its input gradients
 
   /// Registers the op; a name already registered is a ValueError.
   OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
         BackwardFn backward, TangentFn tangent, SampleFn samples, RecomputeFn recompute = nullptr,
-        bool once_differentiable = false);
+        bool once_differentiable = false, AccumulateFn accumulate = nullptr);
   /// An op without a tangent rule (reverse mode only).
   OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
         BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false)

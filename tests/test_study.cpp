@@ -242,7 +242,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST(num(r, "points") == 6.0);
     BOOST_TEST((std::isfinite(num(r, "exponent")) && num(r, "exponent_se") >= 0));
   }
-  // Context at each size: every fit run scored at block/16 and block characters (block 16 here: 1 and 16).
+  // Context at each size: every fit run scored at block/8 and block characters (block 16 here: 2 and 16).
   auto ctx = read_csv(out / "scale_context.csv", {"model", "size", "params", "seed", "dtype", "context", "val_loss",
                                                   "targets"});
   BOOST_TEST(ctx.size() == 2 * 18u);

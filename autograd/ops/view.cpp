@@ -197,7 +197,9 @@ Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
 
 // ============================ slice / narrow / select ============================
 // Backward writes the gradient into a zero tensor of the input's shape
-// through the same slice. Recorded (create_graph), that tensor is built from
+// through the same slice; when the input's gradient is already accumulating
+// (q, k and v sliced from one projection), a plain pass adds into it through
+// the slice instead (slice_accumulate). Recorded (create_graph), that tensor is built from
 // pads instead: with step > 1, each gradient entry along the axis is followed
 // by step - 1 zeros ((.., L, ..) -> (.., L, step, ..) -> (.., L * step, ..)),
 // then the axis is padded to the input's extent before and after (after may
@@ -207,6 +209,10 @@ struct SliceAttrs {
   int64_t axis, start, stop, step;  // normalised: 0 <= start <= stop <= the axis' size
 };
 }  // namespace
+static void slice_accumulate(const Node& n, const Tensor& g, Tensor& gx) {
+  const SliceAttrs& s = n.attrs<SliceAttrs>();
+  slice(gx, s.axis, s.start, s.stop, s.step).add_(g);
+}
 static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const SliceAttrs& s = n.attrs<SliceAttrs>();
   if (grad_enabled()) {
@@ -227,9 +233,8 @@ static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
     gin[0] = pad(spread, pads);
     return;
   }
-  Tensor gx = zeros(n.edges[0].shape, g.dtype());
-  slice(gx, s.axis, s.start, s.stop, s.step).copy_(g);
-  gin[0] = gx;
+  gin[0] = zeros(n.edges[0].shape, g.dtype());
+  slice_accumulate(n, g, gin[0]);
 }
 static const OpDef slice_op("slice", 1, "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis",
                             saves_of<NoSaved>(), slice_backward,
@@ -243,7 +248,7 @@ static const OpDef slice_op("slice", 1, "slice(x, axis, start, stop, step) -> x[
       {"(3,6) axis -1 [-4:]", {samples::uniform({3, 6}, 107)}, [](auto& x) { return slice(x[0], -1, -4, 100); }},
       {"non-contiguous narrow", {samples::strided({4, 3}, 108)}, [](auto& x) { return narrow(x[0], 1, 1, 2); }},
   };
-});
+}, nullptr, false, slice_accumulate);
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step) {
   ProfileScope prof(slice_op.name);
   const int a = normalize_axis(axis, defined(x, slice_op.name).dim(), "slice");

@@ -5,8 +5,8 @@
 // validation loss against parameters and against training FLOPs, a power
 // law fitted per model on each axis (fit.h), and where GPT's fit would meet
 // each recurrence's. And at every size, what block characters of context are
-// worth over block/16 to each trained model (loss_given_context, as part 3
-// measures it for part 1's models): does the gain grow with size, and is
+// worth over block/8 (16 of the default 128) to each trained model
+// (loss_given_context, as part 3 measures it for part 1's models): does the gain grow with size, and is
 // GPT's larger than a recurrence's at the largest?
 //
 // Training FLOPs are counted, not modelled: the GEMM work of one float32
@@ -117,7 +117,7 @@ PartOutput run_scale(Study& s) {
   const Text& text = s.text();
   const std::vector<int64_t> val_ids = tok->encode(text.val);
   const data::LMBatches train_set(tok->encode(text.train), c.block), val_set(val_ids, c.block);
-  const int64_t short_context = std::max<int64_t>(1, c.block / 16), n_targets = c.context_batches * c.batch;
+  const int64_t short_context = std::max<int64_t>(1, c.block / 8), n_targets = c.context_batches * c.batch;
   const int64_t tokens_per_step = c.batch * c.block;
   const size_t n_run = std::min<size_t>(static_cast<size_t>(c.scale_sizes), c.scale_dims.size());
   if (n_run < 2 && c.scale_dims.size() >= 2)

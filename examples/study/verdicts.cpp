@@ -454,7 +454,7 @@ Verdict scaling(const Study& s) {
 }
 
 // At the largest size the scale part ran: what block characters of context
-// are worth over block/16 (scale_context.csv), per seed. The claim holds
+// are worth over block/8 (scale_context.csv), per seed. The claim holds
 // against a recurrence when GPT's gain is larger beyond the seeds' ranges;
 // measured also says how each gain moved from the smallest size.
 Verdict context_at_scale(const Study& s) {
@@ -503,7 +503,7 @@ PartOutput run_verdicts(Study& s) {
       {"cost", cost, "Self-attention costs O(n^2 d) per layer against a recurrence's O(n d^2): cheaper while n << d"},
       {"scale", scaling, "Transformers scale better: their loss falls faster with parameters and compute"},
       {"scale", context_at_scale,
-       "At the largest size, a transformer gains more than a recurrence from its whole context over a sixteenth of it "
+       "At the largest size, a transformer gains more than a recurrence from its whole context over an eighth of it "
        "(it puts long context to more use)"}};
   const bool has_gpt = std::find(s.c.models.begin(), s.c.models.end(), "gpt") != s.c.models.end();
   report::Table table{{"claim", "measured", "verdict"}, {}};
