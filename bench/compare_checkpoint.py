@@ -59,16 +59,18 @@ def main():
             if runs[False][-1]["last_loss"] != runs[True][-1]["last_loss"]:
                 sys.exit(f"compare_checkpoint: {w} T={T}: loss {runs[False][-1]['last_loss']} plain, "
                          f"{runs[True][-1]['last_loss']} checkpointed")
-        med = lambda ck, k: statistics.median(x[k] for x in runs[ck])
-        span = lambda ck: (min(x["seconds_per_step"] for x in runs[ck]), max(x["seconds_per_step"] for x in runs[ck]))
-        rows.append(dict(w=w, T=T, B=B, med=med, span=span))
+        keys = ("pool_peak_mb", "step_peak_mb", "peak_rss_mb", "seconds_per_step")
+        rows.append(dict(w=w, T=T, B=B,
+                         med={(ck, k): statistics.median(x[k] for x in runs[ck]) for ck in runs for k in keys},
+                         span={ck: (min(x["seconds_per_step"] for x in runs[ck]),
+                                    max(x["seconds_per_step"] for x in runs[ck])) for ck in runs}))
     lines = [f"Activation checkpointing (`lm_train --checkpoint`), {a.threads} thread(s), {a.steps} timed steps after "
              f"one warm-up, medians of {a.rounds} alternating rounds; MiB of the allocator, MB of RSS:", "",
              "| workload | T × B | peak, plain → checkpointed | activations (peak above what steps hold) "
              "| peak RSS | s/step (min–max) | time |",
              "|---|---|--:|--:|--:|--:|--:|"]
     for r in rows:
-        m, s = r["med"], r["span"]
+        m, s = lambda ck, k: r["med"][(ck, k)], lambda ck: r["span"][ck]
         ratio = lambda k: f"{m(False, k):.1f} → {m(True, k):.1f} ({m(False, k) / m(True, k):.2f}× lower)"
         lines.append(
             f"| {r['w']} | {r['T']} × {r['B']} | {ratio('pool_peak_mb')} | {ratio('step_peak_mb')} | "
