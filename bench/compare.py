@@ -84,6 +84,14 @@ def write_atomically(path, text):
     os.replace(tmp, path)
 
 
+def publish(text, out):
+    """Prints a measured table and, when out names a file, writes it there under provenance()'s line."""
+    print("\n" + text)
+    if out:
+        write_atomically(out, provenance() + text)
+        print(f"wrote {out}")
+
+
 def provenance():
     """When, where and from what the table was made: date, CPU (and whether it has the AVX-512 BF16 and AMX
     instructions a bf16 GEMM can use), cores, commit (marked when the tree has uncommitted changes) and command."""

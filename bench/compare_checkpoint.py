@@ -24,7 +24,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare import provenance, write_atomically  # noqa: E402
+from compare import publish  # noqa: E402
 
 # workload, T, B: GPT-M at a context of 1024 and 4096 (the same tokens a
 # step), the LSTM at 4096.
@@ -78,11 +78,7 @@ def main():
             f"{m(False, 'seconds_per_step'):.2f} ({s(False)[0]:.2f}–{s(False)[1]:.2f}) → "
             f"{m(True, 'seconds_per_step'):.2f} ({s(True)[0]:.2f}–{s(True)[1]:.2f}) | "
             f"+{100 * (m(True, 'seconds_per_step') / m(False, 'seconds_per_step') - 1):.0f}% |")
-    text = "\n".join(lines) + "\n"
-    print("\n" + text)
-    if a.out:
-        write_atomically(a.out, provenance() + text)
-        print(f"wrote {a.out}")
+    publish("\n".join(lines) + "\n", a.out)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare import provenance, torch_settings, write_atomically  # noqa: E402
+from compare import publish, torch_settings  # noqa: E402
 
 
 def run(cmd, env=None):
@@ -89,11 +89,7 @@ def main():
               "| workload | forward | jvp | jvp / forward |", "|---|--:|--:|--:|"]
     for r in rows:
         lines.append(f"| {r['w']} | {r['fwd_s'] * 1e3:.1f} | {r['jvp'] * 1e3:.1f} | {r['jvp'] / r['fwd_s']:.2f}x |")
-    text = "\n".join(lines) + "\n"
-    print("\n" + text)
-    if a.out:
-        write_atomically(a.out, provenance() + text)
-        print(f"wrote {a.out}")
+    publish("\n".join(lines) + "\n", a.out)
 
 
 if __name__ == "__main__":
