@@ -36,15 +36,15 @@ Tensor run_hooks(std::vector<HookEntry>& hooks, Tensor g, const char* where) {
   return g;
 }
 
-// Adds g into a gradient slot. A leaf owns its .grad and accumulates in place
-// (PyTorch semantics); a node's slot may alias a tensor another node also
-// received, so it is only written in place when nothing else holds it. When
-// the backward is recorded (create_graph) the sum is a recorded op instead.
 // A dense tensor that nothing else holds: it can be written in place.
 bool exclusive(const Tensor& t) {
   return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous();
 }
 
+// Adds g into a gradient slot. A leaf owns its .grad and accumulates in place
+// (PyTorch semantics); a node's slot may alias a tensor another node also
+// received, so it is only written in place when nothing else holds it. When
+// the backward is recorded (create_graph) the sum is a recorded op instead.
 void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
   if (!slot.defined()) {
     slot = (leaf && !exclusive(g) && !grad_enabled()) ? g.clone() : g;

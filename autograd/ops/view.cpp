@@ -199,8 +199,8 @@ Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
 // Backward writes the gradient into a zero tensor of the input's shape
 // through the same slice; when the input's gradient is already accumulating
 // (q, k and v sliced from one projection), a plain pass adds into it through
-// the slice instead (slice_accumulate). Recorded (create_graph), that tensor is built from
-// pads instead: with step > 1, each gradient entry along the axis is followed
+// the slice instead (slice_accumulate). Recorded (create_graph), that tensor
+// is built from pads instead: with step > 1, each gradient entry along the axis is followed
 // by step - 1 zeros ((.., L, ..) -> (.., L, step, ..) -> (.., L * step, ..)),
 // then the axis is padded to the input's extent before and after (after may
 // be negative: it crops trailing zeros past the input's end).

@@ -6,8 +6,8 @@
 // law fitted per model on each axis (fit.h), and where GPT's fit would meet
 // each recurrence's. And at every size, what block characters of context are
 // worth over block/8 (16 of the default 128) to each trained model
-// (loss_given_context, as part 3 measures it for part 1's models): does the gain grow with size, and is
-// GPT's larger than a recurrence's at the largest?
+// (loss_given_context, as part 3 measures it for part 1's models): does the
+// gain grow with size, and is GPT's larger than a recurrence's at the largest?
 //
 // Training FLOPs are counted, not modelled: the GEMM work of one float32
 // training step (forward, loss, backward; the optimizer does no GEMM),
