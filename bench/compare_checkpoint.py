@@ -16,24 +16,18 @@ With --out it also writes the table to a Markdown file, headed by the date,
 the machine, the commit and the command.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare import publish  # noqa: E402
+from compare import publish, run  # noqa: E402
 
 # workload, T, B: GPT-M at a context of 1024 and 4096 (the same tokens a
 # step), the LSTM at 4096.
 CONFIGS = [("gpt-m", 1024, 16), ("gpt-m", 4096, 4), ("lstm", 4096, 8)]
 
-
-def run(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def main():

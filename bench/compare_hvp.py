@@ -20,20 +20,14 @@ With --out it also writes the table to a Markdown file, headed by the date,
 the machine, the commit and the command.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare import publish, torch_settings  # noqa: E402
+from compare import publish, run, torch_settings  # noqa: E402
 
-
-def run(cmd, env=None):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def main():
