@@ -34,6 +34,17 @@ struct CheckpointOptions {
   /// The generators fn draws from (dropout), restored before the rerun; empty
   /// means default_generator() alone.
   std::vector<Generator*> generators;
+  /// The ops that save the output keep a reference to this checkpoint instead
+  /// of the tensor, so its memory is freed once the forward drops it; the
+  /// first of their backwards to read it gets it from this checkpoint's rerun,
+  /// which the checkpoint's own backward then reuses (in a plain pass: one
+  /// rerun serves both). For an output read only by checkpoints that run
+  /// backward just before this one, like the row chunks of a transformer
+  /// layer's MLP on its attention half's output: each layer then holds its
+  /// input alone. Not for a chain of checkpoints each saving the last's
+  /// output (a recurrence over chunks of steps): rebuilding one would rerun
+  /// all those before it.
+  bool output_by_reference = false;
 };
 
 /// fn(inputs), keeping only the inputs and the output for backward, which

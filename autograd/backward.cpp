@@ -92,6 +92,8 @@ struct Scratch {
   size_t depth = 0;
 };
 thread_local Scratch t_scratch;
+// The plain pass running on this thread (detail::plain_pass), or 0.
+thread_local uint64_t t_plain_pass = 0;
 
 class PassLevel {
  public:
@@ -159,6 +161,11 @@ class Pass {
     if (inputs_) mark_needed();
     std::optional<NoGradGuard> no_grad;
     std::optional<EnableGradGuard> with_grad;
+    struct PlainPass {
+      uint64_t outer = t_plain_pass;
+      ~PlainPass() { t_plain_pass = outer; }
+    } plain_pass;
+    t_plain_pass = options_.create_graph ? 0 : id_;
     if (options_.create_graph)  // the backward functions record: their gradients are differentiable
       with_grad.emplace();
     else
@@ -450,6 +457,8 @@ class Pass {
 };
 
 }  // namespace
+
+uint64_t detail::plain_pass() { return t_plain_pass; }
 
 // ---------------------------------------------------------------- API
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

@@ -156,7 +156,7 @@ void Node::save_slot(const Tensor& t) {
     // Only while t still holds what its producer wrote: after an in-place
     // write (even one not recorded, under no_grad) a rebuild would differ.
     // recompute rebuilds the output, not a side output.
-    if (producer && producer->op->recompute && !producer->released && t.impl()->output_nr == 0 &&
+    if (producer && producer->output_by_reference && !producer->released && t.impl()->output_nr == 0 &&
         t.version() == producer->out_version) {
       saved.push_back({Tensor(), 0, NodeRef(producer), -1});
       return;
@@ -241,7 +241,7 @@ const Shape& side_output_shape(const Node& n, uint32_t k) {
 // an output saved by reference (rebuilt by recompute). Such a tensor reads
 // its tangent from the node; the output tensor itself keeps its own.
 bool hands_out_output(const Node& n) {
-  if (n.op->recompute) return true;
+  if (n.output_by_reference) return true;
   return std::any_of(n.saved.begin(), n.saved.end(), [](const SavedTensor& s) { return s.output == 0; });
 }
 
@@ -357,6 +357,7 @@ Node* new_op_node(const OpDef& op, const Tensor& out) {
   n->out_version = out.version();
   n->seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);
   n->autocast = autocast_dtype();
+  n->output_by_reference = op.recompute != nullptr;
   return n;
 }
 

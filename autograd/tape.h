@@ -85,6 +85,10 @@ struct Node {
   uint64_t out_version = 0;           ///< the output's storage version when recorded
   uint64_t seq = 0;                   ///< creation order: inputs' nodes have smaller seq
   bool released = false;              ///< saved tensors dropped by a backward without retain_graph
+  /// Ops that save the output keep a reference to this node instead of the
+  /// tensor, and read it rebuilt by op->recompute (see save). record() sets it
+  /// for an op that has one; checkpoint() clears it unless asked.
+  bool output_by_reference = false;
   DType autocast = DType::f32;        ///< the GEMM precision it was recorded under; its backward runs under it
   std::vector<HookEntry> hooks;       ///< registered on the output tensor (Tensor::register_hook)
   std::weak_ptr<TensorImpl> retains;  ///< the output, when it retain_grad()s
@@ -136,8 +140,8 @@ struct Node {
   /// Saves what the op's backward reads, one slot per field of s: S is the
   /// struct its OpDef declares (OpDef::saves is saves_of<S>()), and a node
   /// saves once. Each tensor's version is remembered. A tensor that is the
-  /// output of an earlier node whose op has a recompute function is kept as
-  /// a reference to that node only, so its memory is freed with the last
+  /// output of an earlier node with output_by_reference (its op has a
+  /// recompute function) is kept as a reference to that node only, so its memory is freed with the last
   /// handle to it and backward rebuilds it from what that node saved. A
   /// SideOutput field (an intermediate the forward computed, not requiring
   /// grad) becomes the node's next side output: in grad mode it is read
@@ -304,6 +308,11 @@ class TangentsOnlySuspended {
  private:
   bool prev_;
 };
+
+/// The id of the backward pass running on this thread (the innermost) when
+/// it is plain (not create_graph), or 0: a node collected by it with `run`
+/// set (Node::pass == this id) will have its backward run by it.
+uint64_t plain_pass();
 }  // namespace detail
 
 /// Called by an op's forward after computing `out`. Returns the new node when

@@ -85,15 +85,25 @@ std::string TransformerEncoderLayer::extra_repr() const { return layer_repr(opti
 Tensor checkpointed_forward(const std::shared_ptr<TransformerEncoderLayer>& layer, const Tensor& x,
                             const AttentionMask& mask) {
   check_input("TransformerEncoderLayer", "input", x, layer->options.dim);
+  // The attention half's output h is not kept: the MLP chunks save it by
+  // reference, and the first of them to run backward gets it from the
+  // attention checkpoint's rerun, whose graph that checkpoint's backward
+  // reuses. So a layer holds its input x alone between forward and backward,
+  // and each half is still rerun once.
   const Tensor h = checkpoint(
-      [layer, mask](const std::vector<Tensor>& in) { return layer->attention_sublayer(in[0], mask); }, {x});
+      [layer, mask](const std::vector<Tensor>& in) { return layer->attention_sublayer(in[0], mask); }, {x},
+      {.generators = {}, .output_by_reference = true});
   const int64_t B = h.size(0), T = h.size(1), C = h.size(2), N = B * T;
-  const int64_t rows = (N + layer->options.hidden_mult - 1) / layer->options.hidden_mult;
-  const Tensor flat = h.reshape({N, C});  // (B*T, C)
+  const int64_t regions = 2 * layer->options.hidden_mult, rows = (N + regions - 1) / regions;
   std::vector<Tensor> out;
-  for (int64_t r0 = 0; r0 < N; r0 += rows)
-    out.push_back(checkpoint([layer](const std::vector<Tensor>& in) { return layer->mlp_sublayer(in[0]); },
-                             {flat.narrow(0, r0, std::min(rows, N - r0))}));
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = std::min(rows, N - r0);
+    out.push_back(checkpoint(
+        [layer, N, C, r0, n](const std::vector<Tensor>& in) {
+          return layer->mlp_sublayer(in[0].reshape({N, C}).narrow(0, r0, n));  // (n, C) rows of (B*T, C)
+        },
+        {h}));
+  }
   return concat(out, 0).reshape({B, T, C});
 }
 

@@ -61,13 +61,13 @@ class TransformerEncoderLayer : public Module {
 };
 
 /// layer->forward(x, mask) under activation checkpointing (tg::checkpoint),
-/// for x (B, T, C): backward keeps x and the attention half's output h (two
-/// (B, T, C) tensors), and reruns the attention half as one region and the
-/// MLP half as hidden_mult regions of B*T/hidden_mult rows each: one region's
-/// MLP activations (rows, hidden_mult*C) are the size of one (B, T, C)
-/// tensor, so a rerun rebuilds a few (B, T, C) tensors at a time instead of
-/// a whole layer's. Same values and gradients as forward(), the MLP's dropout
-/// included (its draws run over the rows in the same order).
+/// for x (B, T, C): backward keeps x alone (one (B, T, C) tensor), and
+/// reruns the attention half as one region (rebuilding its output h) and the
+/// MLP half as 2*hidden_mult regions of B*T/(2*hidden_mult) rows each: one
+/// region's MLP activations (rows, hidden_mult*C) are half the size of one
+/// (B, T, C) tensor, so a rerun rebuilds a few (B, T, C) tensors at a time
+/// instead of a whole layer's. Same values and gradients as forward(), the
+/// MLP's dropout included (its draws run over the rows in the same order).
 Tensor checkpointed_forward(const std::shared_ptr<TransformerEncoderLayer>& layer, const Tensor& x,
                             const AttentionMask& mask = {});
 

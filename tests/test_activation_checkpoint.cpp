@@ -205,6 +205,39 @@ BOOST_AUTO_TEST_CASE(holds_less_memory) {
   BOOST_TEST(ckpt < plain);
 }
 
+// h = checkpoint(f, x) with output_by_reference, read by a second checkpoint:
+// h's memory goes with the forward, and the first backward to need it (the
+// second checkpoint's) gets it from f's rerun, which f's own backward reuses:
+// f runs twice in all, as without the option, with the same gradients.
+BOOST_AUTO_TEST_CASE(an_output_by_reference_is_freed_and_rerun_once) {
+  manual_seed(12);
+  Tensor x = randn({256, 256}).requires_grad_(true), w = mul(randn({256, 256}), 1.0 / 16).requires_grad_(true);
+  const size_t h_bytes = 256 * 256 * sizeof(float);
+  for (bool by_reference : {false, true}) {
+    int runs = 0;
+    auto f = [&](const std::vector<Tensor>& in) {
+      ++runs;
+      return tanh(matmul(in[0], w));
+    };
+    empty_cache();
+    const size_t base = memory_stats().bytes_in_use;
+    Tensor y;
+    {
+      Tensor h = checkpoint(f, {x}, {.generators = {}, .output_by_reference = by_reference});
+      y = checkpoint([](const std::vector<Tensor>& in) { return mul(in[0], in[0]); }, {h});
+    }
+    // What the graph holds besides y: h, unless it is held by reference.
+    const size_t held = memory_stats().bytes_in_use - base - h_bytes;
+    BOOST_TEST(held == (by_reference ? 0 : h_bytes));
+    const std::vector<Tensor> g = grad({sum(y)}, {x, w});
+    BOOST_TEST(runs == 2);
+    // d/dx sum(tanh(x w)^2) = (2 h (1 - h^2)) w^T, and d/dw = x^T (2 h (1 - h^2))
+    const Tensor h = tanh(matmul(x, w)), dh = mul(mul(h, 2.0), rsub(1.0, mul(h, h)));
+    BOOST_TEST(max_abs_diff(g[0], matmul(dh, transpose(w, 0, 1))) <= 1e-4);
+    BOOST_TEST(max_abs_diff(g[1], matmul(transpose(x, 0, 1), dh)) <= 1e-4);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_function_that_changes_is_an_error) {
   Tensor x = ones({3}).requires_grad_(true);
   int calls = 0;
@@ -240,16 +273,16 @@ BOOST_AUTO_TEST_CASE(gpt_checkpoint_blocks_give_the_plain_gradients) {
   check_throws<ValueError>([] { models::GPT({.vocab = 7, .checkpoint_blocks = -1}); }, {"checkpoint_blocks (-1)"});
 }
 
-// A checkpointed block reruns its MLP half over B*T/hidden_mult rows at a
-// time: 2*5 = 10 rows in chunks of 4, 4 and 2 (hidden_mult 3), pre- and
+// A checkpointed block reruns its MLP half over B*T/(2*hidden_mult) rows at a
+// time: 2*7 = 14 rows in chunks of 3, 3, 3, 3 and 2 (hidden_mult 3), pre- and
 // post-LN, with dropout drawn over the rows in the same order as forward().
 BOOST_AUTO_TEST_CASE(gpt_blocks_checkpointed_over_uneven_row_chunks_give_the_plain_gradients) {
-  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 0, 1, 2, 3}, Shape{2, 5});
-  const Tensor targets = from_vector(std::vector<int64_t>{2, 3, 4, 5, 6, 0, 1, 2, 3, 4}, Shape{2, 5});
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6, 0}, Shape{2, 7});
+  const Tensor targets = from_vector(std::vector<int64_t>{2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6, 0, 1}, Shape{2, 7});
   for (nn::NormPosition norm : {nn::NormPosition::pre, nn::NormPosition::post}) {
     auto grads = [&](int64_t every) {
       manual_seed(15);
-      models::GPT gpt({.vocab = 7, .block = 5, .layers = 2, .heads = 2, .dim = 8, .hidden_mult = 3, .norm = norm,
+      models::GPT gpt({.vocab = 7, .block = 7, .layers = 2, .heads = 2, .dim = 8, .hidden_mult = 3, .norm = norm,
                        .dropout = 0.1, .checkpoint_blocks = every});
       gpt.to(DType::f64);
       manual_seed(16);
