@@ -129,7 +129,7 @@ void apply_quick(const CLI::App& app, study::Config& c) {
   set("--batch", c.batch, int64_t{16});
   set("--cost-lengths", c.cost_lengths, std::vector<int64_t>{32, 64, 128, 256});
   set("--cost-tokens", c.cost_tokens, int64_t{2048});
-  set("--cost-reps", c.cost_reps, int64_t{1});
+  set("--cost-reps", c.cost_reps, int64_t{5});
   set("--recall-length", c.recall_length, int64_t{32});
   set("--recall-steps", c.recall_steps, int64_t{100});
   set("--recall-tests", c.recall_tests, int64_t{100});

@@ -66,7 +66,7 @@ const std::vector<std::string> kModels = {"rnn", "lstm", "gpt"};
 const std::string kTiny =
     " --data tests/fixtures/tiny.txt --threads 1 --gpt-dim 16 --gpt-layers 1 --gpt-heads 2 --embed 8 --block 16"
     " --batch 4 --steps 20 --sweep-steps 5 --lrs 3e-3,1e-2 --eval-every 10 --eval-batches 2 --warmup 2"
-    " --cost-lengths 8,16,32 --cost-tokens 64 --cost-reps 1 --recall-length 12 --recall-steps 10 --recall-batch 8"
+    " --cost-lengths 8,16,32 --cost-tokens 64 --cost-reps 3 --recall-length 12 --recall-steps 10 --recall-batch 8"
     " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 3"
     " --scale-dims 8,16,32 --scale-tokens-per-param 0.5";
 
@@ -141,8 +141,8 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   // Part 2: per model and T, batches of 64 tokens; GPT's FLOPs per token grow with T, a
   // recurrence's do not; the prediction is anchored at the shortest T.
   auto cost = read_csv(out / "cost.csv", {"model", "T", "batch", "fwd_us_per_token", "bwd_us_per_token",
-                                          "pred_fwd_us_per_token", "pred_bwd_us_per_token", "fwd_flops_per_token",
-                                          "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib", "step_mib",
+                                          "pred_fwd_us_per_token", "pred_bwd_us_per_token", "step_us_q1", "step_us_q3",
+                                          "fwd_flops_per_token", "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib", "step_mib",
                                           "ckpt_fwd_us_per_token", "ckpt_bwd_us_per_token", "ckpt_step_mib", "dtype"});
   BOOST_REQUIRE(cost.size() == 9u);
   for (size_t i = 0; i < cost.size(); i += 3) {
@@ -152,6 +152,8 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
                boost::test_tools::tolerance(1e-3));
     for (size_t j = i; j < i + 3; ++j) {
       BOOST_TEST(num(cost[j], "fwd_us_per_token") > 0);
+      BOOST_TEST(num(cost[j], "step_us_q1") > 0);  // the quartiles of 3 repetitions
+      BOOST_TEST(num(cost[j], "step_us_q1") <= num(cost[j], "step_us_q3"));
       BOOST_TEST(num(cost[j], "batch") * num(cost[j], "T") == 64.0);  // a fixed token budget per batch
       BOOST_TEST(num(cost[j], "step_mib") > 0);
       BOOST_TEST(num(cost[j], "ckpt_fwd_us_per_token") > 0);
@@ -303,8 +305,9 @@ BOOST_AUTO_TEST_CASE(bf16_trains_and_times_under_autocast_and_says_so) {
   for (auto& r : curve) BOOST_TEST(std::isfinite(num(r, "val_loss")));
   BOOST_TEST(all_bf16(read_csv(out / "recall_sweep.csv", {"model", "lr", "steps", "val_loss", "chosen", "dtype"})));
   BOOST_TEST(all_bf16(read_csv(out / "cost.csv", {"model", "T", "batch", "fwd_us_per_token", "bwd_us_per_token",
-                                                 "pred_fwd_us_per_token", "pred_bwd_us_per_token", "fwd_flops_per_token",
-                                                 "bwd_flops_per_token", "attention_flops_per_token", "fwd_mib",
+                                                 "pred_fwd_us_per_token", "pred_bwd_us_per_token", "step_us_q1",
+                                                 "step_us_q3", "fwd_flops_per_token", "bwd_flops_per_token",
+                                                 "attention_flops_per_token", "fwd_mib",
                                                  "step_mib", "ckpt_fwd_us_per_token", "ckpt_bwd_us_per_token",
                                                  "ckpt_step_mib", "dtype"})));
   BOOST_TEST(all_bf16(read_csv(out / "recall.csv", {"model", "seed", "k", "accuracy", "tests", "chance", "dtype"})));

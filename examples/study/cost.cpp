@@ -51,43 +51,54 @@ Flops flops_per_token(const models::LanguageModel& m, int64_t T) {
 
 struct Measurement {
   int64_t B = 0, T = 0;
-  double fwd_us = 0, bwd_us = 0, fwd_mib = 0, step_mib = 0;  // per token; tensor memory above what was in use before
+  // Microseconds per token, medians over the repetitions; tensor memory above what was in use before.
+  double fwd_us = 0, bwd_us = 0, fwd_mib = 0, step_mib = 0;
+  Spread step_us;  // forward + backward, microseconds per token: median and quartiles over the repetitions
   Flops flops;
 };
 
-// The forward records at `precision`, and its backward follows (autocast.h).
-Measurement measure(models::LanguageModel& m, int64_t B, int64_t T, int64_t reps, uint64_t seed, DType precision) {
+// A random batch of B sequences of T tokens and their targets.
+std::pair<Tensor, Tensor> random_batch(int64_t B, int64_t T, uint64_t seed) {
   Generator gen(seed);
   std::vector<int64_t> ids(B * T), targets(B * T);
   for (auto& i : ids) i = gen.randint(0, kCharVocab);
   for (auto& i : targets) i = gen.randint(0, kCharVocab);
-  const Tensor x = from_vector(ids, {B, T}), y = from_vector(targets, {B, T});
-  Measurement r{.B = B, .T = T, .flops = flops_per_token(m, T)};
+  return {from_vector(ids, {B, T}), from_vector(targets, {B, T})};
+}
+
+// One forward and backward of m on (x, y), into r's samples: microseconds per
+// token of each, and the peaks of tensor memory above what was in use before.
+// The forward records at `precision`, and its backward follows (autocast.h).
+struct Samples {
   std::vector<double> fwd, bwd;
-  for (int64_t rep = 0; rep <= reps; ++rep) {  // rep 0 warms the allocator's cache up and is not counted
-    m.zero_grad();
-    const double base = static_cast<double>(memory_stats().bytes_in_use);
-    reset_peak_memory_stats();
-    const auto t0 = std::chrono::steady_clock::now();
-    Tensor loss;
-    {
-      AutocastGuard autocast(precision);
-      loss = m.loss(x, y);
-    }
-    const auto t1 = std::chrono::steady_clock::now();
-    r.fwd_mib = (memory_stats().peak_bytes_in_use - base) / 1048576.0;
-    loss.backward();
-    const auto t2 = std::chrono::steady_clock::now();
-    r.step_mib = (memory_stats().peak_bytes_in_use - base) / 1048576.0;
-    if (rep == 0) continue;
-    fwd.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / static_cast<double>(B * T));
-    bwd.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count() / static_cast<double>(B * T));
-  }
+  double fwd_mib = 0, step_mib = 0;
+};
+void time_step(models::LanguageModel& m, const Tensor& x, const Tensor& y, DType precision, Samples& r) {
+  const double tokens = static_cast<double>(x.numel());
   m.zero_grad();
-  // The fastest repetition: the one least slowed by other processes on the machine.
-  r.fwd_us = *std::min_element(fwd.begin(), fwd.end());
-  r.bwd_us = *std::min_element(bwd.begin(), bwd.end());
-  return r;
+  const double base = static_cast<double>(memory_stats().bytes_in_use);
+  reset_peak_memory_stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor loss;
+  {
+    AutocastGuard autocast(precision);
+    loss = m.loss(x, y);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  r.fwd_mib = (memory_stats().peak_bytes_in_use - base) / 1048576.0;
+  loss.backward();
+  const auto t2 = std::chrono::steady_clock::now();
+  r.step_mib = (memory_stats().peak_bytes_in_use - base) / 1048576.0;
+  m.zero_grad();
+  r.fwd.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / tokens);
+  r.bwd.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count() / tokens);
+}
+
+Measurement summarise(const models::LanguageModel& m, int64_t B, int64_t T, const Samples& r) {
+  std::vector<double> step;
+  for (size_t i = 0; i < r.fwd.size(); ++i) step.push_back(r.fwd[i] + r.bwd[i]);
+  return {.B = B, .T = T, .fwd_us = spread(r.fwd).median, .bwd_us = spread(r.bwd).median, .fwd_mib = r.fwd_mib,
+          .step_mib = r.step_mib, .step_us = spread(step), .flops = flops_per_token(m, T)};
 }
 
 // Activation checkpointing on or off in m (GPTOptions::checkpoint_blocks,
@@ -108,14 +119,15 @@ PartOutput run_cost(Study& s) {
   const int64_t max_T = lengths.back();
   std::vector<double> xs(lengths.begin(), lengths.end());
   fmt::print("cost: forward + backward of a batch of {} tokens (that / T sequences), T = {}; GPT with fixed (sinusoidal) positions so "
-             "its parameter count does not depend on T; fastest of {} timed repetitions; {} threads\n",
+             "its parameter count does not depend on T; medians of {} timed repetitions; {} threads\n",
              c.cost_tokens, fmt::join(lengths, ", "), c.cost_reps, num_threads());
 
   const std::string dtype = part_dtype(c, "cost");
   std::string csv = "model,T,batch,fwd_us_per_token,bwd_us_per_token,pred_fwd_us_per_token,pred_bwd_us_per_token,"
-                    "fwd_flops_per_token,bwd_flops_per_token,attention_flops_per_token,fwd_mib,step_mib,ckpt_fwd_us_per_token,"
-                    "ckpt_bwd_us_per_token,ckpt_step_mib,dtype\n";
-  report::Table table{{"model", "T", "B", "fwd us/tok", "bwd us/tok", "predicted fwd", "predicted bwd", "GFLOP/s",
+                    "step_us_q1,step_us_q3,fwd_flops_per_token,bwd_flops_per_token,attention_flops_per_token,fwd_mib,"
+                    "step_mib,ckpt_fwd_us_per_token,ckpt_bwd_us_per_token,ckpt_step_mib,dtype\n";
+  report::Table table{{"model", "T", "B", "fwd us/tok", "bwd us/tok", "fwd+bwd quartiles", "predicted fwd",
+                       "predicted bwd", "GFLOP/s",
                          "fwd MiB", "fwd+bwd MiB", "checkpointed us/tok", "checkpointed MiB"}, {}};
   // Dashed is checkpointed in both panels; every series is in a legend.
   Panel time_panel{.title = "time per token, forward + backward",
@@ -129,20 +141,35 @@ PartOutput run_cost(Study& s) {
                   .key = "above vertical maxrows 3"};
   std::map<std::string, std::vector<double>> total_us, total_flops;
   double attention_crossover = 0;
-  report::Progress bar("cost", static_cast<int64_t>(c.models.size() * lengths.size()), "runs");
+  report::Progress bar("cost", static_cast<int64_t>(c.models.size() * (c.cost_reps + 1)), "rounds");
   int64_t done = 0;
   for (const std::string& kind : c.models) {
     auto m = make_model(c, kind, kCharVocab, max_T, c.seed, models::PositionKind::sinusoidal);
     if (auto* g = dynamic_cast<models::GPT*>(m.get())) attention_crossover = 72.0 * g->options.dim / 14.0;
-    std::vector<Measurement> ms, checkpointed;
-    for (int64_t T : lengths) {
-      const int64_t B = std::max<int64_t>(1, c.cost_tokens / T);
-      ms.push_back(measure(*m, B, T, c.cost_reps, c.seed + 3, gemm_precision(c)));
-      set_checkpointing(*m, true);
-      checkpointed.push_back(measure(*m, B, T, c.cost_reps, c.seed + 3, gemm_precision(c)));
-      set_checkpointing(*m, false);
+    // Every T, plain and checkpointed, once per round: a burst of load on the
+    // machine then slows one repetition of many cells, which their medians
+    // and quartiles shrug off, rather than every repetition of one cell.
+    // Round 0 warms the allocator's cache up and is not counted.
+    std::vector<std::pair<Tensor, Tensor>> batches;
+    for (int64_t T : lengths) batches.push_back(random_batch(std::max<int64_t>(1, c.cost_tokens / T), T, c.seed + 3));
+    std::vector<Samples> plain(lengths.size()), ckpt(lengths.size());
+    Samples warm;
+    for (int64_t rep = 0; rep <= c.cost_reps; ++rep) {
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        const auto& [x, y] = batches[i];
+        time_step(*m, x, y, gemm_precision(c), rep == 0 ? warm : plain[i]);
+        set_checkpointing(*m, true);
+        time_step(*m, x, y, gemm_precision(c), rep == 0 ? warm : ckpt[i]);
+        set_checkpointing(*m, false);
+      }
       ++done;
-      bar.update(done, static_cast<double>(done), fmt::format("{} T={}", kind, T));
+      bar.update(done, static_cast<double>(done), fmt::format("{} round {}", kind, rep));
+    }
+    std::vector<Measurement> ms, checkpointed;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      const int64_t B = batches[i].first.size(0), T = lengths[i];
+      ms.push_back(summarise(*m, B, T, plain[i]));
+      checkpointed.push_back(summarise(*m, B, T, ckpt[i]));
     }
     // Predicted: the measured time at the shortest T, scaled by the FLOP counts.
     const Measurement& first = ms.front();
@@ -153,15 +180,18 @@ PartOutput run_cost(Study& s) {
       const Measurement& r = ms[i];
       const Measurement& ck = checkpointed[i];
       const double pf = first.fwd_us * r.flops.fwd / first.flops.fwd, pb = first.bwd_us * r.flops.bwd / first.flops.bwd;
-      csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.0f},{:.3f},{:.3f},{:.5f},{:.5f},{:.3f},{}\n",
-                         kind, r.T, r.B, r.fwd_us, r.bwd_us, pf, pb, r.flops.fwd, r.flops.bwd, r.flops.attention,
-                         r.fwd_mib, r.step_mib, ck.fwd_us, ck.bwd_us, ck.step_mib, dtype);
+      csv += fmt::format(
+          "{},{},{},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.0f},{:.0f},{:.0f},{:.3f},{:.3f},{:.5f},{:.5f},{:.3f},{}\n", kind,
+          r.T, r.B, r.fwd_us, r.bwd_us, pf, pb, r.step_us.q1, r.step_us.q3, r.flops.fwd, r.flops.bwd, r.flops.attention,
+          r.fwd_mib, r.step_mib, ck.fwd_us, ck.bwd_us, ck.step_mib, dtype);
       table.rows.push_back({kind, std::to_string(r.T), std::to_string(r.B), fmt::format("{:.2f}", r.fwd_us), fmt::format("{:.2f}", r.bwd_us),
+                            fmt::format("{:.2f}-{:.2f}", r.step_us.q1, r.step_us.q3),
                             fmt::format("{:.2f}", pf), fmt::format("{:.2f}", pb),
                             fmt::format("{:.1f}", (r.flops.fwd + r.flops.bwd) / (r.fwd_us + r.bwd_us) / 1e3),
                             fmt::format("{:.1f}", r.fwd_mib), fmt::format("{:.1f}", r.step_mib),
                             fmt::format("{:.2f}", ck.fwd_us + ck.bwd_us), fmt::format("{:.1f}", ck.step_mib)});
       measured.x.push_back(static_cast<double>(r.T)), measured.y.push_back(r.fwd_us + r.bwd_us);
+      measured.ylo.push_back(r.step_us.q1), measured.yhi.push_back(r.step_us.q3);
       predicted.x.push_back(static_cast<double>(r.T)), predicted.y.push_back(pf + pb);
       memory.x.push_back(static_cast<double>(r.T)), memory.y.push_back(r.step_mib);
       ckpt_memory.x.push_back(static_cast<double>(r.T)), ckpt_memory.y.push_back(ck.step_mib);
@@ -204,8 +234,8 @@ PartOutput run_cost(Study& s) {
 
   std::string md = fmt::format(
       "Forward and backward of a batch of {} random tokens at each T ({} / T sequences: a fixed token budget per step, "
-      "as in training; no optimizer step), {} threads, fastest of {} "
-      "repetitions; microseconds per token. *predicted* scales the time measured at T = {} by the model's FLOP count "
+      "as in training; no optimizer step), {} threads, medians of {} "
+      "repetitions (quartiles of forward + backward in the table and as the plot's bars); microseconds per token. *predicted* scales the time measured at T = {} by the model's FLOP count "
       "(see examples/study/cost.cpp). Memory is the peak of tensor memory above what was in use before the forward "
       "(activations kept for backward, gradients, temporaries). It does not grow with T for GPT either: this library's "
       "attention saves only q, k and v for its backward and recomputes the (T, T) probabilities there, a block of "

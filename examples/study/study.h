@@ -59,7 +59,7 @@ struct Config {
   // Part 2: cost against context length, batches of cost_tokens tokens
   // (cost_tokens / T sequences), as training at a fixed token budget per step.
   std::vector<int64_t> cost_lengths = {32, 64, 128, 256, 512, 1024};
-  int64_t cost_tokens = 8192, cost_reps = 3;
+  int64_t cost_tokens = 8192, cost_reps = 5;
   // Part 3: the recall task (length, training steps, batch, test sequences per
   // distance; each model is trained at every rate of `lrs`, the best kept)
   // and the batches of validation characters scored at every context length.
