@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--workload", workload, "gpt-s, gpt-m, rnn or lstm")->check(CLI::IsMember({"gpt-s", "gpt-m", "rnn", "lstm"}));
   app.add_option("--threads", threads, "Threads for kernels and OpenBLAS")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "Timed repetitions (the median is reported)")->check(CLI::PositiveNumber);
-  app.add_flag("--profile", profile, "Print the op profile of one Hessian-vector product in each order");
+  app.add_flag("--profile", profile, "Print the op profile of one Hessian-vector product in each order, of one forward and of one jvp");
   CLI11_PARSE(app, argc, argv);
   try {
     set_num_threads(threads);
@@ -104,8 +104,10 @@ int main(int argc, char** argv) {
     const double rev_peak = peak_mib(hvp), fwd_peak = peak_mib(fwd_hvp);
     jvp();
     if (profile) {
+      auto plain_forward = [&] { return std::vector<Tensor>{forward()}; };
       for (const auto& [name, product] : {std::pair<const char*, std::function<std::vector<Tensor>()>>{"reverse over reverse", hvp},
-                                          {"forward over reverse", fwd_hvp}}) {
+                                          {"forward over reverse", fwd_hvp}, {"forward (no_grad)", plain_forward},
+                                          {"jvp", jvp}}) {
         profiler_reset();
         profiler_enable(true);
         product();

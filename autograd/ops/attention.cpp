@@ -214,23 +214,75 @@ static AttentionDims saved_dims(const Node& n, const Tensor& q, const Tensor& k,
   return a;
 }
 
-// Forward mode, with P recomputed in ops as the recorded backward does:
-//   dS = (tq k^T + q tk^T) / sqrt(D), dP = P (dS - rowsum(dS P)), d out = dP v + P tv.
-// Masked keys and blind rows have P = 0, so their dP is 0 too.
+// Forward mode: dS = (tq k^T + q tk^T) / sqrt(D), dP = P (dS - rowsum(dS P)),
+// d out = dP v + P tv. Masked keys and blind rows have P = 0, so their dP is 0
+// too. Recorded (the tangent differentiated again): in ops, with P rebuilt as
+// the recorded backward does. Otherwise fused as the forward is, a block of
+// query rows at a time, so no (Tq, Tk) matrix beyond one block is made.
 static void attention_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const Tensor q = n.saved_tensor(&AttentionSaved::q), k = n.saved_tensor(&AttentionSaved::k);
   const Tensor v = n.saved_tensor(&AttentionSaved::v);
   const AttentionDims a = saved_dims(n, q, k, v);
-  const Tensor p =
-      attention_probabilities_recorded(a, q, k, padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask)));
-  Tensor d_out = t[2].defined() ? matmul(p, t[2]) : Tensor();
-  if (t[0].defined() || t[1].defined()) {
-    Tensor ds = t[0].defined() ? matmul(t[0], transpose(k, 2, 3)) : Tensor();
-    if (t[1].defined()) ds = detail::tangent_add(ds, matmul(q, transpose(t[1], 2, 3)));
-    ds = mul(ds, 1.0 / std::sqrt(static_cast<double>(a.D)));
-    const Tensor dp = mul(p, sub(ds, sum(mul(ds, p), {-1}, true)));
-    d_out = detail::tangent_add(d_out, matmul(dp, v));
+  const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask));
+  const bool tq = t[0].defined(), tk = t[1].defined(), tv = t[2].defined();
+  if (!tq && !tk && !tv) return;
+  if (grad_enabled()) {
+    const Tensor p = attention_probabilities_recorded(a, q, k, pad);
+    Tensor d_out = tv ? matmul(p, t[2]) : Tensor();
+    if (tq || tk) {
+      Tensor ds = tq ? matmul(t[0], transpose(k, 2, 3)) : Tensor();
+      if (tk) ds = detail::tangent_add(ds, matmul(q, transpose(t[1], 2, 3)));
+      ds = mul(ds, 1.0 / std::sqrt(static_cast<double>(a.D)));
+      const Tensor dp = mul(p, sub(ds, sum(mul(ds, p), {-1}, true)));
+      d_out = detail::tangent_add(d_out, matmul(dp, v));
+    }
+    out[0] = d_out;
+    return;
   }
+  Tensor d_out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
+  dispatch_float(q.dtype(), n.op->name, [&](auto tag) {
+    using T = decltype(tag);
+    const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v);
+    HeadMatrices<T> TQ, TK, TV;
+    if (tq) TQ = head_matrices<T>(t[0]);
+    if (tk) TK = head_matrices<T>(t[1]);
+    if (tv) TV = head_matrices<T>(t[2]);
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
+    const int64_t rows = std::min(a.Tq, a.rows_per_block());
+    auto body = [&](int64_t h0, int64_t h1) {
+      std::vector<T> P(rows * a.Tk), dP(tq || tk ? rows * a.Tk : 0);
+      for (int64_t bh = h0; bh < h1; ++bh) {
+        const int64_t b = bh / a.H, h = bh % a.H;
+        for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
+          const int64_t i1 = std::min(a.Tq, i0 + rows), m = i1 - i0, kv = a.visible(i1 - 1);
+          T* o = d_out.data<T>() + (bh * a.Tq + i0) * a.Dv;  // (m, Dv)
+          if (kv == 0 || a.Dv == 0) {  // no query of the block sees a key: P = 0
+            std::fill(o, o + m * a.Dv, T(0));
+            continue;
+          }
+          head_probabilities(a, Q, K, b, h, pad, i0, i1, kv, P.data(), kv);  // (m, kv)
+          T beta = 0;
+          if (tq || tk) {
+            if (tq) gemm(false, true, m, kv, a.D, scale, TQ.at(b, h) + i0 * TQ.ld, TQ.ld, K.at(b, h), K.ld, T(0), dP.data(), kv);
+            if (tk)
+              gemm(false, true, m, kv, a.D, scale, Q.at(b, h) + i0 * Q.ld, Q.ld, TK.at(b, h), TK.ld, tq ? T(1) : T(0),
+                   dP.data(), kv);
+            for (int64_t i = 0; i < m; ++i) {  // dS -> dP in place
+              T* row = dP.data() + i * kv;
+              const T* p = P.data() + i * kv;
+              const T d = detail::row_dot(row, p, kv);  // rowsum(dS * P)
+#pragma omp simd
+              for (int64_t j = 0; j < kv; ++j) row[j] = p[j] * (row[j] - d);
+            }
+            gemm(false, false, m, a.Dv, kv, T(1), dP.data(), kv, V.at(b, h), V.ld, T(0), o, a.Dv);
+            beta = 1;
+          }
+          if (tv) gemm(false, false, m, a.Dv, kv, T(1), P.data(), kv, TV.at(b, h), TV.ld, beta, o, a.Dv);
+        }
+      }
+    };
+    for_each_head(a, body);
+  });
   out[0] = d_out;
 }
 
