@@ -2,8 +2,9 @@
 //  - a synthetic recall task: one key among distractors, to be named at every
 //    later position; accuracy k positions after the key, for each k;
 //  - real text: part 1's models' validation loss on the same characters
-//    given 1, 2, 4, ... block characters before each, i.e. how much each
-//    gains from seeing more of the past.
+//    given 1, 2, 4, ... block characters of their true context (the rest of
+//    the window from elsewhere in the text), i.e. how much each gains from
+//    seeing more of the past.
 #include <cmath>
 #include <map>
 
@@ -92,13 +93,16 @@ double loss_given_context(models::LanguageModel& m, const std::vector<int64_t>& 
   double total = 0;
   for (int64_t first = 0; first < n;) {
     const int64_t B = std::min<int64_t>(64, n - first);
-    std::vector<int64_t> window(B * t), target(B);
+    std::vector<int64_t> window(B * block), target(B);
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t p = block + (first + b) * span / n;  // the target's index
-      std::copy(ids.begin() + p - t, ids.begin() + p, window.begin() + b * t);
+      const int64_t at = (first + b) * span / n;
+      const int64_t p = block + at, elsewhere = block + (at + span / 2) % span;  // the target's index; half the ids away
+      int64_t* w = window.data() + b * block;
+      std::copy(ids.begin() + elsewhere - block, ids.begin() + elsewhere - t, w);  // block - t unrelated ids
+      std::copy(ids.begin() + p - t, ids.begin() + p, w + (block - t));          // then the t before the target
       target[b] = ids[p];
     }
-    const Tensor last = m.forward(from_vector(window, {B, t})).select(1, t - 1);  // (B,V)
+    const Tensor last = m.forward(from_vector(window, {B, block})).select(1, block - 1);  // (B,V)
     total += cross_entropy(last, from_vector(target, {B}), -100, 0.0, Reduction::sum).item();
     first += B;
   }
@@ -199,9 +203,9 @@ PartOutput run_recall(Study& s) {
     throw std::runtime_error(fmt::format("recall: the validation text has {} characters, too few for {} targets with "
                                          "{} characters of context each", val_ids.size(), n_targets, c.block));
   std::string context_csv = "model,seed,context,val_loss,targets\n";
-  Panel context_panel{.title = fmt::format("loss on the same {} validation characters given t characters before each "
-                                           "({})", n_targets, text.source),
-                      .xlabel = "context t (characters the model sees)", .ylabel = "val loss (nats/char)",
+  Panel context_panel{.title = fmt::format("loss on the same {} validation characters given the t characters before "
+                                           "each ({})", n_targets, text.source),
+                      .xlabel = "context t (true characters before the target)", .ylabel = "val loss (nats/char)",
                       .logx = true, .xbase = 2};
   report::Table context_table{{"model"}, {}};
   for (int64_t t : contexts) context_table.header.push_back(fmt::format("t={}", t));
@@ -252,12 +256,13 @@ PartOutput run_recall(Study& s) {
       "Accuracy at the last position of {} fresh sequences whose key is k positions back (chance {:.3f}): mean and, "
       "in brackets, min-max over the seeds (the plot's bars).\n\n{}\n"
       "![recall](recall.png)\n\n**Loss against context on real text.** Part 1's models predict the same {} "
-      "validation characters (spread evenly over the validation text), each from the t characters just before it "
-      "(read from an empty state), for t = {}: the same targets at every t, so the curve shows only what more context "
-      "is worth. Each of part 1's seeds is scored; the table gives the mean over them, *gain* (the loss at t = {} "
+      "validation characters (spread evenly over the validation text), each at the last position of a window of {} "
+      "characters whose last t are the ones just before it and whose first {} - t come from elsewhere in the text "
+      "(half of it away), for t = {}: the same targets, at the same position, in windows like the training ones, "
+      "so the curve shows only what more of the true context is worth. Each of part 1's seeds is scored; the table gives the mean over them, *gain* (the loss at t = {} "
       "minus the loss at t = {}) its mean and min-max.\n\n{}\n![context](context.png)\n",
       L, c.recall_steps, c.recall_batch, L - 1, c.seeds, c.recall_tests, 1.0 / kKeys, recall_table.markdown(), n_targets,
-      fmt::join(contexts, ", "), contexts[context_gain_from(contexts, c.block)], c.block, context_table.markdown());
+      c.block, c.block, fmt::join(contexts, ", "), contexts[context_gain_from(contexts, c.block)], c.block, context_table.markdown());
   return {"recall accuracy " + recall_summary, md};
 }
 

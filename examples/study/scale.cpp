@@ -330,7 +330,7 @@ PartOutput run_scale(Study& s) {
       "± is the standard error of α from the residuals (0 with one point per size and two sizes).\n\n{}\n{}\n{}\n"
       "![scale](scale.png)\n\n"
       "**Context at each size.** Every run above of role fit predicts the same {} validation characters given {} and "
-      "given {} characters before each (as part 3 does for part 1's models); the table gives the loss at {} minus the "
+      "given {} characters of its true context (the rest of the window from elsewhere, as part 3 does for part 1's models); the table gives the loss at {} minus the "
       "loss at {} in nats/char, mean and min-max over the seeds (> 0: the longer context helps).\n\n{}",
       fmt::join(c.scale_dims, ", "), c.gpt_layers, c.gpt_heads, n_run, c.scale_tokens_per_param, c.batch, c.block,
       c.seeds, c.eval_batches,

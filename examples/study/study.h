@@ -205,9 +205,12 @@ struct Sweep {
 Sweep sweep_lr(std::vector<double> grid, const std::function<double(double)>& run, int max_extra = 2);
 
 // Mean loss of predicting n targets of ids, spread evenly over [block, size),
-// each from the t ids just before it (windows (n, t), the prediction at the
-// last position scored; eval mode, no graph): the same targets at every t,
-// so losses at two t differ only by what the longer context is worth.
+// each at the last position of a window of block ids whose last t are the
+// ones just before it and whose first block - t come from elsewhere (half the
+// ids away; eval mode, no graph). The same targets at the same position in
+// windows like the training ones, at every t: losses at two t differ only by
+// what the t ids before the target tell the model, not by where in the
+// window it predicts (a GPT's learned positions are not all alike).
 double loss_given_context(models::LanguageModel& m, const std::vector<int64_t>& ids, int64_t t, int64_t block,
                           int64_t n);
 // Mean next-token loss over count fixed validation batches of B windows, in eval mode.
