@@ -140,6 +140,20 @@ void head_probabilities(const AttentionDims& a, const HeadMatrices<T>& Q, const 
   for (int64_t i = i0; i < i1; ++i) masked_softmax_row(S + (i - i0) * ld, ld, std::min(a.visible(i), kv), pb);
 }
 
+// The softmax's Jacobian (symmetric, so backward and tangent alike) applied
+// to m rows of x (m, kv) in place, P (m, kv) the probabilities:
+// x <- P (x - rowsum(x P)).
+template <class T>
+void softmax_jacobian_rows(const T* P, T* x, int64_t m, int64_t kv) {
+  for (int64_t i = 0; i < m; ++i) {
+    T* row = x + i * kv;
+    const T* p = P + i * kv;
+    const T d = detail::row_dot(row, p, kv);
+#pragma omp simd
+    for (int64_t j = 0; j < kv; ++j) row[j] = p[j] * (row[j] - d);
+  }
+}
+
 // The key padding mask (B,Tk) as one byte per key, 1 = padded; empty when undefined.
 std::vector<uint8_t> padding_bytes(const Tensor& key_padding_mask) {
   std::vector<uint8_t> pad;
@@ -267,13 +281,7 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
             if (tk)
               gemm(false, true, m, kv, a.D, scale, Q.at(b, h) + i0 * Q.ld, Q.ld, TK.at(b, h), TK.ld, tq ? T(1) : T(0),
                    dP.data(), kv);
-            for (int64_t i = 0; i < m; ++i) {  // dS -> dP in place
-              T* row = dP.data() + i * kv;
-              const T* p = P.data() + i * kv;
-              const T d = detail::row_dot(row, p, kv);  // rowsum(dS * P)
-#pragma omp simd
-              for (int64_t j = 0; j < kv; ++j) row[j] = p[j] * (row[j] - d);
-            }
+            softmax_jacobian_rows(P.data(), dP.data(), m, kv);  // dS -> dP in place
             gemm(false, false, m, a.Dv, kv, T(1), dP.data(), kv, V.at(b, h), V.ld, T(0), o, a.Dv);
             beta = 1;
           }
@@ -332,13 +340,7 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
           if (dvh) gemm(true, false, kv, a.Dv, m, T(1), P.data(), kv, gb, G.ld, T(1), dvh, a.Dv);
           if (!need_q && !need_k) continue;
           gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(b, h), V.ld, T(0), dS.data(), kv);
-          for (int64_t i = 0; i < m; ++i) {
-            T* row = dS.data() + i * kv;
-            const T* p = P.data() + i * kv;
-            const T d = detail::row_dot(row, p, kv);  // rowsum(dP * P)
-#pragma omp simd
-            for (int64_t j = 0; j < kv; ++j) row[j] = p[j] * (row[j] - d);
-          }
+          softmax_jacobian_rows(P.data(), dS.data(), m, kv);  // dP -> dS in place
           if (need_q) gemm(false, false, m, a.D, kv, scale, dS.data(), kv, K.at(b, h), K.ld, T(0), dq.data<T>() + (bh * a.Tq + i0) * a.D, a.D);
           if (dkh) gemm(true, false, kv, a.D, m, scale, dS.data(), kv, Q.at(b, h) + i0 * Q.ld, Q.ld, T(1), dkh, a.D);
         }
