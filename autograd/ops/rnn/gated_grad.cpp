@@ -40,9 +40,11 @@ struct GatedGradSaved {
 }  // namespace
 
 // ps holds P for every step (T,B,G) when keep_p, else one step's (B,G).
+// extra (T,B,G), when given, is added to P_t before P_t W is formed (the
+// tangent's u dj); ps then holds the sum.
 template <class S>
 static void gated_grad_forward(const Dims& d, int64_t G, Rows rows, const S* g, const S* a, const S* j, const S* w,
-                               S* us, S* ps, bool keep_p, S* eh) {
+                               const S* extra, S* us, S* ps, bool keep_p, S* eh) {
   const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, Q = G / H;
   S* e = eh + rows.first * H;  // P_{t+1} W
   for (int64_t t = T; t-- > 0;) {
@@ -57,11 +59,36 @@ static void gated_grad_forward(const Dims& d, int64_t G, Rows rows, const S* g, 
       for (int64_t q = 0; q < Q; ++q) {
         const S *ub = u + b * H, *jb = jt + b * G + q * H;
         S* pb = P + b * G + q * H;
+        if (const S* xb = extra ? extra + (r + b) * G + q * H : nullptr) {
 #pragma omp simd
-        for (int64_t i = 0; i < H; ++i) pb[i] = ub[i] * jb[i];
+          for (int64_t i = 0; i < H; ++i) pb[i] = ub[i] * jb[i] + xb[i];
+        } else {
+#pragma omp simd
+          for (int64_t i = 0; i < H; ++i) pb[i] = ub[i] * jb[i];
+        }
       }
     if (t > 0) gemm(false, false, n, H, G, S(1), P, G, w, H, S(0), e, H);
   }
+}
+
+// The recursion over all batch rows from contiguous g, a, j, w and extra
+// (a, extra may be undefined): u (T,B,H), and P (T,B,G) when keep_p, else
+// one step's scratch. u may come in defined as g itself: u_t is written
+// where g_t was read.
+static void run_gated_grad(const Tensor& g, const Tensor& a, const Tensor& j, const Tensor& w, const Tensor& extra,
+                           bool keep_p, Tensor& u, Tensor& P) {
+  const Dims d{g.size(0), g.size(1), g.size(2)};
+  const int64_t G = j.size(2);
+  if (!u.defined()) u = empty({d.T, d.B, d.H}, g.dtype());
+  P = keep_p ? empty({d.T, d.B, G}, g.dtype()) : empty({d.B, G}, g.dtype());
+  Tensor eh = zeros({d.B, d.H}, g.dtype());
+  dispatch_float(g.dtype(), "gated_recurrence_grad", [&](auto tag) {
+    using S = decltype(tag);
+    for_batch_rows(d, G, [&](Rows rows) {
+      gated_grad_forward<S>(d, G, rows, g.data<S>(), ptr<S>(a), j.data<S>(), w.data<S>(), ptr<S>(extra), u.data<S>(),
+                            P.data<S>(), keep_p, eh.data<S>());
+    });
+  });
 }
 
 // rt (B,G) is scratch.
@@ -181,31 +208,33 @@ static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, st
 // what the tangents of a, j and W add to each step,
 //   du_t = c_t + a_{t+1} du_{t+1} + (du_{t+1} j_{t+1}) W,
 //   c_t = dg_t + da_{t+1} u_{t+1} + (u_{t+1} dj_{t+1}) W + P_{t+1} dW,
-// i.e. du = gated_recurrence_grad(c, a, j, W): the op's fused kernel when
-// the rule runs under no_grad, a recorded (differentiable) node when not.
-// c above under no_grad, into one (T,B,H) buffer: the shifted terms are
-// added in place to its rows t < T-1 and the two GEMMs accumulate there
-// (beta 1), so that only u dj (T,B,G) is a temporary. u and P contiguous.
-static Tensor gated_tangent_drive(const Tensor& dg, const Tensor& da, const Tensor& dj, const Tensor& dw,
-                                  const Tensor& u, const Tensor& P, const Tensor& w) {
+// i.e. du = gated_recurrence_grad(c, a, j, W).
+// Under no_grad (forward over reverse) it is fused: c's first two terms go
+// into one (T,B,H) buffer, the shifted one added in place to its rows
+// t < T-1 and P dW accumulated there by one GEMM (beta 1); u dj (T,B,G) is
+// added to the recursion's P_t before it forms P_t W, which gives its W term
+// with no GEMM of its own. u and P (saved by forward) are contiguous.
+// Recorded (grad mode on): the same in ops, so differentiable again.
+static Tensor gated_grad_tangent_fused(const Tensor& dg, const Tensor& da, const Tensor& dj, const Tensor& dw,
+                                       const Tensor& u, const Tensor& P, const Tensor& a, const Tensor& j,
+                                       const Tensor& w) {
   const int64_t T = u.size(0), B = u.size(1), H = u.size(2), G = w.size(0);
   Tensor c = dg.defined() ? dg.clone() : zeros(u.shape(), u.dtype());
-  if (T == 1) return c;
-  const int64_t rows = (T - 1) * B;  // c_t for t < T-1, driven by step t+1
-  const Tensor head = narrow(c, 0, 0, T - 1);
-  const Tensor uj = dj.defined() ? spread_mul(u, dj) : Tensor(), dwc = contig(dw);
-  dispatch_float(u.dtype(), "gated_recurrence_grad", [&](auto tag) {
-    using S = decltype(tag);
-    if (da.defined())
-      detail::map3<S, S, S, S>(head, head, narrow(da, 0, 1, T - 1), narrow(u, 0, 1, T - 1),
-                               [](auto acc, auto x, auto y) { return acc + x * y; });
-    S* out = c.data<S>();
-    const Tensor wc = contig(w);
-    if (uj.defined())
-      gemm(false, false, rows, H, G, S(1), uj.data<S>() + B * G, G, wc.data<S>(), H, S(1), out, H);
-    if (dwc.defined()) gemm(false, false, rows, H, G, S(1), P.data<S>() + B * G, G, dwc.data<S>(), H, S(1), out, H);
-  });
-  return c;
+  if (T > 1) {
+    const int64_t rows = (T - 1) * B;  // c_t for t < T-1, driven by step t+1
+    const Tensor head = narrow(c, 0, 0, T - 1), dwc = contig(dw);
+    dispatch_float(u.dtype(), "gated_recurrence_grad", [&](auto tag) {
+      using S = decltype(tag);
+      if (da.defined())
+        detail::map3<S, S, S, S>(head, head, narrow(da, 0, 1, T - 1), narrow(u, 0, 1, T - 1),
+                                 [](auto acc, auto x, auto y) { return acc + x * y; });
+      if (dwc.defined())
+        gemm(false, false, rows, H, G, S(1), P.data<S>() + B * G, G, dwc.data<S>(), H, S(1), c.data<S>(), H);
+    });
+  }
+  Tensor du = c, scratch;  // in place: c is this rule's own
+  run_gated_grad(c, contig(a), contig(j), contig(w), dj.defined() ? spread_mul(u, dj) : Tensor(), false, du, scratch);
+  return du;
 }
 
 static void gated_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
@@ -216,7 +245,7 @@ static void gated_recurrence_grad_tangent(const Node& n, std::span<const Tensor>
   const Tensor dg = tangent_at(tin, 0), da = tangent_at(tin, 1), dj = tangent_at(tin, 2), dw = tangent_at(tin, 3);
   if (!grad_enabled()) {
     if (dg.defined() || da.defined() || dj.defined() || dw.defined())
-      tout[0] = gated_recurrence_grad(gated_tangent_drive(dg, da, dj, dw, u, P, w), a, j, w);
+      tout[0] = gated_grad_tangent_fused(dg, da, dj, dw, u, P, a, j, w);
     return;
   }
   Tensor c = dg;
@@ -266,21 +295,10 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
     NoGradGuard ng;
     g = g_in.contiguous(), a = contig(a_in), j = j_in.contiguous(), w = w_in.contiguous();
   }
-  const Dims d{T, B, H};
   // P is saved for the tangent rule only when a node may be recorded; under
-  // no_grad (a fused tangent rule's call, forward over reverse) one step's
-  // rows are scratch.
-  const bool keep_p = grad_enabled();
-  Tensor u = empty({T, B, H}, g.dtype()), eh = zeros({B, H}, g.dtype());
-  Tensor P = keep_p ? empty({T, B, G}, g.dtype()) : empty({B, G}, g.dtype());
-  dispatch_float(g.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    for_batch_rows(d, G, [&](Rows rows) {
-      gated_grad_forward<scalar_t>(d, G, rows, g.data<scalar_t>(), ptr<scalar_t>(a), j.data<scalar_t>(),
-                                   w.data<scalar_t>(), u.data<scalar_t>(), P.data<scalar_t>(), keep_p,
-                                   eh.data<scalar_t>());
-    });
-  });
+  // no_grad one step's rows are scratch.
+  Tensor u, P;
+  run_gated_grad(g, a, j, w, Tensor(), grad_enabled(), u, P);
   if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
     n->save(GatedGradSaved{.carry = a_in, .slopes = j_in, .weight = w_in, .output = u, .p = P});
   }

@@ -230,9 +230,19 @@ struct LstmGradSaved {
 };
 }  // namespace
 
+// What the tangent adds to D_t before D_t W is formed (see
+// lstm_recurrence_grad_tangent): E_t = [v dj_i, v dj_f, v dj_g, u dj_o] from
+// the tangent ds (T,B,6H) and the output and u of the recursion it is the
+// tangent of.
+template <class S>
+struct LstmGradExtra {
+  const S *ds, *out, *u;
+};
+
 // s (T,B,6H) row r holds f at r*6H, k at +H and j at +2H.
 template <class S>
-static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* s, const S* w, S* out, S* us, S* eh) {
+static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* s, const S* w,
+                              const LstmGradExtra<S>* extra, S* out, S* us, S* eh) {
   const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H, L = 6 * H;
   S* e = eh + rows.first * H;  // D_{t+1} W, zero for t = T-1
   for (int64_t t = T; t-- > 0;) {
@@ -255,9 +265,37 @@ static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* 
         ob[G + q] = v;
         ut[b * H + q] = u;
       }
+      if (extra) {
+        const S *dj = extra->ds + (r + b) * L + 2 * H, *pv = extra->out + (r + b) * O + G, *pu = extra->u + (r + b) * H;
+#pragma omp simd
+        for (int64_t q = 0; q < H; ++q) {
+          ob[q] += pv[q] * dj[q];
+          ob[H + q] += pv[q] * dj[H + q];
+          ob[2 * H + q] += pv[q] * dj[2 * H + q];
+          ob[3 * H + q] += pu[q] * dj[3 * H + q];
+        }
+      }
     }
     if (t > 0) gemm(false, false, n, H, G, S(1), ot, O, w, H, S(0), e, H);
   }
+}
+
+// The recursion over all batch rows: out (T,B,5H) and u (T,B,H) from
+// contiguous gout, s, w, and for a tangent, its ds and the output and u of
+// the recursion it is the tangent of (else undefined).
+static void run_lstm_grad(const Tensor& gout, const Tensor& s, const Tensor& w, const Tensor& ds,
+                          const Tensor& primal_out, const Tensor& primal_u, Tensor& out, Tensor& us) {
+  const Dims d{gout.size(1), gout.size(2), gout.size(3)};
+  out = empty({d.T, d.B, 5 * d.H}, gout.dtype()), us = empty({d.T, d.B, d.H}, gout.dtype());
+  Tensor eh = zeros({d.B, d.H}, gout.dtype());
+  dispatch_float(gout.dtype(), "lstm_recurrence_grad", [&](auto tag) {
+    using S = decltype(tag);
+    const LstmGradExtra<S> extra{ptr<S>(ds), ptr<S>(primal_out), ptr<S>(primal_u)};
+    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
+      lstm_grad_forward<S>(d, rows, gout.data<S>(), s.data<S>(), w.data<S>(), ds.defined() ? &extra : nullptr,
+                           out.data<S>(), us.data<S>(), eh.data<S>());
+    });
+  });
 }
 
 // The adjoint, t = 0 .. T-1, given the output's gradient [dD_t; dv_t]; with
@@ -366,16 +404,57 @@ static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std
 // driven by what the tangents of s and W add, with E_t = [v dj_i, v dj_f,
 // v dj_g, u dj_o] (T,B,4H), what ds adds to dD_t directly:
 //   gh'_t = dgh_t + E_{t+1} W + D_{t+1} dW,  gc'_t = dgc_t + v_{t+1} df_{t+1} + u_t dk_t,
-// the tangent being lstm_recurrence_grad([gh'; gc'], s, W) + [E; 0]: the op's
-// fused kernel under no_grad, a recorded (differentiable) node when not.
+// the tangent being lstm_recurrence_grad([gh'; gc'], s, W) + [E; 0].
+// Under no_grad (forward over reverse) it is fused: gh' and gc' go into one
+// (2,T,B,H) buffer, gc' by one pointwise pass and D_{t+1} dW by one GEMM into
+// gh' rows t < T-1 (beta 1); the recursion adds E_t to its D_t before it
+// forms D_t W, which gives both E_{t+1} W in gh' and [E; 0] in the result,
+// with no GEMM or (T,B,4H) buffer of their own. out and u are what forward
+// saved (contiguous). Recorded (grad mode on): the same in ops, so
+// differentiable again.
+static Tensor lstm_grad_tangent_fused(const Tensor& dgout, const Tensor& ds_in, const Tensor& dw_in, const Tensor& s_in,
+                                      const Tensor& w_in, const Tensor& out, const Tensor& u) {
+  const int64_t T = out.size(0), B = out.size(1), H = out.size(2) / 5, G = 4 * H, O = 5 * H, L = 6 * H;
+  const int64_t rows = T * B;
+  Tensor drive = dgout.defined() ? dgout.clone() : zeros({2, T, B, H}, out.dtype());
+  const Tensor ds = contig(ds_in), dw = contig(dw_in), w = contig(w_in), s = contig(s_in);
+  dispatch_float(out.dtype(), "lstm_recurrence_grad", [&](auto tag) {
+    using S = decltype(tag);
+    S *gh = drive.data<S>(), *gc = gh + rows * H;
+    const S *o = out.data<S>(), *us = u.data<S>();
+    if (ds.defined()) {  // gc'_t += u_t dk_t + v_{t+1} df_{t+1}
+      const S* d = ds.data<S>();
+      parallel_for(rows, row_grain(H, kGateGrain), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const S *ur = us + r * H, *dk = d + r * L + H;
+          const S *vn = r + B < rows ? o + (r + B) * O + G : nullptr, *dfn = vn ? d + (r + B) * L : nullptr;
+          S* gcr = gc + r * H;
+#pragma omp simd
+          for (int64_t q = 0; q < H; ++q) gcr[q] += ur[q] * dk[q] + (vn ? vn[q] * dfn[q] : S(0));
+        }
+      });
+    }
+    if (T > 1 && dw.defined())  // rows t < T-1, driven by step t+1
+      gemm(false, false, (T - 1) * B, H, G, S(1), o + B * O, O, dw.data<S>(), H, S(1), gh, H);
+  });
+  Tensor lin, lin_u;
+  run_lstm_grad(drive, s, w, ds, out, u, lin, lin_u);
+  return lin;
+}
+
 static void lstm_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
   const Tensor gout = n.saved_tensor(&LstmGradSaved::gout), s = n.saved_tensor(&LstmGradSaved::slopes);
   const Tensor w = n.saved_tensor(&LstmGradSaved::weight), out = n.saved_tensor(&LstmGradSaved::output);
   const int64_t H = out.size(2) / 5, G = 4 * H;
+  if (!grad_enabled()) {
+    if (tangent_at(tin, 0).defined() || tangent_at(tin, 1).defined() || tangent_at(tin, 2).defined())
+      tout[0] = lstm_grad_tangent_fused(tangent_at(tin, 0), tangent_at(tin, 1), tangent_at(tin, 2), s, w, out,
+                                        n.saved_tensor(&LstmGradSaved::u));
+    return;
+  }
   const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
-  // u_t = gh_t + D_{t+1} W, saved by forward; recomputed when recorded so that it carries the graph.
-  const Tensor u = grad_enabled() ? add(select(gout, 0, 0), into_previous_states(D, w))
-                                  : n.saved_tensor(&LstmGradSaved::u);
+  // u_t = gh_t + D_{t+1} W, recomputed so that it carries the graph.
+  const Tensor u = add(select(gout, 0, 0), into_previous_states(D, w));
   const Tensor dgout = tangent_at(tin, 0), ds = tangent_at(tin, 1), dw = tangent_at(tin, 2);
   Tensor gh = dgout.defined() ? select(dgout, 0, 0) : Tensor(), gc = dgout.defined() ? select(dgout, 0, 1) : Tensor();
   auto plus = [](Tensor& to, const Tensor& term) { to = to.defined() ? add(to, term) : term; };
@@ -423,16 +502,8 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Ten
     NoGradGuard ng;
     gout = gout_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous();
   }
-  const Dims d{T, B, H};
-  Tensor out = empty({T, B, 5 * H}, gout.dtype()), us = empty({T, B, H}, gout.dtype());
-  Tensor eh = zeros({B, H}, gout.dtype());
-  dispatch_float(gout.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    for_batch_rows(d, 4 * H, [&](Rows rows) {
-      lstm_grad_forward<scalar_t>(d, rows, gout.data<scalar_t>(), s.data<scalar_t>(), w.data<scalar_t>(),
-                                  out.data<scalar_t>(), us.data<scalar_t>(), eh.data<scalar_t>());
-    });
-  });
+  Tensor out, us;
+  run_lstm_grad(gout, s, w, Tensor(), Tensor(), Tensor(), out, us);
   if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, s_in, w_in)) {
     n->save(LstmGradSaved{.gout = gout_in, .slopes = s_in, .weight = w_in, .output = out, .u = us});
   }
