@@ -230,70 +230,83 @@ struct LstmGradSaved {
 };
 }  // namespace
 
-// What the tangent adds to D_t before D_t W is formed (see
-// lstm_recurrence_grad_tangent): E_t = [v dj_i, v dj_f, v dj_g, u dj_o] from
-// the tangent ds (T,B,6H) and the output and u of the recursion it is the
-// tangent of.
+// What a tangent recursion adds (see lstm_recurrence_grad_tangent): to gc_t,
+// u_t dk_t + v_{t+1} df_{t+1}; to D_t before D_t W is formed,
+// E_t = [v dj_i, v dj_f, v dj_g, u dj_o]; from the tangent ds (T,B,6H) and the
+// output and u of the recursion it is the tangent of.
 template <class S>
 struct LstmGradExtra {
-  const S *ds, *out, *u;
+  const S *ds = nullptr, *out = nullptr, *u = nullptr;
 };
 
-// s (T,B,6H) row r holds f at r*6H, k at +H and j at +2H.
-template <class S>
-static void lstm_grad_forward(const Dims& d, Rows rows, const S* gout, const S* s, const S* w,
-                              const LstmGradExtra<S>* extra, S* out, S* us, S* eh) {
+// gh and gc (T,B,H) are the two halves of gout; s (T,B,6H) row r holds f at
+// r*6H, k at +H and j at +2H. A tangent recursion (kTangent) adds `extra`,
+// writes no u, and adds to gh_t what the v column of out row t holds when the
+// step starts (D_{t+1} dW, put there before the recursion, see
+// lstm_grad_tangent_fused), before it writes v_t there.
+template <class S, bool kTangent>
+static void lstm_grad_forward(const Dims& d, Rows rows, const S* ghs, const S* gcs, const S* s, const S* w,
+                              LstmGradExtra<S> extra, S* out, S* us, S* eh) {
   const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H, L = 6 * H;
   S* e = eh + rows.first * H;  // D_{t+1} W, zero for t = T-1
   for (int64_t t = T; t-- > 0;) {
     const int64_t r = t * B + rows.first;
-    const S *gh = gout + r * H, *gc = gout + (T * B + r) * H, *st = s + r * L;
+    const S *gh = ghs + r * H, *gc = gcs + r * H, *st = s + r * L;
     const S* sn = t + 1 < T ? st + B * L : nullptr;             // f_{t+1} in s_{t+1}
     const S* vn = t + 1 < T ? out + (r + B) * O + G : nullptr;  // v_{t+1}
-    S *ot = out + r * O, *ut = us + r * H;
+    S* ot = out + r * O;
     for (int64_t b = 0; b < n; ++b) {
+      const int64_t x = (r + b) * H;
       const S *kb = st + b * L + H, *jb = kb + H, *fn = sn ? sn + b * L : nullptr;
       S* ob = ot + b * O;
+      // The primal's v_t, u_t and v_{t+1} (tangent only)
+      const S *pv = kTangent ? extra.out + (r + b) * O + G : nullptr, *pu = kTangent ? extra.u + x : nullptr;
+      const S *dk = kTangent ? extra.ds + (r + b) * L + H : nullptr, *dj = kTangent ? dk + H : nullptr;
+      const S *pvn = kTangent && fn ? pv + B * O : nullptr, *dfn = pvn ? dk - H + B * L : nullptr;
 #pragma omp simd
       for (int64_t q = 0; q < H; ++q) {
-        const S u = gh[b * H + q] + e[b * H + q];
-        const S v = gc[b * H + q] + (fn ? vn[b * O + q] * fn[q] : S(0)) + u * kb[q];
+        S u = gh[b * H + q] + e[b * H + q];
+        if constexpr (kTangent) u += ob[G + q];
+        S v = gc[b * H + q] + (fn ? vn[b * O + q] * fn[q] : S(0)) + u * kb[q];
+        if constexpr (kTangent) v += pu[q] * dk[q] + (pvn ? pvn[q] * dfn[q] : S(0));
         ob[q] = v * jb[q];
         ob[H + q] = v * jb[H + q];
         ob[2 * H + q] = v * jb[2 * H + q];
         ob[3 * H + q] = u * jb[3 * H + q];
-        ob[G + q] = v;
-        ut[b * H + q] = u;
-      }
-      if (extra) {
-        const S *dj = extra->ds + (r + b) * L + 2 * H, *pv = extra->out + (r + b) * O + G, *pu = extra->u + (r + b) * H;
-#pragma omp simd
-        for (int64_t q = 0; q < H; ++q) {
+        if constexpr (kTangent) {
           ob[q] += pv[q] * dj[q];
           ob[H + q] += pv[q] * dj[H + q];
           ob[2 * H + q] += pv[q] * dj[2 * H + q];
           ob[3 * H + q] += pu[q] * dj[3 * H + q];
+        } else {
+          us[x + q] = u;
         }
+        ob[G + q] = v;
       }
     }
     if (t > 0) gemm(false, false, n, H, G, S(1), ot, O, w, H, S(0), e, H);
   }
 }
 
-// The recursion over all batch rows: out (T,B,5H) and u (T,B,H) from
-// contiguous gout, s, w, and for a tangent, its ds and the output and u of
-// the recursion it is the tangent of (else undefined).
-static void run_lstm_grad(const Tensor& gout, const Tensor& s, const Tensor& w, const Tensor& ds,
+// The recursion over all batch rows, from contiguous gh, gc (T,B,H), s and
+// w: out (T,B,5H), and u (T,B,H) unless it is a tangent's (extra.ds given,
+// and out given, its v column holding what is added to gh).
+static void run_lstm_grad(const Tensor& gh, const Tensor& gc, const Tensor& s, const Tensor& w, const Tensor& ds,
                           const Tensor& primal_out, const Tensor& primal_u, Tensor& out, Tensor& us) {
-  const Dims d{gout.size(1), gout.size(2), gout.size(3)};
-  out = empty({d.T, d.B, 5 * d.H}, gout.dtype()), us = empty({d.T, d.B, d.H}, gout.dtype());
-  Tensor eh = zeros({d.B, d.H}, gout.dtype());
-  dispatch_float(gout.dtype(), "lstm_recurrence_grad", [&](auto tag) {
+  const Dims d{gh.size(0), gh.size(1), gh.size(2)};
+  if (!ds.defined()) out = empty({d.T, d.B, 5 * d.H}, gh.dtype());
+  if (!ds.defined()) us = empty({d.T, d.B, d.H}, gh.dtype());
+  Tensor eh = zeros({d.B, d.H}, gh.dtype());
+  dispatch_float(gh.dtype(), "lstm_recurrence_grad", [&](auto tag) {
     using S = decltype(tag);
     const LstmGradExtra<S> extra{ptr<S>(ds), ptr<S>(primal_out), ptr<S>(primal_u)};
     for_batch_rows(d, 4 * d.H, [&](Rows rows) {
-      lstm_grad_forward<S>(d, rows, gout.data<S>(), s.data<S>(), w.data<S>(), ds.defined() ? &extra : nullptr,
-                           out.data<S>(), us.data<S>(), eh.data<S>());
+      if (ds.defined())
+        lstm_grad_forward<S, true>(d, rows, gh.data<S>(), gc.data<S>(), s.data<S>(), w.data<S>(), extra,
+                                   out.data<S>(), nullptr, eh.data<S>());
+      else
+        lstm_grad_forward<S, false>(d, rows, gh.data<S>(), gc.data<S>(), s.data<S>(), w.data<S>(), extra,
+                                    out.data<S>(), us.data<S>(), eh.data<S>());
     });
   });
 }
@@ -405,40 +418,29 @@ static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std
 // v dj_g, u dj_o] (T,B,4H), what ds adds to dD_t directly:
 //   gh'_t = dgh_t + E_{t+1} W + D_{t+1} dW,  gc'_t = dgc_t + v_{t+1} df_{t+1} + u_t dk_t,
 // the tangent being lstm_recurrence_grad([gh'; gc'], s, W) + [E; 0].
-// Under no_grad (forward over reverse) it is fused: gh' and gc' go into one
-// (2,T,B,H) buffer, gc' by one pointwise pass and D_{t+1} dW by one GEMM into
-// gh' rows t < T-1 (beta 1); the recursion adds E_t to its D_t before it
-// forms D_t W, which gives both E_{t+1} W in gh' and [E; 0] in the result,
-// with no GEMM or (T,B,4H) buffer of their own. out and u are what forward
-// saved (contiguous). Recorded (grad mode on): the same in ops, so
+// Under no_grad (forward over reverse) it is fused, one recursion that adds
+// gc's ds terms and, to its D_t before it forms D_t W, E_t: which gives both
+// E_{t+1} W in gh' and [E; 0] in the result, with no GEMM or (T,B,4H)
+// buffer of their own. D_{t+1} dW is one GEMM for all steps, written into
+// the v column of the result, which the recursion reads into gh'_t before
+// writing v_t there: so gh' needs no buffer either. out and u are what
+// forward saved (contiguous). Recorded (grad mode on): the same in ops, so
 // differentiable again.
-static Tensor lstm_grad_tangent_fused(const Tensor& dgout, const Tensor& ds_in, const Tensor& dw_in, const Tensor& s_in,
-                                      const Tensor& w_in, const Tensor& out, const Tensor& u) {
-  const int64_t T = out.size(0), B = out.size(1), H = out.size(2) / 5, G = 4 * H, O = 5 * H, L = 6 * H;
-  const int64_t rows = T * B;
-  Tensor drive = dgout.defined() ? dgout.clone() : zeros({2, T, B, H}, out.dtype());
-  const Tensor ds = contig(ds_in), dw = contig(dw_in), w = contig(w_in), s = contig(s_in);
+static Tensor lstm_grad_tangent_fused(const Tensor& dgout, const Tensor& ds, const Tensor& dw, const Tensor& s,
+                                      const Tensor& w, const Tensor& out, const Tensor& u) {
+  const int64_t T = out.size(0), B = out.size(1), H = out.size(2) / 5, G = 4 * H, O = 5 * H;
+  const Tensor g = dgout.defined() ? contig(dgout) : zeros({2, T, B, H}, out.dtype()), dwc = contig(dw);
+  Tensor lin = empty(out.shape(), out.dtype()), unused;
   dispatch_float(out.dtype(), "lstm_recurrence_grad", [&](auto tag) {
     using S = decltype(tag);
-    S *gh = drive.data<S>(), *gc = gh + rows * H;
-    const S *o = out.data<S>(), *us = u.data<S>();
-    if (ds.defined()) {  // gc'_t += u_t dk_t + v_{t+1} df_{t+1}
-      const S* d = ds.data<S>();
-      parallel_for(rows, row_grain(H, kGateGrain), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const S *ur = us + r * H, *dk = d + r * L + H;
-          const S *vn = r + B < rows ? o + (r + B) * O + G : nullptr, *dfn = vn ? d + (r + B) * L : nullptr;
-          S* gcr = gc + r * H;
-#pragma omp simd
-          for (int64_t q = 0; q < H; ++q) gcr[q] += ur[q] * dk[q] + (vn ? vn[q] * dfn[q] : S(0));
-        }
-      });
-    }
-    if (T > 1 && dw.defined())  // rows t < T-1, driven by step t+1
-      gemm(false, false, (T - 1) * B, H, G, S(1), o + B * O, O, dw.data<S>(), H, S(1), gh, H);
+    S* v = lin.data<S>() + G;  // column block [G, 5H) of each row, stride 5H
+    if (T > 1 && dwc.defined())  // rows t < T-1, driven by step t+1
+      gemm(false, false, (T - 1) * B, H, G, S(1), out.data<S>() + B * O, O, dwc.data<S>(), H, S(0), v, O);
+    const int64_t first = T > 1 && dwc.defined() ? (T - 1) * B : 0;  // rows left to zero
+    for (int64_t r = first; r < T * B; ++r) std::fill_n(v + r * O, H, S(0));
   });
-  Tensor lin, lin_u;
-  run_lstm_grad(drive, s, w, ds, out, u, lin, lin_u);
+  run_lstm_grad(select(g, 0, 0), select(g, 0, 1), contig(s), contig(w),
+                ds.defined() ? contig(ds) : zeros(s.shape(), s.dtype()), out, u, lin, unused);
   return lin;
 }
 
@@ -503,7 +505,7 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Ten
     gout = gout_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous();
   }
   Tensor out, us;
-  run_lstm_grad(gout, s, w, Tensor(), Tensor(), Tensor(), out, us);
+  run_lstm_grad(select(gout, 0, 0), select(gout, 0, 1), s, w, Tensor(), Tensor(), Tensor(), out, us);
   if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, s_in, w_in)) {
     n->save(LstmGradSaved{.gout = gout_in, .slopes = s_in, .weight = w_in, .output = out, .u = us});
   }
