@@ -313,6 +313,16 @@ class TangentsOnlySuspended {
 /// it is plain (not create_graph), or 0: a node collected by it with `run`
 /// set (Node::pass == this id) will have its backward run by it.
 uint64_t plain_pass();
+
+/// True while a backward runs in the pass of grad_and_tangents() on a
+/// forward-AD level whose tangents are not differentiated again (hvp). A
+/// backward may then compute its gradients and their tangents by fused
+/// kernels and return the gradients with their tangents set (set_tangent),
+/// instead of running its recorded form, whose ops the pass would follow one
+/// by one.
+bool fused_backward_tangents();
+/// Gives t (a tensor no op has recorded) its tangent at the open forward-AD level.
+void set_tangent(const Tensor& t, Tensor tangent);
 }  // namespace detail
 
 /// Called by an op's forward after computing `out`. Returns the new node when

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "autograd/blas.h"
+#include "autograd/forward_ad.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
@@ -294,12 +295,107 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
   out[0] = d_out;
 }
 
+// Forward over reverse (detail::fused_backward_tangents): the gradients and
+// their tangents in one pass shaped like the backward, a block of query rows
+// at a time. With Pt = P (St - rowsum(St P)), St = (tq k^T + q tk^T) / sqrt(D)
+// the tangent of P, the tangents of
+//   dv = P^T g                            are  Pt^T g + P^T tg
+//   dP = g v^T                                 dPt = tg v^T + g tv^T
+//   dS = P (dP - r), r = rowsum(dP P)          dSt = Pt (dP - r) + P (dPt - rt),
+//                                                    rt = rowsum(dPt P + dP Pt)
+//   dq = dS k / sqrt(D)                        (dSt k + dS tk) / sqrt(D)
+//   dk = dS^T q / sqrt(D)                      (dSt^T q + dS^T tq) / sqrt(D)
+// Fifteen GEMMs of a block's size where the backward has five, as many as
+// the recorded form's ops run, but no (B,H,Tq,Tk) tensor and no pass over
+// one. A missing tangent is taken as zeros (not a case worth its own path).
+static void attention_backward_tangents(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const std::vector<uint8_t>& pad, const Tensor& g, bool need_q, bool need_k,
+                                        bool need_v, std::span<Tensor> gin) {
+  auto tangent_or_zeros = [](const Tensor& x) {
+    const Tensor t = tangent(x);
+    return t.defined() ? t : zeros(x.shape(), x.dtype());
+  };
+  const Tensor tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
+  // dk, dv and their tangents sum over the query blocks; a block that sees no key leaves dq's rows zero.
+  Tensor dq = zeros(q.shape(), q.dtype()), dk = zeros(k.shape(), k.dtype()), dv = zeros(v.shape(), v.dtype());
+  Tensor tdq = zeros(q.shape(), q.dtype()), tdk = zeros(k.shape(), k.dtype()), tdv = zeros(v.shape(), v.dtype());
+  if (a.B * a.H * a.Tq * a.Tk * a.Dv != 0) {
+    dispatch_float(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
+      using T = decltype(tag);
+      const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
+      const auto TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv);
+      const auto TG = head_matrices<T>(tg);
+      const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
+      const int64_t rows = std::min(a.Tq, a.rows_per_block());
+      auto body = [&](int64_t h0, int64_t h1) {
+        // Per block (m, kv): P and its tangent Pt, dP -> dS and its tangent dPt -> dSt.
+        std::vector<T> P(rows * a.Tk), Pt(rows * a.Tk), dS(rows * a.Tk), dSt(rows * a.Tk);
+        for (int64_t bh = h0; bh < h1; ++bh) {
+          const int64_t b = bh / a.H, h = bh % a.H;
+          T *dqh = dq.data<T>() + bh * a.Tq * a.D, *tdqh = tdq.data<T>() + bh * a.Tq * a.D;
+          T *dkh = dk.data<T>() + bh * a.Tk * a.D, *tdkh = tdk.data<T>() + bh * a.Tk * a.D;
+          T *dvh = dv.data<T>() + bh * a.Tk * a.Dv, *tdvh = tdv.data<T>() + bh * a.Tk * a.Dv;
+          for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
+            const int64_t i1 = std::min(a.Tq, i0 + rows), m = i1 - i0, kv = a.visible(i1 - 1);
+            if (kv == 0) continue;  // P = 0: nothing flows
+            const T *qb = Q.at(b, h) + i0 * Q.ld, *tqb = TQ.at(b, h) + i0 * TQ.ld;
+            const T *gb = G.at(b, h) + i0 * G.ld, *tgb = TG.at(b, h) + i0 * TG.ld;
+            head_probabilities(a, Q, K, b, h, pad, i0, i1, kv, P.data(), kv);
+            gemm(false, true, m, kv, a.D, scale, tqb, TQ.ld, K.at(b, h), K.ld, T(0), Pt.data(), kv);
+            gemm(false, true, m, kv, a.D, scale, qb, Q.ld, TK.at(b, h), TK.ld, T(1), Pt.data(), kv);
+            softmax_jacobian_rows(P.data(), Pt.data(), m, kv);  // St -> Pt in place
+            if (need_v) {
+              gemm(true, false, kv, a.Dv, m, T(1), P.data(), kv, gb, G.ld, T(1), dvh, a.Dv);
+              gemm(true, false, kv, a.Dv, m, T(1), Pt.data(), kv, gb, G.ld, T(1), tdvh, a.Dv);
+              gemm(true, false, kv, a.Dv, m, T(1), P.data(), kv, tgb, TG.ld, T(1), tdvh, a.Dv);
+            }
+            if (!need_q && !need_k) continue;
+            gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(b, h), V.ld, T(0), dS.data(), kv);
+            gemm(false, true, m, kv, a.Dv, T(1), tgb, TG.ld, V.at(b, h), V.ld, T(0), dSt.data(), kv);
+            gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, TV.at(b, h), TV.ld, T(1), dSt.data(), kv);
+            for (int64_t i = 0; i < m; ++i) {  // dP -> dS and dPt -> dSt, row by row
+              T *d = dS.data() + i * kv, *dt = dSt.data() + i * kv;
+              const T *p = P.data() + i * kv, *pt = Pt.data() + i * kv;
+              const T r = detail::row_dot(d, p, kv), rt = detail::row_dot(dt, p, kv) + detail::row_dot(d, pt, kv);
+#pragma omp simd
+              for (int64_t j = 0; j < kv; ++j) {
+                const T x = d[j] - r;
+                dt[j] = pt[j] * x + p[j] * (dt[j] - rt);
+                d[j] = p[j] * x;
+              }
+            }
+            if (need_q) {
+              gemm(false, false, m, a.D, kv, scale, dS.data(), kv, K.at(b, h), K.ld, T(0), dqh + i0 * a.D, a.D);
+              gemm(false, false, m, a.D, kv, scale, dSt.data(), kv, K.at(b, h), K.ld, T(0), tdqh + i0 * a.D, a.D);
+              gemm(false, false, m, a.D, kv, scale, dS.data(), kv, TK.at(b, h), TK.ld, T(1), tdqh + i0 * a.D, a.D);
+            }
+            if (need_k) {
+              gemm(true, false, kv, a.D, m, scale, dS.data(), kv, qb, Q.ld, T(1), dkh, a.D);
+              gemm(true, false, kv, a.D, m, scale, dSt.data(), kv, qb, Q.ld, T(1), tdkh, a.D);
+              gemm(true, false, kv, a.D, m, scale, dS.data(), kv, tqb, TQ.ld, T(1), tdkh, a.D);
+            }
+          }
+        }
+      };
+      for_each_head(a, body);
+    });
+  }
+  detail::set_tangent(dq, tdq), detail::set_tangent(dk, tdk), detail::set_tangent(dv, tdv);
+  if (need_q) gin[0] = dq;
+  if (need_k) gin[1] = dk;
+  if (need_v) gin[2] = dv;
+}
+
 static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor q = n.saved_tensor(&AttentionSaved::q), k = n.saved_tensor(&AttentionSaved::k);
   const Tensor v = n.saved_tensor(&AttentionSaved::v);
   const AttentionDims a = saved_dims(n, q, k, v);
   const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask));
   const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
+  if (detail::fused_backward_tangents()) {
+    attention_backward_tangents(a, q, k, v, pad, g, need_q, need_k, need_v, gin);
+    return;
+  }
   if (grad_enabled()) {
     attention_backward_recorded(a, q, k, v, pad, g, need_q, need_k, need_v, gin);
     return;

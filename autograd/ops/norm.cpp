@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "autograd/forward_ad.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/nn_kernels.h"
@@ -73,8 +74,93 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const T
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape);
 }
 
+// Forward over reverse (detail::fused_backward_tangents), with a weight and
+// nothing sent into mean and rstd: the gradients and their tangents in one
+// pass like the backward's. Per row, from the tangents tx, tw, tg of x, w, g:
+//   nt = rstd (tx - mean(tx) - n mean(n tx)),  rstd_t = -rstd^2 mean(n tx),
+//   dnt = tg w + g tw,  A = mean(dn), Bn = mean(dn n), and their tangents
+//   At = mean(dnt), Bnt = mean(dnt n + dn nt);
+//   dx = rstd (dn - A - n Bn)  has tangent  rstd_t (dn - A - n Bn) + rstd (dnt - At - nt Bn - n Bnt),
+//   dw = sum_rows g n  has  sum_rows (tg n + g nt),  db = sum_rows g  has  sum_rows tg.
+// The row sums all come from one pass over the row (mean(dn nt) expands to
+// rstd (mean(dn tx) - mean(tx) A - mean(n tx) Bn)), the outputs from a second.
+// A missing tangent is taken as zeros.
+static void layer_norm_backward_tangents(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
+                                         std::span<Tensor> gin) {
+  auto tangent_or_zeros = [](const Tensor& v) {
+    const Tensor t = tangent(v);
+    return t.defined() ? t.contiguous() : zeros(v.shape(), v.dtype());
+  };
+  const Tensor tx = tangent_or_zeros(x), tw = tangent_or_zeros(w), tg = tangent_or_zeros(g), gc = dense(g);
+  const Tensor xc = x.contiguous(), wc = w.contiguous();
+  const Tensor mean = n.saved_tensor(&LayerNormSaved::mean).contiguous();
+  const Tensor rstd = n.saved_tensor(&LayerNormSaved::rstd).contiguous();
+  const int64_t C = x.shape().back(), R = x.numel() / C;
+  const int64_t blocks = (R + kLayerNormBlock - 1) / kLayerNormBlock;
+  Tensor gx = empty(x.shape(), x.dtype()), tgx = empty(x.shape(), x.dtype());
+  Tensor pw = zeros({4, blocks, C}, x.dtype());  // per block: dw, db and their tangents
+  dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
+    using T = decltype(tag);
+    const T *xp = xc.data<T>(), *gp = gc.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>(), *wp = wc.data<T>();
+    const T *txp = tx.data<T>(), *twp = tw.data<T>(), *tgp = tg.data<T>();
+    T *gxp = gx.data<T>(), *tgxp = tgx.data<T>(), *pp = pw.data<T>();
+    const T inv_c = T(1) / static_cast<T>(C);
+    parallel_for(blocks, std::max<int64_t>(1, row_grain(C) / kLayerNormBlock), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        T *dw = pp + b * C, *db = dw + blocks * C, *tdw = db + blocks * C, *tdb = tdw + blocks * C;
+        for (int64_t r = b * kLayerNormBlock; r < std::min(R, (b + 1) * kLayerNormBlock); ++r) {
+          const T *xr = xp + r * C, *gr = gp + r * C, *txr = txp + r * C, *tgr = tgp + r * C;
+          const T mu = mp[r], rs = rp[r];
+          T s_tx = 0, s_ntx = 0, s_dn = 0, s_dnn = 0, s_dnt = 0, s_dntn = 0, s_dntx = 0;
+#pragma omp simd reduction(+ : s_tx, s_ntx, s_dn, s_dnn, s_dnt, s_dntn, s_dntx)
+          for (int64_t c = 0; c < C; ++c) {
+            const T nc = (xr[c] - mu) * rs, dn = gr[c] * wp[c], dnt = tgr[c] * wp[c] + gr[c] * twp[c];
+            s_tx += txr[c];
+            s_ntx += nc * txr[c];
+            s_dn += dn;
+            s_dnn += dn * nc;
+            s_dnt += dnt;
+            s_dntn += dnt * nc;
+            s_dntx += dn * txr[c];
+          }
+          const T m_tx = s_tx * inv_c, m_ntx = s_ntx * inv_c, A = s_dn * inv_c, Bn = s_dnn * inv_c;
+          const T At = s_dnt * inv_c;
+          const T Bnt = s_dntn * inv_c + rs * (s_dntx * inv_c - m_tx * A - m_ntx * Bn);
+          const T rst = -rs * rs * m_ntx;
+          T *o = gxp + r * C, *ot = tgxp + r * C;
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) {
+            const T nc = (xr[c] - mu) * rs, dn = gr[c] * wp[c], dnt = tgr[c] * wp[c] + gr[c] * twp[c];
+            const T nt = rs * (txr[c] - m_tx - nc * m_ntx), inner = dn - A - nc * Bn;
+            o[c] = rs * inner;
+            ot[c] = rst * inner + rs * (dnt - At - nt * Bn - nc * Bnt);
+            dw[c] += gr[c] * nc;
+            db[c] += gr[c];
+            tdw[c] += tgr[c] * nc + gr[c] * nt;
+            tdb[c] += tgr[c];
+          }
+        }
+      }
+    });
+  });
+  NoGradGuard plain;  // the sums over blocks: plain kernels, their tangents set below
+  const Tensor sums = sum(pw, {1});  // (4, C)
+  auto give = [](Tensor t, Tensor tt) {
+    detail::set_tangent(t, std::move(tt));
+    return t;
+  };
+  if (n.needs(0)) gin[0] = give(gx, tgx);
+  if (n.needs(1)) gin[1] = give(select(sums, 0, 0), select(sums, 0, 2));
+  if (n.needs(2)) gin[2] = give(select(sums, 0, 1), select(sums, 0, 3));
+}
+
 static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
+  if (detail::fused_backward_tangents() && w.defined() && x.numel() > 0 &&
+      !n.side_grad(&LayerNormSaved::mean).defined() && !n.side_grad(&LayerNormSaved::rstd).defined()) {
+    layer_norm_backward_tangents(n, g, x, w, gin);
+    return;
+  }
   if (grad_enabled()) {
     layer_norm_backward_recorded(n, g, x, w, gin);
     return;
