@@ -2,6 +2,7 @@
 // kernels and its OpDef side by side.
 #include "autograd/ops/rnn_ops.h"
 
+#include "autograd/forward_ad.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/rnn/common.h"
@@ -104,7 +105,83 @@ static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::s
   if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
 }
 
+// Forward over reverse (detail::fused_backward_tangents): the gradients and
+// their tangents in one recursion. With k_t = 1 - h_t^2 and its tangent
+// kt_t = -2 h_t ht_t (ht the output's tangent), going t = T-1 .. 0 from
+// e = et = 0:
+//   u = g_t + e,  dA_t = u k_t,  dAt_t = (gt_t + et) k_t + u kt_t,
+//   e = dA_t W,  et = dAt_t W + dA_t Wt      (into step t-1; dh0 and its tangent after step 0)
+// [dA_t; dAt_t] W is one GEMM of twice the rows: the two recursions share W.
+// Then dW = sum_t dA_t^T h_{t-1} and its tangent sum_t dAt_t^T h_{t-1} +
+// dA_t^T ht_{t-1}, three GEMMs over all steps. Rows [first, first + n) of the
+// batch; P and E (2n,H) are scratch, E zero on entry.
+template <class S>
+static void rnn_tanh_grad_tangent_rows(const Dims& d, Rows rows, const S* g, const S* gt, const S* hs, const S* hts,
+                                       const S* w, const S* wt, S* dA, S* dAt, S* P, S* E) {
+  const int64_t T = d.T, B = d.B, H = d.H, m = rows.n * H;
+  for (int64_t t = T; t-- > 0;) {
+    const int64_t r = (t * B + rows.first) * H;
+    const S *gr = g + r, *gtr = gt + r, *h = hs + r, *ht = hts + r, *e = E, *et = E + m;
+    S *a = P, *at = P + m;
+#pragma omp simd
+    for (int64_t i = 0; i < m; ++i) {
+      const S k = S(1) - h[i] * h[i], u = gr[i] + e[i];
+      a[i] = u * k;
+      at[i] = (gtr[i] + et[i]) * k - S(2) * u * h[i] * ht[i];
+    }
+    std::copy_n(a, m, dA + r);
+    std::copy_n(at, m, dAt + r);
+    gemm(false, false, 2 * rows.n, H, H, S(1), P, H, w, H, S(0), E, H);
+    gemm(false, false, rows.n, H, H, S(1), P, H, wt, H, S(1), E + m, H);
+  }
+}
+
+static void rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  const Tensor w = n.saved_tensor(&RnnTanhSaved::weight), h0 = n.saved_tensor(&RnnTanhSaved::h0);
+  const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
+  auto tangent_or_zeros = [](const Tensor& x) {
+    const Tensor t = x.defined() ? tangent(x) : Tensor();
+    return t.defined() ? t.contiguous() : zeros(x.shape(), x.dtype());
+  };
+  const Tensor wc = contig(w), h0c = contig(h0), hs = out.contiguous(), g = grad.contiguous();
+  const Tensor wt = tangent_or_zeros(w), hts = tangent_or_zeros(out), gt = tangent_or_zeros(grad);
+  const Tensor h0t = h0.defined() ? tangent_or_zeros(h0) : Tensor();
+  const Dims d{out.size(0), out.size(1), out.size(2)};
+  Tensor dA = empty(out.shape(), out.dtype()), dAt = empty(out.shape(), out.dtype());
+  Tensor dh0 = zeros({d.B, d.H}, out.dtype()), dh0t = zeros({d.B, d.H}, out.dtype());
+  Tensor dW, dWt;
+  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
+    using S = decltype(tag);
+    for_batch_rows(d, d.H, [&](Rows rows) {
+      std::vector<S> P(2 * rows.n * d.H), E(2 * rows.n * d.H, S(0));
+      rnn_tanh_grad_tangent_rows(d, rows, g.data<S>(), gt.data<S>(), hs.data<S>(), hts.data<S>(), wc.data<S>(),
+                                 wt.data<S>(), dA.data<S>(), dAt.data<S>(), P.data(), E.data());
+      const int64_t at = rows.first * d.H, m = rows.n * d.H;  // E holds dh0 and its tangent after step 0
+      std::copy_n(E.data(), m, dh0.data<S>() + at);
+      std::copy_n(E.data() + m, m, dh0t.data<S>() + at);
+    });
+    if (n.needs(1)) {
+      dW = weight_grad<S>(d, d.H, dA.data<S>(), hs.data<S>(), ptr<S>(h0c), out.dtype());
+      dWt = weight_grad<S>(d, d.H, dAt.data<S>(), hs.data<S>(), ptr<S>(h0c), out.dtype());
+      add_weight_grad<S>(d, d.H, 0, d.T, dA.data<S>(), hts.data<S>(), ptr<S>(h0t), dWt.data<S>());
+    }
+  });
+  if (n.needs(0)) {
+    detail::set_tangent(dA, dAt);
+    gin[0] = dA;
+  }
+  if (n.needs(1)) {
+    detail::set_tangent(dW, dWt);
+    gin[1] = dW;
+  }
+  if (n.needs(2)) {
+    detail::set_tangent(dh0, dh0t);
+    gin[2] = dh0;
+  }
+}
+
 static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (detail::fused_backward_tangents()) return rnn_tanh_backward_tangents(n, grad, gin);
   if (grad_enabled()) return rnn_tanh_backward_recorded(n, grad, gin);
   const Tensor w = contig(n.saved_tensor(&RnnTanhSaved::weight)), h0 = contig(n.saved_tensor(&RnnTanhSaved::h0));
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
