@@ -115,6 +115,11 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
 }
 
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+  if (detail::fused_backward_tangents() && !n.side_grad(&LstmSaved::gates).defined())
+    return lstm_backward_tangents(grad, n.saved_tensor(&LstmSaved::weight), n.saved_tensor(&LstmSaved::h0),
+                                  n.saved_tensor(&LstmSaved::c0), n.saved_tensor(&LstmSaved::gates),
+                                  n.saved_tensor(&LstmSaved::output), {n.needs(0), n.needs(1), n.needs(2), n.needs(3)},
+                                  gin);
   if (grad_enabled()) return lstm_backward_recorded(n, grad, gin);
   const Tensor w = contig(n.saved_tensor(&LstmSaved::weight)), h0 = contig(n.saved_tensor(&LstmSaved::h0));
   const Tensor c0 = contig(n.saved_tensor(&LstmSaved::c0));

@@ -2,6 +2,7 @@
 // recorded backward builds on, each op a fused kernel with its own backward.
 #include "autograd/ops/rnn_ops.h"
 
+#include "autograd/forward_ad.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/rnn/common.h"
@@ -206,6 +207,118 @@ Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& 
     n->save(LstmSlopesSaved{.act = act_in, .c = c_in, .c_prev = cp_in});
   }
   return out;
+}
+
+// ======================= lstm_recurrence, forward over reverse =======================
+// The LSTM's gradients and their tangents in one recursion (see
+// lstm_backward_tangents in common.h). Per step, the slopes s_t and their
+// tangents ds_t of the step's rows (lstm_slopes_forward / _tangent), then
+// with u, v the gradients of h_t, c_t (as in lstm_recurrence_grad) and ut,
+// vt their tangents:
+//   u = gh_t + e,  v = gc_t + v_{t+1} f_{t+1} + u k_t,  D_t = [v j_i, v j_f, v j_g, u j_o]
+//   ut = tgh_t + et,  vt = tgc_t + vt_{t+1} f_{t+1} + v_{t+1} df_{t+1} + ut k_t + u dk_t,
+//   Dt_t = [vt j_i + v dj_i, .., ut j_o + u dj_o]
+//   e = D_t W,  et = Dt_t W + D_t Wt      ([D_t; Dt_t] W one GEMM of twice the rows)
+// and after step 0: dh0 = e, dc0 = v_0 f_0 and their tangents. dW and its
+// tangent are three GEMMs over all steps after. Rows [first, first + n).
+template <class S>
+struct LstmTangentPointers {
+  const S *g, *gt;      // the incoming gradient and its tangent, (2,T,B,H)
+  const S *act, *dact;  // gate activations and tangents, (T,B,4H)
+  const S *out, *dout;  // [h; c] and tangents, (2,T,B,H)
+  const S *c0, *dc0;    // (B,H), zeros when not given
+  const S *w, *wt;      // (4H,H)
+  S *dA, *dAt;          // (T,B,4H)
+};
+template <class S>
+static void lstm_grad_tangent_rows(const Dims& d, Rows rows, const LstmTangentPointers<S>& p, S* dh0, S* dh0t, S* dc0,
+                                   S* dc0t) {
+  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, L = 6 * H, TBH = T * B * H;
+  std::vector<S> s(n * L), ds(n * L), P(2 * n * G), E(2 * n * H, S(0)), V(n * H), Vt(n * H);
+  for (int64_t t = T; t-- > 0;) {
+    const int64_t r = t * B + rows.first;
+    const S *c = p.out + TBH + r * H, *ct = p.dout + TBH + r * H;
+    const S *cp = t > 0 ? c - B * H : p.c0 + rows.first * H, *cpt = t > 0 ? ct - B * H : p.dc0 + rows.first * H;
+    lstm_slopes_forward<S>(H, 0, n, p.act + r * G, c, cp, s.data());
+    lstm_slopes_tangent<S>(H, 0, n, p.dact + r * G, ct, cpt, p.act + r * G, c, cp, ds.data());
+    const bool next = t + 1 < T;
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t x = (r + b) * H;
+      const S *gh = p.g + x, *gc = p.g + TBH + x, *tgh = p.gt + x, *tgc = p.gt + TBH + x;
+      const S *fn = next ? p.act + (r + B + b) * G + H : nullptr, *dfn = next ? p.dact + (r + B + b) * G + H : nullptr;
+      const S *sb = s.data() + b * L, *dsb = ds.data() + b * L, *e = E.data() + b * H, *et = E.data() + (n + b) * H;
+      S *D = P.data() + b * G, *Dt = P.data() + (n + b) * G, *vb = V.data() + b * H, *vtb = Vt.data() + b * H;
+#pragma omp simd
+      for (int64_t q = 0; q < H; ++q) {
+        const S k = sb[H + q], dk = dsb[H + q];
+        const S u = gh[q] + e[q], ut = tgh[q] + et[q];
+        const S v = gc[q] + (fn ? vb[q] * fn[q] : S(0)) + u * k;
+        const S vt = tgc[q] + (fn ? vtb[q] * fn[q] + vb[q] * dfn[q] : S(0)) + ut * k + u * dk;
+        for (int64_t j = 0; j < 3; ++j) {
+          D[j * H + q] = v * sb[(2 + j) * H + q];
+          Dt[j * H + q] = vt * sb[(2 + j) * H + q] + v * dsb[(2 + j) * H + q];
+        }
+        D[3 * H + q] = u * sb[5 * H + q];
+        Dt[3 * H + q] = ut * sb[5 * H + q] + u * dsb[5 * H + q];
+        vb[q] = v;
+        vtb[q] = vt;
+      }
+    }
+    std::copy_n(P.data(), n * G, p.dA + r * G);
+    std::copy_n(P.data() + n * G, n * G, p.dAt + r * G);
+    gemm(false, false, 2 * n, H, G, S(1), P.data(), G, p.w, H, S(0), E.data(), H);
+    gemm(false, false, n, H, G, S(1), P.data(), G, p.wt, H, S(1), E.data() + n * H, H);
+  }
+  // After step 0: E = [dh0; dh0t], V and Vt hold v_0 and vt_0, s and ds step 0's slopes.
+  const int64_t at = rows.first * H;
+  std::copy_n(E.data(), n * H, dh0 + at);
+  std::copy_n(E.data() + n * H, n * H, dh0t + at);
+  for (int64_t i = 0; i < n * H; ++i) {
+    const int64_t b = i / H, q = i % H;
+    const S f = s[b * L + q], df = ds[b * L + q];
+    dc0[at + i] = V[i] * f;
+    dc0t[at + i] = Vt[i] * f + V[i] * df;
+  }
+}
+
+void detail::rnn::lstm_backward_tangents(const Tensor& grad, const Tensor& w, const Tensor& h0, const Tensor& c0,
+                                         const Tensor& act, const Tensor& out, const std::array<bool, 4>& need,
+                                         std::span<Tensor> gin) {
+  auto tangent_or_zeros = [](const Tensor& x) {
+    const Tensor t = tangent(x);
+    return t.defined() ? t.contiguous() : zeros(x.shape(), x.dtype());
+  };
+  const Dims d{out.size(1), out.size(2), out.size(3)};
+  const int64_t G = 4 * d.H;
+  const Tensor g = grad.contiguous(), gt = tangent_or_zeros(grad), a = act.contiguous(), at = tangent_or_zeros(act);
+  const Tensor o = out.contiguous(), ot = tangent_or_zeros(out), wc = w.contiguous(), wt = tangent_or_zeros(w);
+  const Tensor h0c = contig(h0), h0t = h0.defined() ? tangent_or_zeros(h0) : Tensor();
+  const Tensor c0c = c0.defined() ? c0.contiguous() : zeros({d.B, d.H}, out.dtype());
+  const Tensor c0t = c0.defined() ? tangent_or_zeros(c0) : zeros({d.B, d.H}, out.dtype());
+  Tensor dA = empty(act.shape(), act.dtype()), dAt = empty(act.shape(), act.dtype());
+  Tensor dh0 = empty({d.B, d.H}, out.dtype()), dh0t = empty({d.B, d.H}, out.dtype());
+  Tensor dc0 = empty({d.B, d.H}, out.dtype()), dc0t = empty({d.B, d.H}, out.dtype());
+  Tensor dW, dWt;
+  dispatch_float(out.dtype(), "lstm_recurrence", [&](auto tag) {
+    using S = decltype(tag);
+    const LstmTangentPointers<S> p{g.data<S>(),   gt.data<S>(),  a.data<S>(),  at.data<S>(),
+                                   o.data<S>(),   ot.data<S>(),  c0c.data<S>(), c0t.data<S>(),
+                                   wc.data<S>(),  wt.data<S>(),  dA.data<S>(), dAt.data<S>()};
+    for_batch_rows(d, G, [&](Rows rows) {
+      lstm_grad_tangent_rows(d, rows, p, dh0.data<S>(), dh0t.data<S>(), dc0.data<S>(), dc0t.data<S>());
+    });
+    if (need[1]) {  // the h part of out (and of its tangent) holds h_t
+      dW = weight_grad<S>(d, G, dA.data<S>(), o.data<S>(), ptr<S>(h0c), out.dtype());
+      dWt = weight_grad<S>(d, G, dAt.data<S>(), o.data<S>(), ptr<S>(h0c), out.dtype());
+      add_weight_grad<S>(d, G, 0, d.T, dA.data<S>(), ot.data<S>(), ptr<S>(h0t), dWt.data<S>());
+    }
+  });
+  const Tensor results[4][2] = {{dA, dAt}, {dW, dWt}, {dh0, dh0t}, {dc0, dc0t}};
+  for (size_t k = 0; k < 4; ++k) {
+    if (!need[k]) continue;
+    detail::set_tangent(results[k][0], results[k][1]);
+    gin[k] = results[k][0];
+  }
 }
 
 // ============================ lstm_recurrence_grad ============================
