@@ -443,15 +443,15 @@ Dual unpack_dual(const Tensor& t) { return {t, tangent(t)}; }
 detail::TangentsOnlySuspended::TangentsOnlySuspended() : prev_(t_tangents_only) { t_tangents_only = false; }
 detail::TangentsOnlySuspended::~TangentsOnlySuspended() { t_tangents_only = prev_; }
 detail::TangentsOnly::TangentsOnly() { t_tangents_only = true; }
-bool detail::fused_backward_tangents() { return t_tangents_only && t_fw_level && !t_fw_record && t_grad_enabled; }
-void detail::set_tangent(const Tensor& t, Tensor tangent) {
-  t.impl()->tangent = std::move(tangent);
-  t.impl()->tangent_level = t_fw_level;
-}
 detail::TangentsOnly::~TangentsOnly() {
   t_tangents_only = false;
   t_pending = NodeRef();
   t_pending_out.reset();
+}
+bool detail::fused_backward_tangents() { return t_tangents_only && t_fw_level && !t_fw_record && t_grad_enabled; }
+void detail::set_tangent(const Tensor& t, Tensor tangent) {
+  t.impl()->tangent = std::move(tangent);
+  t.impl()->tangent_level = t_fw_level;
 }
 
 void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out) {

@@ -91,6 +91,9 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
   const Tensor c0 = n.saved_tensor(&LstmSaved::c0), out = n.saved_tensor(&LstmSaved::output);
   const Tensor act = n.saved_tensor(&LstmSaved::gates);
   const int64_t H = out.size(3);
+  const Tensor cs = select(out, 0, 1);
+  const Tensor hprev = previous_states(select(out, 0, 0), h0), cprev = previous_states(cs, c0);  // (T,B,H)
+  const Tensor s = lstm_gate_slopes(act, cs, cprev);  // (T,B,6H): [f, k, j]
   Tensor gout = grad, P;
   if (const Tensor& gact = n.side_grad(&LstmSaved::gates); gact.defined()) {
     const std::vector<Tensor> q = chunk(act, 4, 2);
@@ -98,20 +101,12 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
                          2));  // (T,B,4H)
     gout = stack({add(select(grad, 0, 0), into_previous_states(P, w)), select(grad, 0, 1)}, 0);
   }
-  // The slopes s (T,B,6H) live only as long as the recursion needs them, and
-  // c_{t-1}, h_{t-1} (T,B,H) are made where they are read: so that no two of
-  // these (and, forward over reverse, their tangents) are held at once.
-  Tensor e;  // (T,B,5H): [dA_t; dc_t]
-  {
-    const Tensor cs = select(out, 0, 1);
-    const Tensor s = lstm_gate_slopes(act, cs, previous_states(cs, c0));  // [f, k, j]
-    e = lstm_recurrence_grad(gout, s, w);
-    if (n.needs(3)) gin[3] = mul(narrow(select(e, 0, 0), 1, 4 * H, H), narrow(select(s, 0, 0), 1, 0, H));
-  }
+  const Tensor e = lstm_recurrence_grad(gout, s, w);  // (T,B,5H): [dA_t; dc_t]
   const Tensor dA = P.defined() ? add(narrow(e, 2, 0, 4 * H), P) : narrow(e, 2, 0, 4 * H);
   if (n.needs(0)) gin[0] = dA;
-  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, previous_states(select(out, 0, 0), h0));
+  if (n.needs(1)) gin[1] = weight_grad_recorded(dA, hprev);
   if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
+  if (n.needs(3)) gin[3] = mul(narrow(select(e, 0, 0), 1, 4 * H, H), narrow(select(s, 0, 0), 1, 0, H));
 }
 
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
