@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "autograd/blas.h"
-#include "autograd/forward_ad.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
@@ -37,7 +36,7 @@
 namespace tg {
 namespace {
 
-using detail::check_floating, detail::dense;
+using detail::check_floating, detail::dense, detail::tangent_or_zeros;
 
 struct AttentionAttrs {
   bool causal;
@@ -311,10 +310,6 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
 static void attention_backward_tangents(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const std::vector<uint8_t>& pad, const Tensor& g, bool need_q, bool need_k,
                                         bool need_v, std::span<Tensor> gin) {
-  auto tangent_or_zeros = [](const Tensor& x) {
-    const Tensor t = tangent(x);
-    return t.defined() ? t : zeros(x.shape(), x.dtype());
-  };
   const Tensor tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
   // dk, dv and their tangents sum over the query blocks; a block that sees no key leaves dq's rows zero.
   Tensor dq = zeros(q.shape(), q.dtype()), dk = zeros(k.shape(), k.dtype()), dv = zeros(v.shape(), v.dtype());

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/forward_ad.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/nn_kernels.h"
@@ -23,6 +22,7 @@
 
 namespace tg {
 using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum, detail::tangent_add;
+using detail::tangent_or_zeros;
 
 // y = (x - mean) * rstd * w + b over the last axis (C), rstd = 1/sqrt(var + eps)
 // with the biased variance. Backward (llm.c / PyTorch), per row with
@@ -87,10 +87,6 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const T
 // A missing tangent is taken as zeros.
 static void layer_norm_backward_tangents(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
                                          std::span<Tensor> gin) {
-  auto tangent_or_zeros = [](const Tensor& v) {
-    const Tensor t = tangent(v);
-    return t.defined() ? t.contiguous() : zeros(v.shape(), v.dtype());
-  };
   const Tensor tx = tangent_or_zeros(x), tw = tangent_or_zeros(w), tg = tangent_or_zeros(g), gc = dense(g);
   const Tensor xc = x.contiguous(), wc = w.contiguous();
   const Tensor mean = n.saved_tensor(&LayerNormSaved::mean).contiguous();

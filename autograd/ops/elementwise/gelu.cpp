@@ -5,7 +5,6 @@
 #include <cmath>
 #include <numbers>
 
-#include "autograd/forward_ad.h"
 #include "autograd/op.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise/common.h"
@@ -17,6 +16,7 @@
 namespace tg {
 using detail::check_same_dtype;
 using detail::tangent_add;
+using detail::tangent_or_zeros;
 using detail::elementwise::fused_grad;
 using detail::elementwise::unary;
 using detail::elementwise::UnaryInputSaved;
@@ -69,10 +69,6 @@ static void gelu_grad_with_tangent(int64_t n, const S* x, const S* g, const S* t
   });
 }
 static Tensor gelu_backward_tangents(const Tensor& g, const Tensor& x, bool tanh_approximation) {
-  auto tangent_or_zeros = [](const Tensor& v) {
-    const Tensor t = tangent(v);
-    return t.defined() ? t.contiguous() : zeros(v.shape(), v.dtype());
-  };
   const Tensor xc = x.contiguous(), gc = g.contiguous(), tx = tangent_or_zeros(x), tg = tangent_or_zeros(g);
   Tensor dx = empty(x.shape(), x.dtype()), tdx = empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), "gelu", [&](auto tag) {

@@ -2,10 +2,10 @@
 // recorded backward builds on, each op a fused kernel with its own backward.
 #include "autograd/ops/rnn_ops.h"
 
-#include "autograd/forward_ad.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/rnn/common.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/view.h"
@@ -13,6 +13,7 @@
 
 namespace tg {
 using detail::row_grain;
+using detail::tangent_or_zeros;
 using namespace detail::rnn;
 
 // ============================ lstm_gate_slopes ============================
@@ -284,10 +285,6 @@ static void lstm_grad_tangent_rows(const Dims& d, Rows rows, const LstmTangentPo
 void detail::rnn::lstm_backward_tangents(const Tensor& grad, const Tensor& w, const Tensor& h0, const Tensor& c0,
                                          const Tensor& act, const Tensor& out, const std::array<bool, 4>& need,
                                          std::span<Tensor> gin) {
-  auto tangent_or_zeros = [](const Tensor& x) {
-    const Tensor t = tangent(x);
-    return t.defined() ? t.contiguous() : zeros(x.shape(), x.dtype());
-  };
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t G = 4 * d.H;
   const Tensor g = grad.contiguous(), gt = tangent_or_zeros(grad), a = act.contiguous(), at = tangent_or_zeros(act);

@@ -2,15 +2,16 @@
 // kernels and its OpDef side by side.
 #include "autograd/ops/rnn_ops.h"
 
-#include "autograd/forward_ad.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/rnn/common.h"
+#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
 using detail::row_grain;
+using detail::tangent_or_zeros;
 using namespace detail::rnn;
 
 // ============================ rnn_tanh_recurrence ============================
@@ -139,10 +140,6 @@ static void rnn_tanh_grad_tangent_rows(const Dims& d, Rows rows, const S* g, con
 static void rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(&RnnTanhSaved::weight), h0 = n.saved_tensor(&RnnTanhSaved::h0);
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
-  auto tangent_or_zeros = [](const Tensor& x) {
-    const Tensor t = x.defined() ? tangent(x) : Tensor();
-    return t.defined() ? t.contiguous() : zeros(x.shape(), x.dtype());
-  };
   const Tensor wc = contig(w), h0c = contig(h0), hs = out.contiguous(), g = grad.contiguous();
   const Tensor wt = tangent_or_zeros(w), hts = tangent_or_zeros(out), gt = tangent_or_zeros(grad);
   const Tensor h0t = h0.defined() ? tangent_or_zeros(h0) : Tensor();
