@@ -151,7 +151,7 @@ void checkpoint_backward(const Node& n, const Tensor& g, std::span<Tensor> grad_
   if (recorded || r.pass == 0 || r.pass != detail::plain_pass()) r = rerun(n, recorded ? Graph::recorded : Graph::plain);
   if (!r.out.requires_grad()) return;  // it depends on nothing requiring grad: no gradient flows
   const std::vector<Tensor> grads =
-      grad({r.out}, r.wrt, {g}, {.retain_graph = recorded, .create_graph = recorded, .allow_unused = true});
+      linked.grad({r.out}, r.wrt, {g}, {.retain_graph = recorded, .create_graph = recorded, .allow_unused = true});
   for (size_t i = 0; i < r.wrt.size(); ++i) grad_in[r.wrt_edge[i]] = grads[i];
 }
 

@@ -72,11 +72,28 @@ class ModulePathScope {
 std::string module_path();
 
 namespace detail {
-/// record() under anomaly detection: AnomalyError if out holds NaN or ±inf.
+/// record() under anomaly detection: AnomalyError if out holds NaN or ±inf
+/// (NaN only inside an InfinityAsked scope).
 void check_forward(const OpDef& op, std::span<const Tensor* const> inputs, const Tensor& out);
+/// While one lives on this thread, the forward check takes ±inf for a value
+/// the caller asked for, not an anomaly: masked_fill(x, mask, -inf), the way
+/// attention hides keys, records its output inside one. NaN is still reported.
+class InfinityAsked {
+ public:
+  InfinityAsked();
+  ~InfinityAsked();
+  InfinityAsked(const InfinityAsked&) = delete;
+  InfinityAsked& operator=(const InfinityAsked&) = delete;
+
+ private:
+  bool prev_;
+};
 /// After a node's backward under anomaly detection: AnomalyError if a
-/// gradient it returned holds NaN or ±inf. `api` is "backward" or "grad".
-void check_backward(const Node& node, const Tensor& grad_out, std::span<const Tensor> grad_in, const char* api);
+/// gradient it returned holds NaN or ±inf. `incoming` counts the gradient the
+/// backward received, taken before it ran (a backward may write its result
+/// into that buffer). `api` is "backward" or "grad".
+void check_backward(const Node& node, const NonFiniteCount& incoming, std::span<const Tensor> grad_in,
+                    const char* api);
 }  // namespace detail
 
 }  // namespace tg

@@ -18,9 +18,17 @@
 /// its next GEMM and reused until an in-place write (the optimizer's step)
 /// bumps the tensor's version. float64 GEMMs never change precision
 /// (gradcheck stays exact).
+#include <string>
+
 #include "dtype.h"
 
 namespace tg {
+
+/// What runs the GEMMs on this CPU, for reports (`lm_train --profile`,
+/// `bench_gemm`): OpenBLAS's core, oneDNN's instruction set and the kernel of
+/// its last bfloat16 GEMM, e.g. whether bfloat16 products run on oneDNN or fell
+/// back to float32 on a CPU without AVX-512.
+std::string gemm_backend_info();
 
 /// The precision this thread's float32 GEMMs compute in: f32 (autocast off,
 /// the default) or bf16.

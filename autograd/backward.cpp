@@ -148,9 +148,11 @@ class PassLevel {
 // their gradients are collected and no .grad is touched.
 class Pass {
  public:
+  // cut: the inputs bound the graph (detail::region_grad): the pass follows
+  // no edge out of an input's node.
   Pass(const std::vector<Tensor>& roots, const std::vector<Tensor>* inputs, const GradOptions& options,
-       const char* api)
-      : roots_(roots), inputs_(inputs), options_(options), api_(api),
+       const char* api, bool cut = false)
+      : roots_(roots), inputs_(inputs), options_(options), api_(api), cut_(cut),
         retain_(options.retain_graph.value_or(options.create_graph)),
         id_(g_next_pass.fetch_add(1, std::memory_order_relaxed)), order_(level_.nodes()) {}
 
@@ -237,6 +239,7 @@ class Pass {
     for (const Tensor& root : roots_)
       if (Node* n = root.impl()->grad_fn.get(); n && n->pass != id_) level_.visit(n, id_, run_all);
     for (size_t k = 0; k < order_.size(); ++k) {
+      if (is_cut(order_[k])) continue;
       for (Edge& e : order_[k]->edges) {
         if (!e.needs_grad) continue;
         if (Node* p = e.node.get()) {
@@ -263,10 +266,16 @@ class Pass {
       }
     }
     for (Node* n : order_)
-      for (const Edge& e : n->edges) {
+      for (const Edge& e : is_cut(n) ? std::span<const Edge>() : std::span<const Edge>(n->edges)) {
         if (!e.needs_grad) continue;
         if (e.node ? (e.node->capture >= 0 || e.node->run) : (e.leaf && e.leaf->capture >= 0)) n->run = true;
       }
+  }
+
+  // Whether the pass stops at n: a cut pass's input was made by it.
+  bool is_cut(const Node* n) const {
+    auto made_by_n = [&](const Tensor& x) { return x.impl()->grad_fn.get() == n; };
+    return cut_ && std::any_of(inputs_->begin(), inputs_->end(), made_by_n);
   }
 
   // A root with a node gets its seed there; a root that is a leaf (or an input) directly.
@@ -317,13 +326,16 @@ class Pass {
       release_saved(n);
       return;  // grads stay undefined: nothing more to deliver
     }
+    // Counted before backward runs: it may write its result into g's buffer.
+    const bool anomaly = anomaly_enabled();
+    const NonFiniteCount incoming = anomaly ? count_non_finite(g) : NonFiniteCount{};
     {
       ProfileScope prof(n.op->name, ProfilePhase::backward);
       AutocastGuard precision(n.autocast);
       n.op->backward(n, g, grads);
     }
-    if (anomaly_enabled()) [[unlikely]]
-      detail::check_backward(n, g, grads, api_);
+    if (anomaly) [[unlikely]]
+      detail::check_backward(n, incoming, grads, api_);
     clear_side_grads(n);
     release_saved(n);
     check_input_grads(n, grads, g_records);
@@ -449,6 +461,7 @@ class Pass {
   const std::vector<Tensor>* inputs_;
   const GradOptions& options_;
   const char* api_;
+  const bool cut_;
   const bool retain_;
   const uint64_t id_;
   PassLevel level_;
@@ -465,6 +478,11 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs, const GradOptions& options) {
   if (inputs.empty()) throw AutogradError("grad: no inputs given");
   return Pass(outputs, &inputs, options, "grad").run(grad_outputs);
+}
+
+std::vector<Tensor> detail::region_grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>& grad_outputs, const GradOptions& options) {
+  return Pass(outputs, &inputs, options, "grad", true).run(grad_outputs);
 }
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, const GradOptions& options) {

@@ -7,7 +7,6 @@
 // operands to bfloat16 (a parameter's copy is kept until it changes) and
 // runs the bfloat16 one.
 #include <cstdint>
-#include <string>
 
 #include "autograd/bfloat16.h"
 
@@ -19,10 +18,6 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double al
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
-
-// What runs the GEMMs on this CPU, for reports: OpenBLAS's core, oneDNN's
-// instruction set and the kernel of its last bfloat16 GEMM.
-std::string gemm_backend_info();
 
 // Threading: OpenBLAS runs every GEMM on the calling thread (it is set to one
 // thread once and for all), and gemm() splits a GEMM worth it (from 2^18

@@ -48,6 +48,14 @@ template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf
 /// dtype_of<T>::value.
 template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
 
+/// The DTypeError for arithmetic on a bfloat16 tensor, naming op: bf16
+/// tensors convert, copy, compare and print; they compute only inside
+/// autocast's GEMMs.
+[[noreturn]] inline void throw_bf16_compute(std::string_view op) {
+  throw DTypeError(fmt::format("{}: bfloat16 tensors only convert, copy and print; compute in float32 (under an "
+                               "AutocastGuard the GEMMs run in bfloat16) or call .to(DType::f32) first", op));
+}
+
 /// Calls f(T{}) with T = float or double for a floating dtype, else a
 /// DTypeError naming op. The one float dispatcher of autograd/ and nn/; a
 /// function rather than a macro, so the kernels inside the lambda may use
@@ -60,8 +68,7 @@ void dispatch_float(DType dtype, std::string_view op, F&& f) {
   else if (dtype == DType::f64)
     f(double{});
   else if (dtype == DType::bf16)
-    throw DTypeError(fmt::format("{}: bfloat16 tensors only convert, copy and print; compute in float32 (under an "
-                                 "AutocastGuard the GEMMs run in bfloat16) or call .to(DType::f32) first", op));
+    throw_bf16_compute(op);
   else
     throw DTypeError(fmt::format("{}: expected a floating tensor, got {}", op, dtype_name(dtype)));
 }
@@ -76,6 +83,19 @@ void dispatch_float(DType dtype, std::string_view op, F&& f) {
       case ::tg::DType::f64: { using scalar_t = double; return __VA_ARGS__(); }    \
       case ::tg::DType::i64: { using scalar_t = int64_t; return __VA_ARGS__(); }   \
       case ::tg::DType::bf16: { using scalar_t = ::tg::bfloat16; return __VA_ARGS__(); } \
+    }                                                                            \
+    throw ::tg::DTypeError(::fmt::format("{}: unknown dtype", op));                \
+  }()
+
+/// As TG_DISPATCH_ALL for arithmetic (int64 and floating): bfloat16 is the
+/// DTypeError of throw_bf16_compute.
+#define TG_DISPATCH_ARITH(dtype, op, ...)                                          \
+  [&] {                                                                          \
+    switch (dtype) {                                                             \
+      case ::tg::DType::f32: { using scalar_t = float; return __VA_ARGS__(); }     \
+      case ::tg::DType::f64: { using scalar_t = double; return __VA_ARGS__(); }    \
+      case ::tg::DType::i64: { using scalar_t = int64_t; return __VA_ARGS__(); }   \
+      case ::tg::DType::bf16: ::tg::throw_bf16_compute(op);                      \
     }                                                                            \
     throw ::tg::DTypeError(::fmt::format("{}: unknown dtype", op));                \
   }()

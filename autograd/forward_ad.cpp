@@ -13,8 +13,10 @@
 namespace tg {
 namespace {
 
-void check_count(const char* api, const char* what, size_t got, size_t want) {
-  if (got != want) throw ValueError(fmt::format("{}: {} {} for {} primals", api, got, what, want));
+// `what` names what was passed, `against` what it must match one for one
+// ("primals", "outputs").
+void check_count(const char* api, const char* what, size_t got, const char* against, size_t want) {
+  if (got != want) throw ValueError(fmt::format("{}: {} {} for {} {}", api, got, what, want, against));
 }
 
 // t, or zeros of like's shape where t is undefined (a zero tangent or gradient).
@@ -51,7 +53,7 @@ Tensor jacobian_block(const std::vector<Tensor>& parts, const Tensor& out, const
 
 JvpResult jvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& tangents,
               bool create_graph) {
-  check_count("jvp", "tangents", tangents.size(), primals.size());
+  check_count("jvp", "tangents", tangents.size(), "primals", primals.size());
   const bool keep = create_graph;  // the tangent rules recorded, the results left on the tape
   EnableGradGuard with_grad;
   ForwardADGuard level(keep);
@@ -74,7 +76,7 @@ VjpResult vjp(const TensorListFn& fn, const std::vector<Tensor>& primals, const 
   std::vector<Tensor> xs;
   for (const Tensor& p : primals) xs.push_back(p.requires_grad() ? p : p.detach().requires_grad_());
   std::vector<Tensor> outs = fn(xs);
-  check_count("vjp", "cotangents", cotangents.size(), outs.size());
+  check_count("vjp", "cotangents", cotangents.size(), "outputs", outs.size());
   std::vector<Tensor> reached, seeds;
   for (size_t k = 0; k < outs.size(); ++k)
     if (outs[k].requires_grad()) reached.push_back(outs[k]), seeds.push_back(cotangents[k]);
@@ -90,7 +92,7 @@ VjpResult vjp(const TensorListFn& fn, const std::vector<Tensor>& primals, const 
 }
 
 HvpResult hvp(const TensorListFn& fn, const std::vector<Tensor>& primals, const std::vector<Tensor>& v) {
-  check_count("hvp", "directions", v.size(), primals.size());
+  check_count("hvp", "directions", v.size(), "primals", primals.size());
   EnableGradGuard with_grad;
   ForwardADGuard level(false);  // H v is not differentiated again: no graph of the tangents
   std::vector<Tensor> xs;

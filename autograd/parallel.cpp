@@ -120,26 +120,34 @@ class Pool {
 // The barrier between the steps of one run_steps job. A step is tens of
 // microseconds and its parts are balanced, so a part that arrives first spins
 // (as idle workers do) and sleeps only when another part lost its core.
+// Each part says whether its step failed; every part learns whether any did,
+// so that all stop after the same step. The last to arrive decides: `stop_`
+// changes only when every part has arrived again, so each part has read it.
 class StepBarrier {
  public:
   explicit StepBarrier(int64_t parts) : parts_(parts) {}
 
-  void arrive_and_wait() {
+  bool arrive_and_wait(bool failed) {
+    if (failed) failed_.store(true, std::memory_order_relaxed);
     const uint32_t phase = phase_.load(std::memory_order_acquire);
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts_) {
+      stop_.store(failed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      failed_.store(false, std::memory_order_relaxed);
       arrived_.store(0, std::memory_order_relaxed);  // before the release below: the next step sees 0
       phase_.store(phase + 1, std::memory_order_release);
       phase_.notify_all();
-      return;
+      return stop_.load(std::memory_order_relaxed);
     }
     for (int i = 0; i < kSpins && phase_.load(std::memory_order_acquire) == phase; ++i) cpu_relax();
     while (phase_.load(std::memory_order_acquire) == phase) phase_.wait(phase, std::memory_order_acquire);
+    return stop_.load(std::memory_order_relaxed);
   }
 
  private:
   const int64_t parts_;
   std::atomic<int64_t> arrived_{0};
   std::atomic<uint32_t> phase_{0};
+  std::atomic<bool> failed_{false}, stop_{false};
 };
 
 // Never destroyed: its detached workers sleep until the process exits.
@@ -153,16 +161,24 @@ Pool& pool() {
 namespace detail {
 bool run_chunks(int64_t chunks, void (*body)(void*, int64_t), void* ctx) { return pool().run(chunks, body, ctx); }
 
-bool run_steps(int64_t parts, int64_t steps, void (*body)(void*, int64_t, int64_t) noexcept, void* ctx) {
+bool run_steps(int64_t parts, int64_t steps, void (*body)(void*, int64_t, int64_t), void* ctx) {
   // run_chunks gives every chunk a thread of its own (chunk c on worker c),
   // all running at once, so no part waits at the barrier for a part queued
-  // behind it.
+  // behind it. A part that throws still meets the others at this step's
+  // barrier (they would wait there for it forever), which tells every part
+  // to stop; run_chunks rethrows the exception.
   StepBarrier barrier(parts);
   auto part = [&](int64_t p) {
+    std::exception_ptr error;
     for (int64_t s = 0; s < steps; ++s) {
-      body(ctx, p, s);
-      barrier.arrive_and_wait();
+      try {
+        body(ctx, p, s);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      if (barrier.arrive_and_wait(error != nullptr)) break;
     }
+    if (error) std::rethrow_exception(error);
   };
   return run_chunks(parts, [](void* c, int64_t p) { (*static_cast<decltype(part)*>(c))(p); }, &part);
 }

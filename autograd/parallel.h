@@ -35,8 +35,9 @@ void parallel_for(int64_t n, int64_t grain, F&& f);
 /// once with a barrier after each step, or, while the pool is busy (or from
 /// inside it), part after part here. Each part sees the same calls in the same
 /// order either way. For sequential work too fine-grained to wake the pool at
-/// every step (a recurrence's steps, tens of microseconds each). f must not
-/// throw.
+/// every step (a recurrence's steps, tens of microseconds each). When a call
+/// throws, no part starts another step, and the first exception reaches the
+/// caller once every part has stopped.
 template <class F>
 void parallel_steps(int64_t parts, int64_t steps, F&& f);
 
@@ -46,8 +47,9 @@ namespace detail {
 // false (running nothing) when the pool is busy or this is a pool thread.
 bool run_chunks(int64_t chunks, void (*body)(void*, int64_t), void* ctx);
 // run_chunks for parallel_steps: every chunk runs body(ctx, part, step) for each
-// step, waiting at a barrier after each. Same return value.
-bool run_steps(int64_t parts, int64_t steps, void (*body)(void*, int64_t, int64_t) noexcept, void* ctx);
+// step, waiting at a barrier after each. Same return value; a throw stops every
+// part at the next barrier and is rethrown.
+bool run_steps(int64_t parts, int64_t steps, void (*body)(void*, int64_t, int64_t), void* ctx);
 }  // namespace detail
 
 template <class F>
@@ -66,7 +68,7 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
 template <class F>
 void parallel_steps(int64_t parts, int64_t steps, F&& f) {
   using Fn = std::remove_cvref_t<F>;
-  auto body = [](void* ctx, int64_t part, int64_t step) noexcept { (*static_cast<Fn*>(ctx))(part, step); };
+  auto body = [](void* ctx, int64_t part, int64_t step) { (*static_cast<Fn*>(ctx))(part, step); };
   if (parts > 1 && detail::run_steps(parts, steps, body, const_cast<Fn*>(&f))) return;
   for (int64_t s = 0; s < steps; ++s)
     for (int64_t p = 0; p < parts; ++p) f(p, s);

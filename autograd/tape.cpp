@@ -385,6 +385,14 @@ Node* record_tangent(const OpDef& op, std::span<const Tensor* const> inputs, Ten
   return n;
 }
 
+// Whether out is a view of one of the inputs. Anomaly detection checks only
+// values an op computed: a view shows values checked where they were made, or
+// none yet (concat and stack fill their output through views of it).
+bool aliases_an_input(std::span<const Tensor* const> inputs, const Tensor& out) {
+  return std::any_of(inputs.begin(), inputs.end(),
+                     [&](const Tensor* in) { return in->defined() && in->storage() == out.storage(); });
+}
+
 }  // namespace
 
 ForwardADGuard::ForwardADGuard(bool differentiable_tangents) {
@@ -442,6 +450,25 @@ Dual unpack_dual(const Tensor& t) { return {t, tangent(t)}; }
 
 detail::TangentsOnlySuspended::TangentsOnlySuspended() : prev_(t_tangents_only) { t_tangents_only = false; }
 detail::TangentsOnlySuspended::~TangentsOnlySuspended() { t_tangents_only = prev_; }
+std::vector<Tensor> detail::TangentsOnlySuspended::grad(const std::vector<Tensor>& outputs,
+                                                        const std::vector<Tensor>& inputs,
+                                                        const std::vector<Tensor>& grad_outputs,
+                                                        const GradOptions& options) const {
+  if (!prev_) return region_grad(outputs, inputs, grad_outputs, options);
+  std::vector<Tensor> seeds;
+  for (const Tensor& g : grad_outputs) {
+    const Tensor t = g.defined() ? tangent(g) : Tensor();
+    seeds.push_back(t.defined() ? make_dual(g.detach(), t) : g);
+  }
+  std::vector<Tensor> grads = region_grad(outputs, inputs, seeds, options);
+  for (Tensor& gi : grads) {
+    if (!gi.defined()) continue;
+    Tensor value = gi.detach();
+    set_tangent(value, tangent(gi));
+    gi = std::move(value);
+  }
+  return grads;
+}
 detail::TangentsOnly::TangentsOnly() { t_tangents_only = true; }
 detail::TangentsOnly::~TangentsOnly() {
   t_tangents_only = false;
@@ -486,7 +513,7 @@ void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in,
 
 // ---------------------------------------------------------------- recording
 Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out) {
-  if (anomaly_enabled()) [[unlikely]]
+  if (anomaly_enabled() && !aliases_an_input(inputs, out)) [[unlikely]]
     detail::check_forward(op, inputs, out);
   if (!t_grad_enabled) return nullptr;
   if (t_tangents_only) return record_tangent(op, inputs, out);

@@ -302,6 +302,15 @@ class TangentsOnlySuspended {
  public:
   TangentsOnlySuspended();
   ~TangentsOnlySuspended();
+  /// The gradients of outputs over the region its inputs bound (ops recorded
+  /// under this suspension on those inputs; no edge out of an input is
+  /// followed: partial, not total, derivatives). When it suspended the
+  /// tangents-only pass, the gradients flowing in (grad_outputs) come from
+  /// that pass: they carry tangents but no graph, so each enters as a dual
+  /// tensor; and the gradients come back as that pass's own do, with their
+  /// tangents and without the graph they were computed through.
+  std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                           const std::vector<Tensor>& grad_outputs, const GradOptions& options) const;
   TangentsOnlySuspended(const TangentsOnlySuspended&) = delete;
   TangentsOnlySuspended& operator=(const TangentsOnlySuspended&) = delete;
 

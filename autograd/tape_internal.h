@@ -7,6 +7,15 @@
 
 namespace tg::detail {
 
+// grad(outputs, inputs) over a region of the graph that the inputs bound:
+// the partial derivatives, following no edge out of an input. A backward that
+// reruns its function on its saved inputs (checkpoint, lstm_recompute) takes
+// this one: where an input depends on a tensor that the function also reads
+// (h = tanh(x w) into a checkpoint that reads w), the path through h is the
+// outer pass's to follow, and grad()'s total derivative would count it twice.
+std::vector<Tensor> region_grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                                const std::vector<Tensor>& grad_outputs, const GradOptions& options);
+
 // "'op' (output shape dtype)", how errors name a node.
 std::string describe_node(const Node& n);
 

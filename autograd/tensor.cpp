@@ -283,7 +283,7 @@ const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
     throw DTypeError(fmt::format("add_: cannot add {} into {}", dtype_name(other.dtype()), dtype_name(dtype())));
   if (!(broadcast_shapes(other.shape(), shape(), "add_") == shape()))
     throw ShapeError(fmt::format("add_: cannot add a tensor of shape {} into shape {}", other.shape(), shape()));
-  TG_DISPATCH_ALL(dtype(), "add_", [&] {
+  TG_DISPATCH_ARITH(dtype(), "add_", [&] {
     const scalar_t a = static_cast<scalar_t>(alpha);
     if (alpha == 1.0)
       detail::map2<scalar_t, scalar_t, scalar_t>(*this, *this, other, [](scalar_t x, scalar_t y) { return x + y; });
@@ -296,7 +296,7 @@ const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
 
 const Tensor& Tensor::mul_(double factor) const {
   check_inplace(*this, "mul_");
-  TG_DISPATCH_ALL(dtype(), "mul_", [&] {
+  TG_DISPATCH_ARITH(dtype(), "mul_", [&] {
     const scalar_t f = static_cast<scalar_t>(factor);
     detail::map1<scalar_t, scalar_t>(*this, *this, [f](scalar_t x) { return x * f; });
   });

@@ -23,6 +23,14 @@ std::string format_count(double n) {
   return fmt::format("{:.0f}", n);
 }
 
+std::string format_rate(double items, double secs, const std::string& unit) {
+  if (!(items > 0) || !(secs > 0)) return "";
+  const double per_second = items / secs;
+  if (per_second >= 1) return fmt::format("{} {}/s", format_count(per_second), unit);
+  const std::string one = unit.size() > 1 && unit.back() == 's' ? unit.substr(0, unit.size() - 1) : unit;
+  return fmt::format("{:.{}f} s/{}", secs / items, secs / items < 10 ? 1 : 0, one);
+}
+
 Progress::Progress(std::string label, int64_t total, std::string unit, int64_t first)
     : label_(std::move(label)),
       unit_(std::move(unit)),
@@ -59,7 +67,8 @@ void Progress::draw(int64_t done, double items, const std::string& extra, bool f
   int filled = static_cast<int>(frac * width);
   std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
   double secs = seconds();
-  std::string rate = items >= 0 && secs > 0 ? fmt::format("  {} {}/s", format_count(items / secs), unit_) : "";
+  const std::string per = format_rate(items, secs, unit_);
+  const std::string rate = per.empty() ? "" : "  " + per;
   double run_frac = static_cast<double>(done - first_) / (total_ - first_);  // of this run's share
   std::string tail = final ? fmt::format("  done in {}", format_duration(secs))
                            : fmt::format("  ETA {}", run_frac > 0 ? format_duration(secs * (1 - run_frac) / run_frac) : "?");

@@ -33,5 +33,9 @@ class Progress {
 std::string format_duration(double seconds);
 // "950", "42.1k", "3.2M"
 std::string format_count(double n);
+// items over secs: "42.1k tok/s"; below one a second, seconds per item so that
+// a slow rate does not read 0: "2.5 s/round" (unit "rounds", singular by
+// dropping its last 's'). Empty for no items or no time.
+std::string format_rate(double items, double secs, const std::string& unit);
 
 }  // namespace tg::report

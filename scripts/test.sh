@@ -5,8 +5,9 @@
 #   scripts/test.sh --tsan       the threaded tests under ThreadSanitizer: the kernels' pool
 #                                (parallel), attention split over it and two models trained
 #                                in two threads (threads), and the suites whose kernels and
-#                                layers run on the pool (autograd, nn_ops, nn_layers), and
-#                                checkpointed training in two threads (activation_checkpoint)
+#                                layers run on the pool (autograd, nn_ops, nn_layers),
+#                                checkpointed training in two threads (activation_checkpoint),
+#                                and every feature with every model (feature_matrix)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh "$@"
@@ -15,7 +16,7 @@ tests=()  # meson test names; none named: all
 [[ "${1:-}" == "--sanitize" ]] && builddir=build-asan
 if [[ "${1:-}" == "--tsan" ]]; then
   builddir=build-tsan
-  tests=(parallel threads autograd nn_ops nn_layers activation_checkpoint)
+  tests=(parallel threads autograd nn_ops nn_layers activation_checkpoint feature_matrix)
   # OpenBLAS runs at one thread (the library splits GEMMs over its own pool),
   # but OpenBLAS is not instrumented: TSan sees only the libc calls it makes
   # (memset of a GEMM's output), and the peak measurements start its threads.

@@ -165,3 +165,50 @@ BOOST_AUTO_TEST_CASE(a_hook_that_returns_nan_is_named) {
   // The hook's own division is an op: forward detection names it.
   check_throws<AnomalyError>([&] { sum(y).backward(); }, {"'div'", "returned (3) float32"});
 }
+
+// sqrt at 0: its backward writes g / (2 sqrt x) = inf into the buffer of the
+// gradient it received (ones, which sum's backward made and nothing else
+// holds). The report must say what that gradient was before the backward ran,
+// not what the backward left in it.
+BOOST_AUTO_TEST_CASE(backward_report_counts_the_gradient_as_received) {
+  DetectAnomalyGuard on;
+  Tensor x = zeros({2, 4}, DType::f64).requires_grad_(true);
+  Tensor loss = sum(sqrt(x));
+  check_throws<AnomalyError>([&] { loss.backward(); },
+                             {"the backward of 'sqrt'", "8 infinite", "the gradient it received was finite"});
+}
+
+// With anomaly detection off, a NaN in a GPT's attention weights makes the
+// loss NaN: fused attention must not turn NaN score rows into zeros.
+BOOST_AUTO_TEST_CASE(gpt_nan_weight_without_detection_gives_a_nan_loss) {
+  models::GPT gpt = tiny_gpt();
+  poison(param(gpt, "blocks.1.attn.qkv.weight"), std::numeric_limits<double>::quiet_NaN());
+  BOOST_TEST(std::isnan(gpt.loss(ids, targets).item()));
+}
+
+// concat and stack fill their output through views of it: anomaly detection
+// checks the values ops compute, not a buffer not yet written (here one the
+// caching allocator last handed out full of NaN).
+BOOST_AUTO_TEST_CASE(joins_into_a_recycled_buffer_are_not_anomalies) {
+  for (int k = 0; k < 4; ++k) {
+    { Tensor junk = full({2, 2, 32}, std::numeric_limits<double>::quiet_NaN()); }
+    DetectAnomalyGuard on;
+    const Tensor a = ones({2, 32}).requires_grad_(true), b = ones({2, 32});
+    BOOST_TEST(sum(stack({a, b}, 0)).item() == 128.0);
+    { Tensor junk = full({2, 2, 32}, std::numeric_limits<double>::quiet_NaN()); }
+    BOOST_TEST(sum(concat({a, b}, 0)).item() == 128.0);
+  }
+}
+
+// An infinity a caller asks for (masked_fill(x, mask, -inf), how attention
+// hides keys) is no anomaly; a NaN asked for, or an infinity an op makes, is.
+BOOST_AUTO_TEST_CASE(an_infinite_fill_is_asked_for_a_nan_is_not) {
+  DetectAnomalyGuard on;
+  const Tensor x = ones({2, 3}).requires_grad_(true);
+  const Tensor mask = from_vector(std::vector<int64_t>{0, 1, 0, 0, 0, 1}, {2, 3});
+  const Tensor hidden = masked_fill(x, mask, -std::numeric_limits<double>::infinity());
+  BOOST_TEST(std::isfinite(sum(softmax(hidden, -1)).item()));
+  check_throws<AnomalyError>([&] { (void)masked_fill(x, mask, std::numeric_limits<double>::quiet_NaN()); },
+                             {"'masked_fill'", "2 NaN"});
+  check_throws<AnomalyError>([&] { (void)mul(hidden, -1.0); }, {"'mul_scalar'", "2 infinite", "already non-finite"});
+}

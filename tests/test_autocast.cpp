@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <set>
 
 #include "autograd/autocast.h"
@@ -89,8 +90,25 @@ BOOST_AUTO_TEST_CASE(bf16_tensors_convert_copy_and_print) {
   Tensor c = from_vector(std::vector<bfloat16>{bfloat16(0.5f), bfloat16(2.0f)}, {2});
   BOOST_TEST(c.to(DType::f64).to_vector<double>() == std::vector<double>({0.5, 2.0}));
   // Compute on bfloat16 tensors is refused with a reason, and they cannot require grad.
-  check_throws<DTypeError>([&] { exp(b); }, {"exp", "bfloat16", "AutocastGuard"});
-  check_throws<DTypeError>([&] { matmul(b, b); }, {"bfloat16"});
+  // Every kind of op: unary, binary, with a scalar, reductions, in place, and
+  // the fused ones; each error names the op and points to autocast.
+  const std::vector<std::pair<std::string, std::function<void()>>> computes{
+      {"exp", [&] { (void)exp(b); }},
+      {"add", [&] { (void)add(b, b); }},
+      {"sub", [&] { (void)sub(b, b); }},
+      {"mul", [&] { (void)mul(b, b); }},
+      {"div", [&] { (void)div(b, b); }},
+      {"add", [&] { (void)add(b, 1.0); }},
+      {"mul", [&] { (void)mul(b, 2.0); }},
+      {"rsub", [&] { (void)rsub(1.0, b); }},
+      {"sum", [&] { (void)sum(b); }},
+      {"add_", [&] { b.add_(b); }},
+      {"mul_", [&] { b.mul_(2.0); }},
+      {"matmul", [&] { (void)matmul(b, b); }},
+      {"softmax", [&] { (void)softmax(b, -1); }},
+  };
+  for (const auto& [op, f] : computes) check_throws<DTypeError>(f, {op + ": bfloat16", "AutocastGuard"});
+  BOOST_TEST(b.at({1, 0}) == -2.5);  // untouched by the refused in-place ops
   check_throws<DTypeError>([&] { b.requires_grad_(); }, {"bfloat16"});
   check_throws<DTypeError>([] { AutocastGuard g(DType::f64); }, {"AutocastGuard", "float64"});
 }

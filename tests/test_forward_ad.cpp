@@ -396,3 +396,103 @@ BOOST_AUTO_TEST_CASE(transformer_block_hvp_matches_torch) {
   }
   BOOST_TEST_MESSAGE("block_hvp: max relative error of forward-over-reverse H v vs torch: " << p.worst);
 }
+
+// H v by reverse over reverse: the reference the forward-over-reverse cases
+// below are checked against.
+namespace {
+Tensor hvp_by_reverse(const TensorListFn& f, const Tensor& x0, const Tensor& v) {
+  const Tensor x = x0.detach().clone().requires_grad_();
+  const Tensor g = grad({f({x})[0]}, {x}, {}, {.create_graph = true})[0];
+  return grad({sum(mul(g, v))}, {x}, {}, {.allow_unused = true})[0];
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(count_errors_name_what_is_counted) {
+  auto two_outputs = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{exp(in[0]), tanh(in[0])}; };
+  const Tensor x = samples::uniform({3}, 51).detach();
+  check_throws<ValueError>([&] { (void)vjp(two_outputs, {x}, {ones({3}, DType::f64)}); },
+                           {"vjp: 1 cotangents for 2 outputs"});
+  check_throws<ValueError>([&] { (void)jvp(two_outputs, {x}, {}); }, {"jvp: 0 tangents for 1 primals"});
+  check_throws<ValueError>([&] { (void)hvp(two_outputs, {x}, {x, x}); }, {"hvp: 2 directions for 1 primals"});
+}
+
+// Forward over reverse through a checkpoint whose input depends on the
+// primals: the checkpoint's backward reruns its function with a graph, and
+// the pass must carry the tangents of what it returns on.
+BOOST_AUTO_TEST_CASE(hvp_through_a_checkpoint_of_a_computed_input) {
+  const Tensor x0 = samples::uniform({2, 6, 8}, 52).detach(), v = samples::uniform({2, 6, 8}, 53).detach();
+  auto f = [](const std::vector<Tensor>& in) {
+    const Tensor h = checkpoint([](const std::vector<Tensor>& a) { return mul(tanh(a[0]), a[0]); }, {mul(in[0], 2.0)});
+    return std::vector<Tensor>{sum(mul(add(h, in[0]), h))};
+  };
+  const HvpResult r = hvp(f, {x0}, {v});
+  BOOST_TEST(max_rel_diff(r.hvp[0], hvp_by_reverse(f, x0, v)) < 1e-12);
+  const Tensor x = x0.clone().requires_grad_();
+  BOOST_TEST(max_rel_diff(r.grads[0], grad({f({x})[0]}, {x})[0]) < 1e-14);
+}
+
+// cross_entropy with every target ignored: the mean is 0/0 = NaN, so a loss
+// y*y sends a NaN gradient into it; like the plain backward (and PyTorch),
+// forward over reverse gives 0 for the logits' gradient and for H v.
+BOOST_AUTO_TEST_CASE(hvp_of_cross_entropy_with_every_target_ignored_is_zero) {
+  const Tensor targets = from_vector(std::vector<int64_t>{-100, -100, -100}, {3});
+  auto f = [&](const std::vector<Tensor>& in) {
+    const Tensor y = cross_entropy(in[0], targets);
+    return std::vector<Tensor>{mul(y, y)};
+  };
+  const Tensor x0 = samples::uniform({3, 4}, 54).detach(), v = samples::uniform({3, 4}, 55).detach();
+  const HvpResult r = hvp(f, {x0}, {v});
+  BOOST_TEST(std::isnan(r.value.item()));
+  BOOST_TEST(max_rel_diff(r.grads[0], zeros({3, 4}, DType::f64)) == 0.0);
+  BOOST_TEST(max_rel_diff(r.hvp[0], zeros({3, 4}, DType::f64)) == 0.0);
+  BOOST_TEST(max_rel_diff(hvp_by_reverse(f, x0, v), zeros({3, 4}, DType::f64)) == 0.0);
+}
+
+// pow(a, b) at a = b = 0: the value is 1 and its gradients are finite; the
+// second derivatives must be too, by reverse over reverse and by forward over
+// reverse alike.
+BOOST_AUTO_TEST_CASE(pow_at_zero_to_the_zero_has_finite_second_derivatives) {
+  // x = (a, b) stacked: pow(a, b) elementwise, a = b = 0 at the first.
+  auto f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{sum(pow(select(in[0], 0, 0), select(in[0], 0, 1)))};
+  };
+  const Tensor x0 = from_vector(std::vector<double>{0.0, 0.5, 2.0, 0.0, 1.0, 2.0}, {2, 3});
+  const Tensor v = samples::uniform({2, 3}, 56).detach();
+  const Tensor ror = hvp_by_reverse(f, x0, v);
+  const HvpResult r = hvp(f, {x0}, {v});
+  for (double e : ror.to_vector<double>()) BOOST_TEST(std::isfinite(e));
+  BOOST_TEST(max_rel_diff(r.hvp[0], ror) < 1e-14);
+}
+
+// A checkpoint whose input depends on a tensor its function also reads:
+// h = tanh(x w) into a checkpoint of tanh(h w). Its backward differentiates
+// the rerun with respect to h and w; the path from h back to w is the outer
+// pass's, and must not be counted by the rerun as well. With create_graph,
+// and by forward over reverse, gradients and H v equal those without the
+// checkpoint.
+BOOST_AUTO_TEST_CASE(checkpoint_reading_what_its_input_depends_on) {
+  const Tensor x = samples::uniform({3, 4}, 57).detach(), w0 = samples::uniform({4, 4}, 58).detach();
+  const Tensor v = samples::uniform({4, 4}, 59).detach();
+  auto loss = [&](const Tensor& w, bool checkpointed) {
+    const Tensor h = tanh(matmul(x, w));
+    auto body = [w](const std::vector<Tensor>& in) { return tanh(matmul(in[0], w)); };
+    const Tensor y = checkpointed ? checkpoint(body, {h}) : body({h});
+    return sum(mul(y, y));
+  };
+  std::vector<Tensor> grads, hvs;
+  for (bool checkpointed : {false, true})
+    for (bool create_graph : {false, true}) {
+      const Tensor w = w0.clone().requires_grad_();
+      const Tensor g = grad({loss(w, checkpointed)}, {w}, {}, {.create_graph = create_graph})[0];
+      grads.push_back(g.detach());
+      if (create_graph) hvs.push_back(grad({sum(mul(g, v))}, {w})[0]);
+    }
+  for (bool checkpointed : {false, true}) {
+    auto f = [&](const std::vector<Tensor>& p) { return std::vector<Tensor>{loss(p[0], checkpointed)}; };
+    const HvpResult r = hvp(f, {w0}, {v});
+    grads.push_back(r.grads[0]);
+    hvs.push_back(r.hvp[0]);
+  }
+  for (size_t k = 1; k < grads.size(); ++k) BOOST_TEST(max_rel_diff(grads[k], grads[0]) < 1e-14, "gradient " << k);
+  for (size_t k = 1; k < hvs.size(); ++k) BOOST_TEST(max_rel_diff(hvs[k], hvs[0]) < 1e-14, "H v " << k);
+}

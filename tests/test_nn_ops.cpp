@@ -366,3 +366,37 @@ BOOST_AUTO_TEST_CASE(attention_errors) {
                         says<ShapeError>({"key_padding_mask", "(1,4)", "(1,5)"}));
   BOOST_CHECK_THROW(scaled_dot_product_attention(arange(4).reshape({1, 1, 1, 4}), k, v), DTypeError);
 }
+
+// A NaN goes through fused attention as through softmax(q k^T / sqrt(D)) v:
+// a NaN query row, and a causal row whose only visible key is NaN, give NaN
+// output rows (not zeros), in float32 and float64, in the same places.
+BOOST_AUTO_TEST_CASE(attention_propagates_nan_like_its_composite) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {DType::f64, DType::f32}) {
+    Generator gen(21);
+    Tensor q = randn({1, 2, 5, 4}, DType::f64, &gen), k = randn({1, 2, 5, 4}, DType::f64, &gen);
+    Tensor v = randn({1, 2, 5, 3}, DType::f64, &gen);
+    {
+      NoGradGuard ng;
+      q.select(1, 0).select(1, 2).fill_(nan);  // head 0, query 2: every score NaN
+      k.select(1, 1).select(1, 0).fill_(nan);  // head 1, key 0: causal query 0 sees it alone
+    }
+    auto composite = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv) {
+      Tensor s = mul(matmul(qq, transpose(kk, -2, -1)), 0.5);
+      Tensor hidden = triu(ones({5, 5}, DType::i64), 1);
+      return matmul(softmax(masked_fill(s, hidden, -std::numeric_limits<double>::infinity()), -1), vv);
+    };
+    const Tensor fused = scaled_dot_product_attention(q.to(dt), k.to(dt), v.to(dt), true).to(DType::f64);
+    const Tensor ref = composite(q, k, v);
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 3; ++j) {
+          const double a = fused.at({0, h, i, j}), b = ref.at({0, h, i, j});
+          BOOST_TEST(std::isnan(a) == std::isnan(b), dtype_name(dt) << " head " << h << " row " << i << ": fused " << a
+                                                                   << ", composite " << b);
+          if (!std::isnan(b)) BOOST_TEST(std::abs(a - b) < 1e-5);
+        }
+    BOOST_TEST(std::isnan(fused.at({0, 0, 2, 0})));
+    BOOST_TEST(std::isnan(fused.at({0, 1, 0, 0})));
+  }
+}

@@ -1,7 +1,7 @@
 // parallel_for on the library's thread pool: every index exactly once, at
 // any thread count, nested, from several threads at once, and exceptions
 // reach the caller. parallel_steps: every (part, step) once, each step whole
-// before the next, on the pool or inline.
+// before the next, on the pool or inline, and exceptions reach the caller.
 #define BOOST_TEST_MODULE parallel
 #include <boost/test/unit_test.hpp>
 
@@ -109,15 +109,19 @@ BOOST_AUTO_TEST_CASE(concurrent_callers_each_get_every_index) {
 
 BOOST_AUTO_TEST_CASE(an_exception_in_any_chunk_reaches_the_caller) {
   Threads restore;
-  set_num_threads(2);
-  for (int64_t throwing_index : {0, 9999}) {
-    BOOST_CHECK_THROW(parallel_for(10000, 100,
-                                   [&](int64_t b, int64_t e) {
-                                     if (b <= throwing_index && throwing_index < e) throw std::runtime_error("chunk");
-                                   }),
-                      std::runtime_error);
-    // The pool still works afterwards.
-    for (int c : visits(10000, 100)) BOOST_REQUIRE(c == 1);
+  for (int threads : {2, 4}) {
+    set_num_threads(threads);
+    // An index in each chunk (the caller's is the first), and in all at once.
+    for (int64_t throwing_index : {int64_t{0}, int64_t{2600}, int64_t{5100}, int64_t{7600}, int64_t{9999}, int64_t{-1}}) {
+      BOOST_CHECK_THROW(parallel_for(10000, 100,
+                                     [&](int64_t b, int64_t e) {
+                                       if (throwing_index < 0 || (b <= throwing_index && throwing_index < e))
+                                         throw std::runtime_error("chunk");
+                                     }),
+                        std::runtime_error);
+      // The pool still works afterwards.
+      for (int c : visits(10000, 100)) BOOST_REQUIRE(c == 1);
+    }
   }
 }
 
@@ -143,6 +147,45 @@ BOOST_AUTO_TEST_CASE(parallel_steps_runs_inline_inside_the_pool) {
     BOOST_TEST((r.calls == std::vector<int>(150, 1)));
     BOOST_TEST(!r.early);
     BOOST_TEST(r.threads == 1u);
+  }
+}
+
+// A throw in any part at any step: the caller gets it, no part starts a later
+// step, and the pool works afterwards. At 2 and 4 kernel threads, on the pool
+// and inline inside it.
+BOOST_AUTO_TEST_CASE(parallel_steps_passes_an_exception_in_any_part_to_the_caller) {
+  Threads restore;
+  for (int threads : {2, 4}) {
+    set_num_threads(threads);
+    for (int64_t parts : {2, 3, 4})
+      for (int64_t bad_part = 0; bad_part < parts; ++bad_part)
+        for (int64_t bad_step : {int64_t{0}, int64_t{7}, int64_t{49}}) {
+          std::vector<std::atomic<int>> calls(parts * 50);
+          auto f = [&](int64_t p, int64_t s) {
+            calls[p * 50 + s].fetch_add(1);
+            if (p == bad_part && s == bad_step) throw std::runtime_error("part");
+          };
+          BOOST_CHECK_THROW(parallel_steps(parts, 50, f), std::runtime_error);
+          int later = 0;
+          for (int64_t p = 0; p < parts; ++p)
+            for (int64_t s = bad_step + 1; s < 50; ++s) later += calls[p * 50 + s].load();
+          BOOST_TEST(later == 0, parts << " parts, throw at part " << bad_part << " step " << bad_step);
+          const StepsRun r = run_steps(parts, 20);
+          BOOST_TEST((r.calls == std::vector<int>(parts * 20, 1)));
+        }
+    // Inline, from inside the pool.
+    std::atomic<int> caught{0};
+    parallel_for(2, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) try {
+          parallel_steps(3, 10, [&](int64_t p, int64_t s) {
+            if (p == 1 && s == 4) throw std::runtime_error("inline part");
+          });
+        } catch (const std::runtime_error&) {
+          caught.fetch_add(1);
+        }
+    });
+    BOOST_TEST(caught.load() == 2);
+    for (int c : visits(10000, 100)) BOOST_REQUIRE(c == 1);
   }
 }
 

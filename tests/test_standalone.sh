@@ -7,6 +7,10 @@
 #       with meson + pkg-config (shared and static) and with CMake
 #   tests/test_standalone.sh subproject           builds the project with this
 #       source tree as its meson subproject
+#   tests/test_standalone.sh doc_blocks BUILDDIR  installs BUILDDIR the same way,
+#       then compiles the docs' compiled blocks (BUILDDIR/doc/doc_blocks.cpp)
+#       as a reader would, with `c++ $(pkg-config --cflags --libs tapegrad)`
+#       against the installed tree alone, and runs them
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
@@ -37,7 +41,8 @@ if [[ $mode == subproject ]]; then
   exit 0
 fi
 
-[[ $mode == installed && -n $build ]] || fail "usage: test_standalone.sh installed BUILDDIR | subproject"
+[[ ($mode == installed || $mode == doc_blocks) && -n $build ]] ||
+  fail "usage: test_standalone.sh installed BUILDDIR | doc_blocks BUILDDIR | subproject"
 read -r prefix libdir < <(meson introspect "$build" --buildoptions | python3 -c '
 import json, sys
 o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
@@ -46,6 +51,18 @@ print(o["prefix"], o["libdir"])')
 DEST=$work/stage
 run meson install -C "$build" --no-rebuild --quiet --destdir "$DEST"
 PREFIX=$DEST$prefix
+
+if [[ $mode == doc_blocks ]]; then
+  # Only the installed tree: no source-tree include path, no build-tree library.
+  export PKG_CONFIG_PATH=$PREFIX/$libdir/pkgconfig
+  flags=$(pkg-config --cflags --libs tapegrad) || fail "pkg-config does not find tapegrad"
+  # shellcheck disable=SC2086  # flags are words
+  run c++ -std=c++20 -o doc_blocks "$build/doc/doc_blocks.cpp" $flags -Wl,-rpath,"$PREFIX/$libdir"
+  libs=$(ldd ./doc_blocks)
+  grep -q "libtapegrad.so.*$PREFIX" <<<"$libs" || fail "doc_blocks does not load the installed libtapegrad.so"
+  show ./doc_blocks
+  exit 0
+fi
 echo "installed tree:"
 (cd "$PREFIX" && find . -type f -o -type l | sort | sed 's/^/  /')
 

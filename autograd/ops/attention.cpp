@@ -107,7 +107,8 @@ void for_each_head(const AttentionDims& a, F&& body) {
 
 // Softmax in place over the first `visible` entries of a score row, skipping
 // padded keys (pad[j] != 0); everything else becomes 0. A row with no
-// visible key becomes all zeros.
+// visible key becomes all zeros; a row with a NaN score becomes all NaN, as
+// softmax(S) v gives it.
 template <class T>
 void masked_softmax_row(T* s, int64_t Tk, int64_t visible, const uint8_t* pad) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -117,7 +118,11 @@ void masked_softmax_row(T* s, int64_t Tk, int64_t visible, const uint8_t* pad) {
   }
   const T m = detail::row_max(s, visible);
   if (m == kNegInf) {
-    std::fill(s, s + Tk, T(0));
+    // row_max's vector max drops a NaN that meets -inf, so a row that is
+    // all -inf and NaN reads as one with nothing visible. A NaN beside a
+    // finite score needs no check: exp(NaN - m) makes the sum NaN below.
+    const bool nan = std::any_of(s, s + visible, [](T x) { return std::isnan(x); });
+    std::fill(s, s + Tk, nan ? std::numeric_limits<T>::quiet_NaN() : T(0));
     return;
   }
   const T inv = T(1) / detail::exp_shifted(s, m, s, visible);

@@ -24,6 +24,7 @@ inline void check_defined(std::string_view op, const Tensor& x, std::string_view
 // Defined and float32/float64, else ValueError / DTypeError.
 inline void check_floating(std::string_view op, const Tensor& x, std::string_view what) {
   check_defined(op, x, what);
+  if (x.dtype() == DType::bf16) throw_bf16_compute(op);
   if (!is_floating(x.dtype()))
     throw DTypeError(fmt::format("{}: {} must be float32 or float64, got {} {}", op, what, x.shape(),
                                  dtype_name(x.dtype())));

@@ -157,12 +157,7 @@ Tensor sum(const Tensor& x, const Axes& axes, bool keepdim) {
   std::vector<int> ax = detail::reduce_axes(x, axes, "sum");
   Tensor out = empty(detail::reduced_shape(x.shape(), ax, keepdim), x.dtype());
   detail::Blocked b = detail::block(x, ax);
-  TG_DISPATCH_ALL(x.dtype(), sum_op.name, [&] {
-    if constexpr (std::is_same_v<scalar_t, bfloat16>)
-      dispatch_float(x.dtype(), sum_op.name, [](auto) {});  // the bfloat16 error
-    else
-      detail::sum_blocked<scalar_t>(b, out.data<scalar_t>());
-  });
+  TG_DISPATCH_ARITH(x.dtype(), sum_op.name, [&] { detail::sum_blocked<scalar_t>(b, out.data<scalar_t>()); });
   if (Node* n = record(sum_op, out, x)) n->attrs<ReduceAttrs>().axes.assign(ax.begin(), ax.end());
   return out;
 }

@@ -315,18 +315,22 @@ static Tensor cross_entropy_grad_rows(const Node& n, const Tensor& g, const Tens
 // one-hot targets q = (1 - e) [c == t] + e / C and keep (R,1) = [t != ignore]
 // as constants (q is 0 on ignored rows). p carries the graph to the logits
 // (forward records it as their softmax), so gx is differentiable again.
+// Ignored rows are then filled with 0, as the plain form writes them: w is
+// NaN when every target is ignored under the mean (0/0), and 0 * NaN is not 0.
 static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const Tensor& p, const Tensor& targets) {
   const CrossEntropyAttrs& a = n.attrs<CrossEntropyAttrs>();
   const int64_t R = p.shape()[0], C = p.shape()[1];
   const double eps = a.label_smoothing;
-  Tensor q = zeros({R, C}, p.dtype()), keep = zeros({R, 1}, p.dtype());
+  Tensor q = zeros({R, C}, p.dtype()), keep = zeros({R, 1}, p.dtype()), ignored = ones({R, 1}, DType::i64);
   dispatch_float(p.dtype(), n.op->name, [&](auto tag) {
     using T = decltype(tag);
     const int64_t* t = targets.data<int64_t>();
     T *qp = q.data<T>(), *kp = keep.data<T>();
+    int64_t* ip = ignored.data<int64_t>();
     for (int64_t r = 0; r < R; ++r) {
       if (t[r] == a.ignore_index) continue;
       kp[r] = T(1);
+      ip[r] = 0;
       std::fill(qp + r * C, qp + (r + 1) * C, static_cast<T>(eps / static_cast<double>(C)));
       qp[r * C + t[r]] += static_cast<T>(1.0 - eps);
     }
@@ -335,7 +339,8 @@ static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const 
   // ignored: every row is 0 anyway).
   Tensor w = a.reduction == Reduction::none ? reshape(g, {R, 1}) : g;
   if (a.reduction == Reduction::mean && a.count > 0) w = mul(w, 1.0 / static_cast<double>(a.count));
-  return mul(w, sub(mul(p, keep), q));
+  const Tensor gx = mul(w, sub(mul(p, keep), q));
+  return a.count < R ? masked_fill(gx, ignored, 0.0) : gx;
 }
 
 static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {

@@ -35,7 +35,7 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f, bool floati
       detail::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f);
     });
   } else {
-    TG_DISPATCH_ALL(a.dtype(), op, [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
+    TG_DISPATCH_ARITH(a.dtype(), op, [&] { detail::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
   }
   return out;
 }
@@ -167,12 +167,15 @@ Tensor div(const Tensor& a, const Tensor& b) {
 // The partial derivatives of a ** b, in tensor ops: b a^(b-1), 0 where b == 0
 // (a ** 0 is constant, also at a = 0 where b a^(b-1) is 0 * inf); and
 // a^b log a, 0 where a == 0 (its limit for b > 0, and torch's value at 0 ** 0,
-// where 0 * log 0 would be NaN). log reads a with its zeros replaced by 1, so
-// that no NaN reaches the gradient of the derivative either.
+// where 0 * log 0 would be NaN). log reads a with its zeros replaced by 1, and
+// the unused branch of the first reads b with its zeros replaced by 1 (a^0 is
+// finite at a = 0, where a^-1 is not), so that the zero gradient where() sends
+// into an unused branch meets no infinity: no NaN reaches the gradient of a
+// derivative either.
 static Tensor pow_slope_base(const Node& n) {
   const Tensor a = n.saved_tensor(&BinaryOutputSaved::a), b = n.saved_tensor(&BinaryOutputSaved::b);
-  const Tensor zero = zeros({}, b.dtype());
-  return where(eq(b, zero), zero, mul(b, pow(a, add(b, -1.0))));
+  const Tensor zero = zeros({}, b.dtype()), b_zero = eq(b, zero);
+  return where(b_zero, zero, mul(b, pow(a, add(where(b_zero, ones({}, b.dtype()), b), -1.0))));
 }
 static Tensor pow_slope_exponent(const Node& n) {
   const Tensor a = n.saved_tensor(&BinaryOutputSaved::a);
@@ -268,7 +271,7 @@ static const OpDef add_scalar_op("add_scalar", 1, "add(a, c) -> a + c", saves_of
 Tensor add(const Tensor& a, double c) {
   ProfileScope prof(add_scalar_op.name);
   Tensor out;
-  TG_DISPATCH_ALL(a.dtype(), "add", [&] {
+  TG_DISPATCH_ARITH(a.dtype(), "add", [&] {
     out = empty(a.shape(), a.dtype());
     const scalar_t v = static_cast<scalar_t>(c);
     detail::map1<scalar_t, scalar_t>(out, a, [v](scalar_t x) { return x + v; });
@@ -296,7 +299,7 @@ static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", saves_of
 Tensor mul(const Tensor& a, double c) {
   ProfileScope prof(mul_scalar_op.name);
   Tensor out;
-  TG_DISPATCH_ALL(a.dtype(), "mul", [&] {
+  TG_DISPATCH_ARITH(a.dtype(), "mul", [&] {
     out = empty(a.shape(), a.dtype());
     const scalar_t v = static_cast<scalar_t>(c);
     detail::map1<scalar_t, scalar_t>(out, a, [v](scalar_t x) { return x * v; });
@@ -357,7 +360,7 @@ static const OpDef rsub_op("rsub", 1, "rsub(c, b) -> c - b", saves_of<NoSaved>()
 Tensor rsub(double c, const Tensor& b) {
   ProfileScope prof(rsub_op.name);
   Tensor out;
-  TG_DISPATCH_ALL(b.dtype(), "rsub", [&] {
+  TG_DISPATCH_ARITH(b.dtype(), "rsub", [&] {
     out = empty(b.shape(), b.dtype());
     const scalar_t v = static_cast<scalar_t>(c);
     detail::map1<scalar_t, scalar_t>(out, b, [v](scalar_t x) { return v - x; });

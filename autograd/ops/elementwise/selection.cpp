@@ -3,6 +3,10 @@
 // side by side, one OpDef each (the comparisons have no gradient).
 #include "autograd/ops/elementwise.h"
 
+#include <cmath>
+#include <optional>
+
+#include "autograd/anomaly.h"
 #include "autograd/op.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/reduce.h"
@@ -91,6 +95,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   if (!(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape()))
     throw ShapeError(fmt::format("masked_fill: mask of shape {} does not broadcast to {}", mask.shape(), x.shape()));
   Tensor out = mask_where(mask, full({}, value, x.dtype()), x, "masked_fill");
+  std::optional<detail::InfinityAsked> asked;  // an infinite fill (hidden keys) is no anomaly
+  if (std::isinf(value)) asked.emplace();
   if (Node* n = record(masked_fill_op, out, x)) n->save(MaskSaved{.mask = mask});
   return out;
 }

@@ -104,7 +104,7 @@ static void lstm_recompute_backward_recorded(const Node& n, const Tensor& grad_o
     }
   const Tensor out = lstm_from_ops(in[0], in[1], in[2], in[3], in[4], in[5]);
   const std::vector<Tensor> g =
-      grad({out}, wrt, {grad_out}, {.retain_graph = true, .create_graph = true, .allow_unused = true});
+      linked.grad({out}, wrt, {grad_out}, {.retain_graph = true, .create_graph = true, .allow_unused = true});
   for (size_t i = 0; i < at.size(); ++i) gin[at[i]] = g[i];
 }
 
