@@ -10,6 +10,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <limits>
 #include <span>
 #include <string>
 
@@ -24,11 +25,16 @@ using json = nlohmann::json;
 
 namespace {
 
-// The largest |a - b| / (1 + |b|) over two tensors of one shape.
+// The largest |a - b| / (1 + |b|) over two tensors of one shape; infinite
+// where either holds a NaN (std::max would drop it).
 double max_rel_diff(const Tensor& a, const Tensor& b) {
   std::vector<double> x = a.contiguous().to_vector<double>(), y = b.contiguous().to_vector<double>();
   double worst = 0;
-  for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]) / (1 + std::abs(y[k])));
+  for (size_t k = 0; k < x.size(); ++k) {
+    const double d = std::abs(x[k] - y[k]) / (1 + std::abs(y[k]));
+    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, d);
+  }
   return worst;
 }
 
