@@ -315,8 +315,10 @@ static Tensor cross_entropy_grad_rows(const Node& n, const Tensor& g, const Tens
 // one-hot targets q = (1 - e) [c == t] + e / C and keep (R,1) = [t != ignore]
 // as constants (q is 0 on ignored rows). p carries the graph to the logits
 // (forward records it as their softmax), so gx is differentiable again.
-// Ignored rows are then filled with 0, as the plain form writes them: w is
-// NaN when every target is ignored under the mean (0/0), and 0 * NaN is not 0.
+// The weight w is 0 on ignored rows, chosen by where() rather than multiplied
+// by keep: it is NaN when every target is ignored under the mean (the loss is
+// 0/0, so a loss like y*y sends back NaN), and 0 * NaN is not the 0 the plain
+// form writes there, nor would its derivative be.
 static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const Tensor& p, const Tensor& targets) {
   const CrossEntropyAttrs& a = n.attrs<CrossEntropyAttrs>();
   const int64_t R = p.shape()[0], C = p.shape()[1];
@@ -339,8 +341,8 @@ static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const 
   // ignored: every row is 0 anyway).
   Tensor w = a.reduction == Reduction::none ? reshape(g, {R, 1}) : g;
   if (a.reduction == Reduction::mean && a.count > 0) w = mul(w, 1.0 / static_cast<double>(a.count));
-  const Tensor gx = mul(w, sub(mul(p, keep), q));
-  return a.count < R ? masked_fill(gx, ignored, 0.0) : gx;
+  if (a.count < R) w = where(ignored, zeros({}, w.dtype()), w);
+  return mul(w, sub(mul(p, keep), q));
 }
 
 static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
