@@ -413,6 +413,10 @@ ForwardADGuard::~ForwardADGuard() {
 
 bool forward_ad_enabled() { return t_fw_level != 0; }
 
+bool detail::carries_tangent(const TensorImpl& t) {
+  return t_fw_level != 0 && (t.tangent_level == t_fw_level || (t.grad_fn && t.grad_fn->fw_level == t_fw_level));
+}
+
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
   if (!t_fw_level) throw AutogradError("make_dual: no forward-AD level is open (make a ForwardADGuard)");
   if (!primal.defined() || !tangent.defined()) throw ValueError("make_dual: primal and tangent must be defined");

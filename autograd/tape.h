@@ -318,6 +318,11 @@ class TangentsOnlySuspended {
   bool prev_;
 };
 
+/// Whether t carries a tangent at the open forward-AD level (a dual tensor,
+/// or the output of an op recorded with one): an in-place write to it would
+/// leave the tangent behind, so Tensor's in-place methods refuse it.
+bool carries_tangent(const TensorImpl& t);
+
 /// The id of the backward pass running on this thread (the innermost) when
 /// it is plain (not create_graph), or 0: a node collected by it with `run`
 /// set (Node::pass == this id) will have its backward run by it.

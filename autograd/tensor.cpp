@@ -22,6 +22,15 @@ const TensorImpl& checked(const Tensor& t, const char* what) {
 // the tape may need: refuse it on tensors requiring grad while recording.
 void check_inplace(const Tensor& t, const char* op) {
   checked(t, op);
+  // Forward mode first: NoGradGuard turns off recording, not tangents, so an
+  // in-place write under it would still leave the tangent stale (PyTorch's
+  // forward AD refuses such writes too).
+  if (detail::carries_tangent(*t.impl()))
+    throw AutogradError(fmt::format(
+        "{}: in-place update of a tensor of shape {} that carries a forward-mode tangent (a dual tensor, or computed "
+        "from one, at the open ForwardADGuard level); its tangent would not follow: write out of place, or after the "
+        "level closes",
+        op, t.shape()));
   if (t.requires_grad() && grad_enabled())
     throw AutogradError(fmt::format(
         "{}: in-place update of a tensor of shape {} that requires grad; run it under NoGradGuard "

@@ -502,3 +502,31 @@ BOOST_AUTO_TEST_CASE(checkpoint_reading_what_its_input_depends_on) {
   for (size_t k = 1; k < grads.size(); ++k) BOOST_TEST(max_rel_diff(grads[k], grads[0]) < 1e-14, "gradient " << k);
   for (size_t k = 1; k < hvs.size(); ++k) BOOST_TEST(max_rel_diff(hvs[k], hvs[0]) < 1e-14, "H v " << k);
 }
+
+// An in-place write to a tensor whose tangent is live would leave the tangent
+// stale: every in-place method refuses it, naming itself, even under
+// NoGradGuard (which turns off recording, not tangents). A tensor without a
+// tangent is written as usual under the level, and a dual one once it closes.
+BOOST_AUTO_TEST_CASE(in_place_writes_to_a_tensor_with_a_tangent_are_refused) {
+  const Tensor x0 = samples::uniform({2, 3}, 60).detach(), v = samples::uniform({2, 3}, 61).detach();
+  Tensor dual, made;
+  {
+    ForwardADGuard level;
+    dual = make_dual(x0.clone(), v);
+    made = exp(dual);
+    NoGradGuard no_grad;
+    for (const Tensor& t : {dual, made}) {
+      check_throws<AutogradError>([&] { t.add_(ones({2, 3}, DType::f64)); }, {"add_:", "forward-mode tangent"});
+      check_throws<AutogradError>([&] { t.mul_(2.0); }, {"mul_:", "forward-mode tangent"});
+      check_throws<AutogradError>([&] { t.fill_(0.0); }, {"fill_:", "forward-mode tangent"});
+      check_throws<AutogradError>([&] { t.copy_(x0); }, {"copy_:", "forward-mode tangent"});
+    }
+    BOOST_TEST(max_rel_diff(tangent(made), mul(v, exp(x0))) < 1e-15);  // untouched
+    Tensor plain = x0.clone();
+    plain.mul_(2.0);
+    BOOST_TEST(max_rel_diff(plain, mul(x0, 2.0)) == 0.0);
+  }
+  NoGradGuard no_grad;
+  made.mul_(2.0);
+  BOOST_TEST(max_rel_diff(made, mul(exp(x0), 2.0)) < 1e-15);
+}

@@ -35,7 +35,8 @@ if [[ $mode == subproject ]]; then
   run cp -r examples/standalone app
   run mkdir app/subprojects
   run ln -s "$TAPEGRAD" app/subprojects/tapegrad
-  run meson setup build-app app --force-fallback-for=tapegrad -Doptimization=0
+  # -O0 without debug info: the test builds and runs it, nobody steps through it.
+  run meson setup build-app app --force-fallback-for=tapegrad -Doptimization=0 -Ddebug=false
   run ninja -C build-app
   show build-app/standalone
   exit 0
@@ -53,7 +54,9 @@ run meson install -C "$build" --no-rebuild --quiet --destdir "$DEST"
 PREFIX=$DEST$prefix
 
 if [[ $mode == doc_blocks ]]; then
-  # Only the installed tree: no source-tree include path, no build-tree library.
+  # Only the installed tree: no source-tree include path, no build-tree library
+  # (meson test may point LD_LIBRARY_PATH at the build tree).
+  unset LD_LIBRARY_PATH
   export PKG_CONFIG_PATH=$PREFIX/$libdir/pkgconfig
   flags=$(pkg-config --cflags --libs tapegrad) || fail "pkg-config does not find tapegrad"
   # shellcheck disable=SC2086  # flags are words
