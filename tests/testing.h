@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -99,12 +100,17 @@ struct Parity {
   }
 };
 
-// The largest |a - b| over two tensors of the same shape (required).
+// The largest |a - b| over two tensors of the same shape (required); infinite
+// where either holds a NaN.
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   BOOST_REQUIRE(a.shape() == b.shape());
   auto x = a.to(DType::f64).contiguous().to_vector<double>(), y = b.to(DType::f64).contiguous().to_vector<double>();
   double d = 0;
-  for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double e = std::abs(x[i] - y[i]);
+    if (std::isnan(e)) return std::numeric_limits<double>::infinity();  // std::max would drop it
+    d = std::max(d, e);
+  }
   return d;
 }
 
