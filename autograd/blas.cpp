@@ -11,6 +11,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/error.h"
+#include "autograd/fault.h"
 #include "autograd/onednn.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
@@ -65,7 +66,7 @@ void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, 
 
 // A stored (rows, cols) bfloat16 block widened into float32 `out` (leading dimension cols).
 const float* widen(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
-  out.resize(rows * cols);
+  detail::grow_scratch(out, rows * cols);
   for (int64_t r = 0; r < rows; ++r) bf16_to_float(x + r * ld, out.data() + r * cols, cols);
   return out.data();
 }
@@ -115,7 +116,7 @@ struct Rounded {
 };
 Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<bfloat16>& scratch) {
   if (const bfloat16* kept = detail::autocast_cached(x)) return {kept, ld};
-  scratch.resize(rows * cols);
+  detail::grow_scratch(scratch, rows * cols);
   bfloat16* out = scratch.data();
   parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) float_to_bf16(x + r * ld, out + r * cols, cols);

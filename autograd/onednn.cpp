@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "autograd/error.h"
+#include "autograd/fault.h"
 
 // oneDNN (Debian's build) threads with OpenMP. The library splits GEMMs over
 // its own pool, so every thread that calls oneDNN sets its OpenMP team to one
@@ -153,7 +154,7 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
     it = state.bound.emplace(key, std::move(b)).first;
   }
   ThreadState::Bound& b = it->second;
-  if (state.scratch.size() < b.p->scratch.get_size()) state.scratch.resize(b.p->scratch.get_size());
+  detail::grow_scratch(state.scratch, b.p->scratch.get_size());
   b.a.set_data_handle(const_cast<In*>(A));
   b.b.set_data_handle(const_cast<In*>(B));
   b.c.set_data_handle(C);

@@ -54,6 +54,7 @@ class Pool {
     std::unique_lock lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock() || in_pool_thread) return false;
     resize(static_cast<int>(chunks) - 1);
+    jobs_.fetch_add(1, std::memory_order_relaxed);
     body_ = body, ctx_ = ctx, chunks_ = chunks, error_ = nullptr;
     autocast_ = autocast_dtype();  // the workers' GEMMs compute in the caller's precision
     pending_.store(workers_, std::memory_order_relaxed);
@@ -71,6 +72,8 @@ class Pool {
     if (error_) std::rethrow_exception(error_);
     return true;
   }
+
+  int64_t jobs() const { return jobs_.load(std::memory_order_relaxed); }
 
  private:
   // Keeps at least `n` workers (never fewer than a job needs); they live until exit.
@@ -106,6 +109,7 @@ class Pool {
   }
 
   std::mutex mutex_;  // one job at a time
+  std::atomic<int64_t> jobs_{0};  // run so far
   int workers_ = 0;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int64_t> pending_{0};
@@ -160,6 +164,7 @@ Pool& pool() {
 
 namespace detail {
 bool run_chunks(int64_t chunks, void (*body)(void*, int64_t), void* ctx) { return pool().run(chunks, body, ctx); }
+int64_t pool_jobs() { return pool().jobs(); }
 
 bool run_steps(int64_t parts, int64_t steps, void (*body)(void*, int64_t, int64_t), void* ctx) {
   // run_chunks gives every chunk a thread of its own (chunk c on worker c),

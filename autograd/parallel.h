@@ -50,6 +50,9 @@ bool run_chunks(int64_t chunks, void (*body)(void*, int64_t), void* ctx);
 // step, waiting at a barrier after each. Same return value; a throw stops every
 // part at the next barrier and is rethrown.
 bool run_steps(int64_t parts, int64_t steps, void (*body)(void*, int64_t, int64_t), void* ctx);
+// Jobs the pool has run on more than one thread since the process started
+// (tests check that a workload they run at 2 threads is split at all).
+int64_t pool_jobs();
 }  // namespace detail
 
 template <class F>

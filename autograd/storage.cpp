@@ -10,6 +10,7 @@
 
 #include "autograd/dtype.h"
 #include "autograd/error.h"
+#include "autograd/fault.h"
 #include "autograd/profiler.h"
 #include "autograd/shape.h"
 
@@ -33,8 +34,13 @@ struct Cache {
 
   // A block of `bytes`, or nullptr when the system refuses it even after the
   // cache was given back (the counters then say so: the caller throws).
-  void* get(size_t bytes) {
+  // `refuse`: an injected failure (autograd/fault.h), counted as a real one.
+  void* get(size_t bytes, bool refuse) {
     std::lock_guard lock(mu);
+    if (refuse) {
+      ++stats.ooms;
+      return nullptr;
+    }
     auto it = free_blocks.find(bytes);
     void* p = nullptr;
     if (it != free_blocks.end() && !it->second.empty()) {
@@ -103,7 +109,7 @@ Storage::~Storage() {
 std::shared_ptr<Storage> new_storage(size_t nbytes, const Shape& shape, DType dtype) {
   auto s = std::make_shared<Storage>();
   const size_t bytes = round_size(std::max<size_t>(nbytes, 1));
-  s->data = cache().get(bytes);
+  s->data = cache().get(bytes, detail::allocation_fails());
   if (!s->data) {
     const MemoryStats now = memory_stats();
     const std::string op = current_op_name();

@@ -370,7 +370,8 @@ Node* record_tangent(const OpDef& op, std::span<const Tensor* const> inputs, Ten
   for (size_t k = 0; k < inputs.size(); ++k)
     if (inputs[k]->defined()) any |= (tangents[k] = tangent_of(*inputs[k]->impl())).defined();
   if (!any || !is_floating(out.dtype())) return nullptr;
-  Node* n = new_op_node(op, out);
+  NodeRef ref(new_op_node(op, out));  // owned from the start, as in record()
+  Node* n = ref.get();
   for (size_t k = 0; k < inputs.size(); ++k) {
     Edge& e = n->edges.emplace_back();
     if (!inputs[k]->defined()) continue;
@@ -380,7 +381,7 @@ Node* record_tangent(const OpDef& op, std::span<const Tensor* const> inputs, Ten
   }
   n->tangents_in = std::move(tangents);
   n->fw_level = t_fw_level;
-  t_pending = NodeRef(n);
+  t_pending = std::move(ref);
   t_pending_out = out.impl_ptr();
   return n;
 }
@@ -535,7 +536,10 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
   }
   if (!is_floating(out.dtype()))
     throw AutogradError(fmt::format("{}: an integer output cannot require grad", op.name));
-  Node* n = new_op_node(op, out);
+  // Owned from the start: reading the inputs' tangents and keeping autocast's
+  // copies allocate, and a failure there must free the node and its edges.
+  NodeRef ref(new_op_node(op, out));
+  Node* n = ref.get();
   if (anomaly_enabled()) [[unlikely]]
     n->module_path = module_path();
   for (const Tensor* in : inputs) {
@@ -558,7 +562,7 @@ Node* record(const OpDef& op, std::span<const Tensor* const> inputs, Tensor& out
   if (t_fw_level) keep_tangents(*n, inputs);
   TensorImpl* o = out.impl();
   o->requires_grad = true;
-  o->grad_fn = NodeRef(n);
+  o->grad_fn = std::move(ref);
   o->output_nr = 0;
   return n;
 }

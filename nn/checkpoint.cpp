@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/fault.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 
@@ -56,26 +57,51 @@ const StoredType& stored_type(DType d, FloatStorage floats) {
   throw ValueError("save_tensors: unknown FloatStorage");
 }
 
+// "<path>: <what>: No space left on device (ENOSPC)".
 [[noreturn]] void fail_errno(const std::string& path, const std::string& what) {
-  throw CheckpointError(fmt::format("{}: {}: {}", path, what, std::strerror(errno)));
+  const int e = errno;
+  const char* name = strerrorname_np(e);
+  throw CheckpointError(fmt::format("{}: {}: {} ({})", path, what, std::strerror(e), name ? name : std::to_string(e)));
 }
+
+// The writer's system calls. Each asks detail::io_fault first, so that a test
+// can make any one of them fail (autograd/fault.h); a failed close still
+// releases the descriptor, as close(2) does.
+using detail::IoCall;
+int injected(IoCall call) {
+  const int e = detail::io_fault(call);
+  if (e != 0) errno = e;
+  return e;
+}
+int sys_open(const char* path, int flags, mode_t mode = 0) { return injected(IoCall::open) ? -1 : ::open(path, flags, mode); }
+ssize_t sys_write(int fd, const void* p, size_t n) { return injected(IoCall::write) ? -1 : ::write(fd, p, n); }
+int sys_fsync(int fd) { return injected(IoCall::fsync) ? -1 : ::fsync(fd); }
+int sys_close(int fd) {
+  if (const int e = detail::io_fault(IoCall::close)) {
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  return ::close(fd);
+}
+int sys_rename(const char* from, const char* to) { return injected(IoCall::rename) ? -1 : ::rename(from, to); }
 
 // ---- atomic write
 
 class TempFile {
  public:
   explicit TempFile(const std::string& path) : path_(fmt::format("{}.tmp-{}", path, ::getpid())) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd_ = sys_open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) fail_errno(path_, "cannot create the temporary file");
   }
   ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) ::close(fd_);  // after a failure: the error already thrown is the one to report
     if (!committed_) ::unlink(path_.c_str());
   }
   void write(const void* data, size_t n) {
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
-      ssize_t k = ::write(fd_, p, n);
+      ssize_t k = sys_write(fd_, p, n);
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0) fail_errno(path_, "write failed");
       p += k;
@@ -85,17 +111,19 @@ class TempFile {
   // fsync, close and rename over `target`, then fsync the directory so the
   // rename itself survives a crash.
   void commit(const std::string& target) {
-    if (::fsync(fd_) != 0) fail_errno(path_, "fsync failed");
+    if (sys_fsync(fd_) != 0) fail_errno(path_, "fsync failed");
     int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) fail_errno(path_, "close failed");
-    if (::rename(path_.c_str(), target.c_str()) != 0) fail_errno(target, fmt::format("cannot rename {} to it", path_));
+    if (sys_close(fd) != 0) fail_errno(path_, "close failed");
+    if (sys_rename(path_.c_str(), target.c_str()) != 0) fail_errno(target, fmt::format("cannot rename {} to it", path_));
     committed_ = true;
     std::string dir = std::filesystem::path(target).parent_path().string();
-    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dfd = sys_open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) fail_errno(target, "cannot open its directory to fsync it");
-    int rc = ::fsync(dfd);
+    int rc = sys_fsync(dfd);
+    const int fsync_errno = errno;
     ::close(dfd);
+    errno = fsync_errno;
     if (rc != 0) fail_errno(target, "fsync of its directory failed");
   }
 

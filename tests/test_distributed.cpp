@@ -199,7 +199,12 @@ Outcome run(const std::string& cmd) {
   return o;
 }
 
-// Milliseconds from the worker's "fault at" line to the end of mpirun.
+// Milliseconds from the worker's "fault at" line to the end of mpirun. A job
+// that does not end hangs for good (the other rank waits in its allreduce
+// forever); one that ends takes about a second on an idle machine and has
+// taken 24 s with the rest of the suite running on its 2 cores. The bound
+// below tells the two apart without timing the machine.
+constexpr int64_t kEndsMs = 120'000;
 int64_t stop_delay_ms(const Outcome& o) {
   const size_t at = o.output.find("fault at ");
   BOOST_REQUIRE_MESSAGE(at != std::string::npos, "the worker never reached its fault:\n" << o.output);
@@ -267,7 +272,7 @@ BOOST_AUTO_TEST_CASE(a_rank_that_throws_ends_the_job_within_seconds) {
   BOOST_TEST(o.output.find("[rank 1/2] test_distributed worker: injected failure at step 3") != std::string::npos, o.output);
   const int64_t delay = stop_delay_ms(o);
   BOOST_TEST_MESSAGE("stopped " << delay << " ms after the exception");
-  BOOST_TEST(delay < 10000);
+  BOOST_TEST(delay < kEndsMs);
 }
 
 BOOST_AUTO_TEST_CASE(a_rank_killed_by_a_signal_ends_the_job_within_seconds) {
@@ -277,7 +282,7 @@ BOOST_AUTO_TEST_CASE(a_rank_killed_by_a_signal_ends_the_job_within_seconds) {
   BOOST_TEST(o.output.find("signal 9") != std::string::npos, o.output);
   const int64_t delay = stop_delay_ms(o);
   BOOST_TEST_MESSAGE("stopped " << delay << " ms after the kill");
-  BOOST_TEST(delay < 10000);
+  BOOST_TEST(delay < kEndsMs);
 }
 
 BOOST_AUTO_TEST_CASE(charlm_under_mpirun_prints_once_resumes_exactly_and_matches_one_process) {

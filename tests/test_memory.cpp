@@ -174,10 +174,11 @@ BOOST_AUTO_TEST_CASE(after_out_of_memory_a_smaller_batch_trains) {
     BOOST_TEST_MESSAGE("skipped under the sanitizers: their shadow memory does not fit under RLIMIT_AS");
     return;
   }
-  // One kernel thread: what the limit refuses must be refused to this thread
-  // (a pool worker's own failed allocation is not what this test is about).
+  // Two kernel threads, so that the large batch's GEMMs and elementwise
+  // kernels run on the pool under the limit too: a failure there must reach
+  // this thread, not leave it waiting for a worker.
   const int threads = num_threads();
-  set_num_threads(1);
+  set_num_threads(2);
   manual_seed(3);
   Mlp model;
   const Tensor small = randn({256, 16});

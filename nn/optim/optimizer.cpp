@@ -60,34 +60,43 @@ void Optimizer::set_lr(double lr) {
   for (auto& group : groups_) group.lr = lr;
 }
 
-bool Optimizer::prepare(size_t g, size_t i, Slot& slot) {
-  const Tensor& p = groups_[g].params[i];
-  Tensor grad = p.grad();
-  if (!grad.defined()) return false;
-  if (!(grad.shape() == p.shape()))
-    throw ShapeError(fmt::format("{}.step: parameter {}.{} is {} but its gradient is {}", name_, g, i, p.shape(),
-                                 grad.shape()));
-  if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());
-  slot.grad = grad.contiguous();
-  slot.param = p.is_contiguous() ? p : p.contiguous();
-  ParamState& st = state_[g][i];
-  if (st.step == 0) {
-    st.buffers.clear();
-    for (size_t k = 0; k < buffer_names_.size(); ++k) st.buffers.push_back(zeros(p.shape(), p.dtype()));
+std::vector<Optimizer::Slot> Optimizer::prepare() {
+  std::vector<Slot> slots;
+  state_.resize(groups_.size());  // param_groups() may have gained parameters
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    state_[g].resize(groups_[g].params.size());
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (!(grad.shape() == p.shape()))
+        throw ShapeError(fmt::format("{}.step: parameter {}.{} is {} but its gradient is {}", name_, g, i, p.shape(),
+                                     grad.shape()));
+      Slot slot;
+      slot.g = g, slot.i = i;
+      if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());
+      slot.grad = grad.contiguous();
+      slot.param = p.is_contiguous() ? p : p.contiguous();
+      const ParamState& st = state_[g][i];
+      if (st.step == 0) {
+        for (size_t k = 0; k < buffer_names_.size(); ++k) slot.buffers.push_back(zeros(p.shape(), p.dtype()));
+      } else {
+        for (const Tensor& b : st.buffers) {
+          if (!(b.shape() == p.shape()))
+            throw ShapeError(fmt::format("{}.step: parameter {}.{} is {} but its state is {}", name_, g, i,
+                                         p.shape(), b.shape()));
+          // The module was converted (Module::to): the state follows it.
+          slot.buffers.push_back(b.dtype() == p.dtype() ? b : b.to(p.dtype()).contiguous());
+        }
+      }
+      slots.push_back(std::move(slot));
+    }
   }
-  for (Tensor& b : st.buffers) {
-    if (!(b.shape() == p.shape()))
-      throw ShapeError(fmt::format("{}.step: parameter {}.{} is {} but its state is {}", name_, g, i, p.shape(),
-                                   b.shape()));
-    if (b.dtype() != p.dtype()) b = b.to(p.dtype()).contiguous();  // the module was converted (Module::to)
-  }
-  ++st.step;
-  slot.state = &st;
-  return true;
+  return slots;
 }
 
-void Optimizer::finish(size_t g, size_t i, const Slot& slot) {
-  const Tensor& p = groups_[g].params[i];
+void Optimizer::finish(const Slot& slot) {
+  const Tensor& p = groups_[slot.g].params[slot.i];
   if (slot.param.impl() != p.impl())
     p.copy_(slot.param);
   else

@@ -72,18 +72,24 @@ class Optimizer {
   /// The loop every step() runs: under no-grad, for each parameter with a
   /// gradient, increments its step, allocates its buffers (zeros) on its first
   /// update, and calls update(group, param, grad, state) with param and grad
-  /// contiguous and of one floating dtype. Allocates nothing once the state
+  /// contiguous and of one floating dtype. Whatever allocates (buffers,
+  /// contiguous or converted copies) is done for every parameter before the
+  /// first one changes, so a step that fails (out of memory) leaves every
+  /// parameter and every state as it was. Allocates nothing once the state
   /// exists (unless a parameter or gradient is non-contiguous).
   template <class F>
   void for_each_update(F&& update);
 
  private:
+  // One parameter's update, prepared: its contiguous working views and the
+  // buffers its state will hold.
   struct Slot {
-    Tensor param, grad;  // contiguous working views
-    ParamState* state = nullptr;
+    size_t g = 0, i = 0;
+    Tensor param, grad;
+    std::vector<Tensor> buffers;
   };
-  bool prepare(size_t g, size_t i, Slot& slot);
-  void finish(size_t g, size_t i, const Slot& slot);
+  std::vector<Slot> prepare();
+  void finish(const Slot& slot);
 
   std::string name_;
   std::vector<ParamGroup> groups_;
@@ -95,17 +101,15 @@ class Optimizer {
 template <class F>
 void Optimizer::for_each_update(F&& update) {
   NoGradGuard no_grad;
-  ++steps_;
-  state_.resize(groups_.size());
-  Slot slot;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    state_[g].resize(groups_[g].params.size());
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      if (!prepare(g, i, slot)) continue;
-      update(static_cast<const ParamGroup&>(groups_[g]), slot.param, slot.grad, *slot.state);
-      finish(g, i, slot);
-    }
+  std::vector<Slot> slots = prepare();
+  for (Slot& slot : slots) {
+    ParamState& st = state_[slot.g][slot.i];
+    st.buffers = std::move(slot.buffers);
+    ++st.step;
+    update(static_cast<const ParamGroup&>(groups_[slot.g]), slot.param, slot.grad, st);
+    finish(slot);
   }
+  ++steps_;
 }
 
 }  // namespace tg::nn
