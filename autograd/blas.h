@@ -36,7 +36,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 // While one lives on this thread, gemm() runs each GEMM whole on this thread:
 // for GEMMs that already run on the pool's parts (attention's heads, the
-// recurrences' batch parts), and for measuring OpenBLAS itself.
+// recurrences' batch parts).
 class SerialGemm {
  public:
   SerialGemm();

@@ -179,6 +179,7 @@ double validation_loss(bench::Trainer& trainer, const data::LMBatches& val, int6
 }
 
 // Warm-up, a counted step, a profiled pass, then the timed steps; rank 0 prints one JSON line.
+constexpr int kProfiledSteps = 3;
 void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer& trainer,
                       dist::DistributedDataParallel& ddp, CharData& d, Generator& gen) {
   double last_loss = 0;
@@ -192,7 +193,7 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   // Matmul GFLOP/s from a profiled pass (the profiler's clock reads cost a little, so it is not the timed pass).
   profiler_reset();
   profiler_enable(true);
-  for (int i = 0; i < 3; ++i) step();
+  for (int i = 0; i < kProfiledSteps; ++i) step();
   profiler_enable(false);
   ProfileTotals prof = profiler_totals();
   if (o.profile && dist::is_main()) {
@@ -225,10 +226,11 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   // Model FLOPs a token: the GEMM FLOPs the profiled steps counted (every
   // GEMM of forward and backward: projections, attention's products, the
   // recurrences, the output head) over the tokens this rank trained on in
-  // them. For a GPT that is the 6 N-per-token-plus-attention estimate made
-  // exact, with nothing for the elementwise work. With --checkpoint it counts
-  // the forward rerun too, so mfu there is the hardware's utilisation.
-  const double flops_per_token = prof.flops / (3.0 * tokens / dist::world_size());
+  // them, rather than the 6 N-per-token-plus-attention estimate for a GPT
+  // (which it counts exactly, with nothing for the elementwise work). With
+  // --checkpoint it counts the forward's rerun too, so mfu there is the
+  // hardware's utilisation.
+  const double flops_per_token = prof.flops / (kProfiledSteps * static_cast<double>(tokens) / dist::world_size());
   const double tokens_per_s = o.steps * tokens / secs;
   const double model_flops_per_s = flops_per_token * tokens_per_s;
   const double gemm_flops_per_s = prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds : 0.0;
