@@ -25,9 +25,13 @@
 namespace tg {
 
 /// What runs the GEMMs on this CPU, for reports (`lm_train --profile`,
-/// `bench_gemm`): OpenBLAS's core, oneDNN's instruction set and the kernel of
-/// its last bfloat16 GEMM, e.g. whether bfloat16 products run on oneDNN or fell
-/// back to float32 on a CPU without AVX-512.
+/// `bench_gemm`). float32: for each shape class, the backend its GEMMs run on
+/// (OpenBLAS or oneDNN) and the GFLOP/s both reached when the library timed
+/// them on this CPU (it times any class not timed yet first, a few ms), or
+/// the one backend `TAPEGRAD_GEMM_F32=openblas|onednn` forces. bfloat16:
+/// oneDNN's instruction set and the kernel of its last bfloat16 GEMM, e.g.
+/// whether bfloat16 products run on oneDNN or fell back to float32 on a CPU
+/// without AVX-512.
 std::string gemm_backend_info();
 
 /// The precision this thread's float32 GEMMs compute in: f32 (autocast off,

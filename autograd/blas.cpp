@@ -3,7 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdlib>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -32,30 +35,96 @@ void count_flops(int64_t M, int64_t N, int64_t K) {
 
 thread_local bool serial = false;  // a SerialGemm lives on this thread
 
-// OpenBLAS picks its kernels by CPU model, and on a model it does not know
-// (a Xeon of a newer generation in a virtual machine) it falls back to
-// "Prescott", SSE3: float32 GEMMs 4x slower than the CPU can go. The CPU's
-// own flags say what it can run; where it has AVX2 and FMA but OpenBLAS chose
-// no core with AVX2 kernels, float32 GEMMs go to oneDNN, which dispatches on
-// those flags itself (as fast as OpenBLAS's right kernels: ~100 GFLOP/s a
-// core on AVX-512, bench_gemm). float64 GEMMs (gradcheck) stay on OpenBLAS.
-bool openblas_core_is_fallback() {
-  static const bool fallback = [] {
-    const std::string_view core = openblas_get_corename();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    for (std::string_view ok : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"})
-      if (core == ok) return false;
-    return avx2;
-  }();
-  return fallback;
+void openblas_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, to_blasint(M, "M"),
+              to_blasint(N, "N"), to_blasint(K, "K"), alpha, A, to_blasint(lda, "lda"), B, to_blasint(ldb, "ldb"),
+              beta, C, to_blasint(ldc, "ldc"));
+}
+
+// Which float32 backend is faster depends on the CPU and on the shape. On a
+// Zen 5 with AVX-512, OpenBLAS 0.3.21 runs its AVX2 kernels at half the speed
+// of oneDNN's; on a CPU OpenBLAS does not know it falls back to SSE3
+// ("Prescott"), 4x slower; elsewhere the two are even. Within a CPU what
+// decides is how much of a call is fixed cost and packing rather than the
+// inner kernel, which these classes of the shape a backend is given (one
+// part of a split GEMM) separate:
+//   tiny     M*N*K < 2^18 (below split_gemm's threshold): per-call overhead,
+//            e.g. GPT-S's attention products, 64x64x32 a head;
+//   narrow   C with at most 64 rows or columns: an operand packed for few
+//            products, e.g. a recurrence's per-step product, 32x1024x256;
+//   short_k  K <= 64: short sums between writes of C, e.g. a recurrence's
+//            input projection (2048x1024x64) or GPT-M's attention (128x128x64);
+//   large    the rest, where the inner kernel decides: the GPTs' projections
+//            and MLPs (2048x768x256) and weight gradients (768x256x2048).
+// Each class is timed at the representative shape below (no transposes).
+struct ShapeClass {
+  const char* name;
+  int64_t M, N, K;
+  std::once_flag measured;
+  detail::GemmBackend backend = detail::GemmBackend::openblas;
+  double gflops[2] = {0, 0};  // by GemmBackend
+};
+ShapeClass shape_classes[] = {{"tiny", 64, 64, 32, {}},
+                               {"narrow", 32, 1024, 256, {}},
+                               {"short_k", 256, 512, 64, {}},
+                               {"large", 256, 256, 256, {}}};
+
+ShapeClass& shape_class(int64_t M, int64_t N, int64_t K) {
+  if (M * N * K < (int64_t{1} << 18)) return shape_classes[0];
+  if (std::min(M, N) <= 64) return shape_classes[1];
+  if (K <= 64) return shape_classes[2];
+  return shape_classes[3];
+}
+
+// Times both backends at c's shape on the calling thread, best of 3
+// alternating repetitions of at least 2^22 multiply-adds each (one call, or
+// 32 of the tiny class), after a call each that makes oneDNN's primitive and
+// warms the caches: 0.5-2 ms a class at 100-200 GFLOP/s, under 5 ms for the
+// four. Where oneDNN fails, OpenBLAS.
+void measure(ShapeClass& c) {
+  using detail::GemmBackend;
+  const int64_t M = c.M, N = c.N, K = c.K;
+  std::vector<float> a(M * K), b(K * N), out(M * N);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i % 13) - 6) / 8;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i % 7) - 3) / 4;
+  const int64_t calls = std::max<int64_t>(1, (int64_t{1} << 22) / (M * N * K));
+  auto run = [&](GemmBackend be) {
+    for (int64_t i = 0; i < calls; ++i)
+      detail::gemm_f32_on(be, false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, out.data(), N);
+  };
+  double best[2] = {1e30, 1e30};
+  try {
+    run(GemmBackend::openblas);
+    run(GemmBackend::onednn);
+    for (int rep = 0; rep < 3; ++rep)
+      for (GemmBackend be : {GemmBackend::openblas, GemmBackend::onednn}) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run(be);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best[static_cast<int>(be)] = std::min(best[static_cast<int>(be)], s);
+      }
+  } catch (const std::exception&) {  // oneDNN made no primitive (ValueError) or failed running it
+    best[static_cast<int>(GemmBackend::onednn)] = 1e30;
+  }
+  for (int be = 0; be < 2; ++be) c.gflops[be] = best[be] < 1e30 ? 2.0 * M * N * K * calls / best[be] / 1e9 : 0;
+  c.backend = c.gflops[1] > c.gflops[0] ? GemmBackend::onednn : GemmBackend::openblas;
+}
+
+detail::GemmBackend f32_backend(int64_t M, int64_t N, int64_t K) {
+  switch (detail::gemm_f32_policy()) {
+    case detail::GemmF32Policy::openblas: return detail::GemmBackend::openblas;
+    case detail::GemmF32Policy::onednn: return detail::GemmBackend::onednn;
+    case detail::GemmF32Policy::measure: break;
+  }
+  ShapeClass& c = shape_class(M, N, K);
+  std::call_once(c.measured, measure, c);  // a thread meeting the class meanwhile waits for the choice
+  return c.backend;
 }
 
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (openblas_core_is_fallback()) return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, to_blasint(M, "M"),
-              to_blasint(N, "N"), to_blasint(K, "K"), alpha, A, to_blasint(lda, "lda"), B, to_blasint(ldb, "ldb"),
-              beta, C, to_blasint(ldc, "ldc"));
+  detail::gemm_f32_on(f32_backend(M, N, K), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
                const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
@@ -162,15 +231,60 @@ void blas_set_num_threads(int n) { openblas_set_num_threads(n); }
 
 int blas_num_threads() { return openblas_get_num_threads(); }
 
+namespace detail {
+
+GemmF32Policy parse_gemm_f32_policy(const char* value) {
+  if (value == nullptr || *value == '\0') return GemmF32Policy::measure;
+  const std::string_view v = value;
+  if (v == "measure") return GemmF32Policy::measure;
+  if (v == "openblas") return GemmF32Policy::openblas;
+  if (v == "onednn") return GemmF32Policy::onednn;
+  throw ValueError(fmt::format("TAPEGRAD_GEMM_F32={}: give openblas, onednn or measure", v));
+}
+
+GemmF32Policy gemm_f32_policy() {
+  static const GemmF32Policy policy = parse_gemm_f32_policy(std::getenv("TAPEGRAD_GEMM_F32"));
+  return policy;
+}
+
+std::vector<GemmF32Choice> gemm_f32_choices() {
+  std::vector<GemmF32Choice> out;
+  for (ShapeClass& c : shape_classes) {
+    GemmF32Choice choice{c.name, fmt::format("{}x{}x{}", c.M, c.N, c.K), f32_backend(c.M, c.N, c.K)};
+    if (gemm_f32_policy() == GemmF32Policy::measure)
+      choice.openblas_gflops = c.gflops[0], choice.onednn_gflops = c.gflops[1];
+    out.push_back(choice);
+  }
+  return out;
+}
+
+void gemm_f32_on(GemmBackend backend, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (backend == GemmBackend::onednn) return onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  openblas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace detail
+
 std::string gemm_backend_info() {
   std::string bf16 = detail::onednn_has_bf16()
                          ? fmt::format("oneDNN {} {}", detail::onednn_isa(), detail::onednn_kernel(true))
                          : fmt::format("oneDNN {} has no bfloat16 matmul: OpenBLAS on widened operands",
                                        detail::onednn_isa());
-  std::string f32 = openblas_core_is_fallback()
-                        ? fmt::format("oneDNN {} (OpenBLAS chose {}, a core without the CPU's AVX2)",
-                                      detail::onednn_isa(), openblas_get_corename())
-                        : fmt::format("OpenBLAS {}", openblas_get_corename());
+  const std::string openblas = fmt::format("OpenBLAS {}", openblas_get_corename());
+  const std::string onednn = fmt::format("oneDNN {}", detail::onednn_isa());
+  std::string f32;
+  switch (detail::gemm_f32_policy()) {
+    case detail::GemmF32Policy::openblas: f32 = openblas + " for every shape (TAPEGRAD_GEMM_F32=openblas)"; break;
+    case detail::GemmF32Policy::onednn: f32 = onednn + " for every shape (TAPEGRAD_GEMM_F32=onednn)"; break;
+    case detail::GemmF32Policy::measure:
+      f32 = fmt::format("the faster per shape class, measured ({} vs {}, GFLOP/s)", openblas, onednn);
+      for (const detail::GemmF32Choice& c : detail::gemm_f32_choices())
+        f32 += fmt::format("; {} {}: {} ({:.1f} vs {:.1f})", c.name, c.shape,
+                           c.backend == detail::GemmBackend::onednn ? "oneDNN" : "OpenBLAS", c.openblas_gflops,
+                           c.onednn_gflops);
+      break;
+  }
   return fmt::format("float32: {}; bfloat16: {}", f32, bf16);
 }
 

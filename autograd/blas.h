@@ -1,12 +1,17 @@
 #pragma once
 // The library's GEMMs (blas.cpp is the only file that includes <cblas.h>).
 // Row-major GEMM: C(M,N) = alpha * op(A) op(B) + beta * C, op(A) (M,K),
-// op(B) (K,N); transposes are flags, never copies. float32 and float64 go to
-// OpenBLAS; bfloat16 operands (float32 accumulation and result) go to oneDNN
+// op(B) (K,N); transposes are flags, never copies. float64 goes to OpenBLAS
+// (gradcheck stays exact); float32 goes to OpenBLAS or oneDNN, whichever
+// this CPU runs faster for the GEMM's shape class (measured once per
+// process, or set by TAPEGRAD_GEMM_F32: see detail::GemmF32Policy below);
+// bfloat16 operands (float32 accumulation and result) go to oneDNN
 // (onednn.h). Under autocast (autocast.h) the float32 GEMM rounds its
 // operands to bfloat16 (a parameter's copy is kept until it changes) and
 // runs the bfloat16 one.
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "autograd/bfloat16.h"
 
@@ -31,7 +36,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 // While one lives on this thread, gemm() runs each GEMM whole on this thread:
 // for GEMMs that already run on the pool's parts (attention's heads, the
-// recurrences' batch parts), and for measuring OpenBLAS itself.
+// recurrences' batch parts).
 class SerialGemm {
  public:
   SerialGemm();
@@ -47,5 +52,33 @@ class SerialGemm {
 // (measure_sgemm_peak_gflops, bench_gemm's raw cblas rows).
 void blas_set_num_threads(int n);
 int blas_num_threads();
+
+namespace detail {
+
+// Where float32 GEMMs go: TAPEGRAD_GEMM_F32=openblas or onednn sends them all
+// to one backend; measure (the default, and what an unset or empty variable
+// means) times both on each shape class's first GEMM and keeps the faster.
+enum class GemmF32Policy { openblas, onednn, measure };
+enum class GemmBackend { openblas, onednn };
+// value is TAPEGRAD_GEMM_F32's (null when unset); any other value is a ValueError naming both.
+GemmF32Policy parse_gemm_f32_policy(const char* value);
+// The policy of this process (read from the environment once).
+GemmF32Policy gemm_f32_policy();
+
+// One float32 shape class and the backend its GEMMs run on.
+struct GemmF32Choice {
+  std::string name;      // "tiny", "narrow", "short_k", "large"
+  std::string shape;     // the representative M x N x K it was timed at
+  GemmBackend backend;
+  double openblas_gflops = 0, onednn_gflops = 0;  // 0 where not measured (a forced policy)
+};
+// Every class's choice, measuring those not measured yet.
+std::vector<GemmF32Choice> gemm_f32_choices();
+// One float32 GEMM, whole, on the calling thread, on the backend named
+// (tests compare the two; gemm() picks one by the policy).
+void gemm_f32_on(GemmBackend backend, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace detail
 
 }  // namespace tg

@@ -8,12 +8,13 @@
 // with an error. Compare the GFLOP/s counters of lib_* and cblas_* rows:
 //   build/bench/bench_gemm --benchmark_filter=gemm --benchmark_repetitions=5
 //       (add --benchmark_report_aggregates_only=true for medians alone)
-// The context line "gemm_backend" says what ran (OpenBLAS core, oneDNN ISA and kernel).
-// BM_core_peak_* measure the arithmetic ceiling of one core (independent
-// FMAs, or bf16 dot products, straight from registers), which no GEMM of
+// The context line "gemm_backend" says what ran: for float32, the backend
+// each shape class measured faster (lib_* rows run on it, cblas_* rows on
+// OpenBLAS always); for bfloat16, oneDNN's ISA and kernel.
+// BM_core_peak_* measure the arithmetic ceiling of one core (bench/peak.h:
+// independent FMAs, or bf16 dot products, straight from registers), which no GEMM of
 // that dtype can pass: the GEMM rows' GFLOP/s read as a fraction of it.
 #include <benchmark/benchmark.h>
-#include <immintrin.h>
 #include <cblas.h>
 #include <dnnl.hpp>
 
@@ -26,6 +27,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/blas.h"
+#include "bench/peak.h"
 
 using namespace tg;
 
@@ -343,44 +345,24 @@ void BM_logsumexp_last_axis(benchmark::State& s) {
       });
 }
 
-// The core's peak: 16 independent accumulator registers (more than the FMA
-// latency times the issue width), updated in a loop with nothing else in it.
-template <class Vec, class Step>
-void core_peak(benchmark::State& state, Vec init, Step step, double flops_per_step) {
-  std::array<Vec, 16> acc;
-  acc.fill(init);
-  constexpr int64_t kIters = 1 << 20;
-  for (auto _ : state) {
-    for (int64_t it = 0; it < kIters; ++it) {
-#pragma GCC unroll 16
-      for (auto& a : acc) a = step(a);
-    }
-    benchmark::DoNotOptimize(acc);
+// The core's peak (bench/peak.h), 2^20 iterations of its loop an iteration of the benchmark.
+void core_peak(benchmark::State& state, bench::PeakLoop loop, const char* missing) {
+  if (!bench::peak_loop_available(loop)) {
+    state.SkipWithError(missing);
+    return;
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_step * 16 * kIters * 1e-9 * state.iterations(),
-                                                  benchmark::Counter::kIsRate);
+  double flops = 0;
+  for (auto _ : state) flops += bench::run_peak_loop(loop, int64_t{1} << 20);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
 }
 
 void BM_core_peak_f32(benchmark::State& state) {
-#if defined(__AVX512F__)
-  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
-  core_peak(state, _mm512_set1_ps(0.f), [&](__m512 a) { return _mm512_fmadd_ps(a, x, y); }, 32);
-#elif defined(__FMA__)
-  const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
-  core_peak(state, _mm256_set1_ps(0.f), [&](__m256 a) { return _mm256_fmadd_ps(a, x, y); }, 16);
-#else
-  state.SkipWithError("built without FMA (-march=native on a CPU without it)");
-#endif
+  core_peak(state, bench::PeakLoop::fma_f32, "built without FMA (-march=native on a CPU without it)");
 }
 
 void BM_core_peak_bf16(benchmark::State& state) {
-#if defined(__AVX512BF16__)
-  // Each VDPBF16PS: 16 lanes, each two bf16 products added into float32.
-  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3a80);
-  core_peak(state, _mm512_set1_ps(0.f), [&](__m512 a) { return _mm512_dpbf16_ps(a, x, y); }, 64);
-#else
-  state.SkipWithError("this CPU (or build) has no AVX512_BF16: no bfloat16 dot instruction to measure");
-#endif
+  core_peak(state, bench::PeakLoop::dpbf16_f32,
+            "this CPU (or build) has no AVX512_BF16: no bfloat16 dot instruction to measure");
 }
 // Rates over CPU time, not wall time: a core's peak, not the machine's load.
 BENCHMARK(BM_core_peak_f32)->Unit(benchmark::kMillisecond);

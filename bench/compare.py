@@ -5,7 +5,8 @@ Runs every workload at 1 and 2 threads, alternating tapegrad / reference
 (A/B/A/B...) `--repeats` times in one run, each run in a fresh process, and
 reports the median tokens/s (words/s for sgns) with min-max, the ratio, the
 matmul GFLOP/s inside tapegrad's step next to the OpenBLAS sgemm peak measured
-in the same run at the same thread count, and peak RSS. At n > 1 threads
+in the same run at the same thread count, tapegrad's MFU (lm_train's model
+FLOP/s over threads x its measured core peak), and peak RSS. At n > 1 threads
 PyTorch runs in both of its settings -- its own threads (torch.set_num_threads(n),
 OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=1) and OpenBLAS's (set_num_threads(1),
 OPENBLAS_NUM_THREADS=n); two pools of n threads each would oversubscribe the
@@ -157,6 +158,8 @@ def summarise(w, d, t, ours, by_setting, peak, rows):
                 speedup_ours=statistics.median(o) / f32[0]["ours"] if f32 else None,
                 speedup_torch=statistics.median(p) / f32[0]["torch"] if f32 else None,
                 matmul_gflops=statistics.median(x["matmul_gflops"] for x in ours), sgemm_peak=peak,
+                # Model FLOP/s over threads x the core's peak for the dtype, both measured by lm_train in its run
+                mfu=statistics.median(x.get("mfu", float("nan")) for x in ours),
                 rss_ours=max(x["peak_rss_mb"] for x in ours),
                 rss_torch=max(x["peak_rss_mb"] for x in theirs),
                 allocs=ours[-1]["system_allocs_per_step"],
@@ -228,8 +231,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     head = ("| workload | dtype | threads | tapegrad tok/s (min–max) | tapegrad n/1 threads "
             "| reference tok/s (min–max), best setting | ratio | matmul GFLOP/s | sgemm peak | matmul % of peak "
-            "| RSS MiB tapegrad / reference | mallocs/step |\n"
-            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+            "| tapegrad MFU | RSS MiB tapegrad / reference | mallocs/step |\n"
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 
     def gemm(r):
         if r["workload"] == "sgns":
@@ -238,15 +241,21 @@ def main():
         share = "–" if r["dtype"] != "f32" else f"{100 * r['matmul_gflops'] / r['sgemm_peak']:.0f}%"
         return f"{r['matmul_gflops']:.1f} | {r['sgemm_peak']:.1f} | {share}"
 
+    def mfu(x):
+        return "–" if x != x else f"{100 * x:.0f}%"  # NaN: sgns, or an lm_train without the field
+
     md = provenance() + head + "".join(
         f"| {r['workload']} | {r['dtype']} | {r['threads']} | {r['ours']:.0f} ({r['ours_min']:.0f}–{r['ours_max']:.0f}) "
         f"| {'–' if r['gain'] is None else format(r['gain'], '.2f') + '×'} "
         f"| {r['torch']:.0f} ({r['torch_min']:.0f}–{r['torch_max']:.0f}), {r['setting']}"
         f"{' (' + r['other_settings'] + ')' if r['other_settings'] else ''} | {r['ratio']:.2f}× "
-        f"| {gemm(r)} | {r['rss_ours']:.0f} / {r['rss_torch']:.0f} | {r['allocs']} |\n" for r in rows)
+        f"| {gemm(r)} | {mfu(r['mfu'])} | {r['rss_ours']:.0f} / {r['rss_torch']:.0f} | {r['allocs']} |\n" for r in rows)
     md += ("\nReference: PyTorch " + subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
                                                   capture_output=True, text=True).stdout.strip()
            + " for the language models; gensim for sgns (words/s over raw words × epochs).\n")
+    md += ("tapegrad MFU: the step's GEMM FLOPs a token (counted by lm_train's profiled pass) times tokens/s, over "
+           "threads × one core's peak for the dtype, measured in the same process (float32 FMAs, or bfloat16 dot "
+           "products for bf16: bench/peak.h).\n")
     if "bf16" in dtypes:
         md += ("bf16: each step's forward and loss under autocast (tapegrad's AutocastGuard, PyTorch's "
                "torch.autocast(\"cpu\", dtype=torch.bfloat16)), float32 master weights on both sides; matmul % of peak "
@@ -259,11 +268,12 @@ def main():
     if both:
         f32_of = lambda r: next(x for x in rows if (x["workload"], x["threads"], x["dtype"]) == (r["workload"], r["threads"], "f32"))
         md += ("\nbf16 against f32, medians at the same thread count (PyTorch at its best setting of each):\n\n"
-               "| workload | threads | tapegrad tok/s f32 → bf16 | tapegrad bf16/f32 | PyTorch tok/s f32 → bf16 "
-               "| PyTorch bf16/f32 | RSS MiB tapegrad f32 / bf16 | RSS MiB PyTorch f32 / bf16 |\n"
-               "|---|--:|--:|--:|--:|--:|--:|--:|\n")
+               "| workload | threads | tapegrad tok/s f32 → bf16 | tapegrad bf16/f32 | tapegrad MFU f32 / bf16 "
+               "| PyTorch tok/s f32 → bf16 | PyTorch bf16/f32 | RSS MiB tapegrad f32 / bf16 | RSS MiB PyTorch f32 / bf16 |\n"
+               "|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
         md += "".join(
             f"| {r['workload']} | {r['threads']} | {f32_of(r)['ours']:.0f} → {r['ours']:.0f} | {r['speedup_ours']:.2f}× "
+            f"| {mfu(f32_of(r)['mfu'])} / {mfu(r['mfu'])} "
             f"| {f32_of(r)['torch']:.0f} → {r['torch']:.0f} | {r['speedup_torch']:.2f}× "
             f"| {f32_of(r)['rss_ours']:.0f} / {r['rss_ours']:.0f} | {f32_of(r)['rss_torch']:.0f} / {r['rss_torch']:.0f} |\n"
             for r in both)

@@ -2,7 +2,10 @@
 // (bench/compare.py runs it alternately with bench/torch_lm.py). Trains one
 // of the comparison's workloads (bench/workloads.h) and prints one JSON line:
 // steady-state tokens/s, the matmul GFLOP/s inside the step (from the
-// profiler, in a separate profiled pass so timing stays clean), heap
+// profiler, in a separate profiled pass so timing stays clean), the model
+// FLOP/s and MFU against the core's peak measured in the same process
+// (bench/peak.h; mfu = model FLOP/s over threads x ranks x that peak,
+// gemm_fraction_of_peak = the matmul GFLOP/s over threads x peak), heap
 // allocations per steady-state step, peak RSS and, with --eval, the
 // validation loss. --dtype bf16 runs each step's forward and loss (and the
 // evaluation) under bfloat16 autocast, as bench/torch_lm.py --dtype bf16 runs
@@ -33,6 +36,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/blas.h"
+#include "bench/peak.h"
 #include "bench/workloads.h"
 #include "data/lm_batches.h"
 #include "data/corpus.h"
@@ -175,6 +179,7 @@ double validation_loss(bench::Trainer& trainer, const data::LMBatches& val, int6
 }
 
 // Warm-up, a counted step, a profiled pass, then the timed steps; rank 0 prints one JSON line.
+constexpr int kProfiledSteps = 3;
 void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer& trainer,
                       dist::DistributedDataParallel& ddp, CharData& d, Generator& gen) {
   double last_loss = 0;
@@ -188,7 +193,7 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   // Matmul GFLOP/s from a profiled pass (the profiler's clock reads cost a little, so it is not the timed pass).
   profiler_reset();
   profiler_enable(true);
-  for (int i = 0; i < 3; ++i) step();
+  for (int i = 0; i < kProfiledSteps; ++i) step();
   profiler_enable(false);
   ProfileTotals prof = profiler_totals();
   if (o.profile && dist::is_main()) {
@@ -218,13 +223,36 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   if (o.eval) extra += fmt::format(", \"val_loss\": {:.5f}", validation_loss(trainer, d.val, w.batch));
   if (!dist::is_main()) return;
   const int64_t tokens = w.batch * w.model.block;
+  // Model FLOPs a token: the GEMM FLOPs the profiled steps counted (every
+  // GEMM of forward and backward: projections, attention's products, the
+  // recurrences, the output head) over the tokens this rank trained on in
+  // them, rather than the 6 N-per-token-plus-attention estimate for a GPT
+  // (which it counts exactly, with nothing for the elementwise work). With
+  // --checkpoint it counts the forward's rerun too, so mfu there is the
+  // hardware's utilisation.
+  const double flops_per_token = prof.flops / (kProfiledSteps * static_cast<double>(tokens) / dist::world_size());
+  const double tokens_per_s = o.steps * tokens / secs;
+  const double model_flops_per_s = flops_per_token * tokens_per_s;
+  const double gemm_flops_per_s = prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds : 0.0;
+  // The core's peak for the run's dtype, measured here (tens of ms, after the
+  // timed steps): FMAs for float32; bfloat16 dot products for bf16, or FMAs
+  // where the CPU has none and bf16 GEMMs run on widened float32 operands.
+  const bench::PeakLoop loop = o.dtype == "bf16" && bench::peak_loop_available(bench::PeakLoop::dpbf16_f32)
+                                   ? bench::PeakLoop::dpbf16_f32
+                                   : bench::PeakLoop::fma_f32;
+  const double peak = bench::measure_core_peak(loop);
+  const double cores = static_cast<double>(o.threads) * dist::world_size();
+  extra += fmt::format(
+      ", \"model_flops_per_token\": {:.0f}, \"model_flops_per_s\": {:.4g}, \"peak_flops_per_core\": {:.4g}, "
+      "\"peak_loop\": \"{}\", \"mfu\": {:.4f}, \"gemm_fraction_of_peak\": {:.4f}",
+      flops_per_token, model_flops_per_s, peak, loop == bench::PeakLoop::fma_f32 ? "fma_f32" : "dpbf16_f32",
+      peak > 0 ? model_flops_per_s / (cores * peak) : 0.0, peak > 0 ? gemm_flops_per_s / (o.threads * peak) : 0.0);
   fmt::print(
       "{{\"side\": \"tapegrad\", \"workload\": \"{}\", \"dtype\": \"{}\", \"threads\": {}, \"ranks\": {}, \"steps\": {}, \"T\": {}, \"B\": {}, \"checkpoint\": {}, \"tokens_per_step\": {}, \"tokens_per_s\": {:.1f}, \"seconds_per_step\": {:.3f}, "
       "\"last_loss\": {:.5f}, \"peak_rss_mb\": {:.1f}, \"matmul_gflops\": {:.2f}, \"matmul_share\": {:.3f}, "
       "\"system_allocs_per_step\": {}, \"pool_peak_mb\": {:.1f}, \"step_peak_mb\": {:.1f}, \"pool_held_mb\": {:.1f}{}}}\n",
       o.workload, o.dtype, o.threads, dist::world_size(), o.steps, w.model.block, w.batch, o.checkpoint, tokens,
-      o.steps * tokens / secs, secs / o.steps, last_loss, report::peak_rss_mib(),
-      prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds / 1e9 : 0.0,
+      tokens_per_s, secs / o.steps, last_loss, report::peak_rss_mib(), gemm_flops_per_s / 1e9,
       prof.seconds > 0 ? prof.flop_seconds / prof.seconds : 0.0, system_allocs, pool.peak_bytes_in_use / 1048576.0,
       (pool.peak_bytes_in_use - held_between_steps) / 1048576.0,
       (pool.bytes_in_use + pool.bytes_cached) / 1048576.0, extra);

@@ -214,13 +214,98 @@ BOOST_AUTO_TEST_CASE(linear_errors) {
   BOOST_CHECK_THROW(linear(scalar(1.0), zeros({2, 1})), ShapeError);
 }
 
-// Run with OPENBLAS_CORETYPE=Prescott too (meson test matmul_prescott): on a
-// CPU with AVX2, OpenBLAS's SSE3 fallback must not run the float32 GEMMs
-// (oneDNN does, at the CPU's speed), and every test above still passes.
-BOOST_AUTO_TEST_CASE(float32_gemm_avoids_a_fallback_openblas_core) {
+// ---- the float32 backend: TAPEGRAD_GEMM_F32 and the measured choice.
+// Run again with TAPEGRAD_GEMM_F32=openblas and =onednn (meson test
+// matmul_openblas, matmul_onednn): every test above passes on either backend.
+
+BOOST_AUTO_TEST_CASE(gemm_f32_policy_parses_the_environment_variable) {
+  using detail::GemmF32Policy;
+  BOOST_TEST((detail::parse_gemm_f32_policy(nullptr) == GemmF32Policy::measure));
+  BOOST_TEST((detail::parse_gemm_f32_policy("") == GemmF32Policy::measure));
+  BOOST_TEST((detail::parse_gemm_f32_policy("measure") == GemmF32Policy::measure));
+  BOOST_TEST((detail::parse_gemm_f32_policy("openblas") == GemmF32Policy::openblas));
+  BOOST_TEST((detail::parse_gemm_f32_policy("onednn") == GemmF32Policy::onednn));
+  BOOST_CHECK_EXCEPTION(detail::parse_gemm_f32_policy("OpenBLAS"), ValueError, [](const ValueError& e) {
+    return std::string(e.what()) == "TAPEGRAD_GEMM_F32=OpenBLAS: give openblas, onednn or measure";
+  });
+}
+
+// What this process's TAPEGRAD_GEMM_F32 asks for is what every class runs on;
+// under measure, each class runs on the backend it measured faster.
+BOOST_AUTO_TEST_CASE(gemm_f32_backend_follows_the_environment) {
   const std::string info = gemm_backend_info();
   BOOST_TEST_MESSAGE("GEMMs: " << info);
+  const char* env = std::getenv("TAPEGRAD_GEMM_F32");
+  const detail::GemmF32Policy policy = detail::parse_gemm_f32_policy(env);
+  BOOST_TEST((detail::gemm_f32_policy() == policy));
+  const std::vector<detail::GemmF32Choice> choices = detail::gemm_f32_choices();
+  BOOST_TEST(choices.size() == 4u);
+  for (const detail::GemmF32Choice& c : choices) {
+    BOOST_TEST_CONTEXT(c.name << " " << c.shape) {
+      if (policy == detail::GemmF32Policy::measure) {
+        BOOST_TEST(c.openblas_gflops > 0);
+        BOOST_TEST(c.onednn_gflops > 0);
+        BOOST_TEST((c.backend == detail::GemmBackend::onednn) == (c.onednn_gflops > c.openblas_gflops));
+        BOOST_TEST(info.find(c.name + " " + c.shape + ": ") != std::string::npos, info);
+      } else {
+        const auto forced = policy == detail::GemmF32Policy::onednn ? detail::GemmBackend::onednn
+                                                                    : detail::GemmBackend::openblas;
+        BOOST_TEST((c.backend == forced));
+        BOOST_TEST(info.find(std::string("TAPEGRAD_GEMM_F32=") + env) != std::string::npos, info);
+      }
+    }
+  }
+}
+
+// Both backends, whatever the policy, against a float64 product: every
+// shape class, each transpose, leading dimensions wider than the operands,
+// alpha and beta.
+BOOST_AUTO_TEST_CASE(both_f32_backends_agree_with_float64) {
+  struct Case {
+    int64_t M, N, K;
+  };
+  for (Case s : {Case{7, 5, 3}, Case{40, 48, 32}, Case{16, 300, 100}, Case{130, 90, 40}, Case{96, 80, 72}})
+    for (int flags = 0; flags < 4; ++flags)
+      for (detail::GemmBackend be : {detail::GemmBackend::openblas, detail::GemmBackend::onednn}) {
+        const bool ta = flags & 1, tb = flags & 2;
+        const int64_t M = s.M, N = s.N, K = s.K;
+        // Stored (M,K) or (K,M), (K,N) or (N,K), (M,N); 3 spare columns each.
+        const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 3, ldc = N + 3;
+        Generator g(M * 1000 + N * 10 + flags);
+        std::vector<float> a = randn({(ta ? K : M) * lda}, DType::f32, &g).to_vector<float>();
+        std::vector<float> b = randn({(tb ? N : K) * ldb}, DType::f32, &g).to_vector<float>();
+        std::vector<float> c = randn({M * ldc}, DType::f32, &g).to_vector<float>();
+        const std::vector<float> c0 = c;
+        const float alpha = 0.75f, beta = -0.5f;
+        detail::gemm_f32_on(be, ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+        double worst = 0;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double acc = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const double t = double(ta ? a[k * lda + i] : a[i * lda + k]) * double(tb ? b[j * ldb + k] : b[k * ldb + j]);
+              acc += t, mag += std::abs(t);
+            }
+            const double expect = alpha * acc + beta * double(c0[i * ldc + j]);
+            worst = std::max(worst, std::abs(c[i * ldc + j] - expect) / (1 + mag));
+          }
+        BOOST_TEST(worst < 1e-5, (be == detail::GemmBackend::onednn ? "oneDNN " : "OpenBLAS ")
+                                     << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << ": " << worst);
+        // The spare columns of C are left alone.
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = N; j < ldc; ++j) BOOST_TEST(c[i * ldc + j] == c0[i * ldc + j]);
+      }
+}
+
+// Run with OPENBLAS_CORETYPE=Prescott too (meson test matmul_prescott): on a
+// CPU with AVX2 and FMA, OpenBLAS's SSE3 fallback is 4x slower than oneDNN,
+// so the measured choice of the large class must be oneDNN, and every test
+// above still passes.
+BOOST_AUTO_TEST_CASE(measurement_avoids_a_fallback_openblas_core) {
   const char* core = std::getenv("OPENBLAS_CORETYPE");
-  const bool forced_fallback = core && std::string(core) == "Prescott" && __builtin_cpu_supports("avx2");
-  BOOST_TEST((info.find("float32: oneDNN") != std::string::npos) == forced_fallback, info);
+  const bool forced_fallback = core && std::string(core) == "Prescott" && __builtin_cpu_supports("avx2") &&
+                               __builtin_cpu_supports("fma");
+  if (!forced_fallback || detail::gemm_f32_policy() != detail::GemmF32Policy::measure) return;
+  for (const detail::GemmF32Choice& c : detail::gemm_f32_choices())
+    if (c.name == "large") BOOST_TEST((c.backend == detail::GemmBackend::onednn), gemm_backend_info());
 }
