@@ -155,13 +155,17 @@ void checkpoint_backward(const Node& n, const Tensor& g, std::span<Tensor> grad_
   for (size_t i = 0; i < r.wrt.size(); ++i) grad_in[r.wrt_edge[i]] = grads[i];
 }
 
-const OpDef checkpoint_op(
-    "checkpoint", -1, "checkpoint(fn, inputs) -> fn(inputs), rerun by backward",
-    saves_of<CheckpointSaved>(), checkpoint_backward,
+const OpDef checkpoint_op({
+    .name = "checkpoint",
+    .arity = -1,
+    .signature = "checkpoint(fn, inputs) -> fn(inputs), rerun by backward",
+    .saves = saves_of<CheckpointSaved>(),
+    .backward = checkpoint_backward,
     // Forward mode through a checkpoint: its backward reruns fn with tensor
     // ops, so J v comes from two passes of it (one forward-AD level per thread
     // rules out rerunning fn on dual inputs inside the rule).
-    tangent_from_backward, [] {
+    .tangent = tangent_from_backward,
+    .samples = [] {
       // A two-layer block, and one reading a weight it does not take as an input.
       auto block = [](const std::vector<Tensor>& in) {
         return checkpoint([](const std::vector<Tensor>& a) { return mul(tanh(matmul(a[0], a[1])), a[0]); },
@@ -186,7 +190,8 @@ const OpDef checkpoint_op(
            {samples::uniform({3, 4}, 355), samples::uniform({4, 4}, 356)}, by_reference},
       };
     },
-    checkpoint_recompute);
+    .recompute = checkpoint_recompute,
+});
 
 }  // namespace
 

@@ -102,8 +102,13 @@ std::shared_ptr<const Primitive> primitive(const Key& k) {
     std::lock_guard lock(c.mutex);
     if (auto it = c.primitives.find(k); it != c.primitives.end()) return it->second;
   }
-  auto p = make(k);  // outside the lock: another thread's GEMMs go on meanwhile
+  // Made under the lock. oneDNN shares what it builds between threads through
+  // a cache of its own, synchronised inside a library ThreadSanitizer cannot
+  // see into; made one at a time here, the sharing is ordered by this mutex.
+  // A primitive is made once per shape and thread, so no GEMM waits long.
   std::lock_guard lock(c.mutex);
+  if (auto it = c.primitives.find(k); it != c.primitives.end()) return it->second;
+  auto p = make(k);
   c.kernel[k.bf16] = p->kernel;
   if (c.primitives.size() >= kMaxKept) c.primitives.clear();  // the threads' Bound entries keep theirs alive
   return c.primitives.emplace(k, std::move(p)).first->second;

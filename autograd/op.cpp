@@ -13,16 +13,13 @@ std::vector<const OpDef*>& registry() {
 }
 }  // namespace
 
-OpDef::OpDef(std::string_view name_, int arity_, std::string_view signature_, SavedLayout saves_,
-             BackwardFn backward_, TangentFn tangent_, SampleFn samples_, RecomputeFn recompute_,
-             bool once_differentiable_, AccumulateFn accumulate_)
-    : name(name_), arity(arity_), signature(signature_), saves(saves_), backward(backward_), tangent(tangent_),
-      samples(samples_),
-      recompute(recompute_), once_differentiable(once_differentiable_), accumulate(accumulate_) {
+OpDef::OpDef(const OpSpec& spec) : OpSpec(spec) {
   for (const OpDef* op : registry())
     if (op->name == name)
       throw ValueError(fmt::format("OpDef: an op named '{}' is already registered ({}); op names must be unique",
                                    name, op->signature));
+  if (name.empty() || backward == nullptr)
+    throw ValueError(fmt::format("OpDef '{}' ({}): an op needs a name and a backward", name, signature));
   registry().push_back(this);
 }
 

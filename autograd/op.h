@@ -55,32 +55,37 @@ struct OpSample {
 /// Returns an op's gradcheck cases (OpDef::samples).
 using SampleFn = std::vector<OpSample> (*)();
 
-/// A differentiable op: its name, forward signature, backward, tangent rule
-/// and gradcheck samples. Define one as a static object beside the op's forward, which
-/// passes it to record(); it registers itself in op_table().
-struct OpDef {
+/// What an op declares, each part by name:
+///
+///     static const OpDef mul_op({.name = "mul", .arity = 2, .signature = "mul(a, b) -> a * b",
+///                                .saves = saves_of<MulSaved>(), .backward = mul_backward,
+///                                .tangent = mul_tangent, .samples = mul_samples});
+///
+/// name, arity, signature, saves and backward are required; the rest are
+/// optional (null or false when omitted).
+struct OpSpec {
   std::string_view name;       ///< as in error messages and the profiler
-  int arity;                   ///< tensor inputs; -1 for a list (concat, stack)
+  int arity = 0;               ///< tensor inputs; -1 for a list (concat, stack)
   std::string_view signature;  ///< the forward, e.g. "mul(a, b) -> a * b, broadcasting"
-  SavedLayout saves;           ///< what forward saves for backward: saves_of<its saved struct>()
-  BackwardFn backward;         ///< the gradients of the inputs
-  TangentFn tangent;           ///< forward mode; null: forward mode through the op is an AutogradError naming it
-  SampleFn samples;            ///< the cases gradchecked for this op (null: none)
-  RecomputeFn recompute;       ///< null: the output cannot be rebuilt
+  SavedLayout saves = {};      ///< what forward saves for backward: saves_of<its saved struct>()
+  BackwardFn backward = nullptr;  ///< the gradients of the inputs
+  TangentFn tangent = nullptr;    ///< forward mode; null: forward mode through the op is an AutogradError naming it
+  SampleFn samples = nullptr;     ///< the cases gradchecked for this op (null: none)
+  RecomputeFn recompute = nullptr;  ///< null: the output cannot be rebuilt
   /// True for an op whose backward is raw kernels only: create_graph through
   /// it is an AutogradError naming the op (PyTorch's once_differentiable).
   /// Every op of the library's table is differentiable twice.
-  bool once_differentiable;
-  AccumulateFn accumulate;     ///< null: backward always allocates its input gradients
+  bool once_differentiable = false;
+  AccumulateFn accumulate = nullptr;  ///< null: backward always allocates its input gradients
+};
 
-  /// Registers the op; a name already registered is a ValueError.
-  OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
-        BackwardFn backward, TangentFn tangent, SampleFn samples, RecomputeFn recompute = nullptr,
-        bool once_differentiable = false, AccumulateFn accumulate = nullptr);
-  /// An op without a tangent rule (reverse mode only).
-  OpDef(std::string_view name, int arity, std::string_view signature, SavedLayout saves,
-        BackwardFn backward, SampleFn samples, RecomputeFn recompute = nullptr, bool once_differentiable = false)
-      : OpDef(name, arity, signature, saves, backward, nullptr, samples, recompute, once_differentiable) {}
+/// A differentiable op: its OpSpec, registered. Define one as a static object
+/// beside the op's forward, which passes it to record(); it registers itself
+/// in op_table().
+struct OpDef : OpSpec {
+  /// Registers the op; a name already registered, or a spec without a name
+  /// or a backward, is a ValueError.
+  explicit OpDef(const OpSpec& spec);
   ~OpDef();  ///< unregisters
   OpDef(const OpDef&) = delete;
   OpDef& operator=(const OpDef&) = delete;

@@ -48,8 +48,8 @@ void swish_tangent(const tg::Node& node, std::span<const tg::Tensor> tangent_in,
 
 // 2. The OpDef. Defining it registers the op; a static one lives for the program.
 // No samples: user ops are not part of the library's own op table test.
-const tg::OpDef swish_op("swish", /*arity=*/1, "swish(x) -> x * sigmoid(x)", tg::saves_of<SwishSaved>(),
-                         swish_backward, swish_tangent, nullptr);
+const tg::OpDef swish_op({.name = "swish", .arity = 1, .signature = "swish(x) -> x * sigmoid(x)",
+                          .saves = tg::saves_of<SwishSaved>(), .backward = swish_backward, .tangent = swish_tangent});
 
 // 3. The forward.
 tg::Tensor swish(const tg::Tensor& x) {

@@ -4,7 +4,7 @@ for tests/test_op_names.cpp: the OpDefs themselves are the list, so a new op
 needs no second entry here, and a test that compares this set with what
 op_table() holds at run time catches an op family a link leaves out.
 
-An op is defined either as `OpDef name_op("name", ...)` or through a macro
+An op is defined either as `OpDef name_op({.name = "name", ...})` or through a macro
 whose body defines an OpDef named by its first parameter (`#NAME`), such as
 TG_UNARY_OP(exp, ...) in autograd/ops/elementwise/unary.cpp.
 
@@ -13,7 +13,7 @@ TG_UNARY_OP(exp, ...) in autograd/ops/elementwise/unary.cpp.
 import re
 import sys
 
-DIRECT = re.compile(r'\bOpDef\s+\w+\s*\(\s*"(\w+)"')
+DIRECT = re.compile(r'\bOpDef\s+\w+\s*\(\s*\{\s*\.name\s*=\s*"(\w+)"')
 MACRO_DEF = re.compile(r"#define\s+(\w+)\(\s*(\w+)\s*,((?:[^\n]*\\\n)*[^\n]*)")
 
 

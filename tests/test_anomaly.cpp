@@ -23,8 +23,8 @@ namespace {
 void nan_grad_backward(const Node&, const Tensor& g, std::span<Tensor> grad_in) {
   grad_in[0] = full(g.shape(), std::numeric_limits<double>::quiet_NaN(), g.dtype());
 }
-const OpDef nan_grad_op("nan_grad", 1, "nan_grad(x) -> x, its gradient NaN", saves_of<NoSaved>(), nan_grad_backward,
-                        nullptr);
+const OpDef nan_grad_op({.name = "nan_grad", .arity = 1, .signature = "nan_grad(x) -> x, its gradient NaN",
+                         .saves = saves_of<NoSaved>(), .backward = nan_grad_backward});
 Tensor nan_grad(const Tensor& x) {
   Tensor out = x.clone();
   record(nan_grad_op, out, x);

@@ -323,7 +323,8 @@ void probe_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
     if (n.needs(k)) gin[k] = g;
   }
 }
-const OpDef probe_op("test_probe", 2, "probe(a, b) -> a + b", saves_of<NoSaved>(), probe_backward, nullptr);
+const OpDef probe_op({.name = "test_probe", .arity = 2, .signature = "probe(a, b) -> a + b",
+                      .saves = saves_of<NoSaved>(), .backward = probe_backward});
 Tensor probe(const Tensor& a, const Tensor& b) {
   Tensor out = add(a.detach(), b.detach());
   record(probe_op, out, a, b);
@@ -442,7 +443,8 @@ BOOST_AUTO_TEST_CASE(node_gradient_arriving_as_a_broadcast_view_then_accumulated
 void bsum_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = full({1}, g.item<double>(), DType::f64).expand(n.edges[0].shape);
 }
-const OpDef bsum_op("test_bsum", 1, "bsum(x) -> sum(x)", saves_of<NoSaved>(), bsum_backward, nullptr);
+const OpDef bsum_op({.name = "test_bsum", .arity = 1, .signature = "bsum(x) -> sum(x)", .saves = saves_of<NoSaved>(),
+                     .backward = bsum_backward});
 Tensor bsum(const Tensor& x) {
   Tensor out = sum(x.detach());
   record(bsum_op, out, x);

@@ -168,8 +168,15 @@ Tensor plain_double(const Tensor& x) {
 }
 
 BOOST_AUTO_TEST_CASE(walk_fails_for_an_op_without_a_tangent_rule) {
-  OpDef op("test_no_tangent", 1, "2x, no tangent rule", saves_of<NoSaved>(), plain_double_backward, [] {
-    return std::vector<OpSample>{{"(3)", {samples::uniform({3}, 1)}, [](auto& x) { return plain_double(x[0]); }}};
+  OpDef op({
+      .name = "test_no_tangent",
+      .arity = 1,
+      .signature = "2x, no tangent rule",
+      .saves = saves_of<NoSaved>(),
+      .backward = plain_double_backward,
+      .samples = [] {
+        return std::vector<OpSample>{{"(3)", {samples::uniform({3}, 1)}, [](auto& x) { return plain_double(x[0]); }}};
+      },
   });
   g_plain_double = &op;
   std::vector<std::string> f = check_op_forward(op);
@@ -183,8 +190,16 @@ BOOST_AUTO_TEST_CASE(walk_fails_for_an_op_without_a_tangent_rule) {
 void wrong_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = mul(t[0], 3.0); }
 
 BOOST_AUTO_TEST_CASE(walk_fails_for_a_wrong_tangent_rule) {
-  OpDef op("test_wrong_tangent", 1, "2x, tangent 3t", saves_of<NoSaved>(), plain_double_backward, wrong_tangent, [] {
-    return std::vector<OpSample>{{"(3)", {samples::uniform({3}, 1)}, [](auto& x) { return plain_double(x[0]); }}};
+  OpDef op({
+      .name = "test_wrong_tangent",
+      .arity = 1,
+      .signature = "2x, tangent 3t",
+      .saves = saves_of<NoSaved>(),
+      .backward = plain_double_backward,
+      .tangent = wrong_tangent,
+      .samples = [] {
+        return std::vector<OpSample>{{"(3)", {samples::uniform({3}, 1)}, [](auto& x) { return plain_double(x[0]); }}};
+      },
   });
   g_plain_double = &op;
   const std::vector<std::string> f = check_op_forward(op);
@@ -195,7 +210,8 @@ BOOST_AUTO_TEST_CASE(walk_fails_for_a_wrong_tangent_rule) {
 }
 
 BOOST_AUTO_TEST_CASE(missing_tangent_rule_is_an_error_naming_the_op) {
-  OpDef op("test_no_tangent_2", 1, "2x, no tangent rule", saves_of<NoSaved>(), plain_double_backward, nullptr);
+  OpDef op({.name = "test_no_tangent_2", .arity = 1, .signature = "2x, no tangent rule", .saves = saves_of<NoSaved>(),
+            .backward = plain_double_backward});
   g_plain_double = &op;
   ForwardADGuard level;
   Tensor x = make_dual(samples::uniform({3}, 2).detach(), ones({3}, DType::f64));

@@ -28,7 +28,8 @@ void swish_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   Tensor s = sigmoid(x);
   gin[0] = mul(g, add(s, mul(mul(x, s), rsub(1.0, s))));
 }
-const OpDef swish_op("test_swish", 1, "swish(x) -> x * sigmoid(x)", saves_of<XSaved>(), swish_backward, nullptr);
+const OpDef swish_op({.name = "test_swish", .arity = 1, .signature = "swish(x) -> x * sigmoid(x)",
+                      .saves = saves_of<XSaved>(), .backward = swish_backward});
 Tensor swish(const Tensor& x) {
   Tensor out;
   {
@@ -43,8 +44,8 @@ Tensor swish(const Tensor& x) {
 void cube_wrong_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = mul(g, mul(n.saved_tensor(&XSaved::x), 3.0));
 }
-const OpDef cube_wrong_op("test_cube_wrong", 1, "cube(x) -> x^3, wrong backward", saves_of<XSaved>(),
-                          cube_wrong_backward, nullptr);
+const OpDef cube_wrong_op({.name = "test_cube_wrong", .arity = 1, .signature = "cube(x) -> x^3, wrong backward",
+                           .saves = saves_of<XSaved>(), .backward = cube_wrong_backward});
 Tensor cube_wrong(const Tensor& x) {
   Tensor out;
   {
@@ -64,8 +65,9 @@ void square_dense_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   for (int64_t k = 0; k < x.numel(); ++k) out.data<double>()[k] = 2 * xp[k] * gc.data<double>()[k];
   gin[0] = out;
 }
-const OpDef square_dense_op("test_square_dense", 1, "square(x), contiguous-only backward", saves_of<XSaved>(),
-                            square_dense_backward, nullptr);
+const OpDef square_dense_op({.name = "test_square_dense", .arity = 1,
+                             .signature = "square(x), contiguous-only backward", .saves = saves_of<XSaved>(),
+                             .backward = square_dense_backward});
 Tensor square_dense(const Tensor& x) {
   Tensor out;
   {

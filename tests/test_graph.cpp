@@ -178,12 +178,12 @@ void raw_double_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   NoGradGuard ng;
   gin[0] = out.mul_(2.0);
 }
-const OpDef raw_double_op("test_raw_double", 1, "2x, backward outside the graph", saves_of<NoSaved>(),
-                          raw_double_backward,
-                          nullptr, nullptr, /*once_differentiable=*/true);
-const OpDef unmarked_raw_op("test_unmarked_raw_double", 1, "2x, backward outside the graph, not declared",
-                            saves_of<NoSaved>(),
-                            raw_double_backward, nullptr);
+const OpDef raw_double_op({.name = "test_raw_double", .arity = 1, .signature = "2x, backward outside the graph",
+                           .saves = saves_of<NoSaved>(), .backward = raw_double_backward,
+                           .once_differentiable = true});
+const OpDef unmarked_raw_op({.name = "test_unmarked_raw_double", .arity = 1,
+                             .signature = "2x, backward outside the graph, not declared", .saves = saves_of<NoSaved>(),
+                             .backward = raw_double_backward});
 Tensor raw_double(const Tensor& x, const OpDef& op) {
   Tensor out;
   {
@@ -235,12 +235,15 @@ Tensor cube_recompute(const Node& n) {
   const Tensor x = n.saved_tensor(&SideCubeSaved::x);
   return mul(mul(x, x), x);
 }
-const OpDef side_cube_op("test_side_cube", 1, "x^3, its slope 3x^2 a side output", saves_of<SideCubeSaved>(),
-                         side_cube_backward<SideUse::add>, nullptr, cube_recompute);
-const OpDef side_cube_ignored_op("test_side_cube_ignored", 1, "x^3, whose backward drops its side output's gradient",
-                                 saves_of<SideCubeSaved>(), side_cube_backward<SideUse::ignore>, nullptr);
-const OpDef side_cube_hooked_op("test_side_cube_hooked", 1, "x^3, whose backward hooks its side output",
-                                saves_of<SideCubeSaved>(), side_cube_backward<SideUse::hook>, nullptr);
+const OpDef side_cube_op({.name = "test_side_cube", .arity = 1, .signature = "x^3, its slope 3x^2 a side output",
+                          .saves = saves_of<SideCubeSaved>(), .backward = side_cube_backward<SideUse::add>,
+                          .recompute = cube_recompute});
+const OpDef side_cube_ignored_op({.name = "test_side_cube_ignored", .arity = 1,
+                                  .signature = "x^3, whose backward drops its side output's gradient",
+                                  .saves = saves_of<SideCubeSaved>(), .backward = side_cube_backward<SideUse::ignore>});
+const OpDef side_cube_hooked_op({.name = "test_side_cube_hooked", .arity = 1,
+                                 .signature = "x^3, whose backward hooks its side output",
+                                 .saves = saves_of<SideCubeSaved>(), .backward = side_cube_backward<SideUse::hook>});
 Tensor side_cube(const Tensor& x, const OpDef& op = side_cube_op) {
   Tensor out, s;
   {
@@ -299,8 +302,9 @@ struct XSaved {
   static constexpr std::tuple fields{saved_field("x", &XSaved::x)};
 };
 BOOST_AUTO_TEST_CASE(saving_or_reading_another_struct_than_declared_is_an_error) {
-  static const OpDef declares_nothing("test_declares_nothing", 1, "x^3, declaring no saved state",
-                                      saves_of<NoSaved>(), side_cube_backward<SideUse::add>, nullptr);
+  static const OpDef declares_nothing({.name = "test_declares_nothing", .arity = 1,
+                                       .signature = "x^3, declaring no saved state", .saves = saves_of<NoSaved>(),
+                                       .backward = side_cube_backward<SideUse::add>});
   Tensor x = leaf({1.0, 2.0});
   check_throws<AutogradError>([&] { side_cube(x, declares_nothing); }, {"'test_declares_nothing'", "::SideCubeSaved", "OpDef declares"});
   // side_cube_op declares SideCubeSaved; a backward reading XSaved from it is refused.
@@ -409,9 +413,16 @@ BOOST_AUTO_TEST_CASE(gradcheck_module_gives_the_module_back_in_its_dtype) {
 
 BOOST_AUTO_TEST_CASE(an_op_name_is_registered_once) {
   check_throws<ValueError>(
-      [] { OpDef again("mul", 2, "another mul", saves_of<NoSaved>(), nullptr, nullptr); },
+      [] { OpDef again({.name = "mul", .arity = 2, .signature = "another mul", .saves = saves_of<NoSaved>(),
+                        .backward = nullptr}); },
       {"'mul'", "already registered"});
   BOOST_TEST(find_op("mul")->signature.find("broadcasting") != std::string_view::npos);  // the original stays
+  check_throws<ValueError>(
+      [] { OpDef nameless({.name = "", .arity = 1, .signature = "f(x)", .backward = nullptr}); },
+      {"needs a name and a backward"});
+  check_throws<ValueError>([] { OpDef no_backward({.name = "no_backward", .arity = 1, .signature = "f(x)"}); },
+                           {"'no_backward'", "needs a name and a backward"});
+  BOOST_TEST(find_op("no_backward") == nullptr);
 }
 
 BOOST_AUTO_TEST_CASE(to_dot_shows_a_live_graph_and_what_backward_freed) {

@@ -220,18 +220,25 @@ void raw_square_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 
 BOOST_AUTO_TEST_CASE(gradgradcheck_walk_fails_for_a_once_differentiable_op) {
   static const OpDef* square_op = nullptr;
-  OpDef op("test_raw_square", 1, "x * x, backward by a raw loop", saves_of<RawSquareSaved>(), raw_square_backward, [] {
-    Tensor x = from_vector(std::vector<double>{0.5, -1.5, 2.0}, {3});
-    x.requires_grad_();
-    return std::vector<OpSample>{{"(3)", {x}, [](const std::vector<Tensor>& in) {
-                                    Tensor out;
-                                    {
-                                      NoGradGuard ng;
-                                      out = in[0] * in[0];
-                                    }
-                                    if (Node* n = record(*square_op, out, in[0])) n->save(RawSquareSaved{.x = in[0]});
-                                    return out;
-                                  }}};
+  OpDef op({
+      .name = "test_raw_square",
+      .arity = 1,
+      .signature = "x * x, backward by a raw loop",
+      .saves = saves_of<RawSquareSaved>(),
+      .backward = raw_square_backward,
+      .samples = [] {
+        Tensor x = from_vector(std::vector<double>{0.5, -1.5, 2.0}, {3});
+        x.requires_grad_();
+        return std::vector<OpSample>{{"(3)", {x}, [](const std::vector<Tensor>& in) {
+                                        Tensor out;
+                                        {
+                                          NoGradGuard ng;
+                                          out = in[0] * in[0];
+                                        }
+                                        if (Node* n = record(*square_op, out, in[0])) n->save(RawSquareSaved{.x = in[0]});
+                                        return out;
+                                      }}};
+      },
   });
   square_op = &op;
   BOOST_TEST(check_op(op, 1).empty());          // first derivatives are right

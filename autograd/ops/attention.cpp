@@ -449,11 +449,14 @@ static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor>
   if (need_v) gin[2] = dv;
 }
 
-static const OpDef attention_op(
-    "scaled_dot_product_attention", 3,
-    "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
-    saves_of<AttentionSaved>(), attention_backward,
-    attention_tangent, [] {
+static const OpDef attention_op({
+    .name = "scaled_dot_product_attention",
+    .arity = 3,
+    .signature = "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
+    .saves = saves_of<AttentionSaved>(),
+    .backward = attention_backward,
+    .tangent = attention_tangent,
+    .samples = [] {
       using samples::uniform;
       auto attend = [](bool causal, Tensor mask = Tensor()) {
         return [=](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal, mask); };
@@ -478,7 +481,8 @@ static const OpDef attention_op(
            {uniform({1, 1, 3, 2}, 372), samples::strided({1, 1, 3, 2}, 373), uniform({1, 1, 3, 2}, 374)},
            attend(false)},
       };
-    });
+    },
+});
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     const Tensor& key_padding_mask, Tensor* attn_weights) {

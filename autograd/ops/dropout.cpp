@@ -34,24 +34,29 @@ static void dropout_backward(const Node& n, const Tensor& g, std::span<Tensor> g
   });
 }
 
-static const OpDef dropout_op("dropout", 1, "dropout(x, p, training, generator) -> x * mask / (1 - p)",
-                              saves_of<DropoutSaved>(), dropout_backward,
-                              [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                                out[0] = mul(t[0], n.saved_tensor(&DropoutSaved::mask));
-                              },
-                              [] {
-  // A fresh generator per call: every gradcheck evaluation sees the same mask.
-  auto drop = [](double p, uint64_t seed) {
-    return [p, seed](const std::vector<Tensor>& x) {
-      Generator gen(seed);
-      return dropout(x[0], p, true, &gen);
-    };
-  };
-  return std::vector<OpSample>{
-      {"(4,5) p 0.3 training", {samples::uniform({4, 5}, 341)}, drop(0.3, 7)},
-      {"(2,3,4) p 0.5 training", {samples::uniform({2, 3, 4}, 342)}, drop(0.5, 8)},
-      {"non-contiguous (3,4) p 0.2", {samples::strided({3, 4}, 343)}, drop(0.2, 9)},
-  };
+static const OpDef dropout_op({
+    .name = "dropout",
+    .arity = 1,
+    .signature = "dropout(x, p, training, generator) -> x * mask / (1 - p)",
+    .saves = saves_of<DropoutSaved>(),
+    .backward = dropout_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = mul(t[0], n.saved_tensor(&DropoutSaved::mask));
+    },
+    .samples = [] {
+      // A fresh generator per call: every gradcheck evaluation sees the same mask.
+      auto drop = [](double p, uint64_t seed) {
+        return [p, seed](const std::vector<Tensor>& x) {
+          Generator gen(seed);
+          return dropout(x[0], p, true, &gen);
+        };
+      };
+      return std::vector<OpSample>{
+          {"(4,5) p 0.3 training", {samples::uniform({4, 5}, 341)}, drop(0.3, 7)},
+          {"(2,3,4) p 0.5 training", {samples::uniform({2, 3, 4}, 342)}, drop(0.5, 8)},
+          {"non-contiguous (3,4) p 0.2", {samples::strided({3, 4}, 343)}, drop(0.2, 9)},
+      };
+    },
 });
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {

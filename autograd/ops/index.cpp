@@ -223,26 +223,30 @@ static void index_select_backward(const Node& n, const Tensor& g, std::span<Tens
   });
   gin[0] = gx;
 }
-static const OpDef index_select_op("index_select", 2, "index_select(x, axis, index) -> x's rows at index",
-                                   saves_of<IndexSaved>(),
-                                   index_select_backward,
-                                   [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                                     out[0] = index_select(t[0], n.attrs<IndexAttrs>().axis,
-                                                           n.saved_tensor(&IndexSaved::index));
-                                   },
-                                   [] {
-                                     return std::vector<OpSample>{
-                                         {"axis 0 of (5,3), index (4) with repeats",
-                                          {uniform({5, 3}, 401), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4})},
-                                          [](auto& x) { return index_select(x[0], 0, x[1]); }},
-                                         {"axis 1 of (2,5,3), index (2,2)",
-                                          {uniform({2, 5, 3}, 402), samples::indices({2, 2}, 5, 403)},
-                                          [](auto& x) { return index_select(x[0], 1, x[1]); }},
-                                         {"axis -1 of non-contiguous (3,4)",
-                                          {samples::strided({3, 4}, 404), samples::indices({3}, 4, 405)},
-                                          [](auto& x) { return index_select(x[0], -1, x[1]); }},
-                                     };
-                                   });
+static const OpDef index_select_op({
+    .name = "index_select",
+    .arity = 2,
+    .signature = "index_select(x, axis, index) -> x's rows at index",
+    .saves = saves_of<IndexSaved>(),
+    .backward = index_select_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = index_select(t[0], n.attrs<IndexAttrs>().axis,
+                            n.saved_tensor(&IndexSaved::index));
+    },
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"axis 0 of (5,3), index (4) with repeats",
+           {uniform({5, 3}, 401), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4})},
+           [](auto& x) { return index_select(x[0], 0, x[1]); }},
+          {"axis 1 of (2,5,3), index (2,2)",
+           {uniform({2, 5, 3}, 402), samples::indices({2, 2}, 5, 403)},
+           [](auto& x) { return index_select(x[0], 1, x[1]); }},
+          {"axis -1 of non-contiguous (3,4)",
+           {samples::strided({3, 4}, 404), samples::indices({3}, 4, 405)},
+           [](auto& x) { return index_select(x[0], -1, x[1]); }},
+      };
+    },
+});
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   const std::string_view op = index_select_op.name;
   ProfileScope prof(op);
@@ -268,15 +272,18 @@ static void index_add_backward(const Node& n, const Tensor& g, std::span<Tensor>
   if (n.needs(0)) gin[0] = g;
   if (n.needs(2)) gin[2] = index_select(g, n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
 }
-static const OpDef index_add_op(
-    "index_add", 3, "index_add(x, axis, index, src) -> x with src's rows added at index", saves_of<IndexSaved>(),
-    index_add_backward,
-    [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+static const OpDef index_add_op({
+    .name = "index_add",
+    .arity = 3,
+    .signature = "index_add(x, axis, index, src) -> x with src's rows added at index",
+    .saves = saves_of<IndexSaved>(),
+    .backward = index_add_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = t[2].defined() ? index_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
                                           n.saved_tensor(&IndexSaved::index), t[2])
                               : t[0];
     },
-    [] {
+    .samples = [] {
       return std::vector<OpSample>{
           {"axis 0 of (5,3), index (4) with repeats, src (4,3)",
            {uniform({5, 3}, 451), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4}), uniform({4, 3}, 452)},
@@ -288,7 +295,8 @@ static const OpDef index_add_op(
            {samples::strided({3, 4}, 456), samples::indices({3}, 4, 457), uniform({3, 3}, 458)},
            [](auto& x) { return index_add(x[0], -1, x[1], x[2]); }},
       };
-    });
+    },
+});
 Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
   const std::string_view op = index_add_op.name;
   ProfileScope prof(op);
@@ -345,35 +353,39 @@ static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor>
   });
   gin[0] = gw;
 }
-static const OpDef embedding_op("embedding", 2, "embedding(weight (V,C), ids, padding_idx) -> (..., C)",
-                                saves_of<IndexSaved>(),
-                                embedding_backward,
-                                // The padding row is constant, as backward has it: its tangent is dropped.
-                                [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                                  const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
-                                  Tensor tw = t[0];
-                                  if (padding_idx >= 0) {
-                                    Tensor keep = ones({tw.shape()[0], 1}, tw.dtype());
-                                    keep.select(0, padding_idx).fill_(0.0);
-                                    tw = mul(tw, keep);
-                                  }
-                                  out[0] = embedding(tw, n.saved_tensor(&IndexSaved::index));
-                                },
-                                [] {
-                                  return std::vector<OpSample>{
-                                      {"weight (6,3), ids (2,3)",
-                                       {uniform({6, 3}, 411), samples::indices({2, 3}, 6, 412)},
-                                       [](auto& x) { return embedding(x[0], x[1]); }},
-                                      {"ids with repeats (5)",
-                                       {uniform({4, 2}, 413), from_vector(std::vector<int64_t>{1, 3, 1, 1, 0}, {5})},
-                                       [](auto& x) { return embedding(x[0], x[1]); }},
-                                      // Forward reads the padding row too, so the sample's ids avoid it (the
-                                      // zero padding gradient is tested directly in tests/test_index.cpp).
-                                      {"padding_idx 5, non-contiguous weight",
-                                       {samples::strided({6, 3}, 414), samples::indices({4}, 5, 415)},
-                                       [](auto& x) { return embedding(x[0], x[1], 5); }},
-                                  };
-                                });
+static const OpDef embedding_op({
+    .name = "embedding",
+    .arity = 2,
+    .signature = "embedding(weight (V,C), ids, padding_idx) -> (..., C)",
+    .saves = saves_of<IndexSaved>(),
+    .backward = embedding_backward,
+    // The padding row is constant, as backward has it: its tangent is dropped.
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
+      Tensor tw = t[0];
+      if (padding_idx >= 0) {
+        Tensor keep = ones({tw.shape()[0], 1}, tw.dtype());
+        keep.select(0, padding_idx).fill_(0.0);
+        tw = mul(tw, keep);
+      }
+      out[0] = embedding(tw, n.saved_tensor(&IndexSaved::index));
+    },
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"weight (6,3), ids (2,3)",
+           {uniform({6, 3}, 411), samples::indices({2, 3}, 6, 412)},
+           [](auto& x) { return embedding(x[0], x[1]); }},
+          {"ids with repeats (5)",
+           {uniform({4, 2}, 413), from_vector(std::vector<int64_t>{1, 3, 1, 1, 0}, {5})},
+           [](auto& x) { return embedding(x[0], x[1]); }},
+          // Forward reads the padding row too, so the sample's ids avoid it (the
+          // zero padding gradient is tested directly in tests/test_index.cpp).
+          {"padding_idx 5, non-contiguous weight",
+           {samples::strided({6, 3}, 414), samples::indices({4}, 5, 415)},
+           [](auto& x) { return embedding(x[0], x[1], 5); }},
+      };
+    },
+});
 Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
   const std::string_view op = embedding_op.name;
   ProfileScope prof(op);
@@ -417,25 +429,29 @@ static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   });
   gin[0] = gx;
 }
-static const OpDef gather_op("gather", 2, "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]",
-                             saves_of<IndexSaved>(),
-                             gather_backward,
-                             [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                               out[0] = gather(t[0], n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
-                             },
-                             [] {
-                               return std::vector<OpSample>{
-                                   {"axis 1 of (3,4), index (3,2)",
-                                    {uniform({3, 4}, 421), samples::indices({3, 2}, 4, 422)},
-                                    [](auto& x) { return gather(x[0], 1, x[1]); }},
-                                   {"axis 0 of (3,4), index (5,2) smaller on axis 1",
-                                    {uniform({3, 4}, 423), samples::indices({5, 2}, 3, 424)},
-                                    [](auto& x) { return gather(x[0], 0, x[1]); }},
-                                   {"axis -1 of non-contiguous (2,3,4)",
-                                    {samples::strided({2, 3, 4}, 425), samples::indices({2, 3, 3}, 4, 426)},
-                                    [](auto& x) { return gather(x[0], -1, x[1]); }},
-                               };
-                             });
+static const OpDef gather_op({
+    .name = "gather",
+    .arity = 2,
+    .signature = "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]",
+    .saves = saves_of<IndexSaved>(),
+    .backward = gather_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = gather(t[0], n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
+    },
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"axis 1 of (3,4), index (3,2)",
+           {uniform({3, 4}, 421), samples::indices({3, 2}, 4, 422)},
+           [](auto& x) { return gather(x[0], 1, x[1]); }},
+          {"axis 0 of (3,4), index (5,2) smaller on axis 1",
+           {uniform({3, 4}, 423), samples::indices({5, 2}, 3, 424)},
+           [](auto& x) { return gather(x[0], 0, x[1]); }},
+          {"axis -1 of non-contiguous (2,3,4)",
+           {samples::strided({2, 3, 4}, 425), samples::indices({2, 3, 3}, 4, 426)},
+           [](auto& x) { return gather(x[0], -1, x[1]); }},
+      };
+    },
+});
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   const std::string_view op = gather_op.name;
   ProfileScope prof(op);
@@ -487,14 +503,17 @@ static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> g
   }
   if (n.needs(2)) gin[2] = gather_into_src_shape(n.op->name, g, ax, index, n.edges[2].shape);
 }
-static const OpDef scatter_op(
-    "scatter", 3, "scatter(x, axis, index, src) -> x with src written at index", saves_of<IndexSaved>(),
-    scatter_backward,
-    [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+static const OpDef scatter_op({
+    .name = "scatter",
+    .arity = 3,
+    .signature = "scatter(x, axis, index, src) -> x with src written at index",
+    .saves = saves_of<IndexSaved>(),
+    .backward = scatter_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = scatter(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index),
                        tangent_or_zeros(n, t, 2));
     },
-    [] {
+    .samples = [] {
       // Indices distinct within each slice: with repeats, which src element
       // lands (and so gets the gradient) is arbitrary, as in PyTorch.
       return std::vector<OpSample>{
@@ -505,22 +524,26 @@ static const OpDef scatter_op(
            {samples::strided({3, 2}, 433), from_vector(std::vector<int64_t>{2, 0}, {1, 2}), uniform({2, 2}, 434)},
            [](auto& x) { return scatter(x[0], 0, x[1], x[2]); }},
       };
-    });
+    },
+});
 static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g.clone();
   if (n.needs(2))
     gin[2] = gather_into_src_shape(n.op->name, g, static_cast<int>(n.attrs<IndexAttrs>().axis),
                                    n.saved_tensor(&IndexSaved::index), n.edges[2].shape);
 }
-static const OpDef scatter_add_op(
-    "scatter_add", 3, "scatter_add(x, axis, index, src) -> x with src added at index", saves_of<IndexSaved>(),
-    scatter_add_backward,
-    [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+static const OpDef scatter_add_op({
+    .name = "scatter_add",
+    .arity = 3,
+    .signature = "scatter_add(x, axis, index, src) -> x with src added at index",
+    .saves = saves_of<IndexSaved>(),
+    .backward = scatter_add_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = t[2].defined() ? scatter_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
                                             n.saved_tensor(&IndexSaved::index), t[2])
                               : t[0];
     },
-    [] {
+    .samples = [] {
       return std::vector<OpSample>{
           {"axis 1 of (3,4), repeated index (3,2)",
            {uniform({3, 4}, 441), from_vector(std::vector<int64_t>{0, 0, 3, 1, 2, 2}, {3, 2}), uniform({3, 2}, 442)},
@@ -529,7 +552,8 @@ static const OpDef scatter_add_op(
            {uniform({4, 3}, 443), samples::indices({6, 2}, 4, 444), samples::strided({6, 3}, 445)},
            [](auto& x) { return scatter_add(x[0], 0, x[1], x[2]); }},
       };
-    });
+    },
+});
 // scatter (Add = false) and scatter_add: the checks, the copy with src
 // written or added at index, the node.
 template <bool Add>

@@ -327,9 +327,14 @@ static void matmul_tangent(const Node& n, std::span<const Tensor> t, std::span<T
   out[0] = tangent_add(t[0].defined() ? matmul(t[0], n.saved_tensor(&MatmulSaved::b)) : Tensor(),
                        t[1].defined() ? matmul(n.saved_tensor(&MatmulSaved::a), t[1]) : Tensor());
 }
-static const OpDef matmul_op(
-    "matmul", 2, "matmul(a, b) -> a @ b (torch.matmul semantics)",
-    saves_of<MatmulSaved>(), matmul_backward, matmul_tangent, [] {
+static const OpDef matmul_op({
+    .name = "matmul",
+    .arity = 2,
+    .signature = "matmul(a, b) -> a @ b (torch.matmul semantics)",
+    .saves = saves_of<MatmulSaved>(),
+    .backward = matmul_backward,
+    .tangent = matmul_tangent,
+    .samples = [] {
       using samples::uniform;
       auto fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
       return std::vector<OpSample>{
@@ -347,7 +352,8 @@ static const OpDef matmul_op(
            [](const std::vector<Tensor>& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }},
           {"non-contiguous (3,4)@(4,2)", {samples::strided({3, 4}, 321), samples::strided({4, 2}, 322)}, fn},
       };
-    });
+    },
+});
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const std::string_view op = matmul_op.name;
@@ -427,26 +433,33 @@ static void linear_tangent(const Node& n, std::span<const Tensor> t, std::span<T
     r = tangent_add(r, detail::broadcast_tangent(t[2], n.out_shape));
   out[0] = detail::broadcast_tangent(r, n.out_shape);
 }
-static const OpDef linear_op("linear", 3, "linear(x, weight, bias) -> x @ weight^T + bias", saves_of<LinearSaved>(),
-                             linear_backward, linear_tangent, [] {
-                               using samples::uniform;
-                               return std::vector<OpSample>{
-                                   {"(2,3,4) with weight (5,4) and bias (5)",
-                                    {uniform({2, 3, 4}, 331), uniform({5, 4}, 332), uniform({5}, 333)},
-                                    [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
-                                   {"(3,4) without bias",
-                                    {uniform({3, 4}, 334), uniform({5, 4}, 335)},
-                                    [](const std::vector<Tensor>& x) { return linear(x[0], x[1]); }},
-                                   {"1-D (4) with bias",
-                                    {uniform({4}, 336), uniform({2, 4}, 337), uniform({2}, 338)},
-                                    [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
-                                   {"non-contiguous x, transposed weight view",
-                                    {samples::strided({3, 4}, 339), uniform({4, 2}, 340), uniform({2}, 341)},
-                                    [](const std::vector<Tensor>& x) {
-                                      return linear(x[0], transpose(x[1], 0, 1), x[2]);
-                                    }},
-                               };
-                             });
+static const OpDef linear_op({
+    .name = "linear",
+    .arity = 3,
+    .signature = "linear(x, weight, bias) -> x @ weight^T + bias",
+    .saves = saves_of<LinearSaved>(),
+    .backward = linear_backward,
+    .tangent = linear_tangent,
+    .samples = [] {
+      using samples::uniform;
+      return std::vector<OpSample>{
+          {"(2,3,4) with weight (5,4) and bias (5)",
+           {uniform({2, 3, 4}, 331), uniform({5, 4}, 332), uniform({5}, 333)},
+           [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
+          {"(3,4) without bias",
+           {uniform({3, 4}, 334), uniform({5, 4}, 335)},
+           [](const std::vector<Tensor>& x) { return linear(x[0], x[1]); }},
+          {"1-D (4) with bias",
+           {uniform({4}, 336), uniform({2, 4}, 337), uniform({2}, 338)},
+           [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
+          {"non-contiguous x, transposed weight view",
+           {samples::strided({3, 4}, 339), uniform({4, 2}, 340), uniform({2}, 341)},
+           [](const std::vector<Tensor>& x) {
+             return linear(x[0], transpose(x[1], 0, 1), x[2]);
+           }},
+      };
+    },
+});
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const std::string_view op = linear_op.name;

@@ -317,10 +317,14 @@ static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::sp
   out[0] = detail::broadcast_tangent(tangent_add(y, t[2]), n.out_shape);
 }
 
-static const OpDef layer_norm_op(
-    "layer_norm", 3, "layer_norm(x (...,C), weight (C) or none, bias (C) or none, eps) over the last axis",
-    saves_of<LayerNormSaved>(),
-    layer_norm_backward, layer_norm_tangent, [] {
+static const OpDef layer_norm_op({
+    .name = "layer_norm",
+    .arity = 3,
+    .signature = "layer_norm(x (...,C), weight (C) or none, bias (C) or none, eps) over the last axis",
+    .saves = saves_of<LayerNormSaved>(),
+    .backward = layer_norm_backward,
+    .tangent = layer_norm_tangent,
+    .samples = [] {
       using samples::uniform;
       auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };
       return std::vector<OpSample>{
@@ -341,7 +345,9 @@ static const OpDef layer_norm_op(
              return mul(y, y);
            }},
       };
-    }, layer_norm_recompute);
+    },
+    .recompute = layer_norm_recompute,
+});
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const std::string_view op = layer_norm_op.name;

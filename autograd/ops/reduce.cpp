@@ -138,18 +138,26 @@ static void sum_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 static void sum_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = reshape(sum(t[0], n.attrs<ReduceAttrs>().axes.vec()), n.out_shape);
 }
-static const OpDef sum_op("sum", 1, "sum(x, axes, keepdim)", saves_of<NoSaved>(), sum_backward, sum_tangent, [] {
-  using samples::uniform;
-  return std::vector<OpSample>{
-      {"all of (3,4)", {uniform({3, 4}, 201)}, [](auto& x) { return sum(x[0]); }},
-      {"axis -1 of (2,3,4)", {uniform({2, 3, 4}, 202)}, [](auto& x) { return sum(x[0], {-1}); }},
-      {"axes {0,2} keepdim of (2,3,4)",
-       {uniform({2, 3, 4}, 203)},
-       [](auto& x) {
-         return sum(x[0], {0, 2}, true);
-       }},
-      {"axis 0 of non-contiguous (4,3)", {samples::strided({4, 3}, 204)}, [](auto& x) { return sum(x[0], {0}); }},
-  };
+static const OpDef sum_op({
+    .name = "sum",
+    .arity = 1,
+    .signature = "sum(x, axes, keepdim)",
+    .saves = saves_of<NoSaved>(),
+    .backward = sum_backward,
+    .tangent = sum_tangent,
+    .samples = [] {
+      using samples::uniform;
+      return std::vector<OpSample>{
+          {"all of (3,4)", {uniform({3, 4}, 201)}, [](auto& x) { return sum(x[0]); }},
+          {"axis -1 of (2,3,4)", {uniform({2, 3, 4}, 202)}, [](auto& x) { return sum(x[0], {-1}); }},
+          {"axes {0,2} keepdim of (2,3,4)",
+           {uniform({2, 3, 4}, 203)},
+           [](auto& x) {
+             return sum(x[0], {0, 2}, true);
+           }},
+          {"axis 0 of non-contiguous (4,3)", {samples::strided({4, 3}, 204)}, [](auto& x) { return sum(x[0], {0}); }},
+      };
+    },
 });
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdim) {
   ProfileScope prof(sum_op.name);
@@ -271,9 +279,14 @@ static void var_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
   const Tensor centred = sub(x, mean(x, attrs.axes.vec(), true));
   out[0] = reshape(mul(sum(mul(centred, t[0]), attrs.axes.vec()), 2.0 / attrs.denom), n.out_shape);
 }
-static const OpDef var_op(
-    "var", 1, "var(x, axes, correction, keepdim)", saves_of<VarSaved>(), var_backward,
-    var_tangent, [] {
+static const OpDef var_op({
+    .name = "var",
+    .arity = 1,
+    .signature = "var(x, axes, correction, keepdim)",
+    .saves = saves_of<VarSaved>(),
+    .backward = var_backward,
+    .tangent = var_tangent,
+    .samples = [] {
       using samples::uniform;
       return std::vector<OpSample>{
           {"all of (3,4)", {uniform({3, 4}, 211)}, [](auto& x) { return var(x[0]); }},
@@ -286,7 +299,8 @@ static const OpDef var_op(
           {"axis 0 of non-contiguous (4,3)", {samples::strided({4, 3}, 214)}, [](auto& x) { return var(x[0], {0}); }},
           {"std over axis 1 of (3,5)", {uniform({3, 5}, 215)}, [](auto& x) { return tg::std(x[0], {1}); }},
       };
-    });
+    },
+});
 Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) {
   const std::string_view op = var_op.name;
   ProfileScope prof(op);
@@ -359,9 +373,14 @@ static void logsumexp_tangent(const Node& n, std::span<const Tensor> t, std::spa
   const Tensor lse = reshape(n.saved_tensor(&LogsumexpSaved::output), kept_shape(n.edges[0].shape, axes));
   out[0] = reshape(sum(mul(exp(sub(n.saved_tensor(&LogsumexpSaved::x), lse)), t[0]), axes.vec()), n.out_shape);
 }
-static const OpDef logsumexp_op(
-    "logsumexp", 1, "logsumexp(x, axes, keepdim)", saves_of<LogsumexpSaved>(), logsumexp_backward, logsumexp_tangent,
-    [] {
+static const OpDef logsumexp_op({
+    .name = "logsumexp",
+    .arity = 1,
+    .signature = "logsumexp(x, axes, keepdim)",
+    .saves = saves_of<LogsumexpSaved>(),
+    .backward = logsumexp_backward,
+    .tangent = logsumexp_tangent,
+    .samples = [] {
       using samples::uniform;
       return std::vector<OpSample>{
           {"axis -1 of (3,4)", {uniform({3, 4}, 221, -3, 3)}, [](auto& x) { return logsumexp(x[0], {-1}); }},
@@ -374,7 +393,8 @@ static const OpDef logsumexp_op(
            {samples::strided({3, 2}, 223, -3, 3)},
            [](auto& x) { return logsumexp(x[0], {}); }},
       };
-    });
+    },
+});
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
   const std::string_view op = logsumexp_op.name;
   ProfileScope prof(op);
@@ -508,10 +528,12 @@ std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, 
 
 }  // namespace
 
-static const OpDef max_op("max", 1, "max(x, axis, keepdim) / max(x)", saves_of<ExtremeSaved>(),
-                          extreme_backward, extreme_tangent, [] { return extreme_samples(max, max); });
-static const OpDef min_op("min", 1, "min(x, axis, keepdim) / min(x)", saves_of<ExtremeSaved>(),
-                          extreme_backward, extreme_tangent, [] { return extreme_samples(min, min); });
+static const OpDef max_op({.name = "max", .arity = 1, .signature = "max(x, axis, keepdim) / max(x)",
+                           .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward, .tangent = extreme_tangent,
+                           .samples = [] { return extreme_samples(max, max); }});
+static const OpDef min_op({.name = "min", .arity = 1, .signature = "min(x, axis, keepdim) / min(x)",
+                           .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward, .tangent = extreme_tangent,
+                           .samples = [] { return extreme_samples(min, min); }});
 
 template <bool Max>
 static Tensor extreme_op(const Tensor& x, const std::vector<int>& ax, bool keepdim) {

@@ -67,21 +67,26 @@ static void concat_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
     start += len;
   }
 }
-static const OpDef concat_op("concat", -1, "concat(xs, axis): join along an existing axis", saves_of<NoSaved>(),
-                             concat_backward,
-                             [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                               out[0] = concat(join_tangents(n, t), n.attrs<JoinAttrs>().axis);
-                             },
-                             [] {
-  using samples::uniform;
-  return std::vector<OpSample>{
-      {"(2,3) and (4,3) axis 0", {uniform({2, 3}, 401), uniform({4, 3}, 402)},
-       [](const std::vector<Tensor>& x) { return concat(x, 0); }},
-      {"three (2,1,3), (2,2,3), (2,3,3) axis 1", {uniform({2, 1, 3}, 403), uniform({2, 2, 3}, 404), uniform({2, 3, 3}, 405)},
-       [](const std::vector<Tensor>& x) { return concat(x, 1); }},
-      {"non-contiguous (3,2) with (3,1) axis -1", {samples::strided({3, 2}, 406), uniform({3, 1}, 407)},
-       [](const std::vector<Tensor>& x) { return concat(x, -1); }},
-  };
+static const OpDef concat_op({
+    .name = "concat",
+    .arity = -1,
+    .signature = "concat(xs, axis): join along an existing axis",
+    .saves = saves_of<NoSaved>(),
+    .backward = concat_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = concat(join_tangents(n, t), n.attrs<JoinAttrs>().axis);
+    },
+    .samples = [] {
+      using samples::uniform;
+      return std::vector<OpSample>{
+          {"(2,3) and (4,3) axis 0", {uniform({2, 3}, 401), uniform({4, 3}, 402)},
+           [](const std::vector<Tensor>& x) { return concat(x, 0); }},
+          {"three (2,1,3), (2,2,3), (2,3,3) axis 1", {uniform({2, 1, 3}, 403), uniform({2, 2, 3}, 404), uniform({2, 3, 3}, 405)},
+           [](const std::vector<Tensor>& x) { return concat(x, 1); }},
+          {"non-contiguous (3,2) with (3,1) axis -1", {samples::strided({3, 2}, 406), uniform({3, 1}, 407)},
+           [](const std::vector<Tensor>& x) { return concat(x, -1); }},
+      };
+    },
 });
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
@@ -117,20 +122,25 @@ static void stack_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   for (size_t k = 0; k < n.edges.size(); ++k)
     if (n.needs(k)) gin[k] = select(g, n.attrs<JoinAttrs>().axis, static_cast<int64_t>(k)).contiguous();
 }
-static const OpDef stack_op("stack", -1, "stack(xs, axis): join along a new axis", saves_of<NoSaved>(),
-                            stack_backward,
-                            [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                              out[0] = stack(join_tangents(n, t), n.attrs<JoinAttrs>().axis);
-                            },
-                            [] {
-  using samples::uniform;
-  return std::vector<OpSample>{
-      {"two (2,3) axis 0", {uniform({2, 3}, 411), uniform({2, 3}, 412)},
-       [](const std::vector<Tensor>& x) { return stack(x, 0); }},
-      {"three (3,2) axis -1", {uniform({3, 2}, 413), samples::strided({3, 2}, 414), uniform({3, 2}, 415)},
-       [](const std::vector<Tensor>& x) { return stack(x, -1); }},
-      {"two () axis 0", {uniform({}, 416), uniform({}, 417)}, [](const std::vector<Tensor>& x) { return stack(x, 0); }},
-  };
+static const OpDef stack_op({
+    .name = "stack",
+    .arity = -1,
+    .signature = "stack(xs, axis): join along a new axis",
+    .saves = saves_of<NoSaved>(),
+    .backward = stack_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = stack(join_tangents(n, t), n.attrs<JoinAttrs>().axis);
+    },
+    .samples = [] {
+      using samples::uniform;
+      return std::vector<OpSample>{
+          {"two (2,3) axis 0", {uniform({2, 3}, 411), uniform({2, 3}, 412)},
+           [](const std::vector<Tensor>& x) { return stack(x, 0); }},
+          {"three (3,2) axis -1", {uniform({3, 2}, 413), samples::strided({3, 2}, 414), uniform({3, 2}, 415)},
+           [](const std::vector<Tensor>& x) { return stack(x, -1); }},
+          {"two () axis 0", {uniform({}, 416), uniform({}, 417)}, [](const std::vector<Tensor>& x) { return stack(x, 0); }},
+      };
+    },
 });
 
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
@@ -241,15 +251,22 @@ static void pad_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
   }
   out[0] = pad(t[0], pads);
 }
-static const OpDef pad_op("pad", 1, "pad(x, pads, value): constant padding of the last axes, innermost pair first",
-                          saves_of<NoSaved>(), pad_backward, pad_tangent, [] {
-  using samples::uniform;
-  return std::vector<OpSample>{
-      {"(2,3) pads (1,2)", {uniform({2, 3}, 421)}, [](auto& x) { return pad(x[0], {1, 2}); }},
-      {"(2,3,4) pads (0,1, 2,0) value 0.5", {uniform({2, 3, 4}, 422)}, [](auto& x) { return pad(x[0], {0, 1, 2, 0}, 0.5); }},
-      {"(3,5) negative pads crop (-1,2, 1,-1)", {uniform({3, 5}, 423)}, [](auto& x) { return pad(x[0], {-1, 2, 1, -1}); }},
-      {"non-contiguous (2,3) pads (1,1)", {samples::strided({2, 3}, 424)}, [](auto& x) { return pad(x[0], {1, 1}); }},
-  };
+static const OpDef pad_op({
+    .name = "pad",
+    .arity = 1,
+    .signature = "pad(x, pads, value): constant padding of the last axes, innermost pair first",
+    .saves = saves_of<NoSaved>(),
+    .backward = pad_backward,
+    .tangent = pad_tangent,
+    .samples = [] {
+      using samples::uniform;
+      return std::vector<OpSample>{
+          {"(2,3) pads (1,2)", {uniform({2, 3}, 421)}, [](auto& x) { return pad(x[0], {1, 2}); }},
+          {"(2,3,4) pads (0,1, 2,0) value 0.5", {uniform({2, 3, 4}, 422)}, [](auto& x) { return pad(x[0], {0, 1, 2, 0}, 0.5); }},
+          {"(3,5) negative pads crop (-1,2, 1,-1)", {uniform({3, 5}, 423)}, [](auto& x) { return pad(x[0], {-1, 2, 1, -1}); }},
+          {"non-contiguous (2,3) pads (1,1)", {samples::strided({2, 3}, 424)}, [](auto& x) { return pad(x[0], {1, 1}); }},
+      };
+    },
 });
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
@@ -300,18 +317,23 @@ struct FlipAttrs {
 static void flip_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = flip(g, n.attrs<FlipAttrs>().axes.vec());
 }
-static const OpDef flip_op("flip", 1, "flip(x, axes): reverse the order along each axis", saves_of<NoSaved>(),
-                           flip_backward,
-                           [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                             out[0] = flip(t[0], n.attrs<FlipAttrs>().axes.vec());
-                           },
-                           [] {
-  using samples::uniform;
-  return std::vector<OpSample>{
-      {"(3,4) axis 0", {uniform({3, 4}, 431)}, [](auto& x) { return flip(x[0], {0}); }},
-      {"(2,3,4) axes (-1,0)", {uniform({2, 3, 4}, 432)}, [](auto& x) { return flip(x[0], {-1, 0}); }},
-      {"non-contiguous (3,2) axis 1", {samples::strided({3, 2}, 433)}, [](auto& x) { return flip(x[0], {1}); }},
-  };
+static const OpDef flip_op({
+    .name = "flip",
+    .arity = 1,
+    .signature = "flip(x, axes): reverse the order along each axis",
+    .saves = saves_of<NoSaved>(),
+    .backward = flip_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = flip(t[0], n.attrs<FlipAttrs>().axes.vec());
+    },
+    .samples = [] {
+      using samples::uniform;
+      return std::vector<OpSample>{
+          {"(3,4) axis 0", {uniform({3, 4}, 431)}, [](auto& x) { return flip(x[0], {0}); }},
+          {"(2,3,4) axes (-1,0)", {uniform({2, 3, 4}, 432)}, [](auto& x) { return flip(x[0], {-1, 0}); }},
+          {"non-contiguous (3,2) axis 1", {samples::strided({3, 2}, 433)}, [](auto& x) { return flip(x[0], {1}); }},
+      };
+    },
 });
 
 Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
@@ -393,12 +415,14 @@ static std::vector<OpSample> triangle_samples() {
       {"non-contiguous (3,3) diagonal 0", {samples::strided({3, 3}, 444)}, on(0)},
   };
 }
-static const OpDef triu_op("triu", 1, "triu(x, diagonal): upper triangle of the last two axes",
-                           saves_of<NoSaved>(),
-                           triu_backward, triu_tangent, triangle_samples<true>);
-static const OpDef tril_op("tril", 1, "tril(x, diagonal): lower triangle of the last two axes",
-                           saves_of<NoSaved>(),
-                           tril_backward, tril_tangent, triangle_samples<false>);
+static const OpDef triu_op({.name = "triu", .arity = 1,
+                            .signature = "triu(x, diagonal): upper triangle of the last two axes",
+                            .saves = saves_of<NoSaved>(), .backward = triu_backward, .tangent = triu_tangent,
+                            .samples = triangle_samples<true>});
+static const OpDef tril_op({.name = "tril", .arity = 1,
+                            .signature = "tril(x, diagonal): lower triangle of the last two axes",
+                            .saves = saves_of<NoSaved>(), .backward = tril_backward, .tangent = tril_tangent,
+                            .samples = triangle_samples<false>});
 
 Tensor triu(const Tensor& x, int64_t diagonal) {
   ProfileScope prof(triu_op.name);

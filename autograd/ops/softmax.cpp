@@ -182,12 +182,14 @@ static void softmax_family_tangent(const Node& n, std::span<const Tensor> t, std
   out[0] = Log ? sub(t[0], sum(mul(exp(y), t[0]), axes, true)) : mul(y, sub(t[0], sum(mul(y, t[0]), axes, true)));
 }
 
-static const OpDef softmax_op("softmax", 1, "softmax(x, axis) -> exp(x) / sum(exp(x)) along axis, max subtracted",
-                              saves_of<SoftmaxSaved>(), softmax_family_backward<false>, softmax_family_tangent<false>,
-                              softmax_samples<false>);
-static const OpDef log_softmax_op("log_softmax", 1, "log_softmax(x, axis) -> x - logsumexp(x) along axis",
-                                  saves_of<SoftmaxSaved>(), softmax_family_backward<true>, softmax_family_tangent<true>,
-                                  softmax_samples<true>);
+static const OpDef softmax_op({.name = "softmax", .arity = 1,
+                               .signature = "softmax(x, axis) -> exp(x) / sum(exp(x)) along axis, max subtracted",
+                               .saves = saves_of<SoftmaxSaved>(), .backward = softmax_family_backward<false>,
+                               .tangent = softmax_family_tangent<false>, .samples = softmax_samples<false>});
+static const OpDef log_softmax_op({.name = "log_softmax", .arity = 1,
+                                   .signature = "log_softmax(x, axis) -> x - logsumexp(x) along axis",
+                                   .saves = saves_of<SoftmaxSaved>(), .backward = softmax_family_backward<true>,
+                                   .tangent = softmax_family_tangent<true>, .samples = softmax_samples<true>});
 
 // Records out = (log_)softmax(x) along axis a; the node keeps the output.
 static void record_softmax(const OpDef& op, const Tensor& x, Tensor& out, int a) {
@@ -389,11 +391,14 @@ static void cross_entropy_tangent(const Node& n, std::span<const Tensor> t, std:
   out[0] = n.attrs<CrossEntropyAttrs>().reduction == Reduction::none ? reshape(per_row, n.out_shape) : sum(per_row);
 }
 
-static const OpDef cross_entropy_op(
-    "cross_entropy", 2,
-    "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, reduction)",
-    saves_of<CrossEntropySaved>(),
-    cross_entropy_backward, cross_entropy_tangent, [] {
+static const OpDef cross_entropy_op({
+    .name = "cross_entropy",
+    .arity = 2,
+    .signature = "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, reduction)",
+    .saves = saves_of<CrossEntropySaved>(),
+    .backward = cross_entropy_backward,
+    .tangent = cross_entropy_tangent,
+    .samples = [] {
       using samples::uniform;
       auto ce = [](int64_t ignore, double smoothing, Reduction red) {
         return [=](const std::vector<Tensor>& x) { return cross_entropy(x[0], x[1], ignore, smoothing, red); };
@@ -415,7 +420,8 @@ static const OpDef cross_entropy_op(
           {"non-contiguous (3,4) mean", {samples::strided({3, 4}, 319, -2, 2), ids({0, 3, 1}, {3})},
            ce(-100, 0.0, Reduction::mean)},
       };
-    });
+    },
+});
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, double label_smoothing,
                      Reduction reduction) {

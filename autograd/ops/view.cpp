@@ -96,13 +96,20 @@ static void reshape_backward(const Node& n, const Tensor& g, std::span<Tensor> g
 static void reshape_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = reshape(t[0], n.out_shape);
 }
-static const OpDef reshape_op("reshape", 1, "reshape(x, shape) / view(x, shape)", saves_of<NoSaved>(), reshape_backward,
-                              reshape_tangent, [] {
-  return std::vector<OpSample>{
-      {"(3,4) -> (2,-1,3)", {samples::uniform({3, 4}, 101)}, [](auto& x) { return reshape(x[0], {2, -1, 3}); }},
-      {"non-contiguous (2,3) -> (6)", {samples::strided({2, 3}, 102)}, [](auto& x) { return reshape(x[0], {6}); }},
-      {"view (2,3,4) -> (6,4)", {samples::uniform({2, 3, 4}, 103)}, [](auto& x) { return view(x[0], {6, 4}); }},
-  };
+static const OpDef reshape_op({
+    .name = "reshape",
+    .arity = 1,
+    .signature = "reshape(x, shape) / view(x, shape)",
+    .saves = saves_of<NoSaved>(),
+    .backward = reshape_backward,
+    .tangent = reshape_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"(3,4) -> (2,-1,3)", {samples::uniform({3, 4}, 101)}, [](auto& x) { return reshape(x[0], {2, -1, 3}); }},
+          {"non-contiguous (2,3) -> (6)", {samples::strided({2, 3}, 102)}, [](auto& x) { return reshape(x[0], {6}); }},
+          {"view (2,3,4) -> (6,4)", {samples::uniform({2, 3, 4}, 103)}, [](auto& x) { return view(x[0], {6, 4}); }},
+      };
+    },
 });
 
 Tensor view(const Tensor& x, const Shape& shape) {
@@ -154,16 +161,21 @@ static void permute_backward(const Node& n, const Tensor& g, std::span<Tensor> g
   for (int d = 0; d < order.size(); ++d) inverse[static_cast<int>(order[d])] = d;
   gin[0] = permute(g, inverse);
 }
-static const OpDef permute_op("permute", 1, "permute(x, order) / transpose(x, a, b)", saves_of<NoSaved>(),
-                              permute_backward,
-                              [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                                out[0] = permute(t[0], n.attrs<PermuteAttrs>().order);
-                              },
-                              [] {
-  return std::vector<OpSample>{
-      {"(2,3,4) -> (2,0,1)", {samples::uniform({2, 3, 4}, 104)}, [](auto& x) { return permute(x[0], {2, 0, 1}); }},
-      {"transpose (3,4) 0 1", {samples::uniform({3, 4}, 105)}, [](auto& x) { return transpose(x[0], 0, 1); }},
-  };
+static const OpDef permute_op({
+    .name = "permute",
+    .arity = 1,
+    .signature = "permute(x, order) / transpose(x, a, b)",
+    .saves = saves_of<NoSaved>(),
+    .backward = permute_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = permute(t[0], n.attrs<PermuteAttrs>().order);
+    },
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"(2,3,4) -> (2,0,1)", {samples::uniform({2, 3, 4}, 104)}, [](auto& x) { return permute(x[0], {2, 0, 1}); }},
+          {"transpose (3,4) 0 1", {samples::uniform({3, 4}, 105)}, [](auto& x) { return transpose(x[0], 0, 1); }},
+      };
+    },
 });
 Tensor permute(const Tensor& x, const Shape& order) {
   ProfileScope prof(permute_op.name);
@@ -236,19 +248,25 @@ static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   gin[0] = zeros(n.edges[0].shape, g.dtype());
   slice_accumulate(n, g, gin[0]);
 }
-static const OpDef slice_op("slice", 1, "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis",
-                            saves_of<NoSaved>(), slice_backward,
-                            [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                              const SliceAttrs& s = n.attrs<SliceAttrs>();
-                              out[0] = slice(t[0], s.axis, s.start, s.stop, s.step);
-                            },
-                            [] {
-  return std::vector<OpSample>{
-      {"(5,4) axis 0 [1:5:2]", {samples::uniform({5, 4}, 106)}, [](auto& x) { return slice(x[0], 0, 1, 5, 2); }},
-      {"(3,6) axis -1 [-4:]", {samples::uniform({3, 6}, 107)}, [](auto& x) { return slice(x[0], -1, -4, 100); }},
-      {"non-contiguous narrow", {samples::strided({4, 3}, 108)}, [](auto& x) { return narrow(x[0], 1, 1, 2); }},
-  };
-}, nullptr, false, slice_accumulate);
+static const OpDef slice_op({
+    .name = "slice",
+    .arity = 1,
+    .signature = "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis",
+    .saves = saves_of<NoSaved>(),
+    .backward = slice_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      const SliceAttrs& s = n.attrs<SliceAttrs>();
+      out[0] = slice(t[0], s.axis, s.start, s.stop, s.step);
+    },
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"(5,4) axis 0 [1:5:2]", {samples::uniform({5, 4}, 106)}, [](auto& x) { return slice(x[0], 0, 1, 5, 2); }},
+          {"(3,6) axis -1 [-4:]", {samples::uniform({3, 6}, 107)}, [](auto& x) { return slice(x[0], -1, -4, 100); }},
+          {"non-contiguous narrow", {samples::strided({4, 3}, 108)}, [](auto& x) { return narrow(x[0], 1, 1, 2); }},
+      };
+    },
+    .accumulate = slice_accumulate,
+});
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step) {
   ProfileScope prof(slice_op.name);
   const int a = normalize_axis(axis, defined(x, slice_op.name).dim(), "slice");
@@ -289,15 +307,21 @@ Tensor select(const Tensor& x, int64_t axis, int64_t index) {
 static void expand_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = sum_to(g, n.edges[0].shape);
 }
-static const OpDef expand_op("expand", 1, "expand(x, shape)", saves_of<NoSaved>(), expand_backward,
-                             [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-                               out[0] = expand(t[0], n.out_shape);
-                             },
-                             [] {
-  return std::vector<OpSample>{
-      {"(3,1) -> (2,3,4)", {samples::uniform({3, 1}, 109)}, [](auto& x) { return expand(x[0], {2, 3, 4}); }},
-      {"() -> (3)", {samples::uniform({}, 110)}, [](auto& x) { return expand(x[0], {3}); }},
-  };
+static const OpDef expand_op({
+    .name = "expand",
+    .arity = 1,
+    .signature = "expand(x, shape)",
+    .saves = saves_of<NoSaved>(),
+    .backward = expand_backward,
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = expand(t[0], n.out_shape);
+    },
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"(3,1) -> (2,3,4)", {samples::uniform({3, 1}, 109)}, [](auto& x) { return expand(x[0], {2, 3, 4}); }},
+          {"() -> (3)", {samples::uniform({}, 110)}, [](auto& x) { return expand(x[0], {3}); }},
+      };
+    },
 });
 Tensor expand(const Tensor& x, const Shape& shape) {
   const std::string_view op = expand_op.name;
@@ -350,13 +374,18 @@ Tensor unsqueeze(const Tensor& x, int64_t axis) {
 
 // ============================ clone ============================
 static void clone_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
-static const OpDef clone_op("clone", 1, "clone(x) / x.contiguous() -> a contiguous copy",
-                            saves_of<NoSaved>(), clone_backward,
-                            [](const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; },
-                            [] {
-  return std::vector<OpSample>{
-      {"non-contiguous (3,4)", {samples::strided({3, 4}, 111)}, [](auto& x) { return clone(x[0]); }},
-  };
+static const OpDef clone_op({
+    .name = "clone",
+    .arity = 1,
+    .signature = "clone(x) / x.contiguous() -> a contiguous copy",
+    .saves = saves_of<NoSaved>(),
+    .backward = clone_backward,
+    .tangent = [](const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; },
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"non-contiguous (3,4)", {samples::strided({3, 4}, 111)}, [](auto& x) { return clone(x[0]); }},
+      };
+    },
 });
 Tensor clone(const Tensor& x) {
   ProfileScope prof(clone_op.name);

@@ -18,7 +18,8 @@ void swish_backward(const Node& node, const Tensor& grad_out, std::span<Tensor> 
   const Tensor s = sigmoid(x);
   grad_in[0] = grad_out * (s + x * s * (1.0 - s));
 }
-const OpDef swish_op("swish", 1, "swish(x) -> x * sigmoid(x)", saves_of<SwishSaved>(), swish_backward, nullptr);
+const OpDef swish_op({.name = "swish", .arity = 1, .signature = "swish(x) -> x * sigmoid(x)",
+                      .saves = saves_of<SwishSaved>(), .backward = swish_backward});
 
 Tensor swish(const Tensor& x) {
   Tensor out;

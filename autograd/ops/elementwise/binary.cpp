@@ -63,8 +63,9 @@ static void add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 static void add_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = broadcast_tangent(tangent_add(t[0], t[1]), n.out_shape);
 }
-static const OpDef add_op("add", 2, "add(a, b) -> a + b, broadcasting", saves_of<NoSaved>(), add_backward, add_tangent,
-                          [] { return binary_samples(add, -1, 1); });
+static const OpDef add_op({.name = "add", .arity = 2, .signature = "add(a, b) -> a + b, broadcasting",
+                           .saves = saves_of<NoSaved>(), .backward = add_backward, .tangent = add_tangent,
+                           .samples = [] { return binary_samples(add, -1, 1); }});
 Tensor add(const Tensor& a, const Tensor& b) {
   ProfileScope prof(add_op.name);
   Tensor out = binary("add", a, b, [](auto x, auto y) { return x + y; });
@@ -79,8 +80,9 @@ static void sub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
 static void sub_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = broadcast_tangent(tangent_add(t[0], t[1].defined() ? neg(t[1]) : Tensor()), n.out_shape);
 }
-static const OpDef sub_op("sub", 2, "sub(a, b) -> a - b, broadcasting", saves_of<NoSaved>(), sub_backward, sub_tangent,
-                          [] { return binary_samples(sub, -1, 1); });
+static const OpDef sub_op({.name = "sub", .arity = 2, .signature = "sub(a, b) -> a - b, broadcasting",
+                           .saves = saves_of<NoSaved>(), .backward = sub_backward, .tangent = sub_tangent,
+                           .samples = [] { return binary_samples(sub, -1, 1); }});
 Tensor sub(const Tensor& a, const Tensor& b) {
   ProfileScope prof(sub_op.name);
   Tensor out = binary("sub", a, b, [](auto x, auto y) { return x - y; });
@@ -127,9 +129,9 @@ static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
                                          scaled_tangent(t[1], n.saved_tensor(&BinarySaved::a))),
                              n.out_shape);
 }
-static const OpDef mul_op("mul", 2, "mul(a, b) -> a * b, broadcasting",
-                          saves_of<BinarySaved>(), mul_backward, mul_tangent,
-                          [] { return binary_samples(mul, -1, 1); });
+static const OpDef mul_op({.name = "mul", .arity = 2, .signature = "mul(a, b) -> a * b, broadcasting",
+                           .saves = saves_of<BinarySaved>(), .backward = mul_backward, .tangent = mul_tangent,
+                           .samples = [] { return binary_samples(mul, -1, 1); }});
 Tensor mul(const Tensor& a, const Tensor& b) {
   ProfileScope prof(mul_op.name);
   Tensor out = binary("mul", a, b, [](auto x, auto y) { return x * y; });
@@ -151,9 +153,9 @@ static void div_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
   const Tensor num = tangent_add(t[0], tb);
   out[0] = broadcast_tangent(num.defined() ? div(num, n.saved_tensor(&BinaryOutputSaved::b)) : Tensor(), n.out_shape);
 }
-static const OpDef div_op("div", 2, "div(a, b) -> a / b, broadcasting",
-                          saves_of<BinaryOutputSaved>(), div_backward, div_tangent,
-                          [] { return binary_samples(div, 0.5, 2); });
+static const OpDef div_op({.name = "div", .arity = 2, .signature = "div(a, b) -> a / b, broadcasting",
+                           .saves = saves_of<BinaryOutputSaved>(), .backward = div_backward, .tangent = div_tangent,
+                           .samples = [] { return binary_samples(div, 0.5, 2); }});
 Tensor div(const Tensor& a, const Tensor& b) {
   ProfileScope prof(div_op.name);
   Tensor out = binary("div", a, b, [](auto x, auto y) { return x / y; });
@@ -191,18 +193,24 @@ static void pow_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
                                          t[1].defined() ? mul(t[1], pow_slope_exponent(n)) : Tensor()),
                              n.out_shape);
 }
-static const OpDef pow_op("pow", 2, "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)",
-                          saves_of<BinaryOutputSaved>(),
-                          pow_backward, pow_tangent, [] {
-  std::vector<OpSample> s = binary_samples(pow, 0.5, 2);
-  // A learnable exponent over a constant base with a zero: d/db there is 0
-  // (0 * log 0 would be NaN). The base is constant: finite differences would
-  // step it below 0, where a^b log a is undefined.
-  Tensor b = from_vector(std::vector<double>{2.0}, Shape{});
-  b.requires_grad_();
-  s.push_back({"a (3) with a 0, learnable b () = 2",
-               {from_vector(std::vector<double>{0.0, 0.5, 2.0}, {3}), b}, [](auto& x) { return pow(x[0], x[1]); }});
-  return s;
+static const OpDef pow_op({
+    .name = "pow",
+    .arity = 2,
+    .signature = "pow(a, b) -> a ** b, broadcasting (a > 0 for non-integer b)",
+    .saves = saves_of<BinaryOutputSaved>(),
+    .backward = pow_backward,
+    .tangent = pow_tangent,
+    .samples = [] {
+      std::vector<OpSample> s = binary_samples(pow, 0.5, 2);
+      // A learnable exponent over a constant base with a zero: d/db there is 0
+      // (0 * log 0 would be NaN). The base is constant: finite differences would
+      // step it below 0, where a^b log a is undefined.
+      Tensor b = from_vector(std::vector<double>{2.0}, Shape{});
+      b.requires_grad_();
+      s.push_back({"a (3) with a 0, learnable b () = 2",
+                   {from_vector(std::vector<double>{0.0, 0.5, 2.0}, {3}), b}, [](auto& x) { return pow(x[0], x[1]); }});
+      return s;
+    },
 });
 Tensor pow(const Tensor& a, const Tensor& b) {
   ProfileScope prof(pow_op.name);
@@ -240,14 +248,14 @@ static void minmax_tangent(const Node& n, std::span<const Tensor> t, std::span<T
   const Tensor wa = minmax_weight<Max>(n);
   out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], wa), scaled_tangent(t[1], rsub(1.0, wa))), n.out_shape);
 }
-static const OpDef minimum_op("minimum", 2, "minimum(a, b), broadcasting",
-                              saves_of<BinarySaved>(), minmax_backward<false>,
-                              minmax_tangent<false>,
-                              [] { return binary_samples(minimum, -1, 1); });
-static const OpDef maximum_op("maximum", 2, "maximum(a, b), broadcasting",
-                              saves_of<BinarySaved>(), minmax_backward<true>,
-                              minmax_tangent<true>,
-                              [] { return binary_samples(maximum, -1, 1); });
+static const OpDef minimum_op({.name = "minimum", .arity = 2, .signature = "minimum(a, b), broadcasting",
+                               .saves = saves_of<BinarySaved>(), .backward = minmax_backward<false>,
+                               .tangent = minmax_tangent<false>,
+                               .samples = [] { return binary_samples(minimum, -1, 1); }});
+static const OpDef maximum_op({.name = "maximum", .arity = 2, .signature = "maximum(a, b), broadcasting",
+                               .saves = saves_of<BinarySaved>(), .backward = minmax_backward<true>,
+                               .tangent = minmax_tangent<true>,
+                               .samples = [] { return binary_samples(maximum, -1, 1); }});
 Tensor minimum(const Tensor& a, const Tensor& b) {
   ProfileScope prof(minimum_op.name);
   Tensor out = binary("minimum", a, b, [](auto x, auto y) { return y < x ? y : x; });
@@ -264,9 +272,16 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 // ============================ with a scalar ============================
 static void add_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
 static void add_scalar_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; }
-static const OpDef add_scalar_op("add_scalar", 1, "add(a, c) -> a + c", saves_of<NoSaved>(), add_scalar_backward,
-                                 add_scalar_tangent, [] {
-  return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
+static const OpDef add_scalar_op({
+    .name = "add_scalar",
+    .arity = 1,
+    .signature = "add(a, c) -> a + c",
+    .saves = saves_of<NoSaved>(),
+    .backward = add_scalar_backward,
+    .tangent = add_scalar_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
+    },
 });
 Tensor add(const Tensor& a, double c) {
   ProfileScope prof(add_scalar_op.name);
@@ -292,9 +307,16 @@ static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
 static void mul_scalar_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = mul(t[0], n.attrs<ScalarAttrs>().c);
 }
-static const OpDef mul_scalar_op("mul_scalar", 1, "mul(a, c) -> a * c", saves_of<NoSaved>(), mul_scalar_backward,
-                                 mul_scalar_tangent, [] {
-  return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
+static const OpDef mul_scalar_op({
+    .name = "mul_scalar",
+    .arity = 1,
+    .signature = "mul(a, c) -> a * c",
+    .saves = saves_of<NoSaved>(),
+    .backward = mul_scalar_backward,
+    .tangent = mul_scalar_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
+    },
 });
 Tensor mul(const Tensor& a, double c) {
   ProfileScope prof(mul_scalar_op.name);
@@ -330,13 +352,19 @@ static void pow_scalar_tangent(const Node& n, std::span<const Tensor> t, std::sp
   const double c = n.attrs<ScalarAttrs>().c;
   out[0] = c == 0.0 ? Tensor() : t[0] * (pow(n.saved_tensor(&UnaryInputSaved::x), c - 1) * c);
 }
-static const OpDef pow_scalar_op("pow_scalar", 1, "pow(a, c) -> a ** c",
-                                 saves_of<UnaryInputSaved>(), pow_scalar_backward,
-                                 pow_scalar_tangent, [] {
-  return std::vector<OpSample>{
-      {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
-      {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }},
-  };
+static const OpDef pow_scalar_op({
+    .name = "pow_scalar",
+    .arity = 1,
+    .signature = "pow(a, c) -> a ** c",
+    .saves = saves_of<UnaryInputSaved>(),
+    .backward = pow_scalar_backward,
+    .tangent = pow_scalar_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
+          {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }},
+      };
+    },
 });
 Tensor pow(const Tensor& a, double c) {
   ProfileScope prof(pow_scalar_op.name);
@@ -354,8 +382,16 @@ Tensor pow(const Tensor& a, double c) {
 
 static void rsub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
 static void rsub_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = neg(t[0]); }
-static const OpDef rsub_op("rsub", 1, "rsub(c, b) -> c - b", saves_of<NoSaved>(), rsub_backward, rsub_tangent, [] {
-  return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
+static const OpDef rsub_op({
+    .name = "rsub",
+    .arity = 1,
+    .signature = "rsub(c, b) -> c - b",
+    .saves = saves_of<NoSaved>(),
+    .backward = rsub_backward,
+    .tangent = rsub_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
+    },
 });
 Tensor rsub(double c, const Tensor& b) {
   ProfileScope prof(rsub_op.name);
@@ -387,8 +423,16 @@ static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
 static void rdiv_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = -(t[0] * div(n.saved_tensor(&RdivSaved::output), n.saved_tensor(&RdivSaved::b)));
 }
-static const OpDef rdiv_op("rdiv", 1, "rdiv(c, b) -> c / b", saves_of<RdivSaved>(), rdiv_backward, rdiv_tangent, [] {
-  return std::vector<OpSample>{{"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
+static const OpDef rdiv_op({
+    .name = "rdiv",
+    .arity = 1,
+    .signature = "rdiv(c, b) -> c / b",
+    .saves = saves_of<RdivSaved>(),
+    .backward = rdiv_backward,
+    .tangent = rdiv_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{{"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
+    },
 });
 Tensor rdiv(double c, const Tensor& b) {
   ProfileScope prof(rdiv_op.name);

@@ -101,19 +101,26 @@ static Tensor gelu_recompute(const Node& n) {
 static void gelu_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = gelu_grad(t[0], n.saved_tensor(&UnaryInputSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
 }
-static const OpDef gelu_op("gelu", 1, "gelu(x, tanh_approximation=false)",
-                           saves_of<UnaryInputSaved>(),
-                           gelu_backward, gelu_tangent, [] {
-  return std::vector<OpSample>{
-      {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
-      {"tanh (3,4)", {uniform({3, 4}, 32, -3, 3)}, [](auto& x) { return gelu(x[0], true); }},
-      {"exact non-contiguous", {samples::strided({2, 3}, 33, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
-      {"tanh (3,4), squared: mul saves the output by reference", {uniform({3, 4}, 34, -3, 3)}, [](auto& x) {
-         Tensor y = gelu(x[0], true);
-         return y * y;
-       }},
-  };
-}, gelu_recompute);
+static const OpDef gelu_op({
+    .name = "gelu",
+    .arity = 1,
+    .signature = "gelu(x, tanh_approximation=false)",
+    .saves = saves_of<UnaryInputSaved>(),
+    .backward = gelu_backward,
+    .tangent = gelu_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
+          {"tanh (3,4)", {uniform({3, 4}, 32, -3, 3)}, [](auto& x) { return gelu(x[0], true); }},
+          {"exact non-contiguous", {samples::strided({2, 3}, 33, -3, 3)}, [](auto& x) { return gelu(x[0]); }},
+          {"tanh (3,4), squared: mul saves the output by reference", {uniform({3, 4}, 34, -3, 3)}, [](auto& x) {
+             Tensor y = gelu(x[0], true);
+             return y * y;
+           }},
+      };
+    },
+    .recompute = gelu_recompute,
+});
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   ProfileScope prof(gelu_op.name);
   Tensor out;
@@ -195,16 +202,23 @@ static void gelu_grad_tangent(const Node& n, std::span<const Tensor> t, std::spa
       t[0].defined() ? gelu_grad(t[0], x, tanh_approximation) : Tensor(),
       t[1].defined() ? t[1] * n.saved_tensor(&GeluGradSaved::grad) * gelu_curvature(x, tanh_approximation) : Tensor());
 }
-static const OpDef gelu_grad_op("gelu_grad", 2, "gelu_grad(g, x, tanh_approximation=false) -> g * gelu'(x)",
-                                saves_of<GeluGradSaved>(), gelu_grad_backward, gelu_grad_tangent, [] {
-  return std::vector<OpSample>{
-      {"exact (3,4)", {uniform({3, 4}, 35), uniform({3, 4}, 36, -3, 3)},
-       [](auto& x) { return gelu_grad(x[0], x[1]); }},
-      {"tanh (3,4)", {uniform({3, 4}, 37), uniform({3, 4}, 38, -3, 3)},
-       [](auto& x) { return gelu_grad(x[0], x[1], true); }},
-      {"exact non-contiguous x", {uniform({2, 3}, 39), samples::strided({2, 3}, 40, -3, 3)},
-       [](auto& x) { return gelu_grad(x[0], x[1]); }},
-  };
+static const OpDef gelu_grad_op({
+    .name = "gelu_grad",
+    .arity = 2,
+    .signature = "gelu_grad(g, x, tanh_approximation=false) -> g * gelu'(x)",
+    .saves = saves_of<GeluGradSaved>(),
+    .backward = gelu_grad_backward,
+    .tangent = gelu_grad_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"exact (3,4)", {uniform({3, 4}, 35), uniform({3, 4}, 36, -3, 3)},
+           [](auto& x) { return gelu_grad(x[0], x[1]); }},
+          {"tanh (3,4)", {uniform({3, 4}, 37), uniform({3, 4}, 38, -3, 3)},
+           [](auto& x) { return gelu_grad(x[0], x[1], true); }},
+          {"exact non-contiguous x", {uniform({2, 3}, 39), samples::strided({2, 3}, 40, -3, 3)},
+           [](auto& x) { return gelu_grad(x[0], x[1]); }},
+      };
+    },
 });
 Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation) {
   ProfileScope prof(gelu_grad_op.name);

@@ -59,14 +59,20 @@ static void where_tangent(const Node& n, std::span<const Tensor> t, std::span<Te
                                    t[2].defined() ? t[2] : zero),
                              n.out_shape);
 }
-static const OpDef where_op("where", 3, "where(mask, a, b) -> mask ? a : b, broadcasting",
-                            saves_of<MaskSaved>(), where_backward,
-                            where_tangent, [] {
-  auto fn = [](const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
-  return std::vector<OpSample>{
-      {"(3,4) mask", {samples::indices({3, 4}, 2, 41), uniform({3, 4}, 42), uniform({3, 4}, 43)}, fn},
-      {"broadcast mask (4) a (3,1) b ()", {samples::indices({4}, 2, 44), uniform({3, 1}, 45), uniform({}, 46)}, fn},
-  };
+static const OpDef where_op({
+    .name = "where",
+    .arity = 3,
+    .signature = "where(mask, a, b) -> mask ? a : b, broadcasting",
+    .saves = saves_of<MaskSaved>(),
+    .backward = where_backward,
+    .tangent = where_tangent,
+    .samples = [] {
+      auto fn = [](const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
+      return std::vector<OpSample>{
+          {"(3,4) mask", {samples::indices({3, 4}, 2, 41), uniform({3, 4}, 42), uniform({3, 4}, 43)}, fn},
+          {"broadcast mask (4) a (3,1) b ()", {samples::indices({4}, 2, 44), uniform({3, 1}, 45), uniform({}, 46)}, fn},
+      };
+    },
 });
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   ProfileScope prof(where_op.name);
@@ -83,12 +89,18 @@ static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tenso
 static void masked_fill_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = masked_fill(t[0], n.saved_tensor(&MaskSaved::mask), 0.0);
 }
-static const OpDef masked_fill_op("masked_fill", 1, "masked_fill(x, mask, value)",
-                                  saves_of<MaskSaved>(), masked_fill_backward,
-                                  masked_fill_tangent, [] {
-  return std::vector<OpSample>{{"(3,4) with mask (4)", {uniform({3, 4}, 47)}, [](auto& x) {
-                                  return masked_fill(x[0], samples::indices({4}, 2, 48), -1e9);
-                                }}};
+static const OpDef masked_fill_op({
+    .name = "masked_fill",
+    .arity = 1,
+    .signature = "masked_fill(x, mask, value)",
+    .saves = saves_of<MaskSaved>(),
+    .backward = masked_fill_backward,
+    .tangent = masked_fill_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{{"(3,4) with mask (4)", {uniform({3, 4}, 47)}, [](auto& x) {
+                                      return masked_fill(x[0], samples::indices({4}, 2, 48), -1e9);
+                                    }}};
+    },
 });
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   ProfileScope prof(masked_fill_op.name);

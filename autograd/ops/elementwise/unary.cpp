@@ -92,8 +92,10 @@ Tensor unary_saved(const Node& n) {
   static void NAME##_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {         \
     out[0] = (RECORDED_BACKWARD)(t[0], unary_saved<SAVED>(n));                                          \
   }                                                                                                     \
-  static const OpDef NAME##_op(#NAME, 1, SIGNATURE, saves_of<SAVED>(), NAME##_backward, NAME##_tangent, \
-                               [] { return SAMPLES; });                                                 \
+  static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE,                      \
+                                .saves = saves_of<SAVED>(), .backward = NAME##_backward,                \
+                                .tangent = NAME##_tangent,                                              \
+                                .samples = [] { return SAMPLES; }});                                    \
   Tensor NAME(const Tensor& x) {                                                                        \
     ProfileScope prof(NAME##_op.name);                                                                  \
     Tensor out = unary(NAME##_op.name, x, FORWARD);                                                     \
@@ -177,10 +179,17 @@ static void clamp_tangent(const Node& n, std::span<const Tensor> t, std::span<Te
   out[0] = t[0] * slope_of(n.saved_tensor(&UnaryInputSaved::x),
                            [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
 }
-static const OpDef clamp_op("clamp", 1, "clamp(x, low, high)",
-                            saves_of<UnaryInputSaved>(), clamp_backward, clamp_tangent, [] {
-  return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
-                                [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
+static const OpDef clamp_op({
+    .name = "clamp",
+    .arity = 1,
+    .signature = "clamp(x, low, high)",
+    .saves = saves_of<UnaryInputSaved>(),
+    .backward = clamp_backward,
+    .tangent = clamp_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
+                                    [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
+    },
 });
 Tensor clamp(const Tensor& x, double low, double high) {
   ProfileScope prof(clamp_op.name);
@@ -201,10 +210,17 @@ static void cast_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
 static void cast_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = cast(t[0], n.out_dtype);
 }
-static const OpDef cast_op("cast", 1, "cast(x, dtype) / x.to(dtype)",
-                           saves_of<NoSaved>(), cast_backward, cast_tangent, [] {
-  return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
-                                [](auto& x) { return cast(x[0], DType::f64); }}};
+static const OpDef cast_op({
+    .name = "cast",
+    .arity = 1,
+    .signature = "cast(x, dtype) / x.to(dtype)",
+    .saves = saves_of<NoSaved>(),
+    .backward = cast_backward,
+    .tangent = cast_tangent,
+    .samples = [] {
+      return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
+                                    [](auto& x) { return cast(x[0], DType::f64); }}};
+    },
 });
 Tensor cast(const Tensor& x, DType dtype) {
   ProfileScope prof(cast_op.name);

@@ -255,10 +255,14 @@ static void gated_recurrence_grad_tangent(const Node& n, std::span<const Tensor>
   if (dw.defined()) plus(into_previous_states(P, dw));
   if (c.defined()) tout[0] = gated_recurrence_grad(c, a, j, w);
 }
-static const OpDef gated_recurrence_grad_op(
-    "gated_recurrence_grad", 4,
-    "gated_recurrence_grad(g (T,B,H), a (T,B,H) or undefined, j (T,B,QH), w_hh (QH,H)) -> u (T,B,H)",
-    saves_of<GatedGradSaved>(), gated_recurrence_grad_backward, gated_recurrence_grad_tangent, [] {
+static const OpDef gated_recurrence_grad_op({
+    .name = "gated_recurrence_grad",
+    .arity = 4,
+    .signature = "gated_recurrence_grad(g (T,B,H), a (T,B,H) or undefined, j (T,B,QH), w_hh (QH,H)) -> u (T,B,H)",
+    .saves = saves_of<GatedGradSaved>(),
+    .backward = gated_recurrence_grad_backward,
+    .tangent = gated_recurrence_grad_tangent,
+    .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       return std::vector<OpSample>{
@@ -274,7 +278,8 @@ static const OpDef gated_recurrence_grad_op(
             uniform({2 * H, H}, 231)},
            [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], x[1], x[2], x[3]); }},
       };
-    });
+    },
+});
 
 Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tensor& j_in, const Tensor& w_in) {
   ProfileScope prof(gated_recurrence_grad_op.name);

@@ -272,10 +272,11 @@ static void gru_recurrence_tangent(const Node& n, std::span<const Tensor> tin, s
   tout[0] = dout;
   tout[1] = dact;
 }
-static const OpDef gru_recurrence_op("gru_recurrence", 4,
-                                     "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
-                                     saves_of<GruSaved>(),
-                                     gru_recurrence_backward, gru_recurrence_tangent, [] { return recurrence_samples(3, true, false); });
+static const OpDef gru_recurrence_op({.name = "gru_recurrence", .arity = 4,
+                                      .signature = "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
+                                      .saves = saves_of<GruSaved>(), .backward = gru_recurrence_backward,
+                                      .tangent = gru_recurrence_tangent,
+                                      .samples = [] { return recurrence_samples(3, true, false); }});
 
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
   ProfileScope prof(gru_recurrence_op.name);

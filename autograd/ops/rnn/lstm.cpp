@@ -174,10 +174,11 @@ static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, 
   tout[0] = dout;
   tout[1] = dact;
 }
-static const OpDef lstm_recurrence_op(
-    "lstm_recurrence", 4, "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
-    saves_of<LstmSaved>(), lstm_recurrence_backward, lstm_recurrence_tangent,
-    [] { return recurrence_samples(4, false, true); });
+static const OpDef lstm_recurrence_op({.name = "lstm_recurrence", .arity = 4,
+                                       .signature = "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
+                                       .saves = saves_of<LstmSaved>(), .backward = lstm_recurrence_backward,
+                                       .tangent = lstm_recurrence_tangent,
+                                       .samples = [] { return recurrence_samples(4, false, true); }});
 
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
   ProfileScope prof(lstm_recurrence_op.name);

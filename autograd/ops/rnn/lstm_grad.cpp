@@ -167,9 +167,14 @@ static void lstm_gate_slopes_tangent(const Node& n, std::span<const Tensor> tin,
   });
   tout[0] = ds;
 }
-static const OpDef lstm_gate_slopes_op(
-    "lstm_gate_slopes", 3, "lstm_gate_slopes(act (T,B,4H) [i, f, g, o], c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
-    saves_of<LstmSlopesSaved>(), lstm_gate_slopes_backward, lstm_gate_slopes_tangent, [] {
+static const OpDef lstm_gate_slopes_op({
+    .name = "lstm_gate_slopes",
+    .arity = 3,
+    .signature = "lstm_gate_slopes(act (T,B,4H) [i, f, g, o], c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
+    .saves = saves_of<LstmSlopesSaved>(),
+    .backward = lstm_gate_slopes_backward,
+    .tangent = lstm_gate_slopes_tangent,
+    .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_gate_slopes(x[0], x[1], x[2]); };
@@ -179,7 +184,8 @@ static const OpDef lstm_gate_slopes_op(
            {samples::strided({1, B, 4 * H}, 224), uniform({1, B, H}, 225), uniform({1, B, H}, 226)},
            fn},
       };
-    });
+    },
+});
 
 Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& cp_in) {
   ProfileScope prof(lstm_gate_slopes_op.name);
@@ -583,10 +589,14 @@ static void lstm_recurrence_grad_tangent(const Node& n, std::span<const Tensor> 
   const Tensor lin = lstm_recurrence_grad(stack({gh, gc}, 0), s, w);
   tout[0] = E.defined() ? add(lin, concat({E, zeros_like(v)}, 2)) : lin;
 }
-static const OpDef lstm_recurrence_grad_op(
-    "lstm_recurrence_grad", 3,
-    "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
-    saves_of<LstmGradSaved>(), lstm_recurrence_grad_backward, lstm_recurrence_grad_tangent, [] {
+static const OpDef lstm_recurrence_grad_op({
+    .name = "lstm_recurrence_grad",
+    .arity = 3,
+    .signature = "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
+    .saves = saves_of<LstmGradSaved>(),
+    .backward = lstm_recurrence_grad_backward,
+    .tangent = lstm_recurrence_grad_tangent,
+    .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
       auto fn = [](const std::vector<Tensor>& x) { return lstm_recurrence_grad(x[0], x[1], x[2]); };
@@ -596,7 +606,8 @@ static const OpDef lstm_recurrence_grad_op(
            {uniform({2, 1, B, H}, 216), samples::strided({1, B, 6 * H}, 219), uniform({4 * H, H}, 220)},
            fn},
       };
-    });
+    },
+});
 
 Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Tensor& w_in) {
   ProfileScope prof(lstm_recurrence_grad_op.name);

@@ -162,10 +162,14 @@ static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::
   if (n.needs(5)) gin[5] = dc0;
 }
 
-static const OpDef lstm_recompute_op(
-    "lstm_recompute", 6,
-    "lstm_recompute(x (T,B,I), w_ih (4H,I), bias (4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (T+1,B,H) [h_t; c_{T-1}]",
-    saves_of<LstmRecomputeSaved>(), lstm_recompute_backward, tangent_from_backward, [] {
+static const OpDef lstm_recompute_op({
+    .name = "lstm_recompute",
+    .arity = 6,
+    .signature = "lstm_recompute(x (T,B,I), w_ih (4H,I), bias (4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (T+1,B,H) [h_t; c_{T-1}]",
+    .saves = saves_of<LstmRecomputeSaved>(),
+    .backward = lstm_recompute_backward,
+    .tangent = tangent_from_backward,
+    .samples = [] {
       using samples::uniform;
       const int64_t B = 2, H = 3, I = 2, G = 4 * H;
       auto fn = [](bool bias, bool state) {
@@ -187,7 +191,8 @@ static const OpDef lstm_recompute_op(
            {uniform({1, B, I}, 260, -2, 2), uniform({G, I}, 261), uniform({G}, 262), uniform({G, H}, 263)},
            fn(true, false)},
       };
-    });
+    },
+});
 
 // Checks the arguments and returns (T, B, H).
 static Dims check_lstm_recompute(const Tensor& x, const Tensor& w_ih, const Tensor& bias, const Tensor& w_hh,

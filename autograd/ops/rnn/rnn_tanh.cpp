@@ -223,10 +223,11 @@ static void rnn_tanh_recurrence_tangent(const Node& n, std::span<const Tensor> t
   tout[0] = dh;
 }
 
-static const OpDef rnn_tanh_recurrence_op("rnn_tanh_recurrence", 3,
-                                          "rnn_tanh_recurrence(xp (T,B,H), w_hh (H,H), h0 (B,H)) -> (T,B,H)",
-                                          saves_of<RnnTanhSaved>(), rnn_tanh_recurrence_backward, rnn_tanh_recurrence_tangent,
-                                          [] { return recurrence_samples(1, false, false); });
+static const OpDef rnn_tanh_recurrence_op({.name = "rnn_tanh_recurrence", .arity = 3,
+                                           .signature = "rnn_tanh_recurrence(xp (T,B,H), w_hh (H,H), h0 (B,H)) -> (T,B,H)",
+                                           .saves = saves_of<RnnTanhSaved>(), .backward = rnn_tanh_recurrence_backward,
+                                           .tangent = rnn_tanh_recurrence_tangent,
+                                           .samples = [] { return recurrence_samples(1, false, false); }});
 
 Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
   ProfileScope prof(rnn_tanh_recurrence_op.name);
