@@ -7,6 +7,7 @@
 // One switch of each kind may be on at a time (a second is an AutogradError).
 // Off, each hook costs one relaxed atomic load.
 #include <cstdint>
+#include <new>
 #include <string_view>
 #include <vector>
 

@@ -98,10 +98,6 @@ std::shared_ptr<const Primitive> make(const Key& k) {
 
 std::shared_ptr<const Primitive> primitive(const Key& k) {
   Cache& c = cache();
-  {
-    std::lock_guard lock(c.mutex);
-    if (auto it = c.primitives.find(k); it != c.primitives.end()) return it->second;
-  }
   // Made under the lock. oneDNN shares what it builds between threads through
   // a cache of its own, synchronised inside a library ThreadSanitizer cannot
   // see into; made one at a time here, the sharing is ordered by this mutex.
