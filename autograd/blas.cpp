@@ -108,13 +108,7 @@ void measure(ShapeClass& c) {
     best[static_cast<int>(GemmBackend::onednn)] = 1e30;
   }
   for (int be = 0; be < 2; ++be) c.gflops[be] = best[be] < 1e30 ? 2.0 * M * N * K * calls / best[be] / 1e9 : 0;
-  // oneDNN must win clearly: where the two are even (a Zen 4, an Intel core
-  // OpenBLAS knows), timing noise would otherwise pick one or the other from
-  // one process to the next, and float32 results would differ in their last
-  // bits between runs that should repeat each other. Where oneDNN wins, it
-  // wins by 1.6-2x (Zen 5) or 4x (OpenBLAS's SSE3 fallback).
-  constexpr double kClearWin = 1.25;
-  c.backend = c.gflops[1] > kClearWin * c.gflops[0] ? GemmBackend::onednn : GemmBackend::openblas;
+  c.backend = c.gflops[1] > detail::kOnednnClearWin * c.gflops[0] ? GemmBackend::onednn : GemmBackend::openblas;
 }
 
 detail::GemmBackend f32_backend(int64_t M, int64_t N, int64_t K) {

@@ -74,6 +74,13 @@ struct GemmF32Choice {
 };
 // Every class's choice, measuring those not measured yet.
 std::vector<GemmF32Choice> gemm_f32_choices();
+// How much faster oneDNN must measure for a class to run on it. Where the two
+// are even (a Zen 4, an Intel core OpenBLAS knows), timing noise would
+// otherwise pick one or the other from one process to the next, and float32
+// results would differ in their last bits between runs that should repeat
+// each other. Where oneDNN wins, it wins by 1.6-2x (Zen 5) or 4x (OpenBLAS's
+// SSE3 fallback).
+inline constexpr double kOnednnClearWin = 1.25;
 // One float32 GEMM, whole, on the calling thread, on the backend named
 // (tests compare the two; gemm() picks one by the policy).
 void gemm_f32_on(GemmBackend backend, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
