@@ -164,7 +164,6 @@ const OpDef checkpoint_op({
     // Forward mode through a checkpoint: its backward reruns fn with tensor
     // ops, so J v comes from two passes of it (one forward-AD level per thread
     // rules out rerunning fn on dual inputs inside the rule).
-    .tangent = tangent_from_backward,
     .samples = [] {
       // A two-layer block, and one reading a weight it does not take as an input.
       auto block = [](const std::vector<Tensor>& in) {

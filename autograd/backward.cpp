@@ -332,7 +332,7 @@ class Pass {
     {
       ProfileScope prof(n.op->name, ProfilePhase::backward);
       AutocastGuard precision(n.autocast);
-      n.op->backward(n, g, grads);
+      run_backward(n, g, grads);
     }
     if (anomaly) [[unlikely]]
       detail::check_backward(n, incoming, grads, api_);

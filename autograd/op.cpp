@@ -20,10 +20,19 @@ OpDef::OpDef(const OpSpec& spec) : OpSpec(spec) {
                                    name, op->signature));
   if (name.empty() || backward == nullptr)
     throw ValueError(fmt::format("OpDef '{}' ({}): an op needs a name and a backward", name, signature));
+  if ((linear.transpose != nullptr) != (linear.input >= 0) || linear.input >= std::max(arity, 0))
+    throw ValueError(fmt::format("OpDef '{}': linear names input {} of {} and {} transpose", name, linear.input,
+                                 arity, linear.transpose ? "a" : "no"));
   registry().push_back(this);
 }
 
 OpDef::~OpDef() { std::erase(registry(), this); }
+
+void run_backward(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in) {
+  const Linearity& lin = node.op->linear;
+  node.op->backward(node, grad_out, grad_in);
+  if (lin.transpose && node.needs(lin.input)) grad_in[lin.input] = lin.transpose(node, grad_out);
+}
 
 // Every op family's OpDefs are registered before main(): the shared library
 // holds every family, and the static one is a single prelinked object (see

@@ -31,6 +31,18 @@ using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<
 /// can be differentiated in reverse (reverse-over-forward). Applied to the
 /// ops of a recorded backward, the rules give forward-over-reverse.
 using TangentFn = void (*)(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out);
+/// A linear primitive's transpose. For an op linear in one input v (out =
+/// A v, A fixed by the node's other inputs): A^T u for a cotangent u of the
+/// output's shape. The engine gives v this gradient itself, so the op's
+/// backward fills only its other inputs' gradients; written with tensor ops,
+/// it is recorded under create_graph like any backward.
+using TransposeFn = Tensor (*)(const Node& node, const Tensor& u);
+/// Which input an op is linear in, and its transpose (OpSpec::linear). The
+/// op-table test checks <u, A v> = <A^T u, v> on the op's samples.
+struct Linearity {
+  int input = -1;                    ///< the input v the op is linear in; -1: none declared
+  TransposeFn transpose = nullptr;   ///< v's gradient
+};
 /// Rebuilds the op's output, bit for bit, from what its node saved. An op with
 /// a cheap one (layer_norm, gelu) lets a later op that saves this output keep a
 /// reference to the node instead of the tensor (see Node::save), so e.g. a
@@ -69,7 +81,15 @@ struct OpSpec {
   std::string_view signature;  ///< the forward, e.g. "mul(a, b) -> a * b, broadcasting"
   SavedLayout saves = {};      ///< what forward saves for backward: saves_of<its saved struct>()
   BackwardFn backward = nullptr;  ///< the gradients of the inputs
-  TangentFn tangent = nullptr;    ///< forward mode; null: forward mode through the op is an AutogradError naming it
+  /// Forward mode. Null: the engine derives the tangent from the backward
+  /// (tangent_from_backward, two backward passes of the op), unless the op is
+  /// once_differentiable, where forward mode through it is an AutogradError.
+  TangentFn tangent = nullptr;
+  /// True for a tangent rule that runs raw kernels (the recurrences' fused
+  /// linear recurrences): where tangents are recorded (a forward-AD level that
+  /// differentiates them, reverse-over-forward), the engine derives the
+  /// tangent from the backward instead.
+  bool tangent_once_differentiable = false;
   SampleFn samples = nullptr;     ///< the cases gradchecked for this op (null: none)
   RecomputeFn recompute = nullptr;  ///< null: the output cannot be rebuilt
   /// True for an op whose backward is raw kernels only: create_graph through
@@ -77,6 +97,7 @@ struct OpSpec {
   /// Every op of the library's table is differentiable twice.
   bool once_differentiable = false;
   AccumulateFn accumulate = nullptr;  ///< null: backward always allocates its input gradients
+  Linearity linear = {};              ///< a linear primitive's input and transpose (none by default)
 };
 
 /// A differentiable op: its OpSpec, registered. Define one as a static object
@@ -91,10 +112,15 @@ struct OpDef : OpSpec {
   OpDef& operator=(const OpDef&) = delete;
 };
 
+/// Runs the op's backward for node: its transpose (OpSpec::linear) for the
+/// input it is linear in, its backward for the others. Every pass calls this.
+void run_backward(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in);
+
 /// A tangent rule for any op whose backward is written in tensor ops: with
 /// the backward applied to a cotangent u (and, for side outputs, u_k) that
 /// requires grad, J v = d/du <J^T u, v>. It costs two backward passes of the
-/// op; an op on a hot path gives a rule of its own instead.
+/// op; an op on a hot path gives a rule of its own instead. An op that declares
+/// no tangent rule gets this one.
 void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out);
 
 /// Every registered op, sorted by name.

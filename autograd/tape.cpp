@@ -253,8 +253,9 @@ bool hands_out_output(const Node& n) {
 // saved output read later. Not recorded, the node keeps them until its
 // output tensor has taken its own (see give_output_tangent).
 std::vector<Tensor> compute_tangents(Node& n) {
-  if (!n.op->tangent)
-    throw AutogradError(fmt::format("forward-mode AD reached {}, which has no tangent rule (OpDef::tangent)",
+  if (!n.op->tangent && n.op->once_differentiable)
+    throw AutogradError(fmt::format("forward-mode AD reached {}, which has no tangent rule (OpDef::tangent) and a "
+                                    "once-differentiable backward to derive one from",
                                     describe_node(n)));
   if (n.released)
     throw AutogradError(fmt::format("forward-mode AD: cannot compute the tangent of {}: what it saved was freed by "
@@ -273,7 +274,8 @@ std::vector<Tensor> compute_tangents(Node& n) {
       no_grad.emplace();
     AutocastGuard precision(n.autocast);
     ProfileScope prof(n.op->name, ProfilePhase::tangent);
-    n.op->tangent(n, n.tangents_in, out);
+    const bool own_rule = n.op->tangent && !(t_fw_record && n.op->tangent_once_differentiable);
+    (own_rule ? n.op->tangent : tangent_from_backward)(n, n.tangents_in, out);
   }
   n.drop_recomputed();
   for (size_t k = 0; k < out.size(); ++k) {
@@ -499,7 +501,7 @@ void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in,
   }
   std::vector<Tensor> vjp(n.edges.size());
   try {
-    n.op->backward(n, u[0], vjp);
+    run_backward(n, u[0], vjp);
   } catch (...) {
     n.side_grads = std::move(outer_side);
     throw;

@@ -1,16 +1,22 @@
 // Defining a brand-new differentiable op outside the library, in three steps:
 //
-//   1. a backward: given the gradient of the output, fill the gradient of each
-//      input that needs one (node.needs(k)), reading what forward saved; and a
-//      tangent rule (forward mode): given the tangents of the inputs, the
-//      tangent of the output;
+//   1. one derivative rule, the backward: given the gradient of the output,
+//      fill the gradient of each input that needs one (node.needs(k)),
+//      reading what forward saved;
 //   2. an OpDef: the op's name, arity, signature, what it saves (a struct
-//      naming its fields), its backward, its tangent rule;
+//      naming its fields), its backward;
 //   3. a forward that computes the output without recording its inner ops,
 //      then record()s itself on the tape and saves what backward needs.
 //
+// The engine derives the rest from the backward. Written with library ops, it
+// is recorded under create_graph, so second and higher derivatives come free;
+// and forward mode (jvp, forward-over-reverse Hessian-vector products) takes
+// J v = d/du <J^T u, v>, the backward applied to a cotangent u and
+// differentiated in u. That costs two backward passes of the op; an op on a
+// hot path may add a tangent rule of its own (OpSpec::tangent).
+//
 // Then gradcheck compares the backward with finite differences in float64,
-// and jvpcheck the tangent rule.
+// gradgradcheck its second derivatives, and jvpcheck the derived tangent.
 // The op here is swish(x) = x * sigmoid(x) (a.k.a. SiLU), recorded as a single
 // node instead of the two (mul, sigmoid) the library would otherwise record.
 #include <fmt/format.h>
@@ -37,19 +43,10 @@ void swish_backward(const tg::Node& node, const tg::Tensor& grad_out, std::span<
   grad_in[0] = grad_out * (s + x * s * (1.0 - s));
 }
 
-// 1b. The tangent rule: the same derivative times the input's tangent (an
-// elementwise op's Jacobian is diagonal). Written with library ops, it can be
-// differentiated in reverse too (forward-over-reverse Hessian-vector products).
-void swish_tangent(const tg::Node& node, std::span<const tg::Tensor> tangent_in, std::span<tg::Tensor> tangent_out) {
-  const tg::Tensor x = node.saved_tensor(&SwishSaved::x);
-  tg::Tensor s = tg::sigmoid(x);
-  tangent_out[0] = tangent_in[0] * (s + x * s * (1.0 - s));
-}
-
 // 2. The OpDef. Defining it registers the op; a static one lives for the program.
 // No samples: user ops are not part of the library's own op table test.
 const tg::OpDef swish_op({.name = "swish", .arity = 1, .signature = "swish(x) -> x * sigmoid(x)",
-                          .saves = tg::saves_of<SwishSaved>(), .backward = swish_backward, .tangent = swish_tangent});
+                          .saves = tg::saves_of<SwishSaved>(), .backward = swish_backward});
 
 // 3. The forward.
 tg::Tensor swish(const tg::Tensor& x) {
@@ -76,7 +73,7 @@ int main() {
   // Second derivatives come free with a backward written in ops.
   tg::GradcheckReport twice = tg::gradgradcheck(fn, {x});
   fmt::print("gradgradcheck of swish:\n{}", twice.str());
-  // Forward mode: J v from the tangent rule against finite differences.
+  // Forward mode: J v from the tangent derived from the backward, against finite differences.
   tg::GradcheckReport forward = tg::jvpcheck(fn, {x});
   fmt::print("jvpcheck of swish:\n{}", forward.str());
 

@@ -205,6 +205,58 @@ BOOST_AUTO_TEST_CASE(gradgradcheck_every_op_float64) { check_table(2); }
 
 BOOST_AUTO_TEST_CASE(third_derivatives_of_every_op_float64) { check_table(3); }
 
+// A linear primitive's transpose (OpSpec::linear) against the op itself:
+// <u, A v> = <A^T u, v> on each sample, A v being the sample's output.
+std::string transpose_mismatch(const OpDef& op, const OpSample& sample) {
+  const Tensor out = sample.fn(sample.inputs);
+  const Node* n = out.impl()->grad_fn.get();
+  if (!n || n->op != &op) return "the sample's output is not the op's";
+  NoGradGuard no_grad;
+  const Tensor u = samples::uniform(out.shape(), 97);
+  const Tensor at_u = op.linear.transpose(*n, u);
+  const double lhs = sum(mul(u, out)).item<double>();
+  const double rhs = sum(mul(at_u, sample.inputs[op.linear.input])).item<double>();
+  if (std::abs(lhs - rhs) > 1e-12 * (1 + std::abs(lhs)))
+    return fmt::format("<u, A v> = {} but <A^T u, v> = {}", lhs, rhs);
+  return {};
+}
+
+BOOST_AUTO_TEST_CASE(every_linear_primitive_agrees_with_its_transpose) {
+  int linear = 0;
+  for (const OpDef* op : op_table()) {
+    if (!op->linear.transpose) continue;
+    ++linear;
+    for (const OpSample& sample : op->samples())
+      if (std::string m = transpose_mismatch(*op, sample); !m.empty()) BOOST_ERROR(op->name << " / " << sample.desc << ": " << m);
+  }
+  BOOST_TEST(linear >= 1, "no op declares a transpose");
+}
+
+// 2v declared with the transpose 3u: the check above must catch it.
+const OpDef* g_twice = nullptr;
+Tensor twice(const Tensor& v) {
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = mul(v, 2.0);
+  }
+  record(*g_twice, out, v);
+  return out;
+}
+void no_other_inputs(const Node&, const Tensor&, std::span<Tensor>) {}
+Tensor wrong_transpose(const Node&, const Tensor& u) { return mul(u, 3.0); }
+
+BOOST_AUTO_TEST_CASE(transpose_check_fails_for_a_wrong_transpose) {
+  OpDef op({.name = "test_wrong_transpose", .arity = 1, .signature = "2v, transpose 3u", .saves = saves_of<NoSaved>(),
+            .backward = no_other_inputs, .linear = {.input = 0, .transpose = wrong_transpose}});
+  g_twice = &op;
+  const OpSample sample{"(3)", {samples::uniform({3}, 5)}, [](auto& x) { return twice(x[0]); }};
+  const std::string m = transpose_mismatch(op, sample);
+  BOOST_TEST(m.find("<u, A v>") != std::string::npos, m);
+  // The engine takes the gradient of v from the transpose: gradcheck fails too.
+  BOOST_TEST(!gradcheck(sample.fn, sample.inputs).passed);
+}
+
 // The walk above must be able to fail: an op whose backward is a raw kernel
 // (right first derivatives, no recorded backward) fails its gradgradcheck.
 struct RawSquareSaved {

@@ -146,17 +146,10 @@ void head_probabilities(const AttentionDims& a, const HeadMatrices<T>& Q, const 
 }
 
 // The softmax's Jacobian (symmetric, so backward and tangent alike) applied
-// to m rows of x (m, kv) in place, P (m, kv) the probabilities:
-// x <- P (x - rowsum(x P)).
+// to m rows of x (m, kv) in place, P (m, kv) the probabilities.
 template <class T>
 void softmax_jacobian_rows(const T* P, T* x, int64_t m, int64_t kv) {
-  for (int64_t i = 0; i < m; ++i) {
-    T* row = x + i * kv;
-    const T* p = P + i * kv;
-    const T d = detail::row_dot(row, p, kv);
-#pragma omp simd
-    for (int64_t j = 0; j < kv; ++j) row[j] = p[j] * (row[j] - d);
-  }
+  for (int64_t i = 0; i < m; ++i) detail::softmax_jacobian_row(P + i * kv, x + i * kv, x + i * kv, kv);
 }
 
 // The key padding mask (B,Tk) as one byte per key, 1 = padded; empty when undefined.
@@ -217,7 +210,7 @@ void attention_backward_recorded(const AttentionDims& a, const Tensor& q, const 
   if (need_v) gin[2] = matmul(transpose(p, 2, 3), g);
   if (!need_q && !need_k) return;
   Tensor dp = matmul(g, transpose(v, 2, 3));
-  Tensor ds = mul(p, sub(dp, sum(mul(dp, p), {-1}, true)));
+  Tensor ds = softmax_jvp(p, dp, -1);
   if (need_q) gin[0] = mul(matmul(ds, k), scale);
   if (need_k) gin[1] = mul(matmul(transpose(ds, 2, 3), q), scale);
 }
@@ -252,7 +245,7 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
       Tensor ds = tq ? matmul(t[0], transpose(k, 2, 3)) : Tensor();
       if (tk) ds = detail::tangent_add(ds, matmul(q, transpose(t[1], 2, 3)));
       ds = mul(ds, 1.0 / std::sqrt(static_cast<double>(a.D)));
-      const Tensor dp = mul(p, sub(ds, sum(mul(ds, p), {-1}, true)));
+      const Tensor dp = softmax_jvp(p, ds, -1);
       d_out = detail::tangent_add(d_out, matmul(dp, v));
     }
     out[0] = d_out;

@@ -73,6 +73,15 @@ template <class T> inline T row_dot(const T* x, const T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
   return s;
 }
+// The softmax's Jacobian at probabilities p applied to a row x of n:
+// out = p (x - <x, p>), out may alias x. J = diag(p) - p p^T is symmetric, so
+// this one product is softmax's backward (x a gradient) and its tangent (x a
+// tangent) alike; softmax_jvp is the op, attention's kernels call it per row.
+template <class T> inline void softmax_jacobian_row(const T* p, const T* x, T* out, int64_t n) {
+  const T d = row_dot(x, p, n);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = p[i] * (x[i] - d);
+}
 // e[i] = exp(x[i] - m); returns the sum. e may alias x. Short rows (a V = 85
 // vocabulary) are mostly tail, so the tail is one more full vector ending at
 // the last element: computed first (e may overwrite x), summed only over the

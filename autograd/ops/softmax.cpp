@@ -1,8 +1,7 @@
 // Softmax, log_softmax and cross_entropy, each one node on the tape whose
 // backward reuses the probabilities forward saved instead of recomputing
-// through primitive ops. Under create_graph a backward takes the same
-// formulas in tensor ops instead, so the gradient is recorded and
-// differentiable again.
+// through primitive ops; and softmax_jvp, softmax's Jacobian product, the one
+// op that softmax's backward and tangent and attention's recorded forms call.
 //
 // Kernels work on contiguous rows (the row kernels of nn_kernels.h
 // vectorise); softmax over a non-last axis views the input as
@@ -87,25 +86,18 @@ static void softmax_forward(const T* x, T* y, const AxisView& v) {
   });
 }
 
-// softmax:     gx = y * (g - sum(g * y))
-// log_softmax: gx = g - exp(y) * sum(g)
-template <class T, bool Log>
-static void softmax_backward_kernel(const T* g, const T* y, T* gx, const AxisView& v) {
+// log_softmax's backward: gx = g - exp(y) * sum(g) along the axis.
+template <class T>
+static void log_softmax_backward_kernel(const T* g, const T* y, T* gx, const AxisView& v) {
   const int64_t n = v.n, I = v.inner;
   if (I == 1) {
     parallel_for(v.outer, row_grain(n), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const T *gr = g + r * n, *yr = y + r * n;
         T* out = gx + r * n;
-        if constexpr (Log) {
-          const T s = row_sum(gr, n);
+        const T s = row_sum(gr, n);
 #pragma omp simd
-          for (int64_t i = 0; i < n; ++i) out[i] = gr[i] - vexp(yr[i]) * s;
-        } else {
-          const T s = row_dot(gr, yr, n);
-#pragma omp simd
-          for (int64_t i = 0; i < n; ++i) out[i] = yr[i] * (gr[i] - s);
-        }
+        for (int64_t i = 0; i < n; ++i) out[i] = gr[i] - vexp(yr[i]) * s;
       }
     });
     return;
@@ -117,13 +109,10 @@ static void softmax_backward_kernel(const T* g, const T* y, T* gx, const AxisVie
       std::fill(s.begin(), s.end(), T(0));
       for (int64_t r = 0; r < n; ++r)
 #pragma omp simd
-        for (int64_t i = 0; i < I; ++i) s[i] += Log ? g[base + r * I + i] : g[base + r * I + i] * y[base + r * I + i];
+        for (int64_t i = 0; i < I; ++i) s[i] += g[base + r * I + i];
       for (int64_t r = 0; r < n; ++r)
 #pragma omp simd
-        for (int64_t i = 0; i < I; ++i) {
-          const size_t k = base + r * I + i;
-          gx[k] = Log ? g[k] - vexp(y[k]) * s[i] : y[k] * (g[k] - s[i]);
-        }
+        for (int64_t i = 0; i < I; ++i) gx[base + r * I + i] = g[base + r * I + i] - vexp(y[base + r * I + i]) * s[i];
     }
   });
 }
@@ -142,13 +131,21 @@ struct SoftmaxSaved {
 // empty list reduces over all of it, i.e. the one element).
 static Axes softmax_axes(const Tensor& y, int64_t axis) { return y.dim() == 0 ? Axes{} : Axes{axis}; }
 
-template <bool Log>
-static void softmax_family_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+// softmax: its Jacobian product at the saved probabilities, for the gradient
+// and the tangent alike (softmax_jvp, symmetric).
+static Tensor softmax_jacobian(const Node& n, const Tensor& v) {
+  return softmax_jvp(n.saved_tensor(&SoftmaxSaved::output), v, n.attrs<SoftmaxAttrs>().axis);
+}
+static void softmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = softmax_jacobian(n, g); }
+static void softmax_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = softmax_jacobian(n, t[0]);
+}
+
+static void log_softmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
   const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
-  if (grad_enabled()) {  // recorded: the same formulas in ops, differentiable again
-    const Axes axes = softmax_axes(y, axis);
-    gin[0] = Log ? sub(g, mul(exp(y), sum(g, axes, true))) : mul(y, sub(g, sum(mul(g, y), axes, true)));
+  if (grad_enabled()) {  // recorded: the same formula in ops, differentiable again
+    gin[0] = sub(g, mul(exp(y), sum(g, softmax_axes(y, axis), true)));
     return;
   }
   Tensor gc = dense(g);
@@ -156,7 +153,7 @@ static void softmax_family_backward(const Node& n, const Tensor& g, std::span<Te
   const AxisView v = axis_view(y.shape(), static_cast<int>(axis));
   dispatch_float(y.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
-    softmax_backward_kernel<scalar_t, Log>(gc.data<scalar_t>(), y.data<scalar_t>(), gx.data<scalar_t>(), v);
+    log_softmax_backward_kernel<scalar_t>(gc.data<scalar_t>(), y.data<scalar_t>(), gx.data<scalar_t>(), v);
   });
   gin[0] = gx;
 }
@@ -174,22 +171,20 @@ static std::vector<OpSample> softmax_samples() {
   };
 }
 
-// softmax: y (t - sum(y t)); log_softmax: t - sum(softmax t), along the axis.
-template <bool Log>
-static void softmax_family_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+// log_softmax: t - sum(softmax t), along the axis.
+static void log_softmax_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
-  const Axes axes = softmax_axes(y, n.attrs<SoftmaxAttrs>().axis);
-  out[0] = Log ? sub(t[0], sum(mul(exp(y), t[0]), axes, true)) : mul(y, sub(t[0], sum(mul(y, t[0]), axes, true)));
+  out[0] = sub(t[0], sum(mul(exp(y), t[0]), softmax_axes(y, n.attrs<SoftmaxAttrs>().axis), true));
 }
 
 static const OpDef softmax_op({.name = "softmax", .arity = 1,
                                .signature = "softmax(x, axis) -> exp(x) / sum(exp(x)) along axis, max subtracted",
-                               .saves = saves_of<SoftmaxSaved>(), .backward = softmax_family_backward<false>,
-                               .tangent = softmax_family_tangent<false>, .samples = softmax_samples<false>});
+                               .saves = saves_of<SoftmaxSaved>(), .backward = softmax_backward,
+                               .tangent = softmax_tangent, .samples = softmax_samples<false>});
 static const OpDef log_softmax_op({.name = "log_softmax", .arity = 1,
                                    .signature = "log_softmax(x, axis) -> x - logsumexp(x) along axis",
-                                   .saves = saves_of<SoftmaxSaved>(), .backward = softmax_family_backward<true>,
-                                   .tangent = softmax_family_tangent<true>, .samples = softmax_samples<true>});
+                                   .saves = saves_of<SoftmaxSaved>(), .backward = log_softmax_backward,
+                                   .tangent = log_softmax_tangent, .samples = softmax_samples<true>});
 
 // Records out = (log_)softmax(x) along axis a; the node keeps the output.
 static void record_softmax(const OpDef& op, const Tensor& x, Tensor& out, int a) {
@@ -216,6 +211,96 @@ static Tensor softmax_family(const Tensor& x, int64_t axis, const OpDef& op) {
 }
 Tensor softmax(const Tensor& x, int64_t axis) { return softmax_family<false>(x, axis, softmax_op); }
 Tensor log_softmax(const Tensor& x, int64_t axis) { return softmax_family<true>(x, axis, log_softmax_op); }
+
+// ============================ softmax_jvp ============================
+// J v = y (v - sum(y v)) along the axis, J = diag(y) - y y^T at probabilities
+// y. A linear primitive in v whose transpose is itself. In y it is not linear:
+//   tangent:  J(y) tv + ty (v - sum(y v)) - y sum(ty v)
+//   gradient: g (v - sum(y v)) - v sum(g y)
+// both in tensor ops, so recorded under create_graph like any backward.
+namespace {
+struct SoftmaxJvpSaved {
+  Tensor y, v;
+  static constexpr std::tuple fields{saved_field("y", &SoftmaxJvpSaved::y), saved_field("v", &SoftmaxJvpSaved::v)};
+};
+}  // namespace
+
+static Tensor softmax_jvp_transpose(const Node& n, const Tensor& u) {
+  return softmax_jvp(n.saved_tensor(&SoftmaxJvpSaved::y), u, n.attrs<SoftmaxAttrs>().axis);
+}
+static void softmax_jvp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (!n.needs(0)) return;  // v's gradient is the transpose's (OpSpec::linear)
+  const Tensor y = n.saved_tensor(&SoftmaxJvpSaved::y), v = n.saved_tensor(&SoftmaxJvpSaved::v);
+  const Axes axes = softmax_axes(y, n.attrs<SoftmaxAttrs>().axis);
+  gin[0] = sub(mul(g, sub(v, sum(mul(y, v), axes, true))), mul(v, sum(mul(g, y), axes, true)));
+}
+static void softmax_jvp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor y = n.saved_tensor(&SoftmaxJvpSaved::y), v = n.saved_tensor(&SoftmaxJvpSaved::v);
+  const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
+  const Axes axes = softmax_axes(y, axis);
+  Tensor d = t[1].defined() ? softmax_jvp(y, t[1], axis) : Tensor();
+  if (t[0].defined())
+    d = detail::tangent_add(d, sub(mul(t[0], sub(v, sum(mul(y, v), axes, true))), mul(y, sum(mul(t[0], v), axes, true))));
+  out[0] = d;
+}
+static const OpDef softmax_jvp_op({
+    .name = "softmax_jvp",
+    .arity = 2,
+    .signature = "softmax_jvp(y, v, axis) -> y (v - sum(y v)) along axis: softmax's Jacobian at y times v",
+    .saves = saves_of<SoftmaxJvpSaved>(),
+    .backward = softmax_jvp_backward,
+    .tangent = softmax_jvp_tangent,
+    .samples = [] {
+      // y a softmax (rows summing to 1, as the op is used), detached into a leaf.
+      auto probs = [](Shape s, uint64_t seed, int64_t axis) {
+        return softmax(samples::uniform(s, seed, -2, 2), axis).detach().requires_grad_();
+      };
+      auto on = [](int64_t axis) {
+        return [axis](const std::vector<Tensor>& x) { return softmax_jvp(x[0], x[1], axis); };
+      };
+      return std::vector<OpSample>{
+          {"(3,5) axis -1", {probs({3, 5}, 311, -1), samples::uniform({3, 5}, 312)}, on(-1)},
+          {"(2,3,4) axis 1", {probs({2, 3, 4}, 313, 1), samples::uniform({2, 3, 4}, 314)}, on(1)},
+          {"non-contiguous v (3,4) axis -1", {probs({3, 4}, 315, -1), samples::strided({3, 4}, 316)}, on(-1)},
+      };
+    },
+    .linear = {.input = 1, .transpose = softmax_jvp_transpose},
+});
+
+Tensor softmax_jvp(const Tensor& y, const Tensor& v, int64_t axis) {
+  ProfileScope prof(softmax_jvp_op.name);
+  check_floating(softmax_jvp_op.name, y, "y");
+  check_floating(softmax_jvp_op.name, v, "v");
+  if (!(y.shape() == v.shape()) || y.dtype() != v.dtype())
+    throw ShapeError(fmt::format("{}: y {} {} and v {} {} must match", softmax_jvp_op.name, y.shape(),
+                                 dtype_name(y.dtype()), v.shape(), dtype_name(v.dtype())));
+  const int a = y.dim() == 0 ? 0 : normalize_axis(axis, y.dim(), "softmax_jvp");
+  Tensor out;
+  {
+    // Rows along the axis: the last axis as it is, another swapped with it and back.
+    NoGradGuard inner;
+    const int64_t end = y.dim() - 1;
+    const bool last = y.dim() == 0 || a == end;
+    const Tensor yr = last ? dense(y) : transpose(y, a, end).contiguous();
+    const Tensor vr = last ? dense(v) : transpose(v, a, end).contiguous();
+    Tensor r = empty(yr.shape(), yr.dtype());
+    const int64_t n = y.dim() == 0 ? 1 : y.shape()[a], rows = n == 0 ? 0 : y.numel() / n;
+    dispatch_float(y.dtype(), softmax_jvp_op.name, [&](auto tag) {
+      using T = decltype(tag);
+      const T *py = yr.data<T>(), *pv = vr.data<T>();
+      T* po = r.data<T>();
+      parallel_for(rows, row_grain(n), [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0; i < r1; ++i) detail::softmax_jacobian_row(py + i * n, pv + i * n, po + i * n, n);
+      });
+    });
+    out = last ? r : transpose(r, a, end).contiguous();
+  }
+  if (Node* node = record(softmax_jvp_op, out, y, v)) {
+    node->attrs<SoftmaxAttrs>() = {.axis = a};
+    node->save(SoftmaxJvpSaved{.y = y, .v = v});
+  }
+  return out;
+}
 
 // ============================ cross_entropy ============================
 // Per position with target t over C classes and smoothing e (torch's formula):

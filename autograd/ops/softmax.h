@@ -12,6 +12,11 @@ Tensor softmax(const Tensor& x, int64_t axis = -1);
 /// x - logsumexp(x) along axis, stable.
 Tensor log_softmax(const Tensor& x, int64_t axis = -1);
 
+/// The softmax's Jacobian at probabilities y (a softmax along axis) applied
+/// to v of y's shape: y (v - sum(y v)) along axis. Linear in v and symmetric,
+/// so it is softmax's backward and its tangent rule; differentiable in y too.
+Tensor softmax_jvp(const Tensor& y, const Tensor& v, int64_t axis = -1);
+
 /// How a loss reduces its per-element values: their mean, their sum, or none (the values).
 enum class Reduction { mean, sum, none };
 /// logits (N,C) or (N,C,d...) with targets (N) / (N,d...) int64, as torch's

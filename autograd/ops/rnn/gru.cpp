@@ -237,9 +237,9 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
 }
 // Tangent: a linear recurrence driven by the saved activations and states
 // (gru_tangent_step), run like the forward; W's and b_hh's terms for all
-// steps at once (one GEMM). Recorded (grad mode on): from the backward.
+// steps at once (one GEMM). Raw kernels: recorded, the engine derives the
+// tangent from the backward instead (OpSpec::tangent_once_differentiable).
 static void gru_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  if (grad_enabled()) return tangent_from_backward(n, tin, tout);
   const Tensor dxp = contig(tangent_at(tin, 0)), dw = contig(tangent_at(tin, 1));
   const Tensor db = contig(tangent_at(tin, 2)), dh0 = contig(tangent_at(tin, 3));
   if (!dxp.defined() && !dw.defined() && !db.defined() && !dh0.defined()) return;
@@ -276,6 +276,7 @@ static const OpDef gru_recurrence_op({.name = "gru_recurrence", .arity = 4,
                                       .signature = "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
                                       .saves = saves_of<GruSaved>(), .backward = gru_recurrence_backward,
                                       .tangent = gru_recurrence_tangent,
+                                      .tangent_once_differentiable = true,
                                       .samples = [] { return recurrence_samples(3, true, false); }});
 
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {

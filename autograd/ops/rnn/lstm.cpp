@@ -145,10 +145,9 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
 }
 // Tangent: a linear recurrence driven by the saved activations and states
 // (lstm_tangent_step), run like the forward, W's term for all steps at once
-// by one GEMM; the side output act gets its tangent dact. Recorded (grad
-// mode on): from the backward.
+// by one GEMM; the side output act gets its tangent dact. Recorded, the
+// engine derives it from the backward instead.
 static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  if (grad_enabled()) return tangent_from_backward(n, tin, tout);
   const Tensor dxp = tangent_at(tin, 0), dw = contig(tangent_at(tin, 1));
   const Tensor dh0 = contig(tangent_at(tin, 2)), dc0 = contig(tangent_at(tin, 3));
   if (!dxp.defined() && !dw.defined() && !dh0.defined() && !dc0.defined()) return;
@@ -178,6 +177,7 @@ static const OpDef lstm_recurrence_op({.name = "lstm_recurrence", .arity = 4,
                                        .signature = "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
                                        .saves = saves_of<LstmSaved>(), .backward = lstm_recurrence_backward,
                                        .tangent = lstm_recurrence_tangent,
+                                       .tangent_once_differentiable = true,
                                        .samples = [] { return recurrence_samples(4, false, true); }});
 
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {

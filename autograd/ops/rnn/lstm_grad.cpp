@@ -143,10 +143,9 @@ static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::sp
   if (n.needs(1)) gin[1] = dc;
   if (n.needs(2)) gin[2] = dcp;
 }
-// Under no_grad, the fused pass above (an undefined tangent as zeros);
-// recorded (grad mode on): from the backward.
+// The fused pass above (an undefined tangent as zeros); recorded, the
+// engine derives the tangent from the backward instead.
 static void lstm_gate_slopes_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  if (grad_enabled()) return tangent_from_backward(n, tin, tout);
   const Tensor act = contig(n.saved_tensor(&LstmSlopesSaved::act)), c = contig(n.saved_tensor(&LstmSlopesSaved::c));
   const Tensor cp = contig(n.saved_tensor(&LstmSlopesSaved::c_prev));
   auto or_zeros = [&](size_t k, const Tensor& like) {
@@ -174,6 +173,7 @@ static const OpDef lstm_gate_slopes_op({
     .saves = saves_of<LstmSlopesSaved>(),
     .backward = lstm_gate_slopes_backward,
     .tangent = lstm_gate_slopes_tangent,
+    .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;

@@ -168,7 +168,6 @@ static const OpDef lstm_recompute_op({
     .signature = "lstm_recompute(x (T,B,I), w_ih (4H,I), bias (4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (T+1,B,H) [h_t; c_{T-1}]",
     .saves = saves_of<LstmRecomputeSaved>(),
     .backward = lstm_recompute_backward,
-    .tangent = tangent_from_backward,
     .samples = [] {
       using samples::uniform;
       const int64_t B = 2, H = 3, I = 2, G = 4 * H;

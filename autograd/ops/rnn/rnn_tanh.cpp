@@ -202,9 +202,9 @@ static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std:
 // Tangent: dh_t = k_t (c_t + dh_{t-1} W^T), k_t = 1 - h_t^2, c_t = dxp_t +
 // h_{t-1} dW^T (dh_{-1} = dh0): a linear recurrence driven by the saved
 // output, run like the forward (a GEMM and a pointwise pass per step), c for
-// all steps at once by one GEMM. Recorded (grad mode on): from the backward.
+// all steps at once by one GEMM. Recorded, the engine derives it from the
+// backward instead.
 static void rnn_tanh_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  if (grad_enabled()) return tangent_from_backward(n, tin, tout);
   const Tensor dxp = tangent_at(tin, 0), dw = contig(tangent_at(tin, 1)), dh0 = contig(tangent_at(tin, 2));
   if (!dxp.defined() && !dw.defined() && !dh0.defined()) return;
   const Tensor w = contig(n.saved_tensor(&RnnTanhSaved::weight)), h0 = contig(n.saved_tensor(&RnnTanhSaved::h0));
@@ -227,6 +227,7 @@ static const OpDef rnn_tanh_recurrence_op({.name = "rnn_tanh_recurrence", .arity
                                            .signature = "rnn_tanh_recurrence(xp (T,B,H), w_hh (H,H), h0 (B,H)) -> (T,B,H)",
                                            .saves = saves_of<RnnTanhSaved>(), .backward = rnn_tanh_recurrence_backward,
                                            .tangent = rnn_tanh_recurrence_tangent,
+                                           .tangent_once_differentiable = true,
                                            .samples = [] { return recurrence_samples(1, false, false); }});
 
 Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
