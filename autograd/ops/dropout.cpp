@@ -21,28 +21,18 @@ struct DropoutSaved {
 };
 }  // namespace
 
+// Linear in x with a diagonal Jacobian (the mask, a constant): gradient and
+// tangent are both the input's times the mask.
 static void dropout_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor mask = n.saved_tensor(&DropoutSaved::mask);
-  if (grad_enabled()) {  // recorded: linear in g, the mask a constant
-    gin[0] = mul(g, mask);
-    return;
-  }
-  gin[0] = empty(n.edges[0].shape, g.dtype());
-  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    detail::map2<scalar_t, scalar_t, scalar_t>(gin[0], g, mask, [](scalar_t a, scalar_t m) { return a * m; });
-  });
+  gin[0] = mul(g, n.saved_tensor(&DropoutSaved::mask));
 }
-
 static const OpDef dropout_op({
     .name = "dropout",
     .arity = 1,
     .signature = "dropout(x, p, training, generator) -> x * mask / (1 - p)",
     .saves = saves_of<DropoutSaved>(),
     .backward = dropout_backward,
-    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = mul(t[0], n.saved_tensor(&DropoutSaved::mask));
-    },
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) { dropout_backward(n, t[0], out); },
     .samples = [] {
       // A fresh generator per call: every gradcheck evaluation sees the same mask.
       auto drop = [](double p, uint64_t seed) {

@@ -12,6 +12,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
+#include "autograd/ops/pointwise.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
@@ -355,17 +356,8 @@ static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor>
   const Tensor x = n.saved_tensor(&LogsumexpSaved::x);
   const Shape kept = kept_shape(n.edges[0].shape, n.attrs<ReduceAttrs>().axes);
   const Tensor lse = reshape(n.saved_tensor(&LogsumexpSaved::output), kept), gk = reshape(g, kept);
-  if (grad_enabled()) {
-    gin[0] = mul(gk, exp(sub(x, lse)));
-    return;
-  }
-  Tensor gx = empty(x.shape(), x.dtype());
-  dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    detail::map3<scalar_t, scalar_t, scalar_t, scalar_t>(
-        gx, x, lse, gk, [](scalar_t xv, scalar_t l, scalar_t gv) { return gv * std::exp(xv - l); });
-  });
-  gin[0] = gx;
+  gin[0] = detail::pointwise(
+      n.op->name, [](auto xv, auto l, auto gv) { return gv * detail::math::exp(xv - l); }, x, lse, gk);
 }
 // The softmax-weighted sum of the tangent over the axes.
 static void logsumexp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {

@@ -1,14 +1,13 @@
 #pragma once
 // What the elementwise ops (autograd/ops/elementwise/*.cpp, declared in
-// ../elementwise.h) share. Unary backward kernels are fused: one pass
-// computes grad_in from grad_out and what forward saved, instead of chaining
-// tensor ops. Under create_graph (grad_enabled() inside backward) each takes
-// the same formula in tensor ops instead, recorded so that it can be
-// differentiated again. Internal to autograd/ops/elementwise/ (not installed).
+// ../elementwise.h) share: the forward loop of a unary op, and its gradient
+// and tangent from its derivative written once (times_derivative). Internal
+// to autograd/ops/elementwise/ (not installed).
 #include <string_view>
 
 #include "autograd/dtype.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/pointwise.h"
 #include "autograd/tensor.h"
 
 namespace tg::detail::elementwise {
@@ -38,6 +37,16 @@ Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
     detail::map2<scalar_t, scalar_t, scalar_t>(out, g, s, f);
   });
   return out;
+}
+
+// g * d(s) elementwise, d a unary op's derivative written once (pointwise.h):
+// a gradient (g the output's gradient) or a tangent (g the input's tangent)
+// alike, an elementwise Jacobian being diagonal. Plain, the fused pass of
+// fused_grad (into g's buffer where it can); recorded, d in tensor ops.
+template <class D>
+Tensor times_derivative(const Tensor& g, const Tensor& s, D d) {
+  if (grad_enabled()) return g * d(s);
+  return fused_grad(g, s, [d](auto gy, auto sv) { return gy * d(sv); });
 }
 
 // pow_scalar, gelu, clamp and the unary ops whose backward reads x: the input x.

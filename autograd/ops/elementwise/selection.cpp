@@ -45,12 +45,9 @@ struct MaskSaved {
 static void where_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor mask = n.saved_tensor(&MaskSaved::mask);
   const Tensor zero = zeros({}, g.dtype());
-  // Recorded, the selection is where itself: differentiable in g.
-  auto select = [&](const Tensor& a, const Tensor& b) {
-    return grad_enabled() ? where(mask, a, b) : mask_where(mask, a, b, "where");
-  };
-  if (n.needs(1)) gin[1] = sum_to(select(g, zero), n.edges[1].shape);
-  if (n.needs(2)) gin[2] = sum_to(select(zero, g), n.edges[2].shape);
+  // The selection is where itself: linear in g, recorded in grad mode.
+  if (n.needs(1)) gin[1] = sum_to(where(mask, g, zero), n.edges[1].shape);
+  if (n.needs(2)) gin[2] = sum_to(where(mask, zero, g), n.edges[2].shape);
 }
 static void where_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   if (!t[1].defined() && !t[2].defined()) return;
@@ -81,13 +78,13 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// Linear, and its Jacobian diagonal: gradient and tangent are both the
+// input's zeroed where the mask is set (g has x's shape; the mask broadcasts).
 static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  // g has x's shape (the mask broadcasts to it)
-  const Tensor mask = n.saved_tensor(&MaskSaved::mask);
-  gin[0] = grad_enabled() ? masked_fill(g, mask, 0.0) : mask_where(mask, zeros({}, g.dtype()), g, "masked_fill");
+  gin[0] = masked_fill(g, n.saved_tensor(&MaskSaved::mask), 0.0);
 }
 static void masked_fill_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = masked_fill(t[0], n.saved_tensor(&MaskSaved::mask), 0.0);
+  masked_fill_backward(n, t[0], out);
 }
 static const OpDef masked_fill_op({
     .name = "masked_fill",

@@ -14,21 +14,13 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::elementwise::fused_grad;
+using detail::elementwise::times_derivative;
+namespace math = detail::math;
 using detail::elementwise::unary;
 using detail::elementwise::UnaryInputSaved;
 using detail::elementwise::UnaryOutputSaved;
 
 namespace {
-
-// The derivative of a piecewise-linear op (relu, abs, clamp): a step function
-// f of a saved tensor s, same shape. It is a constant of the recorded
-// backward (its own derivative is zero almost everywhere), so mul(g, slope)
-// is the differentiable gradient.
-template <class F>
-Tensor slope_of(const Tensor& s, F f) {
-  return unary("backward", s, f);
-}
 
 // --- sample helpers shared by this family's OpDefs
 using samples::uniform;
@@ -57,40 +49,34 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
 }  // namespace
 
 // ============================ unary ============================
-// Each unary op: forward kernel, fused backward kernel (grad_out, saved) ->
-// grad_in, the same backward in tensor ops (recorded under create_graph; an
-// elementwise Jacobian is diagonal, so applied to a tangent it is also the
-// tangent rule), OpDef, samples. SAVED is what it saves: UnaryInputSaved (x),
-// UnaryOutputSaved (the output) or NoSaved (a backward that reads neither).
+// Each unary op: forward kernel, its derivative d(s) once (common.h: a fused
+// pass on a plain backward, tensor ops when recorded), OpDef, samples. The
+// gradient is g d(s) and the tangent t d(s): an elementwise Jacobian is
+// diagonal. SAVED is what it saves and d reads: UnaryInputSaved (x) or
+// UnaryOutputSaved (the output).
 namespace {
-// The tensor a unary op's backward reads, saved as S: x, the output, or none.
+// The tensor a unary op's derivative reads, saved as S: x or the output.
 template <class S>
 void unary_save(Node& n, const Tensor& x, const Tensor& out) {
   if constexpr (std::is_same_v<S, UnaryInputSaved>)
     n.save(UnaryInputSaved{.x = x});
-  else if constexpr (std::is_same_v<S, UnaryOutputSaved>)
+  else
     n.save(UnaryOutputSaved{.output = out});
 }
 template <class S>
 Tensor unary_saved(const Node& n) {
   if constexpr (std::is_same_v<S, UnaryInputSaved>)
     return n.saved_tensor(&UnaryInputSaved::x);
-  else if constexpr (std::is_same_v<S, UnaryOutputSaved>)
-    return n.saved_tensor(&UnaryOutputSaved::output);
   else
-    return Tensor();
+    return n.saved_tensor(&UnaryOutputSaved::output);
 }
 }  // namespace
-#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, SAMPLES, FORWARD, BACKWARD, RECORDED_BACKWARD)                \
+#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, SAMPLES, FORWARD, DERIVATIVE)                                \
   static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
-    const Tensor s = unary_saved<SAVED>(n);                                                             \
-    if constexpr (std::is_same_v<SAVED, NoSaved>)                                                       \
-      gin[0] = (RECORDED_BACKWARD)(g, s);                                                               \
-    else                                                                                                \
-      gin[0] = grad_enabled() ? (RECORDED_BACKWARD)(g, s) : fused_grad(g, s, BACKWARD);                 \
+    gin[0] = times_derivative(g, unary_saved<SAVED>(n), DERIVATIVE);                                    \
   }                                                                                                     \
   static void NAME##_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {         \
-    out[0] = (RECORDED_BACKWARD)(t[0], unary_saved<SAVED>(n));                                          \
+    out[0] = times_derivative(t[0], unary_saved<SAVED>(n), DERIVATIVE);                                 \
   }                                                                                                     \
   static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE,                      \
                                 .saves = saves_of<SAVED>(), .backward = NAME##_backward,                \
@@ -103,81 +89,63 @@ Tensor unary_saved(const Node& n) {
     return out;                                                                                         \
   }
 
-template <class T> T sigmoid_of(T x) {
-  // Stable on both sides: never exponentiates a large positive number.
-  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
-  T e = std::exp(x);
-  return e / (T(1) + e);
-}
 template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
+using math::lit;
 
-TG_UNARY_OP(neg, "neg(x) -> -x", NoSaved, unary_samples(neg, -1, 1),
-            [](auto x) { return -x; },
-            [](auto gy, auto) { return -gy; },
-            [](const Tensor& g, const Tensor&) { return -g; })
 TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); },
-            [](auto gy, auto y) { return gy * y; }, [](const Tensor& g, const Tensor& y) { return g * y; })
+            [](auto y) { return y; })
 TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); },
-            [](auto gy, auto x) { return gy / x; }, [](const Tensor& g, const Tensor& x) { return g / x; })
+            [](auto x) { return 1 / x; })
 TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, unary_samples(sqrt, 0.2, 3), [](auto x) { return std::sqrt(x); },
-            [](auto gy, auto y) { return gy / (y + y); },
-            [](const Tensor& g, const Tensor& y) { return g / (y + y); })
+            [](auto y) { return 1 / (y + y); })
 TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, unary_samples(rsqrt, 0.2, 3),
-            [](auto x) { return decltype(x)(1) / std::sqrt(x); },
-            [](auto gy, auto y) { return decltype(y)(-0.5) * gy * y * y * y; },
-            [](const Tensor& g, const Tensor& y) { return g * -0.5 * y * y * y; })
+            [](auto x) { return decltype(x)(1) / std::sqrt(x); }, [](auto y) { return lit(y, -0.5) * y * y * y; })
 TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, kinked_unary_samples(abs), [](auto x) { return std::abs(x); },
-            [](auto gy, auto x) { return x > 0 ? gy : (x < 0 ? -gy : decltype(gy)(0)); },
-            [](const Tensor& g, const Tensor& x) {
-              return g * slope_of(x, [](auto v) { return decltype(v)((v > 0) - (v < 0)); });  // sign(x)
-            })
+            [](auto x) { return math::step(x, [](auto v) { return (v > 0) - (v < 0); }); })  // sign(x)
 TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); },
-            [](auto gy, auto y) { return gy * (decltype(y)(1) - y * y); },
-            [](const Tensor& g, const Tensor& y) { return g * (1.0 - y * y); })
+            [](auto y) { return 1 - y * y; })
 TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, unary_samples(sigmoid, -3, 3),
-            [](auto x) { return sigmoid_of(x); },
-            [](auto gy, auto y) { return gy * y * (decltype(y)(1) - y); },
-            [](const Tensor& g, const Tensor& y) { return g * y * (1.0 - y); })
+            [](auto x) { return math::sigmoid(x); }, [](auto y) { return y * (1 - y); })
 TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, kinked_unary_samples(relu),
             [](auto x) { return x > 0 ? x : decltype(x)(0); },
-            [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); },
-            [](const Tensor& g, const Tensor& y) {
-              return g * slope_of(y, [](auto v) { return v > 0 ? decltype(v)(1) : decltype(v)(0); });
-            })
+            [](auto y) { return math::step(y, [](auto v) { return v > 0; }); })
 TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", UnaryInputSaved, unary_samples(softplus, -3, 3),
-            [](auto x) { return softplus_of(x); },
-            [](auto gy, auto x) { return gy * sigmoid_of(x); },
-            [](const Tensor& g, const Tensor& x) { return g * sigmoid(x); })
+            [](auto x) { return softplus_of(x); }, [](auto x) { return math::sigmoid(x); })
 TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", UnaryInputSaved, unary_samples(log_sigmoid, -3, 3),
-            [](auto x) { return -softplus_of(-x); },
-            [](auto gy, auto x) { return gy * sigmoid_of(-x); },
-            [](const Tensor& g, const Tensor& x) { return g * sigmoid(-x); })
-// erf(x), gradient 2/sqrt(pi) exp(-x^2): the normal CDF Phi(x) = (1 + erf(x/sqrt(2))) / 2 in tensor ops.
+            [](auto x) { return -softplus_of(-x); }, [](auto x) { return math::sigmoid(-x); })
+// erf(x), derivative 2/sqrt(pi) exp(-x^2).
 TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); },
-            [](auto gy, auto x) { return gy * decltype(x)(2 * std::numbers::inv_sqrtpi) * std::exp(-x * x); },
-            [](const Tensor& g, const Tensor& x) { return g * (2 * std::numbers::inv_sqrtpi) * exp(-(x * x)); })
+            [](auto x) { return lit(x, 2 * std::numbers::inv_sqrtpi) * math::exp(-(x * x)); })
 #undef TG_UNARY_OP
+
+// neg saves nothing: its derivative is the constant -1.
+static void neg_backward(const Node&, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
+static void neg_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = neg(t[0]); }
+static const OpDef neg_op({.name = "neg", .arity = 1, .signature = "neg(x) -> -x", .saves = saves_of<NoSaved>(),
+                           .backward = neg_backward, .tangent = neg_tangent,
+                           .samples = [] { return unary_samples(neg, -1, 1); }});
+Tensor neg(const Tensor& x) {
+  ProfileScope prof(neg_op.name);
+  Tensor out = unary(neg_op.name, x, [](auto v) { return -v; });
+  record(neg_op, out, x);
+  return out;
+}
 // ============================ clamp ============================
 namespace {
 struct ClampAttrs {
   double low, high;
 };
 }  // namespace
-static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+// The slope is 1 inside [low, high] (torch passes the gradient at the
+// bounds), 0 outside: gradient and tangent alike.
+static Tensor clamp_times_slope(const Node& n, const Tensor& g) {
   const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
-  const Tensor x = n.saved_tensor(&UnaryInputSaved::x);
-  // torch passes the gradient at the bounds
-  if (grad_enabled()) {
-    gin[0] = g * slope_of(x, [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
-    return;
-  }
-  gin[0] = fused_grad(g, x, [lo, hi](auto gy, auto x) { return (x >= lo && x <= hi) ? gy : decltype(gy)(0); });
+  return times_derivative(g, n.saved_tensor(&UnaryInputSaved::x),
+                          [lo, hi](auto x) { return math::step(x, [lo, hi](auto v) { return v >= lo && v <= hi; }); });
 }
-// The slope is 1 inside [low, high], 0 outside: tangent and gradient alike.
+static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = clamp_times_slope(n, g); }
 static void clamp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
-  out[0] = t[0] * slope_of(n.saved_tensor(&UnaryInputSaved::x),
-                           [lo, hi](auto v) { return decltype(v)(v >= lo && v <= hi); });
+  out[0] = clamp_times_slope(n, t[0]);
 }
 static const OpDef clamp_op({
     .name = "clamp",
