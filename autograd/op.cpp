@@ -29,9 +29,18 @@ OpDef::OpDef(const OpSpec& spec) : OpSpec(spec) {
 OpDef::~OpDef() { std::erase(registry(), this); }
 
 void run_backward(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in) {
-  const Linearity& lin = node.op->linear;
-  node.op->backward(node, grad_out, grad_in);
-  if (lin.transpose && node.needs(lin.input)) grad_in[lin.input] = lin.transpose(node, grad_out);
+  const OpDef& op = *node.op;
+  if (op.backward_with_tangents && detail::fused_backward_tangents()) {
+    std::vector<Tensor> tangents(grad_in.size());
+    if (op.backward_with_tangents(node, grad_out, grad_in, tangents)) {
+      for (size_t k = 0; k < grad_in.size(); ++k)
+        if (grad_in[k].defined() && tangents[k].defined()) detail::set_tangent(grad_in[k], std::move(tangents[k]));
+      return;
+    }
+  }
+  (op.recorded_backward && grad_enabled() ? op.recorded_backward : op.backward)(node, grad_out, grad_in);
+  if (op.linear.transpose && node.needs(op.linear.input))
+    grad_in[op.linear.input] = op.linear.transpose(node, grad_out);
 }
 
 // Every op family's OpDefs are registered before main(): the shared library

@@ -21,6 +21,14 @@ namespace tg {
 /// and can itself be differentiated (double backward). A fused kernel is
 /// fine on the plain path; under grad_enabled() take a differentiable form.
 using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in);
+/// Forward over reverse (hvp): the gradients of the inputs and, in
+/// grad_in_tangents[k], the tangent of grad_in[k] at the open forward-AD level,
+/// by fused kernels in one pass, where the recorded backward's ops would be
+/// followed one by one. Reads grad_out's tangent with tangent(grad_out)
+/// (undefined: zero). Returns false where it does not apply (the engine then
+/// runs the recorded backward); the engine attaches the tangents.
+using BackwardTangentsFn = bool (*)(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in,
+                                    std::span<Tensor> grad_in_tangents);
 /// Forward mode: fills tangent_out[0] (output shape) and, for an op with side
 /// outputs, tangent_out[k] (side output k's shape) with the tangent of each
 /// output given the tangents of the inputs, tangent_in[k] for input k
@@ -81,6 +89,14 @@ struct OpSpec {
   std::string_view signature;  ///< the forward, e.g. "mul(a, b) -> a * b, broadcasting"
   SavedLayout saves = {};      ///< what forward saves for backward: saves_of<its saved struct>()
   BackwardFn backward = nullptr;  ///< the gradients of the inputs
+  /// Where the backward is recorded (grad mode on: create_graph, a tangent
+  /// derived from the backward), the same gradients in tensor ops, so that
+  /// they differentiate again; null: backward serves both. For an op whose
+  /// backward is a fused kernel. The engine picks the form, not the op.
+  BackwardFn recorded_backward = nullptr;
+  /// Forward over reverse, fused (see BackwardTangentsFn); null: the engine
+  /// follows the recorded backward's ops.
+  BackwardTangentsFn backward_with_tangents = nullptr;
   /// Forward mode. Null: the engine derives the tangent from the backward
   /// (tangent_from_backward, two backward passes of the op), unless the op is
   /// once_differentiable, where forward mode through it is an AutogradError.
@@ -112,8 +128,10 @@ struct OpDef : OpSpec {
   OpDef& operator=(const OpDef&) = delete;
 };
 
-/// Runs the op's backward for node: its transpose (OpSpec::linear) for the
-/// input it is linear in, its backward for the others. Every pass calls this.
+/// Runs the op's backward for node in the form the pass needs: fused with
+/// tangents in forward over reverse, recorded in grad mode, plain otherwise;
+/// and its transpose (OpSpec::linear) for the input it is linear in. Every
+/// pass calls this.
 void run_backward(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in);
 
 /// A tangent rule for any op whose backward is written in tensor ops: with

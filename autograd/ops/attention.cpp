@@ -228,9 +228,9 @@ static AttentionDims saved_dims(const Node& n, const Tensor& q, const Tensor& k,
 
 // Forward mode: dS = (tq k^T + q tk^T) / sqrt(D), dP = P (dS - rowsum(dS P)),
 // d out = dP v + P tv. Masked keys and blind rows have P = 0, so their dP is 0
-// too. Recorded (the tangent differentiated again): in ops, with P rebuilt as
-// the recorded backward does. Otherwise fused as the forward is, a block of
-// query rows at a time, so no (Tq, Tk) matrix beyond one block is made.
+// too. Fused as the forward is, a block of query rows at a time, so no
+// (Tq, Tk) matrix beyond one block is made; recorded (the tangent
+// differentiated again), the engine derives the tangent from the backward.
 static void attention_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const Tensor q = n.saved_tensor(&AttentionSaved::q), k = n.saved_tensor(&AttentionSaved::k);
   const Tensor v = n.saved_tensor(&AttentionSaved::v);
@@ -238,19 +238,6 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
   const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask));
   const bool tq = t[0].defined(), tk = t[1].defined(), tv = t[2].defined();
   if (!tq && !tk && !tv) return;
-  if (grad_enabled()) {
-    const Tensor p = attention_probabilities_recorded(a, q, k, pad);
-    Tensor d_out = tv ? matmul(p, t[2]) : Tensor();
-    if (tq || tk) {
-      Tensor ds = tq ? matmul(t[0], transpose(k, 2, 3)) : Tensor();
-      if (tk) ds = detail::tangent_add(ds, matmul(q, transpose(t[1], 2, 3)));
-      ds = mul(ds, 1.0 / std::sqrt(static_cast<double>(a.D)));
-      const Tensor dp = softmax_jvp(p, ds, -1);
-      d_out = detail::tangent_add(d_out, matmul(dp, v));
-    }
-    out[0] = d_out;
-    return;
-  }
   Tensor d_out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
   dispatch_float(q.dtype(), n.op->name, [&](auto tag) {
     using T = decltype(tag);
@@ -292,7 +279,7 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
   out[0] = d_out;
 }
 
-// Forward over reverse (detail::fused_backward_tangents): the gradients and
+// Forward over reverse (OpSpec::backward_with_tangents): the gradients and
 // their tangents in one pass shaped like the backward, a block of query rows
 // at a time. With Pt = P (St - rowsum(St P)), St = (tq k^T + q tk^T) / sqrt(D)
 // the tangent of P, the tangents of
@@ -307,7 +294,7 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
 // one. A missing tangent is taken as zeros (not a case worth its own path).
 static void attention_backward_tangents(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const std::vector<uint8_t>& pad, const Tensor& g, bool need_q, bool need_k,
-                                        bool need_v, std::span<Tensor> gin) {
+                                        bool need_v, std::span<Tensor> gin, std::span<Tensor> gin_tangents) {
   const Tensor tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
   // dk, dv and their tangents sum over the query blocks; a block that sees no key leaves dq's rows zero.
   Tensor dq = zeros(q.shape(), q.dtype()), dk = zeros(k.shape(), k.dtype()), dv = zeros(v.shape(), v.dtype());
@@ -373,26 +360,44 @@ static void attention_backward_tangents(const AttentionDims& a, const Tensor& q,
       for_each_head(a, body);
     });
   }
-  detail::set_tangent(dq, tdq), detail::set_tangent(dk, tdk), detail::set_tangent(dv, tdv);
-  if (need_q) gin[0] = dq;
-  if (need_k) gin[1] = dk;
-  if (need_v) gin[2] = dv;
+  const Tensor results[3][2] = {{dq, tdq}, {dk, tdk}, {dv, tdv}};
+  for (size_t i = 0; i < 3; ++i) {
+    if (!(i == 0 ? need_q : i == 1 ? need_k : need_v)) continue;
+    gin[i] = results[i][0];
+    gin_tangents[i] = results[i][1];
+  }
+}
+
+// What every form of attention's backward reads from its node.
+struct AttentionInputs {
+  Tensor q, k, v;
+  AttentionDims a;
+  std::vector<uint8_t> pad;
+};
+static AttentionInputs attention_inputs(const Node& n) {
+  AttentionInputs s{n.saved_tensor(&AttentionSaved::q), n.saved_tensor(&AttentionSaved::k),
+                    n.saved_tensor(&AttentionSaved::v), {}, {}};
+  s.a = saved_dims(n, s.q, s.k, s.v);
+  s.pad = padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask));
+  return s;
+}
+static void attention_backward_recorded_form(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const AttentionInputs s = attention_inputs(n);
+  attention_backward_recorded(s.a, s.q, s.k, s.v, s.pad, g, n.needs(0), n.needs(1), n.needs(2), gin);
+}
+static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
+                                             std::span<Tensor> gin_tangents) {
+  const AttentionInputs s = attention_inputs(n);
+  attention_backward_tangents(s.a, s.q, s.k, s.v, s.pad, g, n.needs(0), n.needs(1), n.needs(2), gin, gin_tangents);
+  return true;
 }
 
 static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor q = n.saved_tensor(&AttentionSaved::q), k = n.saved_tensor(&AttentionSaved::k);
-  const Tensor v = n.saved_tensor(&AttentionSaved::v);
-  const AttentionDims a = saved_dims(n, q, k, v);
-  const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask));
+  const AttentionInputs s = attention_inputs(n);
+  const Tensor &q = s.q, &k = s.k, &v = s.v;
+  const AttentionDims& a = s.a;
+  const std::vector<uint8_t>& pad = s.pad;
   const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
-  if (detail::fused_backward_tangents()) {
-    attention_backward_tangents(a, q, k, v, pad, g, need_q, need_k, need_v, gin);
-    return;
-  }
-  if (grad_enabled()) {
-    attention_backward_recorded(a, q, k, v, pad, g, need_q, need_k, need_v, gin);
-    return;
-  }
   Tensor dq = need_q ? empty(q.shape(), q.dtype()) : Tensor();
   Tensor dk = need_k ? empty(k.shape(), k.dtype()) : Tensor();
   Tensor dv = need_v ? empty(v.shape(), v.dtype()) : Tensor();
@@ -448,7 +453,10 @@ static const OpDef attention_op({
     .signature = "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
     .saves = saves_of<AttentionSaved>(),
     .backward = attention_backward,
+    .recorded_backward = attention_backward_recorded_form,
+    .backward_with_tangents = attention_backward_with_tangents,
     .tangent = attention_tangent,
+    .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       auto attend = [](bool causal, Tensor mask = Tensor()) {

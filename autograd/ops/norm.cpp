@@ -52,8 +52,8 @@ struct LayerNormSaved {
 
 // Recorded (create_graph): the same formulas in ops, on the saved mean and
 // rstd, which come attached to this node as its side outputs.
-static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
-                                         std::span<Tensor> gin) {
+static void layer_norm_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
   const double inv_c = 1.0 / static_cast<double>(x.shape().back());
   Shape rows = x.shape();  // (..., 1)
   rows[rows.size() - 1] = 1;
@@ -74,7 +74,7 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const T
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape);
 }
 
-// Forward over reverse (detail::fused_backward_tangents), with a weight and
+// Forward over reverse (OpSpec::backward_with_tangents), with a weight and
 // nothing sent into mean and rstd: the gradients and their tangents in one
 // pass like the backward's. Per row, from the tangents tx, tw, tg of x, w, g:
 //   nt = rstd (tx - mean(tx) - n mean(n tx)),  rstd_t = -rstd^2 mean(n tx),
@@ -84,9 +84,14 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, const T
 //   dw = sum_rows g n  has  sum_rows (tg n + g nt),  db = sum_rows g  has  sum_rows tg.
 // The row sums all come from one pass over the row (mean(dn nt) expands to
 // rstd (mean(dn tx) - mean(tx) A - mean(n tx) Bn)), the outputs from a second.
-// A missing tangent is taken as zeros.
-static void layer_norm_backward_tangents(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
-                                         std::span<Tensor> gin) {
+// A missing tangent is taken as zeros. For the affine, non-empty op where no
+// gradient reached mean or rstd; elsewhere the recorded form serves.
+static bool layer_norm_backward_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
+                                         std::span<Tensor> gin_tangents) {
+  const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
+  if (!w.defined() || x.numel() == 0 || n.side_grad(&LayerNormSaved::mean).defined() ||
+      n.side_grad(&LayerNormSaved::rstd).defined())
+    return false;
   const Tensor tx = tangent_or_zeros(x), tw = tangent_or_zeros(w), tg = tangent_or_zeros(g), gc = dense(g);
   const Tensor xc = x.contiguous(), wc = w.contiguous();
   const Tensor mean = n.saved_tensor(&LayerNormSaved::mean).contiguous();
@@ -139,28 +144,20 @@ static void layer_norm_backward_tangents(const Node& n, const Tensor& g, const T
       }
     });
   });
-  NoGradGuard plain;  // the sums over blocks: plain kernels, their tangents set below
+  NoGradGuard plain;  // the sums over blocks: plain kernels, their tangents given to the engine
   const Tensor sums = sum(pw, {1});  // (4, C)
-  auto give = [](Tensor t, Tensor tt) {
-    detail::set_tangent(t, std::move(tt));
-    return t;
-  };
-  if (n.needs(0)) gin[0] = give(gx, tgx);
-  if (n.needs(1)) gin[1] = give(select(sums, 0, 0), select(sums, 0, 2));
-  if (n.needs(2)) gin[2] = give(select(sums, 0, 1), select(sums, 0, 3));
+  const Tensor results[3][2] = {
+      {gx, tgx}, {select(sums, 0, 0), select(sums, 0, 2)}, {select(sums, 0, 1), select(sums, 0, 3)}};
+  for (size_t k = 0; k < 3; ++k) {
+    if (!n.needs(k)) continue;
+    gin[k] = results[k][0];
+    gin_tangents[k] = results[k][1];
+  }
+  return true;
 }
 
 static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
-  if (detail::fused_backward_tangents() && w.defined() && x.numel() > 0 &&
-      !n.side_grad(&LayerNormSaved::mean).defined() && !n.side_grad(&LayerNormSaved::rstd).defined()) {
-    layer_norm_backward_tangents(n, g, x, w, gin);
-    return;
-  }
-  if (grad_enabled()) {
-    layer_norm_backward_recorded(n, g, x, w, gin);
-    return;
-  }
   const Tensor mean = n.saved_tensor(&LayerNormSaved::mean), rstd = n.saved_tensor(&LayerNormSaved::rstd);
   const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
   Tensor gc = dense(g);
@@ -241,9 +238,10 @@ static Tensor layer_norm_recompute(const Node& n) {
 //   d mean = mean(tx),  d rstd = -rstd^2 mean(xhat tx),
 //   d xhat = rstd (tx - mean(tx) - xhat mean(xhat tx))  (backward's dx formula: the Jacobian is symmetric),
 //   d y = d xhat * w + xhat * tw + tb; mean and rstd get their tangents as side outputs.
-// Under no_grad (jvp, forward over reverse) one pass over the rows: the
-// tangent of y and of mean and rstd, no (..., C) temporary.
-static void layer_norm_tangent_fused(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+// One pass over the rows: the tangent of y and of mean and rstd, no (..., C)
+// temporary. Recorded, the engine derives the tangent from the backward.
+static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  if (n.out_shape.numel() == 0) return;  // an empty tangent: zero
   auto dense_or_none = [](const Tensor& v) { return v.defined() ? v.contiguous() : v; };
   const Tensor x = n.saved_tensor(&LayerNormSaved::x).contiguous();
   const Tensor w = dense_or_none(n.saved_tensor(&LayerNormSaved::weight));
@@ -295,35 +293,16 @@ static void layer_norm_tangent_fused(const Node& n, std::span<const Tensor> t, s
   }
 }
 
-static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  if (!grad_enabled() && n.out_shape.numel() > 0) return layer_norm_tangent_fused(n, t, out);
-  const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
-  const double inv_c = 1.0 / static_cast<double>(x.shape().back());
-  Shape rows = x.shape();  // (..., 1)
-  rows[rows.size() - 1] = 1;
-  const Tensor saved_mean = n.saved_tensor(&LayerNormSaved::mean), saved_rstd = n.saved_tensor(&LayerNormSaved::rstd);
-  const Tensor rstd = reshape(saved_rstd, rows);
-  const Tensor xhat = mul(sub(x, reshape(saved_mean, rows)), rstd);
-  auto row_mean = [inv_c](const Tensor& v) { return mul(sum(v, {-1}, true), inv_c); };  // (..., 1)
-  Tensor y;
-  if (t[0].defined()) {
-    const Tensor d_mean = row_mean(t[0]), xhat_t = row_mean(mul(xhat, t[0]));
-    const Tensor d_xhat = mul(rstd, sub(sub(t[0], d_mean), mul(xhat, xhat_t)));
-    y = w.defined() ? mul(d_xhat, w) : d_xhat;
-    out[side_output(&LayerNormSaved::mean)] = reshape(d_mean, saved_mean.shape());
-    out[side_output(&LayerNormSaved::rstd)] = reshape(neg(mul(mul(rstd, rstd), xhat_t)), saved_rstd.shape());
-  }
-  if (t[1].defined()) y = tangent_add(y, mul(xhat, t[1]));
-  out[0] = detail::broadcast_tangent(tangent_add(y, t[2]), n.out_shape);
-}
-
 static const OpDef layer_norm_op({
     .name = "layer_norm",
     .arity = 3,
     .signature = "layer_norm(x (...,C), weight (C) or none, bias (C) or none, eps) over the last axis",
     .saves = saves_of<LayerNormSaved>(),
     .backward = layer_norm_backward,
+    .recorded_backward = layer_norm_backward_recorded,
+    .backward_with_tangents = layer_norm_backward_tangents,
     .tangent = layer_norm_tangent,
+    .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };

@@ -26,6 +26,10 @@ template <std::floating_point T> T lit(const T&, double v) { return static_cast<
 inline double lit(const Tensor&, double v) { return v; }
 template <std::floating_point T> T exp(T x) { return vexp(x); }
 inline Tensor exp(const Tensor& x) { return tg::exp(x); }
+template <std::floating_point T> T erf(T x) { return verf(x); }
+inline Tensor erf(const Tensor& x) { return tg::erf(x); }
+template <std::floating_point T> T tanh(T x) { return std::tanh(x); }
+inline Tensor tanh(const Tensor& x) { return tg::tanh(x); }
 template <std::floating_point T> T sigmoid(T x) {
   // Stable on both sides: never exponentiates a large positive number.
   if (x >= 0) return T(1) / (T(1) + std::exp(-x));

@@ -239,8 +239,10 @@ static void softmax_jvp_tangent(const Node& n, std::span<const Tensor> t, std::s
   const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
   const Axes axes = softmax_axes(y, axis);
   Tensor d = t[1].defined() ? softmax_jvp(y, t[1], axis) : Tensor();
-  if (t[0].defined())
-    d = detail::tangent_add(d, sub(mul(t[0], sub(v, sum(mul(y, v), axes, true))), mul(y, sum(mul(t[0], v), axes, true))));
+  if (t[0].defined()) {
+    const Tensor along_y = sub(mul(t[0], sub(v, sum(mul(y, v), axes, true))), mul(y, sum(mul(t[0], v), axes, true)));
+    d = detail::tangent_add(d, along_y);
+  }
   out[0] = d;
 }
 static const OpDef softmax_jvp_op({

@@ -35,25 +35,29 @@ struct GeluAttrs {
 // gelu' = (1 + t) / 2 + x (1 - t^2) u' / 2 and
 // gelu'' = (1 - t^2) (u' + x (u'' - 2 t u'^2) / 2).
 constexpr double kGeluK = std::numbers::sqrt2 * std::numbers::inv_sqrtpi, kGeluC = 0.044715;
-template <class T> [[gnu::always_inline]] inline T gelu_slope_exact(T x) {
-  const T cdf = T(0.5) * (T(1) + detail::verf(x * T(std::numbers::sqrt2 / 2)));
-  return cdf + x * (detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2));
-}
-template <class T> [[gnu::always_inline]] inline T gelu_slope_tanh(T x) {
-  const T k = T(kGeluK), c = T(kGeluC), t = std::tanh(k * (x + c * x * x * x));
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
-}
-template <class T> [[gnu::always_inline]] inline T gelu_curvature_exact(T x) {
-  return detail::vexp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2) * (T(2) - x * x);
-}
-template <class T> [[gnu::always_inline]] inline T gelu_curvature_tanh(T x) {
-  const T k = T(kGeluK), c = T(kGeluC), t = std::tanh(k * (x + c * x * x * x));
-  const T du = k * (T(1) + T(3) * c * x * x), ddu = T(6) * k * c * x;
-  return (T(1) - t * t) * (du + T(0.5) * x * (ddu - T(2) * t * du * du));
-}
+constexpr double kNormalDensity = 0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2;  // phi(0)
+// Each written once over `auto` (pointwise.h): on floats in the fused
+// kernels, on tensors in the recorded forms.
+using detail::math::lit;
+constexpr auto gelu_slope_exact = [](auto x) {
+  const auto cdf = lit(x, 0.5) * (1 + detail::math::erf(x * lit(x, std::numbers::sqrt2 / 2)));
+  return cdf + x * (detail::math::exp(lit(x, -0.5) * x * x) * lit(x, kNormalDensity));
+};
+constexpr auto gelu_slope_tanh = [](auto x) {
+  const auto t = detail::math::tanh(lit(x, kGeluK) * (x + lit(x, kGeluC) * x * x * x));
+  return lit(x, 0.5) * (1 + t) + lit(x, 0.5) * x * (1 - t * t) * lit(x, kGeluK) * (1 + lit(x, 3 * kGeluC) * x * x);
+};
+constexpr auto gelu_curvature_exact = [](auto x) {
+  return detail::math::exp(lit(x, -0.5) * x * x) * lit(x, kNormalDensity) * (2 - x * x);
+};
+constexpr auto gelu_curvature_tanh = [](auto x) {
+  const auto t = detail::math::tanh(lit(x, kGeluK) * (x + lit(x, kGeluC) * x * x * x));
+  const auto du = lit(x, kGeluK) * (1 + lit(x, 3 * kGeluC) * x * x), ddu = lit(x, 6 * kGeluK * kGeluC) * x;
+  return (1 - t * t) * (du + lit(x, 0.5) * x * (ddu - 2 * t * du * du));
+};
 }  // namespace
 
-// Forward over reverse (detail::fused_backward_tangents): the gradient
+// Forward over reverse (OpSpec::backward_with_tangents): the gradient
 // g gelu'(x) and its tangent tg gelu'(x) + g gelu''(x) tx in one pass. A
 // missing tangent is taken as zeros.
 template <bool kTanh, class S>
@@ -68,7 +72,10 @@ static void gelu_grad_with_tangent(int64_t n, const S* x, const S* g, const S* t
     }
   });
 }
-static Tensor gelu_backward_tangents(const Tensor& g, const Tensor& x, bool tanh_approximation) {
+static bool gelu_backward_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
+                                   std::span<Tensor> gin_tangents) {
+  const Tensor x = n.saved_tensor(&UnaryInputSaved::x);
+  const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
   const Tensor xc = x.contiguous(), gc = g.contiguous(), tx = tangent_or_zeros(x), tg = tangent_or_zeros(g);
   Tensor dx = empty(x.shape(), x.dtype()), tdx = empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), "gelu", [&](auto tag) {
@@ -76,22 +83,22 @@ static Tensor gelu_backward_tangents(const Tensor& g, const Tensor& x, bool tanh
     auto run = tanh_approximation ? gelu_grad_with_tangent<true, S> : gelu_grad_with_tangent<false, S>;
     run(x.numel(), xc.data<S>(), gc.data<S>(), tx.data<S>(), tg.data<S>(), dx.data<S>(), tdx.data<S>());
   });
-  detail::set_tangent(dx, tdx);
-  return dx;
+  gin[0] = dx;
+  gin_tangents[0] = tdx;
+  return true;
 }
 
+// Plain: into the incoming gradient's buffer where nothing else holds it
+// (fused_grad), which the op gelu_grad, a public op, cannot do; recorded:
+// gelu_grad, which differentiates again.
 static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor x = n.saved_tensor(&UnaryInputSaved::x);
-  const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
-  if (detail::fused_backward_tangents()) {
-    gin[0] = gelu_backward_tangents(g, x, tanh_approximation);
-  } else if (grad_enabled()) {
-    gin[0] = gelu_grad(g, x, tanh_approximation);
-  } else if (!tanh_approximation) {
-    gin[0] = fused_grad(g, x, [](auto gy, auto x) { return gy * gelu_slope_exact(x); });
-  } else {
-    gin[0] = fused_grad(g, x, [](auto gy, auto x) { return gy * gelu_slope_tanh(x); });
-  }
+  gin[0] = n.attrs<GeluAttrs>().tanh_approximation
+               ? fused_grad(g, x, [](auto gy, auto v) { return gy * gelu_slope_tanh(v); })
+               : fused_grad(g, x, [](auto gy, auto v) { return gy * gelu_slope_exact(v); });
+}
+static void gelu_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  gin[0] = gelu_grad(g, n.saved_tensor(&UnaryInputSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
 }
 // The output again from the saved input, for ops that save it by reference
 // (a transformer MLP's proj then holds no copy of its (B,T,4C) input).
@@ -107,6 +114,8 @@ static const OpDef gelu_op({
     .signature = "gelu(x, tanh_approximation=false)",
     .saves = saves_of<UnaryInputSaved>(),
     .backward = gelu_backward,
+    .recorded_backward = gelu_backward_recorded,
+    .backward_with_tangents = gelu_backward_tangents,
     .tangent = gelu_tangent,
     .samples = [] {
       return std::vector<OpSample>{
@@ -153,54 +162,41 @@ struct GeluGradSaved {
   static constexpr std::tuple fields{saved_field("grad", &GeluGradSaved::grad), saved_field("x", &GeluGradSaved::x)};
 };
 }  // namespace
-// gelu''(x) in tensor ops (see gelu_curvature_exact / _tanh).
-static Tensor gelu_curvature(const Tensor& x, bool tanh_approximation) {
-  if (!tanh_approximation)
-    return exp(x * x * -0.5) * (0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2) * (2.0 - x * x);
-  const Tensor t = tanh((x + x * x * x * kGeluC) * kGeluK);
-  const Tensor du = (x * x * (3 * kGeluC) + 1.0) * kGeluK;
-  return (1.0 - t * t) * (du + x * 0.5 * (x * (6 * kGeluK * kGeluC) - t * du * du * 2.0));
-}
 static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor> gin) {
   const Tensor g = n.saved_tensor(&GeluGradSaved::grad), x = n.saved_tensor(&GeluGradSaved::x);
   const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
   if (n.needs(0)) gin[0] = gelu_grad(gg, x, tanh_approximation);
   if (!n.needs(1)) return;
-  if (!grad_enabled()) {
-    const Tensor p = gg * g;
-    gin[1] = tanh_approximation ? fused_grad(p, x, [](auto v, auto x) { return v * gelu_curvature_tanh(x); })
-                                : fused_grad(p, x, [](auto v, auto x) { return v * gelu_curvature_exact(x); });
-    return;
-  }
-  gin[1] = gg * g * gelu_curvature(x, tanh_approximation);
+  auto times_curvature = [&](auto curvature) {
+    return detail::pointwise(n.op->name, [curvature](auto a, auto b, auto v) { return a * b * curvature(v); }, gg, g, x);
+  };
+  gin[1] = tanh_approximation ? times_curvature(gelu_curvature_tanh) : times_curvature(gelu_curvature_exact);
 }
-// d/d(g, x) of g * gelu'(x) along (tg, tx): gelu'(x) tg + g gelu''(x) tx.
-// Under no_grad (forward over reverse) one buffer and two passes, the second
-// adding in place; recorded, in tensor ops.
+// d/d(g, x) of g * gelu'(x) along (tg, tx): gelu'(x) tg + g gelu''(x) tx,
+// one buffer and two passes, the second adding in place. Recorded, the
+// engine derives the tangent from the backward.
 static void gelu_grad_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const Tensor x = n.saved_tensor(&GeluGradSaved::x);
   const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;
-  if (!grad_enabled() && t[1].defined()) {
-    const Tensor g = n.saved_tensor(&GeluGradSaved::grad);
-    Tensor r = empty(x.shape(), x.dtype());
-    dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
-      using S = decltype(tag);
-      if (tanh_approximation)
-        detail::map3<S, S, S, S>(r, t[1], g, x, [](auto tx, auto gy, auto v) { return tx * gy * gelu_curvature_tanh(v); });
-      else
-        detail::map3<S, S, S, S>(r, t[1], g, x, [](auto tx, auto gy, auto v) { return tx * gy * gelu_curvature_exact(v); });
-      if (!t[0].defined()) return;
-      if (tanh_approximation)
-        detail::map3<S, S, S, S>(r, r, t[0], x, [](auto acc, auto tg, auto v) { return acc + tg * gelu_slope_tanh(v); });
-      else
-        detail::map3<S, S, S, S>(r, r, t[0], x, [](auto acc, auto tg, auto v) { return acc + tg * gelu_slope_exact(v); });
-    });
-    out[0] = r;
+  if (!t[1].defined()) {
+    if (t[0].defined()) out[0] = gelu_grad(t[0], x, tanh_approximation);
     return;
   }
-  out[0] = tangent_add(
-      t[0].defined() ? gelu_grad(t[0], x, tanh_approximation) : Tensor(),
-      t[1].defined() ? t[1] * n.saved_tensor(&GeluGradSaved::grad) * gelu_curvature(x, tanh_approximation) : Tensor());
+  const Tensor g = n.saved_tensor(&GeluGradSaved::grad);
+  Tensor r = empty(x.shape(), x.dtype());
+  auto add_terms = [&](auto slope, auto curvature) {
+    dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
+      using S = decltype(tag);
+      detail::map3<S, S, S, S>(r, t[1], g, x, [curvature](S tx, S gy, S v) { return tx * gy * curvature(v); });
+      if (t[0].defined())
+        detail::map3<S, S, S, S>(r, r, t[0], x, [slope](S acc, S tg, S v) { return acc + tg * slope(v); });
+    });
+  };
+  if (tanh_approximation)
+    add_terms(gelu_slope_tanh, gelu_curvature_tanh);
+  else
+    add_terms(gelu_slope_exact, gelu_curvature_exact);
+  out[0] = r;
 }
 static const OpDef gelu_grad_op({
     .name = "gelu_grad",
@@ -209,6 +205,7 @@ static const OpDef gelu_grad_op({
     .saves = saves_of<GeluGradSaved>(),
     .backward = gelu_grad_backward,
     .tangent = gelu_grad_tangent,
+    .tangent_once_differentiable = true,
     .samples = [] {
       return std::vector<OpSample>{
           {"exact (3,4)", {uniform({3, 4}, 35), uniform({3, 4}, 36, -3, 3)},

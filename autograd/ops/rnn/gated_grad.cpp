@@ -174,7 +174,6 @@ static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std:
 }
 
 static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  if (grad_enabled()) return gated_grad_backward_recorded(n, grad, gin);
   const Tensor a = contig(n.saved_tensor(&GatedGradSaved::carry)), j = contig(n.saved_tensor(&GatedGradSaved::slopes));
   const Tensor w = contig(n.saved_tensor(&GatedGradSaved::weight)), u = n.saved_tensor(&GatedGradSaved::output);
   const Tensor P = n.saved_tensor(&GatedGradSaved::p);
@@ -209,12 +208,12 @@ static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, st
 //   du_t = c_t + a_{t+1} du_{t+1} + (du_{t+1} j_{t+1}) W,
 //   c_t = dg_t + da_{t+1} u_{t+1} + (u_{t+1} dj_{t+1}) W + P_{t+1} dW,
 // i.e. du = gated_recurrence_grad(c, a, j, W).
-// Under no_grad (forward over reverse) it is fused: c's first two terms go
+// It is fused: c's first two terms go
 // into one (T,B,H) buffer, the shifted one added in place to its rows
 // t < T-1 and P dW accumulated there by one GEMM (beta 1); u dj (T,B,G) is
 // added to the recursion's P_t before it forms P_t W, which gives its W term
 // with no GEMM of its own. u and P (saved by forward) are contiguous.
-// Recorded (grad mode on): the same in ops, so differentiable again.
+// Recorded, the engine derives the tangent from the backward instead.
 static Tensor gated_grad_tangent_fused(const Tensor& dg, const Tensor& da, const Tensor& dj, const Tensor& dw,
                                        const Tensor& u, const Tensor& P, const Tensor& a, const Tensor& j,
                                        const Tensor& w) {
@@ -240,20 +239,10 @@ static Tensor gated_grad_tangent_fused(const Tensor& dg, const Tensor& da, const
 static void gated_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
   const Tensor a = n.saved_tensor(&GatedGradSaved::carry), j = n.saved_tensor(&GatedGradSaved::slopes);
   const Tensor w = n.saved_tensor(&GatedGradSaved::weight), u = n.saved_tensor(&GatedGradSaved::output);
-  // P = u j, saved by forward; recomputed when recorded so that it carries u's and j's graph.
-  const Tensor P = grad_enabled() ? spread_mul(u, j) : n.saved_tensor(&GatedGradSaved::p);
+  const Tensor P = n.saved_tensor(&GatedGradSaved::p);  // u j, saved by forward
   const Tensor dg = tangent_at(tin, 0), da = tangent_at(tin, 1), dj = tangent_at(tin, 2), dw = tangent_at(tin, 3);
-  if (!grad_enabled()) {
-    if (dg.defined() || da.defined() || dj.defined() || dw.defined())
-      tout[0] = gated_grad_tangent_fused(dg, da, dj, dw, u, P, a, j, w);
-    return;
-  }
-  Tensor c = dg;
-  auto plus = [&c](const Tensor& term) { c = c.defined() ? add(c, term) : term; };
-  if (da.defined()) plus(next_steps(mul(da, u)));
-  if (dj.defined()) plus(into_previous_states(spread_mul(u, dj), w));
-  if (dw.defined()) plus(into_previous_states(P, dw));
-  if (c.defined()) tout[0] = gated_recurrence_grad(c, a, j, w);
+  if (dg.defined() || da.defined() || dj.defined() || dw.defined())
+    tout[0] = gated_grad_tangent_fused(dg, da, dj, dw, u, P, a, j, w);
 }
 static const OpDef gated_recurrence_grad_op({
     .name = "gated_recurrence_grad",
@@ -261,7 +250,9 @@ static const OpDef gated_recurrence_grad_op({
     .signature = "gated_recurrence_grad(g (T,B,H), a (T,B,H) or undefined, j (T,B,QH), w_hh (QH,H)) -> u (T,B,H)",
     .saves = saves_of<GatedGradSaved>(),
     .backward = gated_recurrence_grad_backward,
+    .recorded_backward = gated_grad_backward_recorded,
     .tangent = gated_recurrence_grad_tangent,
+    .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;

@@ -209,7 +209,6 @@ static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<T
 }
 
 static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  if (grad_enabled()) return gru_backward_recorded(n, grad, gin);
   const Tensor w = contig(n.saved_tensor(&GruSaved::weight)), h0 = contig(n.saved_tensor(&GruSaved::h0));
   const Tensor act = n.saved_tensor(&GruSaved::gates), out = n.saved_tensor(&GruSaved::output);
   const Tensor& side = n.side_grad(&GruSaved::gates);
@@ -275,6 +274,7 @@ static void gru_recurrence_tangent(const Node& n, std::span<const Tensor> tin, s
 static const OpDef gru_recurrence_op({.name = "gru_recurrence", .arity = 4,
                                       .signature = "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
                                       .saves = saves_of<GruSaved>(), .backward = gru_recurrence_backward,
+                                      .recorded_backward = gru_backward_recorded,
                                       .tangent = gru_recurrence_tangent,
                                       .tangent_once_differentiable = true,
                                       .samples = [] { return recurrence_samples(3, true, false); }});

@@ -109,13 +109,19 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
   if (n.needs(3)) gin[3] = mul(narrow(select(e, 0, 0), 1, 4 * H, H), narrow(select(s, 0, 0), 1, 0, H));
 }
 
+// Forward over reverse, fused; not where a gradient reached the gates (a
+// second-order pass through them), which the recorded form handles.
+static bool lstm_recurrence_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin,
+                                              std::span<Tensor> gin_tangents) {
+  if (n.side_grad(&LstmSaved::gates).defined()) return false;
+  lstm_backward_tangents(grad, n.saved_tensor(&LstmSaved::weight), n.saved_tensor(&LstmSaved::h0),
+                         n.saved_tensor(&LstmSaved::c0), n.saved_tensor(&LstmSaved::gates),
+                         n.saved_tensor(&LstmSaved::output), {n.needs(0), n.needs(1), n.needs(2), n.needs(3)}, gin,
+                         gin_tangents);
+  return true;
+}
+
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  if (detail::fused_backward_tangents() && !n.side_grad(&LstmSaved::gates).defined())
-    return lstm_backward_tangents(grad, n.saved_tensor(&LstmSaved::weight), n.saved_tensor(&LstmSaved::h0),
-                                  n.saved_tensor(&LstmSaved::c0), n.saved_tensor(&LstmSaved::gates),
-                                  n.saved_tensor(&LstmSaved::output), {n.needs(0), n.needs(1), n.needs(2), n.needs(3)},
-                                  gin);
-  if (grad_enabled()) return lstm_backward_recorded(n, grad, gin);
   const Tensor w = contig(n.saved_tensor(&LstmSaved::weight)), h0 = contig(n.saved_tensor(&LstmSaved::h0));
   const Tensor c0 = contig(n.saved_tensor(&LstmSaved::c0));
   const Tensor act = n.saved_tensor(&LstmSaved::gates), out = n.saved_tensor(&LstmSaved::output);
@@ -176,6 +182,8 @@ static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, 
 static const OpDef lstm_recurrence_op({.name = "lstm_recurrence", .arity = 4,
                                        .signature = "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
                                        .saves = saves_of<LstmSaved>(), .backward = lstm_recurrence_backward,
+                                       .recorded_backward = lstm_backward_recorded,
+                                       .backward_with_tangents = lstm_recurrence_backward_tangents,
                                        .tangent = lstm_recurrence_tangent,
                                        .tangent_once_differentiable = true,
                                        .samples = [] { return recurrence_samples(4, false, true); }});

@@ -124,7 +124,6 @@ static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std
 }
 
 static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  if (grad_enabled()) return lstm_slopes_backward_recorded(n, grad, gin);
   const Tensor act = contig(n.saved_tensor(&LstmSlopesSaved::act)), c = contig(n.saved_tensor(&LstmSlopesSaved::c));
   const Tensor cp = contig(n.saved_tensor(&LstmSlopesSaved::c_prev));
   const Tensor ds = grad.contiguous();
@@ -172,6 +171,7 @@ static const OpDef lstm_gate_slopes_op({
     .signature = "lstm_gate_slopes(act (T,B,4H) [i, f, g, o], c (T,B,H), c_prev (T,B,H)) -> (T,B,6H) [f, k, j]",
     .saves = saves_of<LstmSlopesSaved>(),
     .backward = lstm_gate_slopes_backward,
+    .recorded_backward = lstm_slopes_backward_recorded,
     .tangent = lstm_gate_slopes_tangent,
     .tangent_once_differentiable = true,
     .samples = [] {
@@ -290,7 +290,7 @@ static void lstm_grad_tangent_rows(const Dims& d, Rows rows, const LstmTangentPo
 
 void detail::rnn::lstm_backward_tangents(const Tensor& grad, const Tensor& w, const Tensor& h0, const Tensor& c0,
                                          const Tensor& act, const Tensor& out, const std::array<bool, 4>& need,
-                                         std::span<Tensor> gin) {
+                                         std::span<Tensor> gin, std::span<Tensor> gin_tangents) {
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t G = 4 * d.H;
   const Tensor g = grad.contiguous(), gt = tangent_or_zeros(grad), a = act.contiguous(), at = tangent_or_zeros(act);
@@ -319,8 +319,8 @@ void detail::rnn::lstm_backward_tangents(const Tensor& grad, const Tensor& w, co
   const Tensor results[4][2] = {{dA, dAt}, {dW, dWt}, {dh0, dh0t}, {dc0, dc0t}};
   for (size_t k = 0; k < 4; ++k) {
     if (!need[k]) continue;
-    detail::set_tangent(results[k][0], results[k][1]);
     gin[k] = results[k][0];
+    gin_tangents[k] = results[k][1];
   }
 }
 
@@ -502,7 +502,6 @@ static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::
 }
 
 static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  if (grad_enabled()) return lstm_grad_backward_recorded(n, grad, gin);
   const Tensor s = contig(n.saved_tensor(&LstmGradSaved::slopes)), w = contig(n.saved_tensor(&LstmGradSaved::weight));
   const Tensor out = n.saved_tensor(&LstmGradSaved::output), us = n.saved_tensor(&LstmGradSaved::u);
   const Dims d{out.size(0), out.size(1), out.size(2) / 5};
@@ -534,14 +533,14 @@ static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std
 // v dj_g, u dj_o] (T,B,4H), what ds adds to dD_t directly:
 //   gh'_t = dgh_t + E_{t+1} W + D_{t+1} dW,  gc'_t = dgc_t + v_{t+1} df_{t+1} + u_t dk_t,
 // the tangent being lstm_recurrence_grad([gh'; gc'], s, W) + [E; 0].
-// Under no_grad (forward over reverse) it is fused, one recursion that adds
+// It is fused, one recursion that adds
 // gc's ds terms and, to its D_t before it forms D_t W, E_t: which gives both
 // E_{t+1} W in gh' and [E; 0] in the result, with no GEMM or (T,B,4H)
 // buffer of their own. D_{t+1} dW is one GEMM for all steps, written into
 // the v column of the result, which the recursion reads into gh'_t before
 // writing v_t there: so gh' needs no buffer either. out and u are what
-// forward saved (contiguous). Recorded (grad mode on): the same in ops, so
-// differentiable again.
+// forward saved (contiguous). Recorded, the engine derives the tangent from
+// the backward instead.
 static Tensor lstm_grad_tangent_fused(const Tensor& dgout, const Tensor& ds, const Tensor& dw, const Tensor& s,
                                       const Tensor& w, const Tensor& out, const Tensor& u) {
   const int64_t T = out.size(0), B = out.size(1), H = out.size(2) / 5, G = 4 * H, O = 5 * H;
@@ -563,31 +562,9 @@ static Tensor lstm_grad_tangent_fused(const Tensor& dgout, const Tensor& ds, con
 static void lstm_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
   const Tensor gout = n.saved_tensor(&LstmGradSaved::gout), s = n.saved_tensor(&LstmGradSaved::slopes);
   const Tensor w = n.saved_tensor(&LstmGradSaved::weight), out = n.saved_tensor(&LstmGradSaved::output);
-  const int64_t H = out.size(2) / 5, G = 4 * H;
-  if (!grad_enabled()) {
-    if (tangent_at(tin, 0).defined() || tangent_at(tin, 1).defined() || tangent_at(tin, 2).defined())
-      tout[0] = lstm_grad_tangent_fused(tangent_at(tin, 0), tangent_at(tin, 1), tangent_at(tin, 2), s, w, out,
-                                        n.saved_tensor(&LstmGradSaved::u));
-    return;
-  }
-  const Tensor D = narrow(out, 2, 0, G), v = narrow(out, 2, G, H);
-  // u_t = gh_t + D_{t+1} W, recomputed so that it carries the graph.
-  const Tensor u = add(select(gout, 0, 0), into_previous_states(D, w));
-  const Tensor dgout = tangent_at(tin, 0), ds = tangent_at(tin, 1), dw = tangent_at(tin, 2);
-  Tensor gh = dgout.defined() ? select(dgout, 0, 0) : Tensor(), gc = dgout.defined() ? select(dgout, 0, 1) : Tensor();
-  auto plus = [](Tensor& to, const Tensor& term) { to = to.defined() ? add(to, term) : term; };
-  Tensor E;
-  if (ds.defined()) {
-    const Tensor j = narrow(ds, 2, 2 * H, G);  // dj (T,B,4H)
-    E = concat({mul(narrow(j, 2, 0, 3 * H), concat({v, v, v}, 2)), mul(narrow(j, 2, 3 * H, H), u)}, 2);
-    plus(gh, into_previous_states(E, w));
-    plus(gc, add(next_steps(mul(v, narrow(ds, 2, 0, H))), mul(u, narrow(ds, 2, H, H))));
-  }
-  if (dw.defined()) plus(gh, into_previous_states(D, dw));
-  if (!gh.defined()) return;
-  if (!gc.defined()) gc = zeros_like(gh);
-  const Tensor lin = lstm_recurrence_grad(stack({gh, gc}, 0), s, w);
-  tout[0] = E.defined() ? add(lin, concat({E, zeros_like(v)}, 2)) : lin;
+  if (tangent_at(tin, 0).defined() || tangent_at(tin, 1).defined() || tangent_at(tin, 2).defined())
+    tout[0] = lstm_grad_tangent_fused(tangent_at(tin, 0), tangent_at(tin, 1), tangent_at(tin, 2), s, w, out,
+                                      n.saved_tensor(&LstmGradSaved::u));
 }
 static const OpDef lstm_recurrence_grad_op({
     .name = "lstm_recurrence_grad",
@@ -595,7 +572,9 @@ static const OpDef lstm_recurrence_grad_op({
     .signature = "lstm_recurrence_grad(gout (2,T,B,H), s (T,B,6H) [f, k, j], w_hh (4H,H)) -> (T,B,5H) [dA_t; dc_t]",
     .saves = saves_of<LstmGradSaved>(),
     .backward = lstm_recurrence_grad_backward,
+    .recorded_backward = lstm_grad_backward_recorded,
     .tangent = lstm_recurrence_grad_tangent,
+    .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;

@@ -112,7 +112,6 @@ static void lstm_recompute_backward_recorded(const Node& n, const Tensor& grad_o
 // at a chunk's start into the chunk before (lstm_backward_call's dh0 and
 // the dc it keeps); the weights' and bias's gradients add up chunk by chunk.
 static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::span<Tensor> gin) {
-  if (grad_enabled()) return lstm_recompute_backward_recorded(n, grad_out, gin);
   const Tensor x = contig(n.saved_tensor(&LstmRecomputeSaved::x)), w_ih = contig(n.saved_tensor(&LstmRecomputeSaved::w_ih));
   const Tensor bias = contig(n.saved_tensor(&LstmRecomputeSaved::bias)), w = contig(n.saved_tensor(&LstmRecomputeSaved::w_hh));
   const Tensor h0 = contig(n.saved_tensor(&LstmRecomputeSaved::h0));
@@ -168,6 +167,7 @@ static const OpDef lstm_recompute_op({
     .signature = "lstm_recompute(x (T,B,I), w_ih (4H,I), bias (4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (T+1,B,H) [h_t; c_{T-1}]",
     .saves = saves_of<LstmRecomputeSaved>(),
     .backward = lstm_recompute_backward,
+    .recorded_backward = lstm_recompute_backward_recorded,
     .samples = [] {
       using samples::uniform;
       const int64_t B = 2, H = 3, I = 2, G = 4 * H;

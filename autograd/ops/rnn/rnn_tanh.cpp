@@ -137,7 +137,8 @@ static void rnn_tanh_grad_tangent_rows(const Dims& d, Rows rows, const S* g, con
   }
 }
 
-static void rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
+static bool rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin,
+                                       std::span<Tensor> gin_tangents) {
   const Tensor w = n.saved_tensor(&RnnTanhSaved::weight), h0 = n.saved_tensor(&RnnTanhSaved::h0);
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
   const Tensor wc = contig(w), h0c = contig(h0), hs = out.contiguous(), g = grad.contiguous();
@@ -163,23 +164,16 @@ static void rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::s
       add_weight_grad<S>(d, d.H, 0, d.T, dA.data<S>(), hts.data<S>(), ptr<S>(h0t), dWt.data<S>());
     }
   });
-  if (n.needs(0)) {
-    detail::set_tangent(dA, dAt);
-    gin[0] = dA;
+  const Tensor results[3][2] = {{dA, dAt}, {dW, dWt}, {dh0, dh0t}};
+  for (size_t k = 0; k < 3; ++k) {
+    if (!n.needs(k)) continue;
+    gin[k] = results[k][0];
+    gin_tangents[k] = results[k][1];
   }
-  if (n.needs(1)) {
-    detail::set_tangent(dW, dWt);
-    gin[1] = dW;
-  }
-  if (n.needs(2)) {
-    detail::set_tangent(dh0, dh0t);
-    gin[2] = dh0;
-  }
+  return true;
 }
 
 static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  if (detail::fused_backward_tangents()) return rnn_tanh_backward_tangents(n, grad, gin);
-  if (grad_enabled()) return rnn_tanh_backward_recorded(n, grad, gin);
   const Tensor w = contig(n.saved_tensor(&RnnTanhSaved::weight)), h0 = contig(n.saved_tensor(&RnnTanhSaved::h0));
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
   const Dims d{out.size(0), out.size(1), out.size(2)};
@@ -226,6 +220,8 @@ static void rnn_tanh_recurrence_tangent(const Node& n, std::span<const Tensor> t
 static const OpDef rnn_tanh_recurrence_op({.name = "rnn_tanh_recurrence", .arity = 3,
                                            .signature = "rnn_tanh_recurrence(xp (T,B,H), w_hh (H,H), h0 (B,H)) -> (T,B,H)",
                                            .saves = saves_of<RnnTanhSaved>(), .backward = rnn_tanh_recurrence_backward,
+                                           .recorded_backward = rnn_tanh_backward_recorded,
+                                           .backward_with_tangents = rnn_tanh_backward_tangents,
                                            .tangent = rnn_tanh_recurrence_tangent,
                                            .tangent_once_differentiable = true,
                                            .samples = [] { return recurrence_samples(1, false, false); }});
