@@ -106,6 +106,10 @@ struct OpSpec {
   /// differentiates them, reverse-over-forward), the engine derives the
   /// tangent from the backward instead.
   bool tangent_once_differentiable = false;
+  /// Where tangents are recorded, the same tangent in tensor ops; null: tangent
+  /// serves both (or, with tangent_once_differentiable, the derived one). For
+  /// a tangent rule that runs a fused kernel where it can (mul, matmul).
+  TangentFn recorded_tangent = nullptr;
   SampleFn samples = nullptr;     ///< the cases gradchecked for this op (null: none)
   RecomputeFn recompute = nullptr;  ///< null: the output cannot be rebuilt
   /// True for an op whose backward is raw kernels only: create_graph through

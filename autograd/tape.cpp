@@ -274,8 +274,12 @@ std::vector<Tensor> compute_tangents(Node& n) {
       no_grad.emplace();
     AutocastGuard precision(n.autocast);
     ProfileScope prof(n.op->name, ProfilePhase::tangent);
-    const bool own_rule = n.op->tangent && !(t_fw_record && n.op->tangent_once_differentiable);
-    (own_rule ? n.op->tangent : tangent_from_backward)(n, n.tangents_in, out);
+    TangentFn rule = n.op->tangent ? n.op->tangent : tangent_from_backward;
+    if (t_fw_record && n.op->recorded_tangent)
+      rule = n.op->recorded_tangent;
+    else if (t_fw_record && n.op->tangent_once_differentiable)
+      rule = tangent_from_backward;
+    rule(n, n.tangents_in, out);
   }
   n.drop_recomputed();
   for (size_t k = 0; k < out.size(); ++k) {

@@ -339,6 +339,14 @@ bool fused_backward_tangents();
 void set_tangent(const Tensor& t, Tensor tangent);
 }  // namespace detail
 
+/// Whether record() would record an op on these inputs now (grad mode on and
+/// one of them requiring grad): for a forward that computes an intermediate
+/// only for its backward, before computing it.
+template <class... Ts>
+bool may_record(const Ts&... inputs) {
+  return grad_enabled() && (... || (inputs.defined() && inputs.requires_grad()));
+}
+
 /// Called by an op's forward after computing `out`. Returns the new node when
 /// grad mode is on and some input requires grad (the op then saves what its
 /// backward needs into it), or nullptr when nothing is to be recorded.

@@ -148,20 +148,21 @@ Tensor scatter_impl(std::string_view op, const Tensor& x, int axis, const Tensor
 }
 
 // The gradient of src in scatter/scatter_add: g gathered at index, zero on
-// src's positions the index does not reach. Recorded (create_graph): gather,
-// then zero padding at the end of each axis up to src's shape.
+// src's positions the index does not reach. Recorded: gather, then zero
+// padding at the end of each axis up to src's shape.
+Tensor gather_into_src_shape_recorded(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
+  const Tensor gs = gather(g, axis, index);
+  if (index.shape() == src_shape) return gs;
+  std::vector<int64_t> pads;  // innermost axis first, as pad() wants
+  for (int d = src_shape.size() - 1; d >= 0; --d) {
+    pads.push_back(0);
+    pads.push_back(src_shape[d] - index.shape()[d]);
+  }
+  return pad(gs, pads);
+}
+// Plain: one pass of the index into zeros.
 Tensor gather_into_src_shape(std::string_view op, const Tensor& g, int axis, const Tensor& index,
                              const Shape& src_shape) {
-  if (grad_enabled()) {
-    const Tensor gs = gather(g, axis, index);
-    if (index.shape() == src_shape) return gs;
-    std::vector<int64_t> pads;  // innermost axis first, as pad() wants
-    for (int d = src_shape.size() - 1; d >= 0; --d) {
-      pads.push_back(0);
-      pads.push_back(src_shape[d] - index.shape()[d]);
-    }
-    return pad(gs, pads);
-  }
   Tensor gs = zeros(src_shape, g.dtype());
   dispatch_float(g.dtype(), op, [&](auto tag) {
     using scalar_t = decltype(tag);
@@ -206,14 +207,16 @@ static Tensor tangent_or_zeros(const Node& n, std::span<const Tensor> t, size_t 
 }
 
 // ============================ index_select ============================
+static void index_select_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Shape& xs = n.edges[0].shape;
+  const Tensor index = n.saved_tensor(&IndexSaved::index);
+  const int64_t axis = n.attrs<IndexAttrs>().axis;
+  gin[0] = index_add(zeros(xs, g.dtype()), axis, index, g);
+}
 static void index_select_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& xs = n.edges[0].shape;
   const Tensor index = n.saved_tensor(&IndexSaved::index);
   const int64_t axis = n.attrs<IndexAttrs>().axis;
-  if (grad_enabled()) {
-    gin[0] = index_add(zeros(xs, g.dtype()), axis, index, g);
-    return;
-  }
   const AxisView a = detail::axis_view(xs, static_cast<int>(axis));
   Tensor gx = zeros(xs, g.dtype());
   Tensor gc = g.contiguous();
@@ -229,6 +232,7 @@ static const OpDef index_select_op({
     .signature = "index_select(x, axis, index) -> x's rows at index",
     .saves = saves_of<IndexSaved>(),
     .backward = index_select_backward,
+    .recorded_backward = index_select_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = index_select(t[0], n.attrs<IndexAttrs>().axis,
                             n.saved_tensor(&IndexSaved::index));
@@ -330,20 +334,22 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
 // ============================ embedding ============================
 // Recorded (create_graph), the gradient is index_add's, with the padding row
 // zeroed by a mask.
+static void embedding_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Shape& ws = n.edges[0].shape;
+  const Tensor ids = n.saved_tensor(&IndexSaved::index);
+  const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
+  Tensor gw = index_add(zeros(ws, g.dtype()), 0, ids, g);
+  if (padding_idx >= 0) {
+    Tensor keep = ones({ws[0], 1}, g.dtype());
+    keep.select(0, padding_idx).fill_(0.0);
+    gw = mul(gw, keep);
+  }
+  gin[0] = gw;
+}
 static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& ws = n.edges[0].shape;
   const Tensor ids = n.saved_tensor(&IndexSaved::index);
   const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
-  if (grad_enabled()) {
-    Tensor gw = index_add(zeros(ws, g.dtype()), 0, ids, g);
-    if (padding_idx >= 0) {
-      Tensor keep = ones({ws[0], 1}, g.dtype());
-      keep.select(0, padding_idx).fill_(0.0);
-      gw = mul(gw, keep);
-    }
-    gin[0] = gw;
-    return;
-  }
   Tensor gw = zeros(ws, g.dtype());
   Tensor gc = g.contiguous();
   dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
@@ -359,6 +365,7 @@ static const OpDef embedding_op({
     .signature = "embedding(weight (V,C), ids, padding_idx) -> (..., C)",
     .saves = saves_of<IndexSaved>(),
     .backward = embedding_backward,
+    .recorded_backward = embedding_backward_recorded,
     // The padding row is constant, as backward has it: its tangent is dropped.
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
@@ -413,13 +420,14 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
 }
 
 // ============================ gather ============================
+static void gather_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor index = n.saved_tensor(&IndexSaved::index);
+  const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
+  gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), ax, index, g);
+}
 static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor index = n.saved_tensor(&IndexSaved::index);
   const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
-  if (grad_enabled()) {
-    gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), ax, index, g);
-    return;
-  }
   Tensor gx = zeros(n.edges[0].shape, g.dtype());
   dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
     using scalar_t = decltype(tag);
@@ -435,6 +443,7 @@ static const OpDef gather_op({
     .signature = "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]",
     .saves = saves_of<IndexSaved>(),
     .backward = gather_backward,
+    .recorded_backward = gather_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = gather(t[0], n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
     },
@@ -484,24 +493,26 @@ static int check_scatter(const char* op, const Tensor& x, int64_t axis, const Te
 }
 
 // Overwritten positions take no gradient from x; src gets g gathered there.
-// Recorded (create_graph), x's gradient is g with zeros scattered over them.
 static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor index = n.saved_tensor(&IndexSaved::index);
   const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
   if (n.needs(0)) {
-    if (grad_enabled()) {
-      gin[0] = scatter(g, ax, index, zeros(index.shape(), g.dtype()));
-    } else {
-      Tensor gx = g.clone();
-      dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
-        using scalar_t = decltype(tag);
-        scalar_t* px = gx.data<scalar_t>();
-        for_index(gx, ax, gx, index, false, [&](int64_t a, int64_t) { px[a] = 0; });
-      });
-      gin[0] = gx;
-    }
+    Tensor gx = g.clone();
+    dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
+      using scalar_t = decltype(tag);
+      scalar_t* px = gx.data<scalar_t>();
+      for_index(gx, ax, gx, index, false, [&](int64_t a, int64_t) { px[a] = 0; });
+    });
+    gin[0] = gx;
   }
   if (n.needs(2)) gin[2] = gather_into_src_shape(n.op->name, g, ax, index, n.edges[2].shape);
+}
+// Recorded: x's gradient is g with zeros scattered over the overwritten positions.
+static void scatter_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor index = n.saved_tensor(&IndexSaved::index);
+  const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
+  if (n.needs(0)) gin[0] = scatter(g, ax, index, zeros(index.shape(), g.dtype()));
+  if (n.needs(2)) gin[2] = gather_into_src_shape_recorded(g, ax, index, n.edges[2].shape);
 }
 static const OpDef scatter_op({
     .name = "scatter",
@@ -509,6 +520,7 @@ static const OpDef scatter_op({
     .signature = "scatter(x, axis, index, src) -> x with src written at index",
     .saves = saves_of<IndexSaved>(),
     .backward = scatter_backward,
+    .recorded_backward = scatter_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = scatter(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index),
                        tangent_or_zeros(n, t, 2));
@@ -532,12 +544,19 @@ static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tenso
     gin[2] = gather_into_src_shape(n.op->name, g, static_cast<int>(n.attrs<IndexAttrs>().axis),
                                    n.saved_tensor(&IndexSaved::index), n.edges[2].shape);
 }
+static void scatter_add_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  if (n.needs(0)) gin[0] = g.clone();
+  if (n.needs(2))
+    gin[2] = gather_into_src_shape_recorded(g, static_cast<int>(n.attrs<IndexAttrs>().axis),
+                                            n.saved_tensor(&IndexSaved::index), n.edges[2].shape);
+}
 static const OpDef scatter_add_op({
     .name = "scatter_add",
     .arity = 3,
     .signature = "scatter_add(x, axis, index, src) -> x with src added at index",
     .saves = saves_of<IndexSaved>(),
     .backward = scatter_add_backward,
+    .recorded_backward = scatter_add_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = t[2].defined() ? scatter_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
                                             n.saved_tensor(&IndexSaved::index), t[2])

@@ -286,8 +286,8 @@ using detail::tangent_add;
 // (K,1); g gets the dims they dropped back, and each product is summed back
 // to its input's shape with sum_to (the broadcast batch dims, and the batch
 // of a 1-D operand).
-static void matmul_backward_recorded(const Node& n, const Tensor& g, const Tensor& a, const Tensor& b,
-                                     std::span<Tensor> gin) {
+static void matmul_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
   const Tensor a2 = a.dim() == 1 ? unsqueeze(a, 0) : a, b2 = b.dim() == 1 ? unsqueeze(b, 1) : b;
   Tensor g2 = b.dim() == 1 ? unsqueeze(g, g.dim()) : g;  // (batch..., M, N)
   if (a.dim() == 1) g2 = unsqueeze(g2, g2.dim() - 1);
@@ -297,10 +297,6 @@ static void matmul_backward_recorded(const Node& n, const Tensor& g, const Tenso
 
 static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
-  if (grad_enabled()) {
-    matmul_backward_recorded(n, g, a, b, gin);
-    return;
-  }
   const Shape batch = matmul_batch(a, b);
   const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
   const int64_t M = a_rows ? a.shape()[a.dim() - 2] : 1, N = b_cols ? b.shape()[b.dim() - 1] : 1;
@@ -313,10 +309,15 @@ static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
     run_product(batch, {a, a_rows, true}, {g, a_rows, b_cols}, {gin[1], true, b_cols}, true, false, false);
   }
 }
-// ta @ b + a @ tb: two GEMMs of the forward's size. Under no_grad the second
-// accumulates into the first's output (beta 1): no temporary, no add pass.
+// ta @ b + a @ tb: two GEMMs of the forward's size, in ops as recorded.
+static void matmul_tangent_recorded(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = tangent_add(t[0].defined() ? matmul(t[0], n.saved_tensor(&MatmulSaved::b)) : Tensor(),
+                       t[1].defined() ? matmul(n.saved_tensor(&MatmulSaved::a), t[1]) : Tensor());
+}
+// Not recorded, with both tangents the second GEMM accumulates into the
+// first's output (beta 1): no temporary, no add pass.
 static void matmul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  if (!grad_enabled() && t[0].defined() && t[1].defined()) {
+  if (t[0].defined() && t[1].defined()) {
     const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
     Tensor r = matmul(t[0], b);
     run_product(matmul_batch(a, b), {a, a.dim() >= 2, true}, {t[1], true, b.dim() >= 2},
@@ -324,8 +325,7 @@ static void matmul_tangent(const Node& n, std::span<const Tensor> t, std::span<T
     out[0] = r;
     return;
   }
-  out[0] = tangent_add(t[0].defined() ? matmul(t[0], n.saved_tensor(&MatmulSaved::b)) : Tensor(),
-                       t[1].defined() ? matmul(n.saved_tensor(&MatmulSaved::a), t[1]) : Tensor());
+  matmul_tangent_recorded(n, t, out);
 }
 static const OpDef matmul_op({
     .name = "matmul",
@@ -333,7 +333,9 @@ static const OpDef matmul_op({
     .signature = "matmul(a, b) -> a @ b (torch.matmul semantics)",
     .saves = saves_of<MatmulSaved>(),
     .backward = matmul_backward,
+    .recorded_backward = matmul_backward_recorded,
     .tangent = matmul_tangent,
+    .recorded_tangent = matmul_tangent_recorded,
     .samples = [] {
       using samples::uniform;
       auto fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
@@ -384,8 +386,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 //
 // Recorded (create_graph): grad_x = g @ weight and grad_weight = g^T @ x over
 // the batch flattened into rows, as matmul ops, so differentiable again.
-static void linear_backward_recorded(const Node& n, const Tensor& g, const Tensor& x, const Tensor& w,
-                                     std::span<Tensor> gin) {
+static void linear_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor x = n.saved_tensor(&LinearSaved::x), w = n.saved_tensor(&LinearSaved::weight);
+  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();
   if (n.needs(0)) gin[0] = matmul(g, w);  // (..., out) @ (out, in)
   if (n.needs(1)) {                       // (out, rows) @ (rows, in)
     const Tensor g_rows = reshape(g, {-1, w.shape()[0]}), x_rows = reshape(x, {-1, w.shape()[1]});
@@ -395,11 +398,7 @@ static void linear_backward_recorded(const Node& n, const Tensor& g, const Tenso
 
 static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor x = n.saved_tensor(&LinearSaved::x), w = n.saved_tensor(&LinearSaved::weight);
-  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();  // ops: recorded under create_graph too
-  if (grad_enabled()) {
-    linear_backward_recorded(n, g, x, w, gin);
-    return;
-  }
+  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();
   Shape batch;
   for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
   const bool x_rows = x.dim() >= 2;
@@ -413,11 +412,13 @@ static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   }
 }
 // linear(tx, weight) + linear(x, tweight, tbias): two GEMMs, the bias's
-// tangent added by the second as a bias. Under no_grad the bias's tangent
-// rides on the first and the second accumulates into its output (beta 1).
+// tangent added by the second as a bias. With both tangents, the bias's
+// rides on the first and the second accumulates into its output (beta 1):
+// raw GEMMs, so recorded, the engine takes linear_tangent_recorded.
+static void linear_tangent_recorded(const Node& n, std::span<const Tensor> t, std::span<Tensor> out);
 static void linear_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const Tensor x = n.saved_tensor(&LinearSaved::x);
-  if (!grad_enabled() && t[0].defined() && t[1].defined()) {
+  if (t[0].defined() && t[1].defined()) {
     Tensor r = linear(t[0], n.saved_tensor(&LinearSaved::weight), t[2]);
     Shape batch;
     for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
@@ -426,6 +427,10 @@ static void linear_tangent(const Node& n, std::span<const Tensor> t, std::span<T
     out[0] = r;
     return;
   }
+  linear_tangent_recorded(n, t, out);
+}
+static void linear_tangent_recorded(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  const Tensor x = n.saved_tensor(&LinearSaved::x);
   Tensor r = t[0].defined() ? linear(t[0], n.saved_tensor(&LinearSaved::weight)) : Tensor();
   if (t[1].defined())
     r = tangent_add(r, linear(x, t[1], t[2]));
@@ -439,7 +444,9 @@ static const OpDef linear_op({
     .signature = "linear(x, weight, bias) -> x @ weight^T + bias",
     .saves = saves_of<LinearSaved>(),
     .backward = linear_backward,
+    .recorded_backward = linear_backward_recorded,
     .tangent = linear_tangent,
+    .recorded_tangent = linear_tangent_recorded,
     .samples = [] {
       using samples::uniform;
       return std::vector<OpSample>{

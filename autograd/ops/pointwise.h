@@ -30,6 +30,8 @@ template <std::floating_point T> T erf(T x) { return verf(x); }
 inline Tensor erf(const Tensor& x) { return tg::erf(x); }
 template <std::floating_point T> T tanh(T x) { return std::tanh(x); }
 inline Tensor tanh(const Tensor& x) { return tg::tanh(x); }
+template <std::floating_point T> T pow(T x, T e) { return std::pow(x, e); }
+inline Tensor pow(const Tensor& x, double e) { return tg::pow(x, e); }
 template <std::floating_point T> T sigmoid(T x) {
   // Stable on both sides: never exponentiates a large positive number.
   if (x >= 0) return T(1) / (T(1) + std::exp(-x));

@@ -252,15 +252,17 @@ struct VarSaved {
   static constexpr std::tuple fields{saved_field("x", &VarSaved::x), saved_field("mean", &VarSaved::mean)};
 };
 }  // namespace
+static void var_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const VarAttrs& attrs = n.attrs<VarAttrs>();
+  const Tensor x = n.saved_tensor(&VarSaved::x);
+  const double scale = 2.0 / attrs.denom;
+  const Tensor mu = mean(x, attrs.axes.vec(), true);
+  gin[0] = mul(mul(reshape(g, mu.shape()), scale), sub(x, mu));
+}
 static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const VarAttrs& attrs = n.attrs<VarAttrs>();
   const Tensor x = n.saved_tensor(&VarSaved::x);
   const double scale = 2.0 / attrs.denom;
-  if (grad_enabled()) {
-    const Tensor mu = mean(x, attrs.axes.vec(), true);
-    gin[0] = mul(mul(reshape(g, mu.shape()), scale), sub(x, mu));
-    return;
-  }
   const Tensor mu = n.saved_tensor(&VarSaved::mean);
   const Tensor gk = reshape(g, mu.shape());
   Tensor gx = empty(x.shape(), x.dtype());
@@ -286,6 +288,7 @@ static const OpDef var_op({
     .signature = "var(x, axes, correction, keepdim)",
     .saves = saves_of<VarSaved>(),
     .backward = var_backward,
+    .recorded_backward = var_backward_recorded,
     .tangent = var_tangent,
     .samples = [] {
       using samples::uniform;
@@ -470,7 +473,7 @@ struct ExtremeSaved {
   Tensor indices;  // int64 positions within each row, reduced_shape(keepdim)
   static constexpr std::tuple fields{saved_field("indices", &ExtremeSaved::indices)};
 };
-void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+static void extreme_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
   const Shape& in = n.edges[0].shape;
   const Shape& order = n.attrs<ExtremeAttrs>().order;
@@ -480,11 +483,19 @@ void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
     inverse[static_cast<int>(order[k])] = k;
   }
   const int64_t rows = idx.numel(), R = rows ? in.numel() / rows : 0;
-  if (grad_enabled()) {
-    const Tensor gr = scatter(zeros({rows, R}, g.dtype()), 1, reshape(idx, {rows, 1}), reshape(g, {rows, 1}));
-    gin[0] = permute(reshape(gr, perm_shape), inverse);
-    return;
+  const Tensor gr = scatter(zeros({rows, R}, g.dtype()), 1, reshape(idx, {rows, 1}), reshape(g, {rows, 1}));
+  gin[0] = permute(reshape(gr, perm_shape), inverse);
+}
+static void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
+  const Shape& in = n.edges[0].shape;
+  const Shape& order = n.attrs<ExtremeAttrs>().order;
+  Shape perm_shape, inverse(order);
+  for (int k = 0; k < order.size(); ++k) {
+    perm_shape.push_back(in[static_cast<int>(order[k])]);
+    inverse[static_cast<int>(order[k])] = k;
   }
+  const int64_t rows = idx.numel(), R = rows ? in.numel() / rows : 0;
   Tensor gr = zeros(perm_shape, g.dtype());
   Tensor gc = g.contiguous();
   dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
@@ -521,10 +532,12 @@ std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, 
 }  // namespace
 
 static const OpDef max_op({.name = "max", .arity = 1, .signature = "max(x, axis, keepdim) / max(x)",
-                           .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward, .tangent = extreme_tangent,
+                           .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward,
+                           .recorded_backward = extreme_backward_recorded, .tangent = extreme_tangent,
                            .samples = [] { return extreme_samples(max, max); }});
 static const OpDef min_op({.name = "min", .arity = 1, .signature = "min(x, axis, keepdim) / min(x)",
-                           .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward, .tangent = extreme_tangent,
+                           .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward,
+                           .recorded_backward = extreme_backward_recorded, .tangent = extreme_tangent,
                            .samples = [] { return extreme_samples(min, min); }});
 
 template <bool Max>

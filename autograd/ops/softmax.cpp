@@ -141,13 +141,15 @@ static void softmax_tangent(const Node& n, std::span<const Tensor> t, std::span<
   out[0] = softmax_jacobian(n, t[0]);
 }
 
+static void log_softmax_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
+  const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
+// recorded: the same formula in ops, differentiable again
+  gin[0] = sub(g, mul(exp(y), sum(g, softmax_axes(y, axis), true)));
+}
 static void log_softmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
   const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
-  if (grad_enabled()) {  // recorded: the same formula in ops, differentiable again
-    gin[0] = sub(g, mul(exp(y), sum(g, softmax_axes(y, axis), true)));
-    return;
-  }
   Tensor gc = dense(g);
   Tensor gx = empty(y.shape(), y.dtype());
   const AxisView v = axis_view(y.shape(), static_cast<int>(axis));
@@ -184,6 +186,7 @@ static const OpDef softmax_op({.name = "softmax", .arity = 1,
 static const OpDef log_softmax_op({.name = "log_softmax", .arity = 1,
                                    .signature = "log_softmax(x, axis) -> x - logsumexp(x) along axis",
                                    .saves = saves_of<SoftmaxSaved>(), .backward = log_softmax_backward,
+                                   .recorded_backward = log_softmax_backward_recorded,
                                    .tangent = log_softmax_tangent, .samples = softmax_samples<true>});
 
 // Records out = (log_)softmax(x) along axis a; the node keeps the output.
@@ -434,13 +437,12 @@ static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const 
   return mul(w, sub(mul(p, keep), q));
 }
 
-static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+// The logits' gradient as (R, C) rows, by either form, back in the logits'
+// layout: (N,d...,C) -> (N,C,d...).
+static void cross_entropy_backward_with(const Node& n, const Tensor& g, std::span<Tensor> gin,
+                                        Tensor (*rows)(const Node&, const Tensor&, const Tensor&, const Tensor&)) {
   if (!n.needs(0)) return;
-  const Tensor p = n.saved_tensor(&CrossEntropySaved::probs);
-  const Tensor targets = n.saved_tensor(&CrossEntropySaved::targets);
-  const Tensor gx =
-      grad_enabled() ? cross_entropy_grad_recorded(n, g, p, targets) : cross_entropy_grad_rows(n, g, p, targets);
-  // Back to the logits' layout: (N,d...,C) -> (N,C,d...).
+  const Tensor gx = rows(n, g, n.saved_tensor(&CrossEntropySaved::probs), n.saved_tensor(&CrossEntropySaved::targets));
   const Shape& ls = n.edges[0].shape;
   if (ls.size() > 2) {
     Shape moved, order;
@@ -454,6 +456,12 @@ static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Ten
   } else {
     gin[0] = reshape(gx, ls);
   }
+}
+static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  cross_entropy_backward_with(n, g, gin, cross_entropy_grad_rows);
+}
+static void cross_entropy_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  cross_entropy_backward_with(n, g, gin, cross_entropy_grad_recorded);
 }
 
 // Per row, the tangent of the loss is <dloss/dx, t> with the row gradient of
@@ -484,6 +492,7 @@ static const OpDef cross_entropy_op({
     .signature = "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, reduction)",
     .saves = saves_of<CrossEntropySaved>(),
     .backward = cross_entropy_backward,
+    .recorded_backward = cross_entropy_backward_recorded,
     .tangent = cross_entropy_tangent,
     .samples = [] {
       using samples::uniform;
@@ -528,7 +537,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                                    op, t[r], r, C, logits.shape(), targets.shape(), ignore_index));
     ++count;
   }
-  const bool recording = grad_enabled() && logits.requires_grad();
+  const bool recording = may_record(logits);
   Tensor probs = recording ? empty({R, C}, logits.dtype()) : Tensor();
   Tensor losses = empty(targets.shape(), logits.dtype());
   dispatch_float(logits.dtype(), op, [&](auto tag) {

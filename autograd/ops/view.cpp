@@ -225,26 +225,25 @@ static void slice_accumulate(const Node& n, const Tensor& g, Tensor& gx) {
   const SliceAttrs& s = n.attrs<SliceAttrs>();
   slice(gx, s.axis, s.start, s.stop, s.step).add_(g);
 }
-static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+static void slice_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const SliceAttrs& s = n.attrs<SliceAttrs>();
-  if (grad_enabled()) {
-    const Shape& in = n.edges[0].shape;
-    const int a = static_cast<int>(s.axis), r = in.size();
-    const int64_t start = s.start, step = s.step;
-    Tensor spread = g;
-    if (step > 1) {
-      std::vector<int64_t> pads(2 * (r - a), 0);  // axes r .. a+1 of the unsqueezed gradient
-      pads.back() = step - 1;
-      Shape to = g.shape();
-      to[a] *= step;
-      spread = reshape(pad(unsqueeze(g, a + 1), pads), to);
-    }
-    std::vector<int64_t> pads(2 * (r - a), 0);  // axes r-1 .. a
-    pads[pads.size() - 2] = start;
-    pads.back() = in[a] - start - spread.shape()[a];
-    gin[0] = pad(spread, pads);
-    return;
+  const Shape& in = n.edges[0].shape;
+  const int a = static_cast<int>(s.axis), r = in.size();
+  const int64_t start = s.start, step = s.step;
+  Tensor spread = g;
+  if (step > 1) {
+    std::vector<int64_t> pads(2 * (r - a), 0);  // axes r .. a+1 of the unsqueezed gradient
+    pads.back() = step - 1;
+    Shape to = g.shape();
+    to[a] *= step;
+    spread = reshape(pad(unsqueeze(g, a + 1), pads), to);
   }
+  std::vector<int64_t> pads(2 * (r - a), 0);  // axes r-1 .. a
+  pads[pads.size() - 2] = start;
+  pads.back() = in[a] - start - spread.shape()[a];
+  gin[0] = pad(spread, pads);
+}
+static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = zeros(n.edges[0].shape, g.dtype());
   slice_accumulate(n, g, gin[0]);
 }
@@ -254,6 +253,7 @@ static const OpDef slice_op({
     .signature = "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis",
     .saves = saves_of<NoSaved>(),
     .backward = slice_backward,
+    .recorded_backward = slice_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       const SliceAttrs& s = n.attrs<SliceAttrs>();
       out[0] = slice(t[0], s.axis, s.start, s.stop, s.step);

@@ -18,7 +18,8 @@ using detail::broadcast_tangent;
 using detail::check_same_dtype;
 using detail::scaled_tangent;
 using detail::tangent_add;
-using detail::elementwise::fused_grad;
+using detail::elementwise::times_derivative;
+using detail::math::lit;
 using detail::elementwise::unary;
 using detail::elementwise::UnaryInputSaved;
 
@@ -110,11 +111,17 @@ static void mul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   if (n.needs(0)) gin[0] = sum_to(mul(g, n.saved_tensor(&BinarySaved::b)), n.edges[0].shape);
   if (n.needs(1)) gin[1] = sum_to(mul(g, n.saved_tensor(&BinarySaved::a)), n.edges[1].shape);
 }
+// ta b + a tb, broadcast to the output's shape.
+static void mul_tangent_recorded(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], n.saved_tensor(&BinarySaved::b)),
+                                         scaled_tangent(t[1], n.saved_tensor(&BinarySaved::a))),
+                             n.out_shape);
+}
+// Not recorded, with both tangents: into one buffer of the output's shape,
+// without the two products as temporaries (forward over reverse runs this for
+// every product of a backward).
 static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  if (!grad_enabled() && t[0].defined() && t[1].defined()) {
-    // ta b + a tb into one buffer of the output's shape, without the two
-    // products as temporaries: forward over reverse runs this for every
-    // product of a backward.
+  if (t[0].defined() && t[1].defined()) {
     const Tensor a = n.saved_tensor(&BinarySaved::a), b = n.saved_tensor(&BinarySaved::b);
     Tensor r = empty(n.out_shape, n.out_dtype);
     dispatch_float(n.out_dtype, n.op->name, [&](auto tag) {
@@ -125,12 +132,11 @@ static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
     out[0] = r;
     return;
   }
-  out[0] = broadcast_tangent(tangent_add(scaled_tangent(t[0], n.saved_tensor(&BinarySaved::b)),
-                                         scaled_tangent(t[1], n.saved_tensor(&BinarySaved::a))),
-                             n.out_shape);
+  mul_tangent_recorded(n, t, out);
 }
 static const OpDef mul_op({.name = "mul", .arity = 2, .signature = "mul(a, b) -> a * b, broadcasting",
                            .saves = saves_of<BinarySaved>(), .backward = mul_backward, .tangent = mul_tangent,
+                           .recorded_tangent = mul_tangent_recorded,
                            .samples = [] { return binary_samples(mul, -1, 1); }});
 Tensor mul(const Tensor& a, const Tensor& b) {
   ProfileScope prof(mul_op.name);
@@ -337,20 +343,12 @@ static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
     gin[0] = mul(g, 0.0);
     return;
   }
-  const Tensor x = n.saved_tensor(&UnaryInputSaved::x);
-  if (grad_enabled()) {
-    gin[0] = g * (pow(x, c - 1) * c);
-    return;
-  }
-  gin[0] = fused_grad(g, x, [c](auto gy, auto x) {
-    using T = decltype(x);
-    return gy * static_cast<T>(c) * std::pow(x, static_cast<T>(c - 1));
-  });
+  gin[0] = times_derivative(g, n.saved_tensor(&UnaryInputSaved::x),
+                            [c](auto x) { return lit(x, c) * detail::math::pow(x, lit(x, c - 1)); });
 }
 // Elementwise, so the tangent is the gradient formula applied to the tangent.
 static void pow_scalar_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const double c = n.attrs<ScalarAttrs>().c;
-  out[0] = c == 0.0 ? Tensor() : t[0] * (pow(n.saved_tensor(&UnaryInputSaved::x), c - 1) * c);
+  pow_scalar_backward(n, t[0], out);
 }
 static const OpDef pow_scalar_op({
     .name = "pow_scalar",
@@ -413,16 +411,10 @@ struct RdivSaved {
 }  // namespace
 static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   // d(c/b)/db = -c/b^2 = -out/b
-  Tensor ratio = div(n.saved_tensor(&RdivSaved::output), n.saved_tensor(&RdivSaved::b));
-  if (grad_enabled()) {
-    gin[0] = -(g * ratio);
-    return;
-  }
-  gin[0] = fused_grad(g, ratio, [](auto gy, auto r) { return -gy * r; });
+  const Tensor ratio = div(n.saved_tensor(&RdivSaved::output), n.saved_tensor(&RdivSaved::b));
+  gin[0] = times_derivative(g, ratio, [](auto r) { return -r; });
 }
-static void rdiv_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = -(t[0] * div(n.saved_tensor(&RdivSaved::output), n.saved_tensor(&RdivSaved::b)));
-}
+static void rdiv_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) { rdiv_backward(n, t[0], out); }
 static const OpDef rdiv_op({
     .name = "rdiv",
     .arity = 1,

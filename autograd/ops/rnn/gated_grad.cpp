@@ -294,7 +294,7 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
   // P is saved for the tangent rule only when a node may be recorded; under
   // no_grad one step's rows are scratch.
   Tensor u, P;
-  run_gated_grad(g, a, j, w, Tensor(), grad_enabled(), u, P);
+  run_gated_grad(g, a, j, w, Tensor(), may_record(g_in, a_in, j_in, w_in), u, P);
   if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
     n->save(GatedGradSaved{.carry = a_in, .slopes = j_in, .weight = w_in, .output = u, .p = P});
   }
