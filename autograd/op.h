@@ -18,8 +18,9 @@ namespace tg {
 /// Fills grad_in[k] (shape of input k) for every input with node.needs(k);
 /// grad_out has the node's output shape. Runs with grad mode set to the
 /// pass's create_graph: written with tensor ops, a backward is then recorded
-/// and can itself be differentiated (double backward). A fused kernel is
-/// fine on the plain path; under grad_enabled() take a differentiable form.
+/// and can itself be differentiated (double backward). A backward that runs
+/// fused kernels gives its tensor-op form as OpSpec::recorded_backward: the
+/// engine picks the form, and no backward asks for the mode.
 using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in);
 /// Forward over reverse (hvp): the gradients of the inputs and, in
 /// grad_in_tangents[k], the tangent of grad_in[k] at the open forward-AD level,
