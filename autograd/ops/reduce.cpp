@@ -473,29 +473,35 @@ struct ExtremeSaved {
   Tensor indices;  // int64 positions within each row, reduced_shape(keepdim)
   static constexpr std::tuple fields{saved_field("indices", &ExtremeSaved::indices)};
 };
-static void extreme_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
+// x's gradient is g at the chosen element of each row, zero elsewhere, laid
+// out as x permuted (the reduced axes last, rows of R) and permuted back.
+struct ExtremeRows {
+  Tensor idx;                // (rows) positions
+  Shape perm_shape, inverse;  // x's shape permuted, and the permutation back
+  int64_t rows, R;
+};
+static ExtremeRows extreme_rows(const Node& n) {
+  ExtremeRows e{.idx = n.saved_tensor(&ExtremeSaved::indices), .perm_shape = {},
+                .inverse = n.attrs<ExtremeAttrs>().order, .rows = 0, .R = 0};
   const Shape& in = n.edges[0].shape;
   const Shape& order = n.attrs<ExtremeAttrs>().order;
-  Shape perm_shape, inverse(order);
   for (int k = 0; k < order.size(); ++k) {
-    perm_shape.push_back(in[static_cast<int>(order[k])]);
-    inverse[static_cast<int>(order[k])] = k;
+    e.perm_shape.push_back(in[static_cast<int>(order[k])]);
+    e.inverse[static_cast<int>(order[k])] = k;
   }
-  const int64_t rows = idx.numel(), R = rows ? in.numel() / rows : 0;
-  const Tensor gr = scatter(zeros({rows, R}, g.dtype()), 1, reshape(idx, {rows, 1}), reshape(g, {rows, 1}));
-  gin[0] = permute(reshape(gr, perm_shape), inverse);
+  e.rows = e.idx.numel(), e.R = e.rows ? in.numel() / e.rows : 0;
+  return e;
+}
+static void extreme_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const ExtremeRows e = extreme_rows(n);
+  const Tensor gr = scatter(zeros({e.rows, e.R}, g.dtype()), 1, reshape(e.idx, {e.rows, 1}), reshape(g, {e.rows, 1}));
+  gin[0] = permute(reshape(gr, e.perm_shape), e.inverse);
 }
 static void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
-  const Shape& in = n.edges[0].shape;
-  const Shape& order = n.attrs<ExtremeAttrs>().order;
-  Shape perm_shape, inverse(order);
-  for (int k = 0; k < order.size(); ++k) {
-    perm_shape.push_back(in[static_cast<int>(order[k])]);
-    inverse[static_cast<int>(order[k])] = k;
-  }
-  const int64_t rows = idx.numel(), R = rows ? in.numel() / rows : 0;
+  const ExtremeRows e = extreme_rows(n);
+  const Tensor& idx = e.idx;
+  const Shape &perm_shape = e.perm_shape, &inverse = e.inverse;
+  const int64_t rows = e.rows, R = e.R;
   Tensor gr = zeros(perm_shape, g.dtype());
   Tensor gc = g.contiguous();
   dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
