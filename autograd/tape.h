@@ -329,13 +329,13 @@ bool carries_tangent(const TensorImpl& t);
 uint64_t plain_pass();
 
 /// True while a backward runs in the pass of grad_and_tangents() on a
-/// forward-AD level whose tangents are not differentiated again (hvp). A
-/// backward may then compute its gradients and their tangents by fused
-/// kernels and return the gradients with their tangents set (set_tangent),
-/// instead of running its recorded form, whose ops the pass would follow one
-/// by one.
+/// forward-AD level whose tangents are not differentiated again (hvp). The
+/// engine (run_backward) then calls an op's OpSpec::backward_with_tangents,
+/// gradients and their tangents by fused kernels, instead of its recorded
+/// form, whose ops the pass would follow one by one.
 bool fused_backward_tangents();
-/// Gives t (a tensor no op has recorded) its tangent at the open forward-AD level.
+/// Gives t (a tensor no op has recorded) its tangent at the open forward-AD
+/// level: how run_backward attaches what backward_with_tangents computed.
 void set_tangent(const Tensor& t, Tensor tangent);
 }  // namespace detail
 
