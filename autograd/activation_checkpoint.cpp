@@ -130,10 +130,9 @@ Rerun rerun(const Node& n, Graph graph) {
 Tensor checkpoint_recompute(const Node& n) {
   const CheckpointClosure& c = closure_of(n);
   if (!c.kept.out.defined()) {
-    const uint64_t pass = detail::plain_pass();
-    if (pass != 0 && n.pass == pass && n.run && !forward_ad_enabled()) {
+    if (detail::plain_pass_runs(n) && !forward_ad_enabled()) {
       c.kept = rerun(n, Graph::plain);
-      c.kept.pass = pass;
+      c.kept.pass = detail::plain_pass();
     } else {
       c.kept = rerun(n, Graph::none);
     }

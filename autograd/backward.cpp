@@ -1,9 +1,11 @@
 // The backward pass: backward(), grad() and grad_and_tangents() run one
-// reverse pass (Pass) over the nodes their roots reach; hooks, gradient
-// accumulation and the pass state kept for passes nested in another.
+// reverse pass (Pass) over the nodes their roots reach, with hooks and
+// gradient accumulation. A pass keeps its working state (each node's
+// incoming gradients, whether it runs) to itself, so a pass started inside
+// another (a hook, a recorded backward calling grad()) shares nothing with it.
 #include <algorithm>
-#include <deque>
 #include <optional>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -63,86 +65,27 @@ void accumulate(Tensor& slot, const Tensor& g, bool leaf) {
     slot = add(slot, g);
 }
 
-// The fields of nodes and leaves that hold a running pass's state. A pass
-// started inside another (a hook, or a recorded backward that calls grad())
-// may touch the same nodes: it keeps their outer state and puts it back.
-struct NodeState {
-  Node* node;
-  Tensor grad;
-  std::vector<Tensor> side_grads;
-  uint64_t pass;
-  bool run;
-  int32_t capture;
+// What a pass keeps of a node it reached (the node itself is the record of
+// an op): the gradients flowing into its outputs, and whether it runs.
+struct NodeInPass {
+  Node* node = nullptr;
+  Tensor grad;                     // into the output
+  std::vector<Tensor> side_grads;  // into side output k, at k-1
+  bool run = false;                // this pass runs its backward
+  int32_t capture = -1;            // grad(): the index of the input the node produced
 };
-struct LeafState {
-  TensorImpl* leaf;
-  uint64_t pass;
-  int32_t pending, capture;
+// And of a leaf: the edges still to deliver a gradient to it (its
+// post-accumulate hooks fire at zero), and grad()'s index of it.
+struct LeafInPass {
+  int32_t pending = 0;
+  int32_t capture = -1;
 };
 
-// Per-thread scratch of a pass, one per nesting level: the nodes it collected
-// and, below the top level, the outer state to restore.
-struct PassScratch {
-  std::vector<Node*> nodes;
-  std::vector<NodeState> saved_nodes;
-  std::vector<LeafState> saved_leaves;
-};
-struct Scratch {
-  std::deque<PassScratch> levels;  // a deque: growing keeps outer levels' references valid
-  size_t depth = 0;
-};
-thread_local Scratch t_scratch;
-// The plain pass running on this thread (detail::plain_pass), or 0.
-thread_local uint64_t t_plain_pass = 0;
-
-class PassLevel {
- public:
-  PassLevel() : s_(enter()), nested_(t_scratch.depth > 1) {}
-  ~PassLevel() {
-    for (auto it = s_.saved_nodes.rbegin(); it != s_.saved_nodes.rend(); ++it) {
-      it->node->grad = std::move(it->grad);
-      it->node->side_grads = std::move(it->side_grads);
-      it->node->pass = it->pass;
-      it->node->run = it->run;
-      it->node->capture = it->capture;
-    }
-    for (auto it = s_.saved_leaves.rbegin(); it != s_.saved_leaves.rend(); ++it) {
-      it->leaf->pass = it->pass;
-      it->leaf->pending = it->pending;
-      it->leaf->capture = it->capture;
-    }
-    s_.nodes.clear();
-    s_.saved_nodes.clear();
-    s_.saved_leaves.clear();
-    --t_scratch.depth;
-  }
-  std::vector<Node*>& nodes() { return s_.nodes; }
-  // First visit of n in this pass: keeps an outer pass's state, then resets.
-  void visit(Node* n, uint64_t pass, bool run) {
-    if (nested_ && n->pass != 0)
-      s_.saved_nodes.push_back({n, std::move(n->grad), n->side_grads, n->pass, n->run, n->capture});
-    n->pass = pass;
-    n->grad = Tensor();
-    for (Tensor& g : n->side_grads) g = Tensor();
-    n->run = run;
-    n->capture = -1;
-    s_.nodes.push_back(n);
-  }
-  void visit(TensorImpl* leaf, uint64_t pass) {
-    if (nested_ && leaf->pass != 0) s_.saved_leaves.push_back({leaf, leaf->pass, leaf->pending, leaf->capture});
-    leaf->pass = pass;
-    leaf->pending = 0;
-    leaf->capture = -1;
-  }
-
- private:
-  static PassScratch& enter() {
-    if (t_scratch.levels.size() <= t_scratch.depth) t_scratch.levels.resize(t_scratch.depth + 1);
-    return t_scratch.levels[t_scratch.depth++];
-  }
-  PassScratch& s_;
-  bool nested_;
-};
+class Pass;
+// The innermost plain (not create_graph) pass running on this thread, or null.
+thread_local const Pass* t_plain_pass = nullptr;
+// The side outputs' gradients of the backward running now (Node::side_grad).
+thread_local const detail::SideGradsScope* t_side_grads = nullptr;
 
 // One reverse pass, shared by backward() and grad(). With `inputs` given,
 // their gradients are collected and no .grad is touched.
@@ -154,7 +97,14 @@ class Pass {
        const char* api, bool cut = false)
       : roots_(roots), inputs_(inputs), options_(options), api_(api), cut_(cut),
         retain_(options.retain_graph.value_or(options.create_graph)),
-        id_(g_next_pass.fetch_add(1, std::memory_order_relaxed)), order_(level_.nodes()) {}
+        id_(g_next_pass.fetch_add(1, std::memory_order_relaxed)) {}
+
+  uint64_t id() const { return id_; }
+  // Whether this pass reached n and runs its backward.
+  bool runs(const Node& n) const {
+    auto it = nodes_.find(&n);
+    return it != nodes_.end() && it->second.run;
+  }
 
   std::vector<Tensor> run(const std::vector<Tensor>& root_grads) {
     std::vector<Tensor> seeds = check_seeds(root_grads);
@@ -164,10 +114,10 @@ class Pass {
     std::optional<NoGradGuard> no_grad;
     std::optional<EnableGradGuard> with_grad;
     struct PlainPass {
-      uint64_t outer = t_plain_pass;
+      const Pass* outer = t_plain_pass;
       ~PlainPass() { t_plain_pass = outer; }
     } plain_pass;
-    t_plain_pass = options_.create_graph ? 0 : id_;
+    t_plain_pass = options_.create_graph ? nullptr : this;
     if (options_.create_graph)  // the backward functions record: their gradients are differentiable
       with_grad.emplace();
     else
@@ -175,10 +125,10 @@ class Pass {
     seed(seeds);
     std::vector<Tensor> grads;
     for (size_t k = order_.size(); k-- > 0;) {
-      Node& n = *order_[k];
-      grads.assign(n.edges.size(), Tensor());
-      run_node(n, grads);
-      deliver(n, grads);
+      NodeInPass& s = *order_[k];
+      grads.assign(s.node->edges.size(), Tensor());
+      run_node(s, grads);
+      deliver(*s.node, grads);
     }
     if (inputs_) finish_inputs();
     return std::move(results_);
@@ -237,20 +187,45 @@ class Pass {
   void collect() {
     const bool run_all = !inputs_;
     for (const Tensor& root : roots_)
-      if (Node* n = root.impl()->grad_fn.get(); n && n->pass != id_) level_.visit(n, id_, run_all);
+      if (Node* n = root.impl()->grad_fn.get()) visit(n, run_all);
     for (size_t k = 0; k < order_.size(); ++k) {
-      if (is_cut(order_[k])) continue;
-      for (Edge& e : order_[k]->edges) {
+      if (is_cut(order_[k]->node)) continue;
+      for (Edge& e : order_[k]->node->edges) {
         if (!e.needs_grad) continue;
-        if (Node* p = e.node.get()) {
-          if (p->pass != id_) level_.visit(p, id_, run_all);
-        } else if (TensorImpl* leaf = e.leaf.get()) {
-          if (leaf->pass != id_) level_.visit(leaf, id_);
-          ++leaf->pending;
-        }
+        if (Node* p = e.node.get())
+          visit(p, run_all);
+        else if (TensorImpl* leaf = e.leaf.get())
+          ++leaves_[leaf].pending;
       }
     }
-    std::sort(order_.begin(), order_.end(), [](const Node* a, const Node* b) { return a->seq < b->seq; });
+    std::sort(order_.begin(), order_.end(),
+              [](const NodeInPass* a, const NodeInPass* b) { return a->node->seq < b->node->seq; });
+  }
+
+  // First visit of n in this pass.
+  void visit(Node* n, bool run) {
+    auto [it, fresh] = nodes_.try_emplace(n);
+    if (!fresh) return;
+    NodeInPass& s = it->second;
+    s.node = n;
+    s.run = run;
+    s.side_grads.resize(n->side_outputs);
+    order_.push_back(&s);
+  }
+
+  // What this pass keeps of n, or null if it did not reach n.
+  NodeInPass* find(const Node* n) {
+    auto it = nodes_.find(n);
+    return it == nodes_.end() ? nullptr : &it->second;
+  }
+  // Whether the gradient reaching n is wanted: its backward runs, or it is grad()'s.
+  NodeInPass* wanted(const Node* n) {
+    NodeInPass* s = find(n);
+    return s && (s->run || s->capture >= 0) ? s : nullptr;
+  }
+  int32_t leaf_capture(const TensorImpl* leaf) const {
+    auto it = leaves_.find(leaf);
+    return it == leaves_.end() ? -1 : it->second.capture;
   }
 
   // grad(): a node runs only when one of its edges leads to an input. Oldest
@@ -259,16 +234,15 @@ class Pass {
     for (size_t k = 0; k < inputs_->size(); ++k) {
       TensorImpl* x = (*inputs_)[k].impl();
       if (Node* n = x->grad_fn.get()) {
-        if (n->pass == id_) n->capture = static_cast<int32_t>(k);
+        if (NodeInPass* s = find(n)) s->capture = static_cast<int32_t>(k);
       } else {
-        if (x->pass != id_) level_.visit(x, id_);
-        x->capture = static_cast<int32_t>(k);
+        leaves_[x].capture = static_cast<int32_t>(k);
       }
     }
-    for (Node* n : order_)
-      for (const Edge& e : is_cut(n) ? std::span<const Edge>() : std::span<const Edge>(n->edges)) {
+    for (NodeInPass* s : order_)
+      for (const Edge& e : is_cut(s->node) ? std::span<const Edge>() : std::span<const Edge>(s->node->edges)) {
         if (!e.needs_grad) continue;
-        if (e.node ? (e.node->capture >= 0 || e.node->run) : (e.leaf && e.leaf->capture >= 0)) n->run = true;
+        if (e.node ? wanted(e.node.get()) != nullptr : (e.leaf && leaf_capture(e.leaf.get()) >= 0)) s->run = true;
       }
   }
 
@@ -283,36 +257,37 @@ class Pass {
     for (size_t r = 0; r < roots_.size(); ++r) {
       TensorImpl* root = roots_[r].impl();
       if (Node* n = root->grad_fn.get())
-        accumulate(slot(*n, root->output_nr), seeds[r], false);
+        accumulate(slot(*find(n), root->output_nr), seeds[r], false);
       else if (inputs_)
-        capture(root->capture, seeds[r]);
+        capture(leaf_capture(root), seeds[r]);
       else
         accumulate(root->grad, seeds[r], true);
     }
   }
 
   // Where the gradient of output `output` of n accumulates.
-  static Tensor& slot(Node& n, uint32_t output) { return output == 0 ? n.grad : n.side_grads[output - 1]; }
+  static Tensor& slot(NodeInPass& s, uint32_t output) { return output == 0 ? s.grad : s.side_grads[output - 1]; }
 
   void capture(int32_t slot, const Tensor& g) {
     if (slot >= 0) accumulate(results_[static_cast<size_t>(slot)], g, false);
   }
 
   // Hooks, retain_grad and grad()'s capture, then the node's backward into grads.
-  void run_node(Node& n, std::vector<Tensor>& grads) {
+  void run_node(NodeInPass& s, std::vector<Tensor>& grads) {
+    Node& n = *s.node;
     // The node's gradient is handed over, not shared: a backward that holds
     // the only reference may write its result into it (fused_grad).
-    Tensor g = std::move(n.grad);
-    n.grad = Tensor();
+    Tensor g = std::move(s.grad);
+    s.grad = Tensor();
     bool side = false;
-    for (const Tensor& s : n.side_grads) side |= s.defined();
-    if (!(g.defined() || side) || !(n.run || n.capture >= 0)) return clear_side_grads(n);
+    for (const Tensor& sg : s.side_grads) side |= sg.defined();
+    if (!(g.defined() || side) || !(s.run || s.capture >= 0)) return s.side_grads.clear();
     if (g.defined()) {
       if (!n.hooks.empty()) g = run_hooks(n.hooks, std::move(g), describe_node(n).c_str());
       if (auto kept = n.retains.lock()) kept->grad = options_.create_graph ? g : g.detach();
-      capture(n.capture, g);
+      capture(s.capture, g);
     }
-    if (!n.run) return clear_side_grads(n);
+    if (!s.run) return s.side_grads.clear();
     check_runnable(n);
     // Checked against the output's gradient only: with side outputs, an
     // input's gradient may depend on that one alone, and be a constant when
@@ -322,7 +297,7 @@ class Pass {
     if (Tensor* into = accumulating_slot(n)) {
       ProfileScope prof(n.op->name, ProfilePhase::backward);
       n.op->accumulate(n, g, *into);
-      clear_side_grads(n);
+      s.side_grads.clear();
       release_saved(n);
       return;  // grads stay undefined: nothing more to deliver
     }
@@ -332,11 +307,12 @@ class Pass {
     {
       ProfileScope prof(n.op->name, ProfilePhase::backward);
       AutocastGuard precision(n.autocast);
+      detail::SideGradsScope side_grads(n, s.side_grads);
       run_backward(n, g, grads);
     }
     if (anomaly) [[unlikely]]
       detail::check_backward(n, incoming, grads, api_);
-    clear_side_grads(n);
+    s.side_grads.clear();
     release_saved(n);
     check_input_grads(n, grads, g_records);
   }
@@ -349,14 +325,10 @@ class Pass {
   Tensor* accumulating_slot(Node& n) {
     if (!n.op->accumulate || options_.create_graph || anomaly_enabled() || forward_ad_enabled()) return nullptr;
     Edge& e = n.edges[0];
-    Node* p = e.node.get();
-    if (!e.needs_grad || !p || !(p->run || p->capture >= 0)) return nullptr;
+    NodeInPass* p = e.needs_grad ? wanted(e.node.get()) : nullptr;
+    if (!p) return nullptr;
     Tensor& s = slot(*p, e.output);
     return s.defined() && exclusive(s) && s.dtype() == n.out_dtype ? &s : nullptr;
-  }
-
-  static void clear_side_grads(Node& n) {
-    for (Tensor& s : n.side_grads) s = Tensor();
   }
 
   // n's backward can run: what it saved is still there, and it is
@@ -423,19 +395,20 @@ class Pass {
       if (!edge.needs_grad) continue;
       Tensor& gi = grads[e];
       if (Node* p = edge.node.get()) {
-        if (gi.defined() && (p->run || p->capture >= 0)) accumulate(slot(*p, edge.output), gi, false);
+        if (NodeInPass* into = gi.defined() ? wanted(p) : nullptr) accumulate(slot(*into, edge.output), gi, false);
         continue;
       }
       TensorImpl* leaf = edge.leaf.get();
       if (!leaf) continue;
+      LeafInPass& l = leaves_[leaf];
       if (gi.defined()) {
         if (leaf->hooks && !leaf->hooks->grad.empty()) gi = run_hooks(leaf->hooks->grad, std::move(gi), "a leaf");
         if (inputs_)
-          capture(leaf->capture, gi);
+          capture(l.capture, gi);
         else
           accumulate(leaf->grad, gi, true);
       }
-      if (--leaf->pending == 0 && !inputs_ && leaf->hooks && !leaf->hooks->post_accumulate.empty()) {
+      if (--l.pending == 0 && !inputs_ && leaf->hooks && !leaf->hooks->post_accumulate.empty()) {
         Tensor handle(edge.leaf);
         for (auto& [active, fn] : leaf->hooks->post_accumulate)
           if (*active) fn(handle);
@@ -445,16 +418,13 @@ class Pass {
 
   void finish_inputs() {
     for (size_t k = 0; k < inputs_->size(); ++k) {
-      TensorImpl* x = (*inputs_)[k].impl();
-      x->capture = -1;
-      if (Node* n = x->grad_fn.get(); n && n->pass == id_) n->capture = -1;
+      const TensorImpl* x = (*inputs_)[k].impl();
       if (!results_[k].defined() && !options_.allow_unused)
         throw AutogradError(fmt::format(
             "{}: input {} (shape {}) is not reached from the outputs; pass allow_unused=true to get an undefined "
             "gradient for it",
             api_, k, x->shape));
     }
-    for (Node* n : order_) n->capture = -1;
   }
 
   const std::vector<Tensor>& roots_;
@@ -464,14 +434,29 @@ class Pass {
   const bool cut_;
   const bool retain_;
   const uint64_t id_;
-  PassLevel level_;
-  std::vector<Node*>& order_;
+  // Every node reached, oldest first, and their state; the leaves' state.
+  std::unordered_map<const Node*, NodeInPass> nodes_;
+  std::vector<NodeInPass*> order_;
+  std::unordered_map<const TensorImpl*, LeafInPass> leaves_;
   std::vector<Tensor> results_;
 };
 
 }  // namespace
 
-uint64_t detail::plain_pass() { return t_plain_pass; }
+uint64_t detail::plain_pass() { return t_plain_pass ? t_plain_pass->id() : 0; }
+bool detail::plain_pass_runs(const Node& n) { return t_plain_pass && t_plain_pass->runs(n); }
+
+detail::SideGradsScope::SideGradsScope(const Node& n, std::span<const Tensor> grads)
+    : node_(&n), grads_(grads), outer_(t_side_grads) {
+  t_side_grads = this;
+}
+detail::SideGradsScope::~SideGradsScope() { t_side_grads = outer_; }
+
+const Tensor& detail::side_grad(const Node& n, uint32_t k) {
+  static const Tensor none;
+  const SideGradsScope* s = t_side_grads;
+  return s && s->node_ == &n && k >= 1 && k <= s->grads_.size() ? s->grads_[k - 1] : none;
+}
 
 // ---------------------------------------------------------------- API
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

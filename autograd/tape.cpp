@@ -64,14 +64,10 @@ void reset(Node& n) {
   n.saved.clear();
   n.hooks.clear();
   n.retains.reset();
-  n.side_grads.clear();
+  n.side_outputs = 0;
   n.module_path.clear();
   n.closure.reset();
-  n.grad = Tensor();
   n.released = false;
-  n.run = false;
-  n.capture = -1;
-  n.pass = 0;
   n.fw_level = 0;
   n.tangents_in.clear();
   n.tangents.clear();
@@ -170,8 +166,8 @@ void Node::save_side_slot(const Tensor& t) {
     throw AutogradError(fmt::format("'{}': a side output is an intermediate the forward computed, defined and "
                                     "not requiring grad",
                                     op->name));
-  side_grads.emplace_back();
-  saved.push_back({t, t.version(), NodeRef(), static_cast<int32_t>(side_grads.size())});
+  ++side_outputs;
+  saved.push_back({t, t.version(), NodeRef(), static_cast<int32_t>(side_outputs)});
 }
 
 void Node::bad_attrs(const char* asked) const {
@@ -261,7 +257,7 @@ std::vector<Tensor> compute_tangents(Node& n) {
     throw AutogradError(fmt::format("forward-mode AD: cannot compute the tangent of {}: what it saved was freed by "
                                     "a backward without retain_graph=true",
                                     describe_node(n)));
-  std::vector<Tensor> out(1 + n.side_grads.size());
+  std::vector<Tensor> out(1 + n.side_outputs);
   {
     SuspendForwardAD off;
     // Recorded, a tangent can be differentiated in reverse; a level that needs
@@ -492,25 +488,16 @@ void detail::set_tangent(const Tensor& t, Tensor tangent) {
   t.impl()->tangent_level = t_fw_level;
 }
 
-void tangent_from_backward(const Node& node, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out) {
-  // The backward reads side outputs' cotangents from the node's pass state,
-  // which no pass uses while a tangent rule runs; it is put back after.
-  Node& n = const_cast<Node&>(node);
+void tangent_from_backward(const Node& n, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out) {
   EnableGradGuard with_grad;  // the backward in ops, differentiated in u (detached below unless recorded)
+  // u: cotangents of the output and of each side output, which the backward reads as their gradients
   std::vector<Tensor> u{zeros(n.out_shape, n.out_dtype).requires_grad_()};
-  std::vector<Tensor> outer_side = n.side_grads;
-  for (size_t k = 0; k < n.side_grads.size(); ++k) {
-    u.push_back(zeros(side_output_shape(n, static_cast<uint32_t>(k + 1)), n.out_dtype).requires_grad_());
-    n.side_grads[k] = u.back();
-  }
+  for (uint32_t k = 1; k <= n.side_outputs; ++k) u.push_back(zeros(side_output_shape(n, k), n.out_dtype).requires_grad_());
   std::vector<Tensor> vjp(n.edges.size());
-  try {
+  {
+    detail::SideGradsScope side(n, std::span<const Tensor>(u).subspan(1));
     run_backward(n, u[0], vjp);
-  } catch (...) {
-    n.side_grads = std::move(outer_side);
-    throw;
   }
-  n.side_grads = std::move(outer_side);
   Tensor inner;  // <J^T u, v>
   for (size_t k = 0; k < vjp.size(); ++k) {
     if (k >= tangent_in.size() || !tangent_in[k].defined() || !vjp[k].defined()) continue;

@@ -53,6 +53,12 @@ struct OpDef;
 struct Node;
 class SavedList;
 
+namespace detail {
+/// The gradient that reached side output k (1-based) of n in the backward
+/// running now (see SideGradsScope), or an undefined tensor.
+const Tensor& side_grad(const Node& n, uint32_t k);
+}  // namespace detail
+
 /// Where the gradient of one input goes.
 struct Edge {
   NodeRef node;                       ///< the input's producer, or null
@@ -92,17 +98,11 @@ struct Node {
   DType autocast = DType::f32;        ///< the GEMM precision it was recorded under; its backward runs under it
   std::vector<HookEntry> hooks;       ///< registered on the output tensor (Tensor::register_hook)
   std::weak_ptr<TensorImpl> retains;  ///< the output, when it retain_grad()s
-  std::vector<Tensor> side_grads;     ///< backward pass: gradient flowing into side output k at k-1
+  uint32_t side_outputs = 0;          ///< SideOutput fields saved (see save): outputs 1..side_outputs
   std::string module_path;            ///< under anomaly detection: the module path it was recorded in
   /// State of an op that a small trivially copyable struct (attrs) cannot
   /// hold: checkpoint's function to rerun and its random state.
   std::shared_ptr<const void> closure;
-
-  // State of the backward pass running now (see backward.cpp).
-  Tensor grad;                        ///< backward pass: gradient flowing into this node's output
-  uint64_t pass = 0;                  ///< backward pass: the pass that collected this node
-  bool run = false;                   ///< backward pass: this pass needs its backward
-  int32_t capture = -1;               ///< grad(): index of the input this node produced
 
   // Forward mode (forward_ad.h): recorded under a forward-AD level with an
   // input that has a tangent, a node keeps its inputs' tangents; its outputs'
@@ -174,7 +174,7 @@ struct Node {
   template <class S>
   const Tensor& side_grad(SideOutput S::*field) const {
     saved_slot(typeid(S), detail::saved_index(field));
-    return side_grads.at(side_output(field) - 1);
+    return detail::side_grad(*this, side_output(field));
   }
   /// Drops the tensors rebuilt for this node's backward (they can be rebuilt again).
   void drop_recomputed();
@@ -324,9 +324,28 @@ class TangentsOnlySuspended {
 bool carries_tangent(const TensorImpl& t);
 
 /// The id of the backward pass running on this thread (the innermost) when
-/// it is plain (not create_graph), or 0: a node collected by it with `run`
-/// set (Node::pass == this id) will have its backward run by it.
+/// it is plain (not create_graph), or 0.
 uint64_t plain_pass();
+/// Whether that pass will run n's backward (it reached n, and n leads to
+/// what it differentiates).
+bool plain_pass_runs(const Node& n);
+
+/// While alive on this thread, n's backward reads `grads` as the gradients
+/// that reached its side outputs (Node::side_grad): the pass running the
+/// backward holds them, or the engine deriving a tangent from it.
+class SideGradsScope {
+ public:
+  SideGradsScope(const Node& n, std::span<const Tensor> grads);
+  ~SideGradsScope();
+  SideGradsScope(const SideGradsScope&) = delete;
+  SideGradsScope& operator=(const SideGradsScope&) = delete;
+
+ private:
+  friend const Tensor& side_grad(const Node& n, uint32_t k);
+  const Node* node_;
+  std::span<const Tensor> grads_;
+  const SideGradsScope* outer_;
+};
 
 /// True while a backward runs in the pass of grad_and_tangents() on a
 /// forward-AD level whose tangents are not differentiated again (hvp). The

@@ -183,7 +183,6 @@ struct TensorImpl {
   Tensor grad;      ///< leaves, and non-leaves that retain_grad()
   NodeRef grad_fn;  ///< the node that produced this tensor; null for leaves
   uint32_t output_nr = 0;  ///< which output of grad_fn: 0, or one of its side outputs (saved.h: SideOutput)
-  /// Leaves only: hooks, and the running backward's bookkeeping (see backward.cpp).
   /// A leaf's hooks, allocated on the first one.
   struct LeafHooks {
     std::vector<HookEntry> grad;  ///< Tensor::register_hook
@@ -191,9 +190,6 @@ struct TensorImpl {
     std::vector<std::pair<std::shared_ptr<bool>, std::function<void(const Tensor&)>>> post_accumulate;
   };
   std::unique_ptr<LeafHooks> hooks;  ///< null until a hook is registered
-  uint64_t pass = 0;     ///< the backward pass that counted pending
-  int32_t pending = 0;   ///< edges of that pass still to deliver a gradient here
-  int32_t capture = -1;  ///< grad(): index of this leaf among the inputs
   /// Forward mode (forward_ad.h): the tangent make_dual gave this tensor,
   /// valid while tangent_level is the thread's forward-AD level.
   Tensor tangent;
