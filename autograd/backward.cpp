@@ -360,8 +360,7 @@ class Pass {
       n.saved.clear();
       n.released = true;
     }
-    n.tangents_in.clear();
-    n.tangents.clear();
+    detail::forget_tangents(n);
   }
 
   // The gradients n's backward returned, one per input edge: each of its

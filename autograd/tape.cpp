@@ -5,6 +5,8 @@
 #include "autograd/tape.h"
 
 #include <algorithm>
+#include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -24,6 +26,24 @@ namespace {
 thread_local bool t_grad_enabled = true;
 thread_local uint64_t t_fw_level = 0;  // the open forward-AD level; 0: none
 thread_local bool t_fw_record = true;  // the open level records its tangent rules (differentiable tangents)
+// What forward mode keeps of a node recorded at the open level with a tangent
+// flowing in: its inputs' tangents (one per edge, undefined for zero), then,
+// once its rule ran unrecorded, its outputs' (output, then side outputs). A
+// rule runs when its output's tangent is first read (by the next op that takes
+// the output, or by tangent()), once the forward that recorded the node has
+// saved what the rule reads.
+struct NodeTangents {
+  std::vector<Tensor> in, out;
+};
+// The open level's, by node (null while no level is open): a node's entry
+// goes when the node is freed or its backward releases what it saved, and all
+// of them when the level closes.
+thread_local std::unordered_map<const Node*, NodeTangents>* t_fw_nodes = nullptr;
+NodeTangents* tangents_of(const Node* n) {
+  if (!t_fw_level || !t_fw_nodes || !n) return nullptr;
+  auto it = t_fw_nodes->find(n);
+  return it == t_fw_nodes->end() ? nullptr : &it->second;
+}
 std::atomic<uint64_t> g_next_fw_level{1};
 // Leaves given a tangent in place by make_dual (parameters): cleared when the level closes.
 thread_local std::vector<std::shared_ptr<TensorImpl>> t_dual_leaves;
@@ -68,9 +88,7 @@ void reset(Node& n) {
   n.module_path.clear();
   n.closure.reset();
   n.released = false;
-  n.fw_level = 0;
-  n.tangents_in.clear();
-  n.tangents.clear();
+  if (t_fw_nodes) t_fw_nodes->erase(&n);
 }
 
 void free_node(Node* n) {
@@ -258,6 +276,7 @@ std::vector<Tensor> compute_tangents(Node& n) {
                                     "a backward without retain_graph=true",
                                     describe_node(n)));
   std::vector<Tensor> out(1 + n.side_outputs);
+  NodeTangents& kept = t_fw_nodes->at(&n);
   {
     SuspendForwardAD off;
     // Recorded, a tangent can be differentiated in reverse; a level that needs
@@ -275,7 +294,7 @@ std::vector<Tensor> compute_tangents(Node& n) {
       rule = n.op->recorded_tangent;
     else if (t_fw_record && n.op->tangent_once_differentiable)
       rule = tangent_from_backward;
-    rule(n, n.tangents_in, out);
+    rule(n, kept.in, out);
   }
   n.drop_recomputed();
   for (size_t k = 0; k < out.size(); ++k) {
@@ -287,8 +306,8 @@ std::vector<Tensor> compute_tangents(Node& n) {
                                       dtype_name(n.out_dtype)));
   }
   if (!t_fw_record) {
-    n.tangents = out;
-    n.tangents_in.clear();  // read once: the inputs' tangents need not outlive the rule
+    kept.out = out;
+    kept.in.clear();  // read once: the inputs' tangents need not outlive the rule
   }
   return out;
 }
@@ -302,7 +321,8 @@ void flush_pending();
 void give_output_tangent(TensorImpl& out, Node& n, Tensor t) {
   out.tangent = std::move(t);
   out.tangent_level = t_fw_level;
-  if (!n.tangents.empty() && !hands_out_output(n)) n.tangents[0] = Tensor();
+  if (NodeTangents* kept = tangents_of(&n); kept && !kept->out.empty() && !hands_out_output(n))
+    kept->out[0] = Tensor();
 }
 
 // The tangent of t at the open level (undefined: zero), kept in t.
@@ -311,8 +331,9 @@ Tensor tangent_of(TensorImpl& t) {
   if (t_pending) flush_pending();
   if (t.tangent_level == t_fw_level) return t.tangent;
   Node* n = t.grad_fn.get();
-  if (!n || n->fw_level != t_fw_level) return Tensor();
-  Tensor tn = n->tangents.empty() ? compute_tangents(*n)[t.output_nr] : n->tangents[t.output_nr];
+  NodeTangents* kept = tangents_of(n);
+  if (!kept) return Tensor();
+  Tensor tn = kept->out.empty() ? compute_tangents(*n)[t.output_nr] : kept->out[t.output_nr];
   if (t.output_nr == 0) {
     give_output_tangent(t, *n, std::move(tn));
   } else {
@@ -326,15 +347,16 @@ Tensor tangent_of(TensorImpl& t) {
 // is not zero. Reading them runs the rules of the ops that made the inputs,
 // whose forwards have returned: so tangents follow the forward one op behind.
 void keep_tangents(Node& n, std::span<const Tensor* const> inputs) {
+  std::vector<Tensor> tangents;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Tensor& in = *inputs[k];
     if (!in.defined() || !in.requires_grad()) continue;
     Tensor t = tangent_of(*in.impl());
     if (!t.defined()) continue;
-    if (n.tangents_in.empty()) n.tangents_in.resize(inputs.size());
-    n.tangents_in[k] = std::move(t);
+    if (tangents.empty()) tangents.resize(inputs.size());
+    tangents[k] = std::move(t);
   }
-  if (!n.tangents_in.empty()) n.fw_level = t_fw_level;
+  if (!tangents.empty()) (*t_fw_nodes)[&n].in = std::move(tangents);
 }
 
 // Tangents only: runs the pending node's rule into its output's tangent (when
@@ -381,8 +403,7 @@ Node* record_tangent(const OpDef& op, std::span<const Tensor* const> inputs, Ten
     e.dtype = inputs[k]->dtype();
     e.needs_grad = tangents[k].defined();
   }
-  n->tangents_in = std::move(tangents);
-  n->fw_level = t_fw_level;
+  (*t_fw_nodes)[n].in = std::move(tangents);
   t_pending = std::move(ref);
   t_pending_out = out.impl_ptr();
   return n;
@@ -403,6 +424,7 @@ ForwardADGuard::ForwardADGuard(bool differentiable_tangents) {
     throw AutogradError("ForwardADGuard: a forward-AD level is already open on this thread (one level at a time)");
   t_fw_level = g_next_fw_level.fetch_add(1, std::memory_order_relaxed);
   t_fw_record = differentiable_tangents;
+  t_fw_nodes = new std::unordered_map<const Node*, NodeTangents>();
 }
 ForwardADGuard::~ForwardADGuard() {
   for (const auto& leaf : t_dual_leaves) {
@@ -412,12 +434,18 @@ ForwardADGuard::~ForwardADGuard() {
   t_dual_leaves.clear();
   t_fw_level = 0;
   t_fw_record = true;
+  // Detached first: the tangents dropped with it may free nodes, which then find no level.
+  delete std::exchange(t_fw_nodes, nullptr);
+}
+
+void detail::forget_tangents(const Node& n) {
+  if (t_fw_nodes) t_fw_nodes->erase(&n);
 }
 
 bool forward_ad_enabled() { return t_fw_level != 0; }
 
 bool detail::carries_tangent(const TensorImpl& t) {
-  return t_fw_level != 0 && (t.tangent_level == t_fw_level || (t.grad_fn && t.grad_fn->fw_level == t_fw_level));
+  return t_fw_level != 0 && (t.tangent_level == t_fw_level || tangents_of(t.grad_fn.get()) != nullptr);
 }
 
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {

@@ -104,15 +104,6 @@ struct Node {
   /// hold: checkpoint's function to rerun and its random state.
   std::shared_ptr<const void> closure;
 
-  // Forward mode (forward_ad.h): recorded under a forward-AD level with an
-  // input that has a tangent, a node keeps its inputs' tangents; its outputs'
-  // tangents are computed by the op's tangent rule when first read (by the
-  // next op that takes the output, or by tangent()), once the forward that
-  // recorded the node has saved what the rule reads.
-  uint64_t fw_level = 0;              ///< the level of tangents_in; 0: no tangent flows through this node
-  std::vector<Tensor> tangents_in;    ///< one per edge, undefined for a zero tangent
-  std::vector<Tensor> tangents;       ///< the output's and each side output's, once computed
-
   /// Whether backward must compute the gradient of input `input`.
   bool needs(size_t input) const { return edges[input].needs_grad; }
 
@@ -317,6 +308,9 @@ class TangentsOnlySuspended {
  private:
   bool prev_;
 };
+
+/// Drops the tangents forward mode keeps for n (its backward released what it saved).
+void forget_tangents(const Node& n);
 
 /// Whether t carries a tangent at the open forward-AD level (a dual tensor,
 /// or the output of an op recorded with one): an in-place write to it would
