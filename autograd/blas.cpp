@@ -2,11 +2,19 @@
 
 #include <cblas.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +72,7 @@ struct ShapeClass {
   std::once_flag measured;
   detail::GemmBackend backend = detail::GemmBackend::openblas;
   double gflops[2] = {0, 0};  // by GemmBackend
+  bool cached = false;        // read from the machine's cache, not timed by this process
 };
 ShapeClass shape_classes[] = {{"tiny", 64, 64, 32, {}},
                                {"narrow", 32, 1024, 256, {}},
@@ -111,6 +120,161 @@ void measure(ShapeClass& c) {
   c.backend = c.gflops[1] > detail::kOnednnClearWin * c.gflops[0] ? GemmBackend::onednn : GemmBackend::openblas;
 }
 
+// The choices are kept per machine (detail::gemm_cache_path), so that every
+// process on it makes the same one: a run and its resumption, the ranks of a
+// job. Timing alone can choose differently in two processes where a class's
+// backends are close and the machine is busy, and float32 results differ
+// with the choice. A line of the file: the machine's key, the class, its
+// shape, the backend, both GFLOP/s, tab-separated.
+std::string machine_key() {
+  std::string model = "unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  // The backends' builds and the kernels they pick belong to the key (the
+  // OpenBLAS config names its core): a forced OpenBLAS core
+  // (OPENBLAS_CORETYPE) or oneDNN ISA is another machine.
+  return fmt::format("{} | {} | oneDNN {}", model, openblas_get_config(), detail::onednn_isa());
+}
+
+std::mutex cache_mutex;  // one process's classes read and write the file one at a time
+
+// One line of the cache, split at its tabs; nullopt (with the reason) where
+// it is not <machine> <class> <shape> <openblas|onednn> <GFLOP/s> <GFLOP/s>.
+struct CacheLine {
+  std::string key, name, shape;
+  detail::GemmBackend backend;
+  double gflops[2];
+};
+std::optional<CacheLine> parse_cache_line(const std::string& line, std::string& why) {
+  std::vector<std::string> f;
+  std::istringstream fields(line);
+  for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
+  if (f.size() != 6) {
+    why = fmt::format("{} tab-separated fields, not 6", f.size());
+    return std::nullopt;
+  }
+  if (f[3] != "openblas" && f[3] != "onednn") {
+    why = fmt::format("backend '{}' is neither openblas nor onednn", f[3]);
+    return std::nullopt;
+  }
+  CacheLine c{f[0], f[1], f[2], f[3] == "onednn" ? detail::GemmBackend::onednn : detail::GemmBackend::openblas, {}};
+  for (int k = 0; k < 2; ++k) {
+    char* end = nullptr;
+    c.gflops[k] = std::strtod(f[4 + k].c_str(), &end);
+    if (f[4 + k].empty() || *end != '\0' || !(c.gflops[k] >= 0)) {
+      why = fmt::format("GFLOP/s '{}' is not a number", f[4 + k]);
+      return std::nullopt;
+    }
+  }
+  return c;
+}
+
+// The cache's lines; empty where there is no file, and for a damaged one,
+// which is refused with a warning naming the file, the line and why (the
+// next store then writes a clean file).
+std::vector<CacheLine> read_cache(const std::string& path) {
+  std::vector<CacheLine> lines;
+  std::ifstream in(path);
+  int line_no = 0;
+  for (std::string line, why; std::getline(in, line);) {
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    if (auto c = parse_cache_line(line, why)) {
+      lines.push_back(std::move(*c));
+      continue;
+    }
+    fmt::print(stderr, "tapegrad: refusing the GEMM cache {}: line {}: {}; timing the backends again\n", path,
+               line_no, why);
+    return {};
+  }
+  return lines;
+}
+
+std::string shape_of(const ShapeClass& c) { return fmt::format("{}x{}x{}", c.M, c.N, c.K); }
+
+// c's choice from the cache's lines, if they have one for this machine.
+bool load_cached(ShapeClass& c, const std::vector<CacheLine>& lines, const std::string& key) {
+  for (const CacheLine& l : lines)
+    if (l.key == key && l.name == c.name && l.shape == shape_of(c)) {
+      c.backend = l.backend;
+      c.gflops[0] = l.gflops[0], c.gflops[1] = l.gflops[1];
+      c.cached = true;
+      return true;
+    }
+  return false;
+}
+
+// Adds c's choice to the cache, keeping its other lines (GFLOP/s written
+// exactly, so a reader recomputes the same choice from them); written
+// to a temporary file renamed over it, so a reader never sees half of it. A
+// cache that cannot be written is no error: the next process times again.
+void store(const ShapeClass& c, const std::vector<CacheLine>& lines, const std::string& path, const std::string& key) {
+  namespace fs = std::filesystem;
+  std::string text = "# tapegrad: the faster float32 GEMM backend per shape class, timed on this machine; "
+                     "delete this file to time them again\n";
+  auto line = [](const std::string& k, const std::string& name, const std::string& shape, detail::GemmBackend be,
+                 const double* gflops) {
+    return fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", k, name, shape,
+                       be == detail::GemmBackend::onednn ? "onednn" : "openblas", gflops[0], gflops[1]);
+  };
+  for (const CacheLine& l : lines)
+    if (!(l.key == key && l.name == c.name)) text += line(l.key, l.name, l.shape, l.backend, l.gflops);
+  text += line(key, c.name, shape_of(c), c.backend, c.gflops);
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  const std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.flush()) {
+      fs::remove(tmp, ec);
+      return;
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+// Holds an exclusive lock on `path` (created if missing) while alive, so that
+// processes starting together time a class once: the others wait and read
+// it. Where no lock can be had (a read-only directory), nothing is held.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+void measure_or_load(ShapeClass& c) {
+  const std::string path = detail::gemm_cache_path();
+  if (path.empty()) return measure(c);
+  static const std::string key = machine_key();
+  std::lock_guard lock(cache_mutex);
+  FileLock across_processes(path + ".lock");
+  const std::vector<CacheLine> lines = read_cache(path);
+  if (load_cached(c, lines, key)) return;
+  measure(c);
+  store(c, lines, path, key);
+}
+
 detail::GemmBackend f32_backend(int64_t M, int64_t N, int64_t K) {
   switch (detail::gemm_f32_policy()) {
     case detail::GemmF32Policy::openblas: return detail::GemmBackend::openblas;
@@ -118,7 +282,7 @@ detail::GemmBackend f32_backend(int64_t M, int64_t N, int64_t K) {
     case detail::GemmF32Policy::measure: break;
   }
   ShapeClass& c = shape_class(M, N, K);
-  std::call_once(c.measured, measure, c);  // a thread meeting the class meanwhile waits for the choice
+  std::call_once(c.measured, measure_or_load, c);  // a thread meeting the class meanwhile waits for the choice
   return c.backend;
 }
 
@@ -242,6 +406,16 @@ GemmF32Policy parse_gemm_f32_policy(const char* value) {
   throw ValueError(fmt::format("TAPEGRAD_GEMM_F32={}: give openblas, onednn or measure", v));
 }
 
+std::string gemm_cache_path() {
+  static const std::string path = [] {
+    if (const char* dir = std::getenv("TAPEGRAD_CACHE_DIR")) return *dir ? std::string(dir) + "/gemm_f32.tsv" : "";
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tapegrad/gemm_f32.tsv";
+    if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tapegrad/gemm_f32.tsv";
+    return std::string();
+  }();
+  return path;
+}
+
 GemmF32Policy gemm_f32_policy() {
   static const GemmF32Policy policy = parse_gemm_f32_policy(std::getenv("TAPEGRAD_GEMM_F32"));
   return policy;
@@ -252,7 +426,7 @@ std::vector<GemmF32Choice> gemm_f32_choices() {
   for (ShapeClass& c : shape_classes) {
     GemmF32Choice choice{c.name, fmt::format("{}x{}x{}", c.M, c.N, c.K), f32_backend(c.M, c.N, c.K)};
     if (gemm_f32_policy() == GemmF32Policy::measure)
-      choice.openblas_gflops = c.gflops[0], choice.onednn_gflops = c.gflops[1];
+      choice.openblas_gflops = c.gflops[0], choice.onednn_gflops = c.gflops[1], choice.cached = c.cached;
     out.push_back(choice);
   }
   return out;
@@ -280,9 +454,10 @@ std::string gemm_backend_info() {
     case detail::GemmF32Policy::measure:
       f32 = fmt::format("the faster per shape class, measured ({} vs {}, GFLOP/s)", openblas, onednn);
       for (const detail::GemmF32Choice& c : detail::gemm_f32_choices())
-        f32 += fmt::format("; {} {}: {} ({:.1f} vs {:.1f})", c.name, c.shape,
+        f32 += fmt::format("; {} {}: {} ({:.1f} vs {:.1f}{})", c.name, c.shape,
                            c.backend == detail::GemmBackend::onednn ? "oneDNN" : "OpenBLAS", c.openblas_gflops,
-                           c.onednn_gflops);
+                           c.onednn_gflops, c.cached ? ", cached" : "");
+      if (const std::string path = detail::gemm_cache_path(); !path.empty()) f32 += fmt::format("; cache {}", path);
       break;
   }
   return fmt::format("float32: {}; bfloat16: {}", f32, bf16);

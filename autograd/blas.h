@@ -71,7 +71,13 @@ struct GemmF32Choice {
   std::string shape;     // the representative M x N x K it was timed at
   GemmBackend backend;
   double openblas_gflops = 0, onednn_gflops = 0;  // 0 where not measured (a forced policy)
+  bool cached = false;  // read from the machine's cache (gemm_cache_path), timed by an earlier process
 };
+// The file where the measured choices are kept for this machine:
+// $TAPEGRAD_CACHE_DIR/gemm_f32.tsv, else $XDG_CACHE_HOME/tapegrad/, else
+// ~/.cache/tapegrad/; empty (no cache: every process times) when
+// TAPEGRAD_CACHE_DIR is set empty or no home is known.
+std::string gemm_cache_path();
 // Every class's choice, measuring those not measured yet.
 std::vector<GemmF32Choice> gemm_f32_choices();
 // How much faster oneDNN must measure for a class to run on it. Where the two
