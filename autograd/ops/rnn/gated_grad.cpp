@@ -40,11 +40,9 @@ struct GatedGradSaved {
 }  // namespace
 
 // ps holds P for every step (T,B,G) when keep_p, else one step's (B,G).
-// extra (T,B,G), when given, is added to P_t before P_t W is formed (the
-// tangent's u dj); ps then holds the sum.
 template <class S>
 static void gated_grad_forward(const Dims& d, int64_t G, Rows rows, const S* g, const S* a, const S* j, const S* w,
-                               const S* extra, S* us, S* ps, bool keep_p, S* eh) {
+                               S* us, S* ps, bool keep_p, S* eh) {
   const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, Q = G / H;
   S* e = eh + rows.first * H;  // P_{t+1} W
   for (int64_t t = T; t-- > 0;) {
@@ -59,34 +57,27 @@ static void gated_grad_forward(const Dims& d, int64_t G, Rows rows, const S* g, 
       for (int64_t q = 0; q < Q; ++q) {
         const S *ub = u + b * H, *jb = jt + b * G + q * H;
         S* pb = P + b * G + q * H;
-        if (const S* xb = extra ? extra + (r + b) * G + q * H : nullptr) {
 #pragma omp simd
-          for (int64_t i = 0; i < H; ++i) pb[i] = ub[i] * jb[i] + xb[i];
-        } else {
-#pragma omp simd
-          for (int64_t i = 0; i < H; ++i) pb[i] = ub[i] * jb[i];
-        }
+        for (int64_t i = 0; i < H; ++i) pb[i] = ub[i] * jb[i];
       }
     if (t > 0) gemm(false, false, n, H, G, S(1), P, G, w, H, S(0), e, H);
   }
 }
 
-// The recursion over all batch rows from contiguous g, a, j, w and extra
-// (a, extra may be undefined): u (T,B,H), and P (T,B,G) when keep_p, else
-// one step's scratch. u may come in defined as g itself: u_t is written
-// where g_t was read.
-static void run_gated_grad(const Tensor& g, const Tensor& a, const Tensor& j, const Tensor& w, const Tensor& extra,
-                           bool keep_p, Tensor& u, Tensor& P) {
+// The recursion over all batch rows from contiguous g, a, j, w (a may be
+// undefined): u (T,B,H), and P (T,B,G) when keep_p, else one step's scratch.
+static void run_gated_grad(const Tensor& g, const Tensor& a, const Tensor& j, const Tensor& w, bool keep_p, Tensor& u,
+                           Tensor& P) {
   const Dims d{g.size(0), g.size(1), g.size(2)};
   const int64_t G = j.size(2);
-  if (!u.defined()) u = empty({d.T, d.B, d.H}, g.dtype());
+  u = empty({d.T, d.B, d.H}, g.dtype());
   P = keep_p ? empty({d.T, d.B, G}, g.dtype()) : empty({d.B, G}, g.dtype());
   Tensor eh = zeros({d.B, d.H}, g.dtype());
   dispatch_float(g.dtype(), "gated_recurrence_grad", [&](auto tag) {
     using S = decltype(tag);
     for_batch_rows(d, G, [&](Rows rows) {
-      gated_grad_forward<S>(d, G, rows, g.data<S>(), ptr<S>(a), j.data<S>(), w.data<S>(), ptr<S>(extra), u.data<S>(),
-                            P.data<S>(), keep_p, eh.data<S>());
+      gated_grad_forward<S>(d, G, rows, g.data<S>(), ptr<S>(a), j.data<S>(), w.data<S>(), u.data<S>(), P.data<S>(),
+                            keep_p, eh.data<S>());
     });
   });
 }
@@ -203,47 +194,6 @@ static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, st
   if (n.needs(1)) gin[1] = da;
   if (n.needs(2)) gin[2] = dj;
 }
-// Tangent: u is linear in g, so its tangent is the same recursion driven by
-// what the tangents of a, j and W add to each step,
-//   du_t = c_t + a_{t+1} du_{t+1} + (du_{t+1} j_{t+1}) W,
-//   c_t = dg_t + da_{t+1} u_{t+1} + (u_{t+1} dj_{t+1}) W + P_{t+1} dW,
-// i.e. du = gated_recurrence_grad(c, a, j, W).
-// It is fused: c's first two terms go
-// into one (T,B,H) buffer, the shifted one added in place to its rows
-// t < T-1 and P dW accumulated there by one GEMM (beta 1); u dj (T,B,G) is
-// added to the recursion's P_t before it forms P_t W, which gives its W term
-// with no GEMM of its own. u and P (saved by forward) are contiguous.
-// Recorded, the engine derives the tangent from the backward instead.
-static Tensor gated_grad_tangent_fused(const Tensor& dg, const Tensor& da, const Tensor& dj, const Tensor& dw,
-                                       const Tensor& u, const Tensor& P, const Tensor& a, const Tensor& j,
-                                       const Tensor& w) {
-  const int64_t T = u.size(0), B = u.size(1), H = u.size(2), G = w.size(0);
-  Tensor c = dg.defined() ? dg.clone() : zeros(u.shape(), u.dtype());
-  if (T > 1) {
-    const int64_t rows = (T - 1) * B;  // c_t for t < T-1, driven by step t+1
-    const Tensor head = narrow(c, 0, 0, T - 1), dwc = contig(dw);
-    dispatch_float(u.dtype(), "gated_recurrence_grad", [&](auto tag) {
-      using S = decltype(tag);
-      if (da.defined())
-        detail::map3<S, S, S, S>(head, head, narrow(da, 0, 1, T - 1), narrow(u, 0, 1, T - 1),
-                                 [](auto acc, auto x, auto y) { return acc + x * y; });
-      if (dwc.defined())
-        gemm(false, false, rows, H, G, S(1), P.data<S>() + B * G, G, dwc.data<S>(), H, S(1), c.data<S>(), H);
-    });
-  }
-  Tensor du = c, scratch;  // in place: c is this rule's own
-  run_gated_grad(c, contig(a), contig(j), contig(w), dj.defined() ? spread_mul(u, dj) : Tensor(), false, du, scratch);
-  return du;
-}
-
-static void gated_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  const Tensor a = n.saved_tensor(&GatedGradSaved::carry), j = n.saved_tensor(&GatedGradSaved::slopes);
-  const Tensor w = n.saved_tensor(&GatedGradSaved::weight), u = n.saved_tensor(&GatedGradSaved::output);
-  const Tensor P = n.saved_tensor(&GatedGradSaved::p);  // u j, saved by forward
-  const Tensor dg = tangent_at(tin, 0), da = tangent_at(tin, 1), dj = tangent_at(tin, 2), dw = tangent_at(tin, 3);
-  if (dg.defined() || da.defined() || dj.defined() || dw.defined())
-    tout[0] = gated_grad_tangent_fused(dg, da, dj, dw, u, P, a, j, w);
-}
 static const OpDef gated_recurrence_grad_op({
     .name = "gated_recurrence_grad",
     .arity = 4,
@@ -251,8 +201,6 @@ static const OpDef gated_recurrence_grad_op({
     .saves = saves_of<GatedGradSaved>(),
     .backward = gated_recurrence_grad_backward,
     .recorded_backward = gated_grad_backward_recorded,
-    .tangent = gated_recurrence_grad_tangent,
-    .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
@@ -291,10 +239,10 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
     NoGradGuard ng;
     g = g_in.contiguous(), a = contig(a_in), j = j_in.contiguous(), w = w_in.contiguous();
   }
-  // P is saved for the tangent rule only when a node may be recorded; under
+  // P is saved for the backward only when a node may be recorded; under
   // no_grad one step's rows are scratch.
   Tensor u, P;
-  run_gated_grad(g, a, j, w, Tensor(), may_record(g_in, a_in, j_in, w_in), u, P);
+  run_gated_grad(g, a, j, w, may_record(g_in, a_in, j_in, w_in), u, P);
   if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
     n->save(GatedGradSaved{.carry = a_in, .slopes = j_in, .weight = w_in, .output = u, .p = P});
   }

@@ -2,6 +2,8 @@
 // recorded backward builds on, each op a fused kernel with its own backward.
 #include "autograd/ops/rnn_ops.h"
 
+#include <array>
+
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/rnn/common.h"
@@ -22,10 +24,6 @@ using namespace detail::rnn;
 // gate activations act = [i, f, g, o] and tc = tanh(c_t):
 //   s = [f, k, j_i, j_f, j_g, j_o] (T,B,6H),
 //   k = o (1-tc^2), j_i = g i(1-i), j_f = c_{t-1} f(1-f), j_g = i (1-g^2), j_o = tc o(1-o).
-// Its backward, with si = i(1-i), sf, so alike, tg = 1-g^2, tcc = 1-tc^2:
-//   di = dj_i g (1-2i) + dj_g tg          df = df + dj_f c_{t-1} (1-2f)
-//   dg = dj_i si - 2 dj_g i g             do = dk tcc + dj_o tc (1-2o)
-//   dc_t = tcc (dj_o so - 2 dk o tc)      dc_{t-1} = dj_f sf
 namespace {
 struct LstmSlopesSaved {
   Tensor act, c, c_prev;
@@ -33,6 +31,28 @@ struct LstmSlopesSaved {
       saved_field("act", &LstmSlopesSaved::act), saved_field("c", &LstmSlopesSaved::c),
       saved_field("c_prev", &LstmSlopesSaved::c_prev)};
 };
+
+// The slopes' local Jacobian, written once: the ten partials of s in
+// (i, f, g, o, c, c_prev) besides ds_f/df = 1, at tc = tanh(c). T is a
+// scalar (the fused kernels) or a Tensor (the recorded backward).
+template <class T>
+struct SlopePartials {
+  T k_o, k_c, ji_i, ji_g, jf_f, jf_cp, jg_i, jg_g, jo_o, jo_c;
+};
+template <class T>
+SlopePartials<T> slope_partials(const T& i, const T& f, const T& g, const T& o, const T& tc, const T& cp) {
+  const T tcc = 1 - tc * tc;
+  return {tcc,         -2 * o * tc * tcc, g * (1 - 2 * i), i * (1 - i),     cp * (1 - 2 * f),
+          f * (1 - f), 1 - g * g,         -2 * i * g,      tc * (1 - 2 * o), tcc * o * (1 - o)};
+}
+// Its transpose applied to ds = [df, dk, dji, djf, djg, djo]: the gradients
+// of (i, f, g, o, c, c_prev), the backward.
+template <class T>
+std::array<T, 6> slopes_transpose(const SlopePartials<T>& p, const T& df, const T& dk, const T& dji, const T& djf,
+                                  const T& djg, const T& djo) {
+  return {dji * p.ji_i + djg * p.jg_i, df + djf * p.jf_f,           dji * p.ji_g + djg * p.jg_g,
+          dk * p.k_o + djo * p.jo_o,   dk * p.k_c + djo * p.jo_c, djf * p.jf_cp};
+}
 }  // namespace
 
 // Rows [r0, r1) of the T*B rows: act (.,4H), c and cp (.,H) -> s (.,6H).
@@ -64,24 +84,16 @@ static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds,
     S *dar = dact + r * 4 * H, *dcr = dc + r * H, *dcpr = dcp + r * H;
 #pragma omp simd
     for (int64_t q = 0; q < H; ++q) {
-      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = tanh_gate(cr[q]);
-      const S si = i * (S(1) - i), sf = f * (S(1) - f), so = o * (S(1) - o);
-      const S tg = S(1) - g * g, tcc = S(1) - tc * tc;
-      const S df = d[q], dk = d[H + q], dji = d[2 * H + q], djf = d[3 * H + q], djg = d[4 * H + q], djo = d[5 * H + q];
-      dar[q] = dji * g * (S(1) - S(2) * i) + djg * tg;
-      dar[H + q] = df + djf * cpr[q] * (S(1) - S(2) * f);
-      dar[2 * H + q] = dji * si - S(2) * djg * i * g;
-      dar[3 * H + q] = dk * tcc + djo * tc * (S(1) - S(2) * o);
-      dcr[q] = tcc * (djo * so - S(2) * dk * o * tc);
-      dcpr[q] = djf * sf;
+      const auto p = slope_partials<S>(ai[q], af[q], ag[q], ao[q], tanh_gate(cr[q]), cpr[q]);
+      const auto in = slopes_transpose<S>(p, d[q], d[H + q], d[2 * H + q], d[3 * H + q], d[4 * H + q], d[5 * H + q]);
+      dar[q] = in[0], dar[H + q] = in[1], dar[2 * H + q] = in[2], dar[3 * H + q] = in[3];
+      dcr[q] = in[4], dcpr[q] = in[5];
     }
   }
 }
 
-// The tangent, rows [r0, r1): dact (.,4H), dc and dcp (.,H) -> ds (.,6H), the
-// transpose of the backward above:
-//   ds_f = df,  ds_k = do tcc - 2 o tc tcc dc,  ds_ji = dg si + g (1-2i) di,
-//   ds_jf = dcp sf + c_{t-1} (1-2f) df,  ds_jg = di tg - 2 i g dg,  ds_jo = tcc dc so + tc (1-2o) do.
+// The tangent, rows [r0, r1): the Jacobian applied to dact (.,4H), dc and dcp
+// (.,H) -> ds (.,6H), for the LSTM's fused forward over reverse.
 template <class S>
 static void lstm_slopes_tangent(int64_t H, int64_t r0, int64_t r1, const S* dact, const S* dc, const S* dcp,
                                 const S* act, const S* c, const S* cp, S* ds) {
@@ -91,36 +103,28 @@ static void lstm_slopes_tangent(int64_t H, int64_t r0, int64_t r1, const S* dact
     S* d = ds + r * 6 * H;
 #pragma omp simd
     for (int64_t q = 0; q < H; ++q) {
-      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = tanh_gate(cr[q]);
-      const S si = i * (S(1) - i), sf = f * (S(1) - f), so = o * (S(1) - o);
-      const S tg = S(1) - g * g, tcc = S(1) - tc * tc;
+      const auto p = slope_partials<S>(ai[q], af[q], ag[q], ao[q], tanh_gate(cr[q]), cpr[q]);
       const S di = da[q], df = da[H + q], dg = da[2 * H + q], dout = da[3 * H + q], dct = dcr[q];
       d[q] = df;
-      d[H + q] = dout * tcc - S(2) * o * tc * tcc * dct;
-      d[2 * H + q] = dg * si + g * (S(1) - S(2) * i) * di;
-      d[3 * H + q] = dcpr[q] * sf + cpr[q] * (S(1) - S(2) * f) * df;
-      d[4 * H + q] = di * tg - S(2) * i * g * dg;
-      d[5 * H + q] = tcc * dct * so + tc * (S(1) - S(2) * o) * dout;
+      d[H + q] = p.k_o * dout + p.k_c * dct;
+      d[2 * H + q] = p.ji_i * di + p.ji_g * dg;
+      d[3 * H + q] = p.jf_f * df + p.jf_cp * dcpr[q];
+      d[4 * H + q] = p.jg_i * di + p.jg_g * dg;
+      d[5 * H + q] = p.jo_o * dout + p.jo_c * dct;
     }
   }
 }
 
-// Recorded (third and higher derivatives of the LSTM): the formulas above in tensor ops.
+// Recorded (third and higher derivatives of the LSTM): the same partials and
+// transpose in tensor ops.
 static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor act = n.saved_tensor(&LstmSlopesSaved::act), c = n.saved_tensor(&LstmSlopesSaved::c);
-  const Tensor cp = n.saved_tensor(&LstmSlopesSaved::c_prev);
   const std::vector<Tensor> z = chunk(act, 4, 2), d = chunk(grad, 6, 2);
-  const Tensor &i = z[0], &f = z[1], &g = z[2], &o = z[3], tc = tanh(c);
-  const Tensor tg = rsub(1.0, mul(g, g)), tcc = rsub(1.0, mul(tc, tc));
-  const Tensor &df = d[0], &dk = d[1], &dji = d[2], &djf = d[3], &djg = d[4], &djo = d[5];
-  if (n.needs(0))
-    gin[0] = concat({add(mul(mul(dji, g), rsub(1.0, mul(i, 2.0))), mul(djg, tg)),
-                     add(df, mul(mul(djf, cp), rsub(1.0, mul(f, 2.0)))),
-                     sub(mul(dji, sigmoid_slope(i)), mul(mul(djg, mul(i, g)), 2.0)),
-                     add(mul(dk, tcc), mul(mul(djo, tc), rsub(1.0, mul(o, 2.0))))},
-                    2);
-  if (n.needs(1)) gin[1] = mul(tcc, sub(mul(djo, sigmoid_slope(o)), mul(mul(dk, mul(o, tc)), 2.0)));
-  if (n.needs(2)) gin[2] = mul(djf, sigmoid_slope(f));
+  const auto p = slope_partials<Tensor>(z[0], z[1], z[2], z[3], tanh(c), n.saved_tensor(&LstmSlopesSaved::c_prev));
+  const std::array<Tensor, 6> in = slopes_transpose<Tensor>(p, d[0], d[1], d[2], d[3], d[4], d[5]);
+  if (n.needs(0)) gin[0] = concat({in[0], in[1], in[2], in[3]}, 2);
+  if (n.needs(1)) gin[1] = in[4];
+  if (n.needs(2)) gin[2] = in[5];
 }
 
 static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
@@ -142,29 +146,6 @@ static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::sp
   if (n.needs(1)) gin[1] = dc;
   if (n.needs(2)) gin[2] = dcp;
 }
-// The fused pass above (an undefined tangent as zeros); recorded, the
-// engine derives the tangent from the backward instead.
-static void lstm_gate_slopes_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  const Tensor act = contig(n.saved_tensor(&LstmSlopesSaved::act)), c = contig(n.saved_tensor(&LstmSlopesSaved::c));
-  const Tensor cp = contig(n.saved_tensor(&LstmSlopesSaved::c_prev));
-  auto or_zeros = [&](size_t k, const Tensor& like) {
-    const Tensor t = tangent_at(tin, k);
-    return t.defined() ? t.contiguous() : zeros_like(like);
-  };
-  if (!tangent_at(tin, 0).defined() && !tangent_at(tin, 1).defined() && !tangent_at(tin, 2).defined()) return;
-  const Tensor dact = or_zeros(0, act), dc = or_zeros(1, c), dcp = or_zeros(2, cp);
-  const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
-  Tensor ds = empty({c.size(0), c.size(1), 6 * H}, act.dtype());
-  dispatch_float(act.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    parallel_for(rows, row_grain(10 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
-      lstm_slopes_tangent<scalar_t>(H, r0, r1, dact.data<scalar_t>(), dc.data<scalar_t>(), dcp.data<scalar_t>(),
-                                    act.data<scalar_t>(), c.data<scalar_t>(), cp.data<scalar_t>(),
-                                    ds.data<scalar_t>());
-    });
-  });
-  tout[0] = ds;
-}
 static const OpDef lstm_gate_slopes_op({
     .name = "lstm_gate_slopes",
     .arity = 3,
@@ -172,8 +153,6 @@ static const OpDef lstm_gate_slopes_op({
     .saves = saves_of<LstmSlopesSaved>(),
     .backward = lstm_gate_slopes_backward,
     .recorded_backward = lstm_slopes_backward_recorded,
-    .tangent = lstm_gate_slopes_tangent,
-    .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
@@ -346,23 +325,11 @@ struct LstmGradSaved {
 };
 }  // namespace
 
-// What a tangent recursion adds (see lstm_recurrence_grad_tangent): to gc_t,
-// u_t dk_t + v_{t+1} df_{t+1}; to D_t before D_t W is formed,
-// E_t = [v dj_i, v dj_f, v dj_g, u dj_o]; from the tangent ds (T,B,6H) and the
-// output and u of the recursion it is the tangent of.
-template <class S>
-struct LstmGradExtra {
-  const S *ds = nullptr, *out = nullptr, *u = nullptr;
-};
-
 // gh and gc (T,B,H) are the two halves of gout; s (T,B,6H) row r holds f at
-// r*6H, k at +H and j at +2H. A tangent recursion (kTangent) adds `extra`,
-// writes no u, and adds to gh_t what the v column of out row t holds when the
-// step starts (D_{t+1} dW, put there before the recursion, see
-// lstm_grad_tangent_fused), before it writes v_t there.
-template <class S, bool kTangent>
-static void lstm_grad_forward(const Dims& d, Rows rows, const S* ghs, const S* gcs, const S* s, const S* w,
-                              LstmGradExtra<S> extra, S* out, S* us, S* eh) {
+// r*6H, k at +H and j at +2H.
+template <class S>
+static void lstm_grad_forward(const Dims& d, Rows rows, const S* ghs, const S* gcs, const S* s, const S* w, S* out,
+                              S* us, S* eh) {
   const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, O = 5 * H, L = 6 * H;
   S* e = eh + rows.first * H;  // D_{t+1} W, zero for t = T-1
   for (int64_t t = T; t-- > 0;) {
@@ -375,28 +342,15 @@ static void lstm_grad_forward(const Dims& d, Rows rows, const S* ghs, const S* g
       const int64_t x = (r + b) * H;
       const S *kb = st + b * L + H, *jb = kb + H, *fn = sn ? sn + b * L : nullptr;
       S* ob = ot + b * O;
-      // The primal's v_t, u_t and v_{t+1} (tangent only)
-      const S *pv = kTangent ? extra.out + (r + b) * O + G : nullptr, *pu = kTangent ? extra.u + x : nullptr;
-      const S *dk = kTangent ? extra.ds + (r + b) * L + H : nullptr, *dj = kTangent ? dk + H : nullptr;
-      const S *pvn = kTangent && fn ? pv + B * O : nullptr, *dfn = pvn ? dk - H + B * L : nullptr;
 #pragma omp simd
       for (int64_t q = 0; q < H; ++q) {
-        S u = gh[b * H + q] + e[b * H + q];
-        if constexpr (kTangent) u += ob[G + q];
-        S v = gc[b * H + q] + (fn ? vn[b * O + q] * fn[q] : S(0)) + u * kb[q];
-        if constexpr (kTangent) v += pu[q] * dk[q] + (pvn ? pvn[q] * dfn[q] : S(0));
+        const S u = gh[b * H + q] + e[b * H + q];
+        const S v = gc[b * H + q] + (fn ? vn[b * O + q] * fn[q] : S(0)) + u * kb[q];
         ob[q] = v * jb[q];
         ob[H + q] = v * jb[H + q];
         ob[2 * H + q] = v * jb[2 * H + q];
         ob[3 * H + q] = u * jb[3 * H + q];
-        if constexpr (kTangent) {
-          ob[q] += pv[q] * dj[q];
-          ob[H + q] += pv[q] * dj[H + q];
-          ob[2 * H + q] += pv[q] * dj[2 * H + q];
-          ob[3 * H + q] += pu[q] * dj[3 * H + q];
-        } else {
-          us[x + q] = u;
-        }
+        us[x + q] = u;
         ob[G + q] = v;
       }
     }
@@ -405,24 +359,18 @@ static void lstm_grad_forward(const Dims& d, Rows rows, const S* ghs, const S* g
 }
 
 // The recursion over all batch rows, from contiguous gh, gc (T,B,H), s and
-// w: out (T,B,5H), and u (T,B,H) unless it is a tangent's (extra.ds given,
-// and out given, its v column holding what is added to gh).
-static void run_lstm_grad(const Tensor& gh, const Tensor& gc, const Tensor& s, const Tensor& w, const Tensor& ds,
-                          const Tensor& primal_out, const Tensor& primal_u, Tensor& out, Tensor& us) {
+// w: out (T,B,5H) and u (T,B,H).
+static void run_lstm_grad(const Tensor& gh, const Tensor& gc, const Tensor& s, const Tensor& w, Tensor& out,
+                          Tensor& us) {
   const Dims d{gh.size(0), gh.size(1), gh.size(2)};
-  if (!ds.defined()) out = empty({d.T, d.B, 5 * d.H}, gh.dtype());
-  if (!ds.defined()) us = empty({d.T, d.B, d.H}, gh.dtype());
+  out = empty({d.T, d.B, 5 * d.H}, gh.dtype());
+  us = empty({d.T, d.B, d.H}, gh.dtype());
   Tensor eh = zeros({d.B, d.H}, gh.dtype());
   dispatch_float(gh.dtype(), "lstm_recurrence_grad", [&](auto tag) {
     using S = decltype(tag);
-    const LstmGradExtra<S> extra{ptr<S>(ds), ptr<S>(primal_out), ptr<S>(primal_u)};
     for_batch_rows(d, 4 * d.H, [&](Rows rows) {
-      if (ds.defined())
-        lstm_grad_forward<S, true>(d, rows, gh.data<S>(), gc.data<S>(), s.data<S>(), w.data<S>(), extra,
-                                   out.data<S>(), nullptr, eh.data<S>());
-      else
-        lstm_grad_forward<S, false>(d, rows, gh.data<S>(), gc.data<S>(), s.data<S>(), w.data<S>(), extra,
-                                    out.data<S>(), us.data<S>(), eh.data<S>());
+      lstm_grad_forward<S>(d, rows, gh.data<S>(), gc.data<S>(), s.data<S>(), w.data<S>(), out.data<S>(),
+                           us.data<S>(), eh.data<S>());
     });
   });
 }
@@ -528,44 +476,6 @@ static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std
   if (n.needs(0)) gin[0] = dgout;
   if (n.needs(1)) gin[1] = ds;
 }
-// Tangent: the output is linear in gout, so its tangent is the same recursion
-// driven by what the tangents of s and W add, with E_t = [v dj_i, v dj_f,
-// v dj_g, u dj_o] (T,B,4H), what ds adds to dD_t directly:
-//   gh'_t = dgh_t + E_{t+1} W + D_{t+1} dW,  gc'_t = dgc_t + v_{t+1} df_{t+1} + u_t dk_t,
-// the tangent being lstm_recurrence_grad([gh'; gc'], s, W) + [E; 0].
-// It is fused, one recursion that adds
-// gc's ds terms and, to its D_t before it forms D_t W, E_t: which gives both
-// E_{t+1} W in gh' and [E; 0] in the result, with no GEMM or (T,B,4H)
-// buffer of their own. D_{t+1} dW is one GEMM for all steps, written into
-// the v column of the result, which the recursion reads into gh'_t before
-// writing v_t there: so gh' needs no buffer either. out and u are what
-// forward saved (contiguous). Recorded, the engine derives the tangent from
-// the backward instead.
-static Tensor lstm_grad_tangent_fused(const Tensor& dgout, const Tensor& ds, const Tensor& dw, const Tensor& s,
-                                      const Tensor& w, const Tensor& out, const Tensor& u) {
-  const int64_t T = out.size(0), B = out.size(1), H = out.size(2) / 5, G = 4 * H, O = 5 * H;
-  const Tensor g = dgout.defined() ? contig(dgout) : zeros({2, T, B, H}, out.dtype()), dwc = contig(dw);
-  Tensor lin = empty(out.shape(), out.dtype()), unused;
-  dispatch_float(out.dtype(), "lstm_recurrence_grad", [&](auto tag) {
-    using S = decltype(tag);
-    S* v = lin.data<S>() + G;  // column block [G, 5H) of each row, stride 5H
-    if (T > 1 && dwc.defined())  // rows t < T-1, driven by step t+1
-      gemm(false, false, (T - 1) * B, H, G, S(1), out.data<S>() + B * O, O, dwc.data<S>(), H, S(0), v, O);
-    const int64_t first = T > 1 && dwc.defined() ? (T - 1) * B : 0;  // rows left to zero
-    for (int64_t r = first; r < T * B; ++r) std::fill_n(v + r * O, H, S(0));
-  });
-  run_lstm_grad(select(g, 0, 0), select(g, 0, 1), contig(s), contig(w),
-                ds.defined() ? contig(ds) : zeros(s.shape(), s.dtype()), out, u, lin, unused);
-  return lin;
-}
-
-static void lstm_recurrence_grad_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  const Tensor gout = n.saved_tensor(&LstmGradSaved::gout), s = n.saved_tensor(&LstmGradSaved::slopes);
-  const Tensor w = n.saved_tensor(&LstmGradSaved::weight), out = n.saved_tensor(&LstmGradSaved::output);
-  if (tangent_at(tin, 0).defined() || tangent_at(tin, 1).defined() || tangent_at(tin, 2).defined())
-    tout[0] = lstm_grad_tangent_fused(tangent_at(tin, 0), tangent_at(tin, 1), tangent_at(tin, 2), s, w, out,
-                                      n.saved_tensor(&LstmGradSaved::u));
-}
 static const OpDef lstm_recurrence_grad_op({
     .name = "lstm_recurrence_grad",
     .arity = 3,
@@ -573,8 +483,6 @@ static const OpDef lstm_recurrence_grad_op({
     .saves = saves_of<LstmGradSaved>(),
     .backward = lstm_recurrence_grad_backward,
     .recorded_backward = lstm_grad_backward_recorded,
-    .tangent = lstm_recurrence_grad_tangent,
-    .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
@@ -605,7 +513,7 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Ten
     gout = gout_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous();
   }
   Tensor out, us;
-  run_lstm_grad(select(gout, 0, 0), select(gout, 0, 1), s, w, Tensor(), Tensor(), Tensor(), out, us);
+  run_lstm_grad(select(gout, 0, 0), select(gout, 0, 1), s, w, out, us);
   if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, s_in, w_in)) {
     n->save(LstmGradSaved{.gout = gout_in, .slopes = s_in, .weight = w_in, .output = out, .u = us});
   }
