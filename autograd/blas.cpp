@@ -224,8 +224,7 @@ void store(const ShapeClass& c, const std::vector<CacheLine>& lines, const std::
   for (const CacheLine& l : lines)
     if (!(l.key == key && l.name == c.name)) text += line(l.key, l.name, l.shape, l.backend, l.gflops);
   text += line(key, c.name, shape_of(c), c.backend, c.gflops);
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
+  std::error_code ec;  // the directory exists: the lock beside the file made it
   const std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
