@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "autograd/atomic_file.h"
 #include "autograd/autocast.h"
 #include "autograd/error.h"
 #include "autograd/fault.h"
@@ -213,7 +214,6 @@ bool load_cached(ShapeClass& c, const std::vector<CacheLine>& lines, const std::
 // to a temporary file renamed over it, so a reader never sees half of it. A
 // cache that cannot be written is no error: the next process times again.
 void store(const ShapeClass& c, const std::vector<CacheLine>& lines, const std::string& path, const std::string& key) {
-  namespace fs = std::filesystem;
   std::string text = "# tapegrad: the faster float32 GEMM backend per shape class, timed on this machine; "
                      "delete this file to time them again\n";
   auto line = [](const std::string& k, const std::string& name, const std::string& shape, detail::GemmBackend be,
@@ -224,18 +224,12 @@ void store(const ShapeClass& c, const std::vector<CacheLine>& lines, const std::
   for (const CacheLine& l : lines)
     if (!(l.key == key && l.name == c.name)) text += line(l.key, l.name, l.shape, l.backend, l.gflops);
   text += line(key, c.name, shape_of(c), c.backend, c.gflops);
-  std::error_code ec;  // the directory exists: the lock beside the file made it
-  const std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) {
-      fs::remove(tmp, ec);
-      return;
-    }
+  try {  // the directory exists: the lock beside the file made it
+    detail::AtomicFile out(path, [](const std::string& message) { throw ValueError(message); });
+    out.write(text.data(), text.size());
+    out.commit();
+  } catch (const ValueError&) {
   }
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
 }
 
 // Holds an exclusive lock on `path` (created if missing) while alive, so that

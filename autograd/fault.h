@@ -1,6 +1,6 @@
 #pragma once
 // Fault injection, for tests: makes one chosen allocation, or one chosen I/O
-// call of the checkpoint writer, fail as if the system had refused it, so a
+// call of the library's file writer, fail as if the system had refused it, so a
 // test can try every failure a step or a save can meet, one at a time (as
 // SQLite's tests do) and check what each leaves behind.
 //
@@ -37,7 +37,8 @@ template <class T>
 void grow_scratch(std::vector<T>& v, size_t n);
 [[noreturn]] void throw_scratch_oom(size_t bytes);
 
-// The I/O calls of the checkpoint writer (nn/checkpoint.cpp).
+// The I/O calls of the file writer (autograd/atomic_file.h: checkpoints, word2vec
+// vectors, the GEMM cache).
 enum class IoCall : uint8_t { open, write, fsync, close, rename };
 inline constexpr IoCall kIoCalls[] = {IoCall::open, IoCall::write, IoCall::fsync, IoCall::close, IoCall::rename};
 std::string_view io_call_name(IoCall call);

@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "autograd/atomic_file.h"
+
 namespace tg::models {
 
 int32_t KeyedVectors::id(const std::string& word) const {
@@ -282,22 +284,25 @@ KeyedVectors Word2Vec::vectors() const {
 }
 
 void save_word2vec(const KeyedVectors& kv, const std::string& path, bool binary) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw ValueError(fmt::format("save_word2vec: cannot write {}", path));
-  out << kv.size() << ' ' << kv.dim << '\n';
+  tg::detail::AtomicFile out(path, [](const std::string& message) { throw ValueError("save_word2vec: " + message); });
+  std::string buffer = fmt::format("{} {}\n", kv.size(), kv.dim);
   for (int64_t i = 0; i < kv.size(); ++i) {
     const float* r = kv.row(static_cast<int32_t>(i));
+    buffer += kv.words[i];
     if (binary) {
-      out << kv.words[i] << ' ';
-      out.write(reinterpret_cast<const char*>(r), static_cast<std::streamsize>(kv.dim * sizeof(float)));
-      out << '\n';
+      buffer += ' ';
+      buffer.append(reinterpret_cast<const char*>(r), kv.dim * sizeof(float));
     } else {
-      std::string line = kv.words[i];
-      for (int64_t c = 0; c < kv.dim; ++c) line += fmt::format(" {}", r[c]);
-      out << line << '\n';
+      for (int64_t c = 0; c < kv.dim; ++c) buffer += fmt::format(" {}", r[c]);
+    }
+    buffer += '\n';
+    if (buffer.size() >= (size_t{1} << 20)) {  // written a MiB at a time
+      out.write(buffer.data(), buffer.size());
+      buffer.clear();
     }
   }
-  if (!out) throw ValueError(fmt::format("save_word2vec: write to {} failed", path));
+  out.write(buffer.data(), buffer.size());
+  out.commit();
 }
 
 KeyedVectors load_word2vec(const std::string& path, bool binary) {

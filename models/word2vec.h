@@ -135,7 +135,9 @@ class Word2Vec {
 
 // word2vec's formats as gensim's KeyedVectors.load_word2vec_format reads them:
 // a "V C" header line, then one word per line with its C numbers (text) or
-// C little-endian float32 followed by a newline (binary).
+// C little-endian float32 followed by a newline (binary). Written atomically
+// (a temporary file renamed over path once whole): a failed save keeps the
+// file that was there.
 void save_word2vec(const KeyedVectors& kv, const std::string& path, bool binary);
 // Throws ValueError naming the file and line for a malformed file: one that
 // is not a regular file, a header claiming more vectors than the file's size

@@ -1,14 +1,12 @@
 #include "nn/checkpoint.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -17,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/fault.h"
+#include "autograd/atomic_file.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 
@@ -59,104 +58,7 @@ const StoredType& stored_type(DType d, FloatStorage floats) {
 
 // "<path>: <what>: No space left on device (ENOSPC)".
 [[noreturn]] void fail_errno(const std::string& path, const std::string& what) {
-  const int e = errno;
-  const char* name = strerrorname_np(e);
-  throw CheckpointError(fmt::format("{}: {}: {} ({})", path, what, std::strerror(e), name ? name : std::to_string(e)));
-}
-
-// The writer's system calls. Each asks detail::io_fault first, so that a test
-// can make any one of them fail (autograd/fault.h); a failed close still
-// releases the descriptor, as close(2) does.
-using detail::IoCall;
-int injected(IoCall call) {
-  const int e = detail::io_fault(call);
-  if (e != 0) errno = e;
-  return e;
-}
-int sys_open(const char* path, int flags, mode_t mode = 0) { return injected(IoCall::open) ? -1 : ::open(path, flags, mode); }
-ssize_t sys_write(int fd, const void* p, size_t n) { return injected(IoCall::write) ? -1 : ::write(fd, p, n); }
-int sys_fsync(int fd) { return injected(IoCall::fsync) ? -1 : ::fsync(fd); }
-int sys_close(int fd) {
-  if (const int e = detail::io_fault(IoCall::close)) {
-    ::close(fd);
-    errno = e;
-    return -1;
-  }
-  return ::close(fd);
-}
-int sys_rename(const char* from, const char* to) { return injected(IoCall::rename) ? -1 : ::rename(from, to); }
-
-// ---- atomic write
-
-class TempFile {
- public:
-  explicit TempFile(const std::string& path) : path_(fmt::format("{}.tmp-{}", path, ::getpid())) {
-    fd_ = sys_open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail_errno(path_, "cannot create the temporary file");
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);  // after a failure: the error already thrown is the one to report
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  void write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      ssize_t k = sys_write(fd_, p, n);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) fail_errno(path_, "write failed");
-      p += k;
-      n -= static_cast<size_t>(k);
-    }
-  }
-  // fsync, close and rename over `target`, then fsync the directory so the
-  // rename itself survives a crash.
-  void commit(const std::string& target) {
-    if (sys_fsync(fd_) != 0) fail_errno(path_, "fsync failed");
-    int fd = fd_;
-    fd_ = -1;
-    if (sys_close(fd) != 0) fail_errno(path_, "close failed");
-    if (sys_rename(path_.c_str(), target.c_str()) != 0) fail_errno(target, fmt::format("cannot rename {} to it", path_));
-    committed_ = true;
-    std::string dir = std::filesystem::path(target).parent_path().string();
-    int dfd = sys_open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) fail_errno(target, "cannot open its directory to fsync it");
-    int rc = sys_fsync(dfd);
-    const int fsync_errno = errno;
-    ::close(dfd);
-    errno = fsync_errno;
-    if (rc != 0) fail_errno(target, "fsync of its directory failed");
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-// A writer killed mid-save leaves its <path>.tmp-<pid> behind. Removes those
-// of writers that no longer run: the pid must be gone (kill(pid, 0) fails
-// with ESRCH; so writers of one directory must share a pid namespace, as the
-// processes of one machine do). A live writer's file is never touched, nor
-// this process's own (it may be writing it now) nor any other name. Best
-// effort: a directory that cannot be listed is left as it is.
-void remove_stale_temp_files(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const std::string prefix = target.filename().string() + ".tmp-";
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!name.starts_with(prefix)) continue;
-    const std::string digits = name.substr(prefix.size());
-    pid_t pid = 0;
-    auto [stop, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-    // Exactly the name TempFile gives: the decimal pid, nothing before or after.
-    if (err != std::errc() || stop != digits.data() + digits.size() || pid <= 0 || std::to_string(pid) != digits)
-      continue;
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or EPERM: alive, not ours
-    ::unlink(it->path().c_str());
-  }
+  throw CheckpointError(tg::detail::errno_message(path, what));
 }
 
 // ---- reading and validating
@@ -312,7 +214,7 @@ constexpr int64_t kChunk = 1 << 16;
 
 // Writes c (contiguous) as `stored`: its own bytes, or its values rounded to
 // BF16 or F16 (float64 rounds to float32 first, as PyTorch's conversions do).
-void write_data(TempFile& file, const Tensor& c, const StoredType& stored) {
+void write_data(tg::detail::AtomicFile& file, const Tensor& c, const StoredType& stored) {
   const int64_t n = c.numel();
   if (n == 0) return;
   const char* src = static_cast<const char*>(c.storage()->data) + c.offset() * itemsize(c.dtype());
@@ -390,12 +292,11 @@ void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, co
   text.append((8 - text.size() % 8) % 8, ' ');  // as the reference writer: data starts 8-byte aligned
   const uint64_t n = text.size();
 
-  remove_stale_temp_files(path);
-  TempFile file(path);
+  tg::detail::AtomicFile file(path, [](const std::string& message) { throw CheckpointError(message); });
   file.write(&n, sizeof n);
   file.write(text.data(), text.size());
   for (const auto& [c, stored] : data) write_data(file, c, *stored);
-  file.commit(path);
+  file.commit();
 }
 
 const Tensor& TensorFile::at(const std::string& name) const {
@@ -405,7 +306,7 @@ const Tensor& TensorFile::at(const std::string& name) const {
 }
 
 TensorFile load_tensors(const std::string& path) {
-  remove_stale_temp_files(path);
+  tg::detail::remove_stale_temp_files(path);
   const std::string bytes = read_file(path);
   if (bytes.size() < 8)
     throw CheckpointError(fmt::format("{}: {} bytes, too short for the 8-byte header length", path, bytes.size()));

@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "autograd/atomic_file.h"
+
 namespace tg::report {
 namespace {
 
@@ -59,16 +61,9 @@ std::string Table::markdown() const {
 }
 
 void write_file(const std::string& path, const std::string& text) {
-  std::string tmp = fmt::format("{}.tmp-{}", path, getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    if (!f.flush()) throw std::runtime_error(fmt::format("cannot write {}", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(fmt::format("cannot rename {} to {}", tmp, path));
-  }
+  tg::detail::AtomicFile f(path, [](const std::string& message) { throw std::runtime_error(message); });
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 std::string plot_lines(const std::string& png, const std::string& title, const std::string& xlabel,

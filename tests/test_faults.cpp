@@ -51,6 +51,7 @@
 #include "models/gpt.h"
 #include "models/rnn_lm.h"
 #include "models/training_state.h"
+#include "models/word2vec.h"
 #include "nn/checkpoint.h"
 #include "nn/optim.h"
 #include "tests/testing.h"
@@ -335,27 +336,29 @@ std::vector<std::string> directory(const std::filesystem::path& dir) {
   return names;
 }
 
-// A saver writes one checkpoint of the model or optimizer of `r` to a path.
-using Saver = std::function<void(const Run&, const std::string&)>;
-
 int64_t io_faults_tried = 0;
 
-void io_sweep(const std::string& what, const Saver& save) {
+// Makes every I/O call of `save` (which writes its state to the path it is
+// given) fail in turn, with EIO and ENOSPC: each failure is a ValueError
+// naming the file and the error, leaves no temporary file, and keeps the file
+// of the previous save whole. advance() changes the state, so that the next
+// save differs.
+void io_sweep(const std::string& what, const std::string& file_name, const std::function<void(const std::string&)>& save,
+              const std::function<void()>& advance) {
   testing::TempDir dir;
-  const std::string path = (dir.path / "ckpt.safetensors").string();
-  Run r = make_run("gpt", Config{});
-  save(r, path);
+  const std::string path = (dir.path / file_name).string();
+  save(path);
   const std::string older = file_bytes(path);
-  step(r, Config{});  // the state moves on: the next save differs
+  advance();
   std::string newer;
   int64_t counts[std::size(detail::kIoCalls)] = {};
   {
     IoFaults counter;
-    save(r, (dir.path / "count.safetensors").string());
+    save((dir.path / ("count-" + file_name)).string());
     for (IoCall call : detail::kIoCalls) counts[static_cast<size_t>(call)] = counter.count(call);
   }
-  newer = file_bytes(dir.path / "count.safetensors");
-  std::filesystem::remove(dir.path / "count.safetensors");
+  newer = file_bytes(dir.path / ("count-" + file_name));
+  std::filesystem::remove(dir.path / ("count-" + file_name));
   BOOST_REQUIRE(older != newer);
   const std::vector<std::string> listing = directory(dir.path);
 
@@ -371,8 +374,8 @@ void io_sweep(const std::string& what, const Saver& save) {
           {
             IoFaults fault(call, n, err);
             try {
-              save(r, path);
-            } catch (const nn::CheckpointError& e) {
+              save(path);
+            } catch (const ValueError& e) {  // CheckpointError for the checkpoint writers
               message = e.what();
             }
             BOOST_TEST(fault.fired());
@@ -386,7 +389,7 @@ void io_sweep(const std::string& what, const Saver& save) {
           // and fsync, the second of each) leaves the new checkpoint.
           const bool after_rename = (call == IoCall::open || call == IoCall::fsync) && n == 1;
           const std::string now = file_bytes(path);
-          BOOST_TEST((now == (after_rename ? newer : older)), "the checkpoint holds neither the old save nor the new");
+          BOOST_TEST((now == (after_rename ? newer : older)), "the file holds neither the old save nor the new");
           if (after_rename) {  // back to the older one for the next fault
             std::ofstream(path, std::ios::binary | std::ios::trunc) << older;
           }
@@ -400,15 +403,31 @@ void io_sweep(const std::string& what, const Saver& save) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(model_save) {
-  io_sweep("save(Module)", [](const Run& r, const std::string& path) { nn::save(*r.module, path); });
+  Run r = make_run("gpt", Config{});
+  io_sweep("save(Module)", "ckpt.safetensors", [&](const std::string& path) { nn::save(*r.module, path); },
+           [&] { step(r, Config{}); });
 }
 
 BOOST_AUTO_TEST_CASE(optimizer_and_training_state_save) {
-  io_sweep("save(Optimizer) with the training state", [](const Run& r, const std::string& path) {
+  Run r = make_run("gpt", Config{});
+  auto save = [&](const std::string& path) {
     models::TrainingState s;
     s.model = "gpt", s.step = r.opt->steps(), s.seconds = 1.5;
     nn::save(*r.opt, path, models::to_metadata(s));
-  });
+  };
+  io_sweep("save(Optimizer) with the training state", "ckpt.safetensors", save, [&] { step(r, Config{}); });
+}
+
+BOOST_AUTO_TEST_CASE(word2vec_save) {
+  for (bool binary : {false, true}) {
+    models::KeyedVectors kv;
+    kv.words = {"the", "of", "and"};
+    kv.dim = 2;
+    kv.vectors = {0.5f, -1, 2, 0.25f, -3, 1};
+    kv.rebuild_index();
+    io_sweep(binary ? "save_word2vec, binary" : "save_word2vec, text", "vectors.txt",
+             [&](const std::string& path) { models::save_word2vec(kv, path, binary); }, [&] { kv.vectors[0] += 1; });
+  }
 }
 
 BOOST_AUTO_TEST_CASE(the_older_checkpoint_still_loads) {
