@@ -26,7 +26,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare import publish, run, torch_settings  # noqa: E402
+from compare import PYTHON, ensure, publish, run, torch_settings  # noqa: E402
 
 
 
@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", help="also write the table to this Markdown file")
     a = ap.parse_args()
+    ensure("torch", "python3-torch")
     rows = []
     for w in a.workloads:
         ours, theirs = [], {}
@@ -48,7 +49,7 @@ def main():
             ours.append(run([os.path.join(a.build, "bench", "hvp")] + common + ["--threads", str(a.threads)]))
             for name, torch_threads, env in torch_settings(a.threads):
                 theirs.setdefault(name, []).append(
-                    run([sys.executable, os.path.join(HERE, "torch_hvp.py")] + common + ["--threads", str(torch_threads)],
+                    run([PYTHON, os.path.join(HERE, "torch_hvp.py")] + common + ["--threads", str(torch_threads)],
                         env=dict(os.environ, **env)))
         med = lambda runs, k: statistics.median(x[k] for x in runs)
         best = lambda k: min(med(runs, k) for runs in theirs.values())
