@@ -231,6 +231,15 @@ Tensor weight_grad_recorded(const Tensor& dG, const Tensor& hprev);
 // u (...,H) spread over the Q = G/H gate blocks of j (...,G), times j.
 Tensor spread_mul(const Tensor& u, const Tensor& j);
 
+// gated_recurrence_grad's transpose in g, its adjoint recursion run forward
+// in time (raw kernels, not recorded): U (T,B,H) with
+//   U_t = du_t + a_t U_{t-1} + sum_q (U_{t-1} W^T)_q j_t,q,  U_{-1} = 0,
+// a (T,B,H) or undefined, j (T,B,QH), w (QH,H). Driven by du, the part of a
+// tangent that does not come through the previous state, U is the tangent
+// of the states of the recurrence whose backward recursion
+// gated_recurrence_grad is: the tanh RNN's and the GRU's forward mode.
+Tensor gated_recurrence_transpose(const Tensor& du, const Tensor& a, const Tensor& j, const Tensor& w);
+
 // Forward over reverse (OpSpec::backward_with_tangents): lstm_recurrence's
 // gradients gin = [dxp, dW, dh0, dc0] where need says, and their tangents in
 // gin_tangents, from the incoming gradient and what forward saved: w_hh, h0

@@ -82,7 +82,9 @@ static void run_gated_grad(const Tensor& g, const Tensor& a, const Tensor& j, co
   });
 }
 
-// rt (B,G) is scratch.
+// rt (B,G) is scratch. da and dj may be nullptr (not wanted; us is read
+// only for them), a too (no carry): U alone is the transpose of the forward
+// in g, gated_recurrence_transpose.
 template <class S>
 static void gated_grad_adjoint(const Dims& d, int64_t G, Rows rows, const S* gy, const S* a, const S* j, const S* w,
                                const S* us, S* dg, S* da, S* dj, S* rt) {
@@ -90,12 +92,12 @@ static void gated_grad_adjoint(const Dims& d, int64_t G, Rows rows, const S* gy,
   S* R = rt + rows.first * G;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t r = t * B + rows.first;
-    const S *jt = j + r * G, *u = us + r * H, *at = a ? a + r * H : nullptr;
-    S *U = dg + r * H, *dat = da ? da + r * H : nullptr, *djt = dj + r * G;
+    const S *jt = j + r * G, *u = us ? us + r * H : nullptr, *at = a ? a + r * H : nullptr;
+    S *U = dg + r * H, *dat = a && da ? da + r * H : nullptr, *djt = dj ? dj + r * G : nullptr;
     std::copy_n(gy + r * H, n * H, U);
     if (t == 0) {
       if (dat) std::fill_n(dat, n * H, S(0));
-      std::fill_n(djt, n * G, S(0));
+      if (djt) std::fill_n(djt, n * G, S(0));
       continue;
     }
     const S* Up = U - B * H;  // U_{t-1}
@@ -104,22 +106,36 @@ static void gated_grad_adjoint(const Dims& d, int64_t G, Rows rows, const S* gy,
       const int64_t x = b * H;
       for (int64_t q = 0; q < Q; ++q) {
         const S *Rb = R + b * G + q * H, *jb = jt + b * G + q * H;
+#pragma omp simd
+        for (int64_t i = 0; i < H; ++i) U[x + i] += Rb[i] * jb[i];
+        if (!djt) continue;
         S* djb = djt + b * G + q * H;
 #pragma omp simd
-        for (int64_t i = 0; i < H; ++i) {
-          U[x + i] += Rb[i] * jb[i];
-          djb[i] = Rb[i] * u[x + i];
-        }
+        for (int64_t i = 0; i < H; ++i) djb[i] = Rb[i] * u[x + i];
       }
-      if (at) {
+      if (!at) continue;
 #pragma omp simd
-        for (int64_t i = 0; i < H; ++i) {
-          U[x + i] += at[x + i] * Up[x + i];
-          dat[x + i] = Up[x + i] * u[x + i];
-        }
-      }
+      for (int64_t i = 0; i < H; ++i) U[x + i] += at[x + i] * Up[x + i];
+      if (!dat) continue;
+#pragma omp simd
+      for (int64_t i = 0; i < H; ++i) dat[x + i] = Up[x + i] * u[x + i];
     }
   }
+}
+
+Tensor detail::rnn::gated_recurrence_transpose(const Tensor& du, const Tensor& a, const Tensor& j, const Tensor& w) {
+  const Dims d{du.size(0), du.size(1), du.size(2)};
+  const int64_t G = j.size(2);
+  const Tensor g = du.contiguous(), ac = contig(a), jc = j.contiguous(), wc = w.contiguous();
+  Tensor U = empty(du.shape(), du.dtype()), scratch = empty({d.B, G}, du.dtype());
+  dispatch_float(du.dtype(), "gated_recurrence_grad", [&](auto tag) {
+    using S = decltype(tag);
+    for_batch_rows(d, G, [&](Rows rows) {
+      gated_grad_adjoint<S>(d, G, rows, g.data<S>(), ptr<S>(ac), jc.data<S>(), wc.data<S>(), nullptr, U.data<S>(),
+                            nullptr, nullptr, scratch.data<S>());
+    });
+  });
+  return U;
 }
 
 namespace {

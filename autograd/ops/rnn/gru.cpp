@@ -66,47 +66,6 @@ static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, con
   });
 }
 
-// Tangent, step t of units u: with dp_t = dh_{t-1} W^T + pd_t (pd (T,B,3H),
-// nullptr: zero, holding the tangents of W's term h_{t-1} dW^T and of b_hh)
-// and dx_t the tangent of xp (nullptr: zero),
-//   dr = r(1-r)(dx_r + dp_r),  dz = z(1-z)(dx_z + dp_z),  dhn = dp_n,
-//   dn = (1-n^2)(dx_n + dr hn + r dhn),  dh_t = dz (h_{t-1} - n) + (1-z) dn + z dh_{t-1},
-// [dr, dz, dn, dhn] the tangent of the activations (the side output).
-// dh_{-1} = dh0 (nullptr: zero); hp the part's (B,3n) scratch, zero as in the forward.
-template <class S>
-static void gru_tangent_step(const Dims& d, Units u, int64_t t, const S* dxp, const S* pd, const S* w, const S* dh0,
-                             const S* h0, const S* zero, const S* act, const S* hs, S* hp, S* dact, S* dhs) {
-  const int64_t B = d.B, H = d.H, n = u.n, G = 3 * H, P = 3 * n;
-  S* dh = dhs + t * B * H;
-  const S* dhprev = t > 0 ? dh - B * H : dh0;
-  const S* hprev = t > 0 ? hs + (t - 1) * B * H : h0 ? h0 : zero;
-  if (dhprev)
-    gemm(false, true, B, P, H, S(1), dhprev, H, w, H, S(0), hp, P);
-  else
-    std::fill_n(hp, B * P, S(0)), dhprev = zero;
-  parallel_for(B, row_grain(P, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t row = t * B + b, k = b * H + u.first;
-      const S *ar = act + row * 4 * H + u.first, *az = ar + H, *an = az + H, *ahn = an + H;
-      const S *xr = dxp ? dxp + row * G + u.first : zero, *xz = dxp ? xr + H : zero, *xn = dxp ? xz + H : zero;
-      const S *qr = pd ? pd + row * G + u.first : zero, *qz = pd ? qr + H : zero, *qn = pd ? qz + H : zero;
-      const S *pr = hp + b * P, *pz = pr + n, *pn = pz + n;
-      S *dr = dact + row * 4 * H + u.first, *dz = dr + H, *dn = dz + H, *dhn = dn + H;
-      const S *hb = hprev + k, *dhb = dhprev + k;
-      S* out = dh + k;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) {
-        const S r = ar[j], z = az[j], nn = an[j], hn = ahn[j];
-        const S tr = r * (S(1) - r) * (xr[j] + pr[j] + qr[j]), tz = z * (S(1) - z) * (xz[j] + pz[j] + qz[j]);
-        const S thn = pn[j] + qn[j];
-        const S tn = (S(1) - nn * nn) * (xn[j] + tr * hn + r * thn);
-        dr[j] = tr, dz[j] = tz, dn[j] = tn, dhn[j] = thn;
-        out[j] = tz * (hb[j] - nn) + (S(1) - z) * tn + z * dhb[j];
-      }
-    }
-  });
-}
-
 // Fills dX (T,B,3H), the gradient of xp, and dP (T,B,3H), that of the hidden
 // projection h W_hh^T + b_hh (they differ in the n gate: dP_n = r dX_n).
 // Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
@@ -234,42 +193,40 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
   if (n.needs(0)) gin[0] = dX;
   if (n.needs(3)) gin[3] = dh0;
 }
-// Tangent: a linear recurrence driven by the saved activations and states
-// (gru_tangent_step), run like the forward; W's and b_hh's terms for all
-// steps at once (one GEMM). Raw kernels: recorded, the engine derives the
-// tangent from the backward instead (OpSpec::tangent_once_differentiable).
+// Tangent: with dp_t = dh_{t-1} W^T + pd_t (pd = h_{t-1} dW^T + db, the
+// weight's and bias's tangents) and dx the tangent of xp,
+//   dr = r(1-r)(dx_r + dp_r),  dz = z(1-z)(dx_z + dp_z),  dhn = dp_n,
+//   dn = (1-n^2)(dx_n + dr hn + r dhn),  dh_t = dz (h_{t-1} - n) + (1-z) dn + z dh_{t-1},
+// that is dh_t = z dh_{t-1} + sum_q j_q (dh_{t-1} W^T)_q + du_t with the
+// backward's slopes j (see the recorded backward) and du = j_r (dx_r + pd_r)
+// + j_z (dx_z + pd_z) + c dx_n + j_n pd_n: the transpose of the backward
+// recursion (gated_recurrence_grad, carry z) applied to du, dh0 joining
+// step 0 (z_0 dh0 in du, dh0 W^T in pd). The activations' tangents follow
+// for all steps at once. Recorded, the engine derives it from the backward.
 static void gru_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  const Tensor dxp = contig(tangent_at(tin, 0)), dw = contig(tangent_at(tin, 1));
-  const Tensor db = contig(tangent_at(tin, 2)), dh0 = contig(tangent_at(tin, 3));
+  const Tensor dxp = tangent_at(tin, 0), dw = tangent_at(tin, 1), db = tangent_at(tin, 2), dh0 = tangent_at(tin, 3);
   if (!dxp.defined() && !dw.defined() && !db.defined() && !dh0.defined()) return;
-  const Tensor w = contig(n.saved_tensor(&GruSaved::weight)), h0 = contig(n.saved_tensor(&GruSaved::h0));
+  const Tensor w = n.saved_tensor(&GruSaved::weight), h0 = n.saved_tensor(&GruSaved::h0);
   const Tensor act = n.saved_tensor(&GruSaved::gates), out = n.saved_tensor(&GruSaved::output);
-  const Dims d{out.size(0), out.size(1), out.size(2)};
-  const int64_t G = 3 * d.H;
-  Tensor dact = empty(act.shape(), act.dtype()), dout = empty(out.shape(), out.dtype());
-  dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* hs = out.data<scalar_t>();
-    Tensor pd;  // h_{t-1} dW^T + db (T,B,3H)
-    if (dw.defined() || db.defined()) {
-      pd = zeros({d.T, d.B, G}, out.dtype());
-      scalar_t* q = pd.data<scalar_t>();
-      if (db.defined())
-        for (int64_t row = 0; row < d.T * d.B; ++row) std::copy_n(db.data<scalar_t>(), G, q + row * G);
-      if (const scalar_t* dwp = ptr<scalar_t>(dw)) {
-        if (d.T > 1) gemm(false, true, (d.T - 1) * d.B, G, d.H, scalar_t(1), hs, d.H, dwp, d.H, scalar_t(1), q + d.B * G, G);
-        if (h0.defined()) gemm(false, true, d.B, G, d.H, scalar_t(1), h0.data<scalar_t>(), d.H, dwp, d.H, scalar_t(1), q, G);
-      }
-    }
-    const Tensor zero = zeros({std::max(d.B, int64_t{3}) * d.H}, out.dtype());
-    forward_by_units<scalar_t>(d, 3, w, false, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* hp) {
-      gru_tangent_step(d, u, t, ptr<scalar_t>(dxp), ptr<scalar_t>(pd), wu, ptr<scalar_t>(dh0), ptr<scalar_t>(h0),
-                       zero.data<scalar_t>(), act.data<scalar_t>(), hs, hp, dact.data<scalar_t>(),
-                       dout.data<scalar_t>());
-    });
-  });
-  tout[0] = dout;
-  tout[1] = dact;
+  const Tensor hprev = previous_states(out, h0), wt = transpose(w, 0, 1);
+  const std::vector<Tensor> a = chunk(act, 4, 2);
+  const Tensor &r = a[0], &z = a[1], &nn = a[2], &hn = a[3];
+  const Tensor c = mul(rsub(1.0, z), rsub(1.0, mul(nn, nn)));
+  const Tensor j = concat({mul(mul(c, hn), sigmoid_slope(r)), mul(sub(hprev, nn), sigmoid_slope(z)), mul(c, r)}, 2);
+  Tensor pd = zeros(j.shape(), j.dtype());  // (T,B,3H)
+  if (dw.defined()) pd = add(pd, matmul(hprev, transpose(dw, 0, 1)));
+  if (db.defined()) pd = add(pd, db);
+  if (dh0.defined()) select(pd, 0, 0).add_(matmul(dh0, wt));
+  const std::vector<Tensor> x = chunk(dxp.defined() ? dxp : zeros(j.shape(), j.dtype()), 3, 2);
+  const std::vector<Tensor> p = chunk(pd, 3, 2), js = chunk(j, 3, 2);
+  const Tensor du = add(add(mul(js[0], add(x[0], p[0])), mul(js[1], add(x[1], p[1]))), add(mul(c, x[2]), mul(js[2], p[2])));
+  if (dh0.defined()) select(du, 0, 0).add_(mul(select(z, 0, 0), dh0));
+  const Tensor dh = gated_recurrence_transpose(du, z, j, w);
+  const std::vector<Tensor> dp = chunk(add(matmul(previous_states(dh, Tensor()), wt), pd), 3, 2);
+  const Tensor dr = mul(sigmoid_slope(r), add(x[0], dp[0])), dz = mul(sigmoid_slope(z), add(x[1], dp[1]));
+  const Tensor dn = mul(rsub(1.0, mul(nn, nn)), add(x[2], add(mul(dr, hn), mul(r, dp[2]))));
+  tout[0] = dh;
+  tout[1] = concat({dr, dz, dn, dp[2]}, 2);
 }
 static const OpDef gru_recurrence_op({.name = "gru_recurrence", .arity = 4,
                                       .signature = "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",

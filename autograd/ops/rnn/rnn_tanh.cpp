@@ -46,30 +46,6 @@ static void rnn_tanh_forward_step(const Dims& d, Units u, int64_t t, const S* xp
   });
 }
 
-// Tangent, step t of units u: with k_t = 1 - h_t^2, dh_t = k_t (c_t + dh_{t-1} W^T),
-// c_t (these units of dh_t on entry) the tangents of xp and W's term; dh_{-1}
-// = dh0 (nullptr: zero). w, z as in the forward step.
-template <class S>
-static void rnn_tanh_tangent_step(const Dims& d, Units u, int64_t t, const S* w, const S* dh0, const S* hs, S* z,
-                                  S* dhs) {
-  const int64_t B = d.B, H = d.H, n = u.n;
-  S* dh = dhs + t * B * H;
-  const S* dprev = t > 0 ? dh - B * H : dh0;
-  if (z)
-    for (int64_t b = 0; b < B; ++b) std::copy_n(dh + b * H + u.first, n, z + b * n);
-  else
-    z = dh;
-  if (dprev) gemm(false, true, B, n, H, S(1), dprev, H, w, H, S(1), z, n);
-  parallel_for(B, row_grain(n, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const S *zb = z + b * n, *h = hs + (t * B + b) * H + u.first;
-      S* db = dh + b * H + u.first;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) db[j] = (S(1) - h[j] * h[j]) * zb[j];
-    }
-  });
-}
-
 // Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
 // step t = T - c, these units of the gradient reaching h_{t-1} (rec, or dh0
 // at t = 0) from all of da_t; then, for c < T, the pointwise pass of step
@@ -194,27 +170,23 @@ static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std:
   if (n.needs(2)) gin[2] = dh0;
 }
 // Tangent: dh_t = k_t (c_t + dh_{t-1} W^T), k_t = 1 - h_t^2, c_t = dxp_t +
-// h_{t-1} dW^T (dh_{-1} = dh0): a linear recurrence driven by the saved
-// output, run like the forward (a GEMM and a pointwise pass per step), c for
-// all steps at once by one GEMM. Recorded, the engine derives it from the
-// backward instead.
+// h_{t-1} dW^T (and dh0 W^T at t = 0; one GEMM for all steps): the transpose
+// of the backward recursion (gated_recurrence_grad with j = k, no carry)
+// applied to k c. Recorded, the engine derives it from the backward instead.
 static void rnn_tanh_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
   const Tensor dxp = tangent_at(tin, 0), dw = contig(tangent_at(tin, 1)), dh0 = contig(tangent_at(tin, 2));
   if (!dxp.defined() && !dw.defined() && !dh0.defined()) return;
   const Tensor w = contig(n.saved_tensor(&RnnTanhSaved::weight)), h0 = contig(n.saved_tensor(&RnnTanhSaved::h0));
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
   const Dims d{out.size(0), out.size(1), out.size(2)};
-  Tensor dh = dxp.defined() ? dxp.clone() : zeros(out.shape(), out.dtype());
+  Tensor c = dxp.defined() ? dxp.clone() : zeros(out.shape(), out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    scalar_t* c = dh.data<scalar_t>();
-    const scalar_t* hs = out.data<scalar_t>();
-    if (dw.defined()) add_previous_states_times(d, d.H, 0, d.T, dw.data<scalar_t>(), hs, ptr<scalar_t>(h0), c);
-    forward_by_units<scalar_t>(d, 1, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
-      rnn_tanh_tangent_step(d, u, t, wu, ptr<scalar_t>(dh0), hs, z, c);
-    });
+    using S = decltype(tag);
+    if (dw.defined()) add_previous_states_times(d, d.H, 0, d.T, dw.data<S>(), out.data<S>(), ptr<S>(h0), c.data<S>());
+    if (dh0.defined()) gemm(false, true, d.B, d.H, d.H, S(1), dh0.data<S>(), d.H, w.data<S>(), d.H, S(1), c.data<S>(), d.H);
   });
-  tout[0] = dh;
+  const Tensor k = rsub(1.0, mul(out, out));
+  tout[0] = gated_recurrence_transpose(mul(k, c), Tensor(), k, w);
 }
 
 static const OpDef rnn_tanh_recurrence_op({.name = "rnn_tanh_recurrence", .arity = 3,
