@@ -33,8 +33,10 @@ void run_backward(const Node& node, const Tensor& grad_out, std::span<Tensor> gr
   if (op.backward_with_tangents && detail::fused_backward_tangents()) {
     std::vector<Tensor> tangents(grad_in.size());
     if (op.backward_with_tangents(node, grad_out, grad_in, tangents)) {
-      for (size_t k = 0; k < grad_in.size(); ++k)
+      for (size_t k = 0; k < grad_in.size(); ++k) {
+        if (!node.needs(k)) grad_in[k] = Tensor();  // the rule may fill every input's
         if (grad_in[k].defined() && tangents[k].defined()) detail::set_tangent(grad_in[k], std::move(tangents[k]));
+      }
       return;
     }
   }

@@ -27,7 +27,8 @@ using BackwardFn = void (*)(const Node& node, const Tensor& grad_out, std::span<
 /// by fused kernels in one pass, where the recorded backward's ops would be
 /// followed one by one. Reads grad_out's tangent with tangent(grad_out)
 /// (undefined: zero). Returns false where it does not apply (the engine then
-/// runs the recorded backward); the engine attaches the tangents.
+/// runs the recorded backward); the engine attaches the tangents and keeps
+/// only the gradients of the inputs the node needs, so the rule may fill all.
 using BackwardTangentsFn = bool (*)(const Node& node, const Tensor& grad_out, std::span<Tensor> grad_in,
                                     std::span<Tensor> grad_in_tangents);
 /// Forward mode: fills tangent_out[0] (output shape) and, for an op with side

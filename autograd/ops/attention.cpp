@@ -360,12 +360,8 @@ static void attention_backward_tangents(const AttentionDims& a, const Tensor& q,
       for_each_head(a, body);
     });
   }
-  const Tensor results[3][2] = {{dq, tdq}, {dk, tdk}, {dv, tdv}};
-  for (size_t i = 0; i < 3; ++i) {
-    if (!(i == 0 ? need_q : i == 1 ? need_k : need_v)) continue;
-    gin[i] = results[i][0];
-    gin_tangents[i] = results[i][1];
-  }
+  gin[0] = dq, gin[1] = dk, gin[2] = dv;
+  gin_tangents[0] = tdq, gin_tangents[1] = tdk, gin_tangents[2] = tdv;
 }
 
 // What every form of attention's backward reads from its node.

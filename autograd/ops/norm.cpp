@@ -146,13 +146,9 @@ static bool layer_norm_backward_tangents(const Node& n, const Tensor& g, std::sp
   });
   NoGradGuard plain;  // the sums over blocks: plain kernels, their tangents given to the engine
   const Tensor sums = sum(pw, {1});  // (4, C)
-  const Tensor results[3][2] = {
-      {gx, tgx}, {select(sums, 0, 0), select(sums, 0, 2)}, {select(sums, 0, 1), select(sums, 0, 3)}};
-  for (size_t k = 0; k < 3; ++k) {
-    if (!n.needs(k)) continue;
-    gin[k] = results[k][0];
-    gin_tangents[k] = results[k][1];
-  }
+  gin[0] = gx, gin_tangents[0] = tgx;
+  gin[1] = select(sums, 0, 0), gin_tangents[1] = select(sums, 0, 2);
+  gin[2] = select(sums, 0, 1), gin_tangents[2] = select(sums, 0, 3);
   return true;
 }
 

@@ -241,12 +241,12 @@ Tensor spread_mul(const Tensor& u, const Tensor& j);
 Tensor gated_recurrence_transpose(const Tensor& du, const Tensor& a, const Tensor& j, const Tensor& w);
 
 // Forward over reverse (OpSpec::backward_with_tangents): lstm_recurrence's
-// gradients gin = [dxp, dW, dh0, dc0] where need says, and their tangents in
-// gin_tangents, from the incoming gradient and what forward saved: w_hh, h0
-// and c0 (either may be undefined), the gate activations act and the output out.
+// gradients gin = [dxp, dW, dh0, dc0] (dW only with need_weight), and their
+// tangents in gin_tangents, from the incoming gradient and what forward saved:
+// w_hh, h0 and c0 (either may be undefined), the gate activations act and the output out.
 void lstm_backward_tangents(const Tensor& grad, const Tensor& w, const Tensor& h0, const Tensor& c0,
-                            const Tensor& act, const Tensor& out, const std::array<bool, 4>& need,
-                            std::span<Tensor> gin, std::span<Tensor> gin_tangents);
+                            const Tensor& act, const Tensor& out, bool need_weight, std::span<Tensor> gin,
+                            std::span<Tensor> gin_tangents);
 
 // The op table's samples of rnn_tanh_recurrence (gates 1), lstm_recurrence
 // (gates 4, cell_state) and gru_recurrence (gates 3, bias_input).

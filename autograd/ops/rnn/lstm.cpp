@@ -116,8 +116,7 @@ static bool lstm_recurrence_backward_tangents(const Node& n, const Tensor& grad,
   if (n.side_grad(&LstmSaved::gates).defined()) return false;
   lstm_backward_tangents(grad, n.saved_tensor(&LstmSaved::weight), n.saved_tensor(&LstmSaved::h0),
                          n.saved_tensor(&LstmSaved::c0), n.saved_tensor(&LstmSaved::gates),
-                         n.saved_tensor(&LstmSaved::output), {n.needs(0), n.needs(1), n.needs(2), n.needs(3)}, gin,
-                         gin_tangents);
+                         n.saved_tensor(&LstmSaved::output), n.needs(1), gin, gin_tangents);
   return true;
 }
 

@@ -268,7 +268,7 @@ static void lstm_grad_tangent_rows(const Dims& d, Rows rows, const LstmTangentPo
 }
 
 void detail::rnn::lstm_backward_tangents(const Tensor& grad, const Tensor& w, const Tensor& h0, const Tensor& c0,
-                                         const Tensor& act, const Tensor& out, const std::array<bool, 4>& need,
+                                         const Tensor& act, const Tensor& out, bool need_weight,
                                          std::span<Tensor> gin, std::span<Tensor> gin_tangents) {
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t G = 4 * d.H;
@@ -289,18 +289,14 @@ void detail::rnn::lstm_backward_tangents(const Tensor& grad, const Tensor& w, co
     for_batch_rows(d, G, [&](Rows rows) {
       lstm_grad_tangent_rows(d, rows, p, dh0.data<S>(), dh0t.data<S>(), dc0.data<S>(), dc0t.data<S>());
     });
-    if (need[1]) {  // the h part of out (and of its tangent) holds h_t
+    if (need_weight) {  // the h part of out (and of its tangent) holds h_t
       dW = weight_grad<S>(d, G, dA.data<S>(), o.data<S>(), ptr<S>(h0c), out.dtype());
       dWt = weight_grad<S>(d, G, dAt.data<S>(), o.data<S>(), ptr<S>(h0c), out.dtype());
       add_weight_grad<S>(d, G, 0, d.T, dA.data<S>(), ot.data<S>(), ptr<S>(h0t), dWt.data<S>());
     }
   });
-  const Tensor results[4][2] = {{dA, dAt}, {dW, dWt}, {dh0, dh0t}, {dc0, dc0t}};
-  for (size_t k = 0; k < 4; ++k) {
-    if (!need[k]) continue;
-    gin[k] = results[k][0];
-    gin_tangents[k] = results[k][1];
-  }
+  gin[0] = dA, gin[1] = dW, gin[2] = dh0, gin[3] = dc0;
+  gin_tangents[0] = dAt, gin_tangents[1] = dWt, gin_tangents[2] = dh0t, gin_tangents[3] = dc0t;
 }
 
 // ============================ lstm_recurrence_grad ============================

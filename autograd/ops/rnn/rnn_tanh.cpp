@@ -140,12 +140,8 @@ static bool rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::s
       add_weight_grad<S>(d, d.H, 0, d.T, dA.data<S>(), hts.data<S>(), ptr<S>(h0t), dWt.data<S>());
     }
   });
-  const Tensor results[3][2] = {{dA, dAt}, {dW, dWt}, {dh0, dh0t}};
-  for (size_t k = 0; k < 3; ++k) {
-    if (!n.needs(k)) continue;
-    gin[k] = results[k][0];
-    gin_tangents[k] = results[k][1];
-  }
+  gin[0] = dA, gin[1] = dW, gin[2] = dh0;
+  gin_tangents[0] = dAt, gin_tangents[1] = dWt, gin_tangents[2] = dh0t;
   return true;
 }
 
