@@ -22,7 +22,7 @@ inline Tensor broadcast_tangent(const Tensor& t, const Shape& shape) {
 }
 // x's tangent at the open forward-AD level, dense, or zeros where it has
 // none: what a backward reads when it gives its gradients' tangents too
-// (detail::fused_backward_tangents).
+// (OpSpec::backward_with_tangents).
 inline Tensor tangent_or_zeros(const Tensor& x) {
   const Tensor t = tangent(x);
   return t.defined() ? t.contiguous() : zeros(x.shape(), x.dtype());

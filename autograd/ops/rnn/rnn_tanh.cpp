@@ -82,7 +82,7 @@ static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::s
   if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
 }
 
-// Forward over reverse (detail::fused_backward_tangents): the gradients and
+// Forward over reverse (OpSpec::backward_with_tangents): the gradients and
 // their tangents in one recursion. With k_t = 1 - h_t^2 and its tangent
 // kt_t = -2 h_t ht_t (ht the output's tangent), going t = T-1 .. 0 from
 // e = et = 0:
