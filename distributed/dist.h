@@ -18,6 +18,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "autograd/tensor.h"
 
@@ -70,5 +71,11 @@ void check_same(const std::string& what, const std::string& value);
 void broadcast(const Tensor& t);
 
 void barrier();
+// A barrier for a rank that may wait long (for rank 0 alone doing other
+// work): it sleeps between polls instead of spinning on a core.
+void idle_barrier();
+
+// Every rank's value, in rank order, on every rank (MPI_Allgatherv).
+std::vector<std::string> all_gather(const std::string& value);
 
 }  // namespace tg::dist

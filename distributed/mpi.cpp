@@ -1,8 +1,10 @@
 // The MPI side of distributed/dist.h (built when meson finds MPI; distributed/local.cpp otherwise).
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -115,23 +117,31 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 }  // namespace
 
+std::vector<std::string> all_gather(const std::string& value) {
+  require_environment("dist::all_gather");
+  if (g_size == 1) return {value};
+  const size_t N = static_cast<size_t>(g_size);
+  int len = mpi_count(static_cast<int64_t>(value.size()), "all_gather");
+  std::vector<int> lens(N), offsets(N);
+  check_mpi(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  int64_t total = 0;
+  for (size_t r = 0; r < N; ++r) offsets[r] = mpi_count(total, "all_gather"), total += lens[r];
+  std::string all(static_cast<size_t>(total), '\0');
+  check_mpi(MPI_Allgatherv(value.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
+            "MPI_Allgatherv");
+  std::vector<std::string> out;
+  for (size_t r = 0; r < N; ++r) out.push_back(all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(lens[r])));
+  return out;
+}
+
 void check_same(const std::string& what, const std::string& value) {
   require_environment("dist::check_same");
   if (g_size == 1) return;
   // Every rank gathers every rank's text, so all of them reach the same verdict.
-  const size_t N = static_cast<size_t>(g_size);
-  int len = mpi_count(static_cast<int64_t>(value.size()), "check_same");
-  std::vector<int> lens(N), offsets(N);
-  check_mpi(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
-  int64_t total = 0;
-  for (size_t r = 0; r < N; ++r) offsets[r] = mpi_count(total, "check_same"), total += lens[r];
-  std::string all(static_cast<size_t>(total), '\0');
-  check_mpi(MPI_Allgatherv(value.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
-            "MPI_Allgatherv");
-  auto text_of = [&](size_t r) { return all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(lens[r])); };
-  const std::vector<std::string> first = lines_of(text_of(0));
-  for (size_t r = 1; r < N; ++r) {
-    const std::vector<std::string> other = lines_of(text_of(r));
+  const std::vector<std::string> texts = all_gather(value);
+  const std::vector<std::string> first = lines_of(texts[0]);
+  for (size_t r = 1; r < texts.size(); ++r) {
+    const std::vector<std::string> other = lines_of(texts[r]);
     for (size_t k = 0; k < std::max(first.size(), other.size()); ++k) {
       const std::string a = k < first.size() ? first[k] : "(nothing)", b = k < other.size() ? other[k] : "(nothing)";
       if (a != b)
@@ -161,6 +171,20 @@ void broadcast(const Tensor& t) {
 void barrier() {
   require_environment("dist::barrier");
   if (g_size > 1) check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void idle_barrier() {
+  require_environment("dist::idle_barrier");
+  if (g_size == 1) return;
+  // MPI_Barrier polls at full speed; a rank that waits here for minutes would
+  // take a core from the threads of the rank it waits for.
+  MPI_Request request;
+  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+  for (int done = 0;;) {
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace tg::dist

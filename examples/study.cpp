@@ -15,6 +15,7 @@
 // part's tables and plots), CSV files, PNG plots, samples.txt, checkpoints.
 // See examples/study/study.h for what each part writes.
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -22,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
+#include "distributed/dist.h"
 #include "examples/study/study.h"
 #include "report/progress.h"
 #include "report/report.h"
@@ -107,8 +109,32 @@ void add_options(CLI::App& app, study::Config& c, std::vector<std::string>& part
       ->delimiter(',')->check(CLI::PositiveNumber);
   app.add_option("--scale-sizes", c.scale_sizes, "Part scale: how many of --scale-dims to run, from the smallest")
       ->check(CLI::Range(2, 100));
-  app.add_option("--scale-tokens-per-param", c.scale_tokens_per_param, "Part scale: training tokens per GPT parameter")
+  app.add_option("--tokens-per-param", c.scale_tokens_per_param,
+                 "Part scale: training budgets, tokens per GPT parameter (every size trains at each)")
+      ->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--scale-sweep-fraction", c.scale_sweep_fraction,
+                 "Part scale: each size's learning-rate sweep trains this fraction of the largest budget")
+      ->check(CLI::Range(1e-6, 1.0));
+  app.add_option("--scale-largest-seeds", c.scale_largest_seeds,
+                 "Part scale: seeds at the largest size run (default: --seeds); its spread is then borrowed from the "
+                 "smaller sizes")->check(CLI::NonNegativeNumber);
+  app.add_option("--scale-evals", c.scale_evals, "Part scale: validation points per run (scale_curves.csv)")
       ->check(CLI::PositiveNumber);
+  app.add_option_function<std::vector<std::string>>(
+         "--scale-max-size",
+         [&c](const std::vector<std::string>& limits) {
+           for (const std::string& l : limits) {
+             const size_t eq = l.find('=');
+             if (eq == std::string::npos) throw CLI::ValidationError("--scale-max-size", "expected MODEL=SIZE, got " + l);
+             try {
+               c.scale_max_size[l.substr(0, eq)] = std::stoll(l.substr(eq + 1));
+             } catch (const std::exception&) {
+               throw CLI::ValidationError("--scale-max-size", "SIZE must be a number in " + l);
+             }
+           }
+         },
+         "Part scale: MODEL=SIZE runs MODEL at sizes 1 .. SIZE only (e.g. rnn=2 where the RNN's time does not allow more)")
+      ->delimiter(',');
   app.add_option("--scale-bf16-from", c.scale_bf16_from,
                  "Part scale: sizes from this index (0: the smallest) on train under bfloat16 autocast");
   app.add_flag("--bf16", c.bf16, "bfloat16 autocast: GEMMs in bfloat16, float32 master weights (parts 1, 2, 3 and 5 "
@@ -137,7 +163,7 @@ void apply_quick(const CLI::App& app, study::Config& c) {
   set("--grad-batch", c.grad_batch, int64_t{8});
   set("--parallel-steps", c.parallel_steps, int64_t{5});
   set("--scale-dims", c.scale_dims, std::vector<int64_t>{32, 64, 128});
-  set("--scale-tokens-per-param", c.scale_tokens_per_param, 1.0);
+  set("--tokens-per-param", c.scale_tokens_per_param, std::vector<double>{0.5, 1.5});
 }
 
 // --full: the scale part at every size, from 3 seeds at least.
@@ -146,44 +172,70 @@ void apply_full(const CLI::App& app, study::Config& c) {
   c.seeds = std::max<int64_t>(c.seeds, 3);
 }
 
+// The threads of each rank's scale cells under mpirun when --threads is not
+// given: the cores of this machine shared among the ranks on it.
+int scale_threads() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
+  return std::max(1, num_threads() / ranks_here);
+}
+
 // Runs the chosen parts in the study's order, each with its title, its
-// duration and the load average around it, then prints the summary.
+// duration and the load average around it, then prints the summary. Under
+// mpirun the scale part's runs spread over the ranks; every other part runs
+// on rank 0 while the others wait.
 void run_parts(const study::Config& c, const std::vector<std::string>& parts) {
   if (c.threads > 0) set_num_threads(c.threads);
-  std::filesystem::create_directories(c.out);
+  const bool main_rank = dist::is_main();
+  if (main_rank) std::filesystem::create_directories(c.out);
   study::Study s(c);
   const auto start = std::chrono::steady_clock::now();
+  const int threads = num_threads();
   std::vector<std::string> summaries;
   for (const std::string& part : study::part_names()) {
     if (std::find(parts.begin(), parts.end(), part) == parts.end()) continue;
+    if (part != "scale" && !main_rank) {
+      dist::idle_barrier();
+      continue;
+    }
     const auto& [title, run] = kParts.at(part);
-    fmt::print("\n=== {} ({}) ===\n", title, part);
+    if (main_rank) fmt::print("\n=== {} ({}) ===\n", title, part);
     const std::string load_start = study::load_average();
     const auto t0 = std::chrono::steady_clock::now();
+    if (part == "scale" && dist::world_size() > 1 && c.threads == 0) set_num_threads(scale_threads());
     study::PartOutput out = run(s);
+    set_num_threads(threads);
+    if (part != "scale") dist::idle_barrier();
+    if (!main_rank) continue;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string load_end = study::load_average();
     if (part != "verdicts") {
       const std::string precision = study::part_dtype(c, part) == "bf16"
                                         ? "; training GEMMs in bfloat16 (autocast), float32 master weights"
                                         : "";
+      const std::string ranks = part == "scale" && dist::world_size() > 1
+                                    ? fmt::format(" on {} MPI ranks", dist::world_size())
+                                    : "";
       report::write_file(s.path(part + ".md"),
-                         fmt::format("## {}\n\n_Took {}; load average {} at the start, {} at the end{}._\n\n{}",
-                                     title, report::format_duration(seconds), load_start, load_end, precision,
+                         fmt::format("## {}\n\n_Took {}{}; load average {} at the start, {} at the end{}._\n\n{}",
+                                     title, report::format_duration(seconds), ranks, load_start, load_end, precision,
                                      out.markdown));
       record_time(s, part, seconds, load_start, load_end);
     }
     summaries.push_back(fmt::format("{:<9} {:>6}  {}", part, report::format_duration(seconds), out.summary));
     fmt::print("\n{}: done in {} — {}\n", part, report::format_duration(seconds), out.summary);
   }
-  fmt::print("\n=== summary ({} in all, {} threads{}) ===\n{}\n", report::format_duration(std::chrono::duration<double>(
-                                                                     std::chrono::steady_clock::now() - start).count()),
-             num_threads(), c.bf16 ? ", GEMMs in bfloat16" : "", fmt::join(summaries, "\n"));
+  if (!main_rank) return;
+  fmt::print("\n=== summary ({} in all, {} threads{}{}) ===\n{}\n",
+             report::format_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()),
+             num_threads(), dist::world_size() > 1 ? fmt::format(", {} ranks in the scale part", dist::world_size()) : "",
+             c.bf16 ? ", GEMMs in bfloat16" : "", fmt::join(summaries, "\n"));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  dist::Environment mpi(argc, argv);
   study::Config c;
   std::vector<std::string> parts;
   bool quick = false, full = false;
@@ -196,6 +248,7 @@ int main(int argc, char** argv) {
   try {
     run_parts(c, parts);
   } catch (const std::exception& e) {
+    if (dist::world_size() > 1) dist::abort(fmt::format("study: {}", e.what()));  // the other ranks would wait forever
     fmt::print(stderr, "study: {}\n", e.what());
     return 1;
   }

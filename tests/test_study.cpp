@@ -68,7 +68,7 @@ const std::string kTiny =
     " --batch 4 --steps 20 --sweep-steps 5 --lrs 3e-3,1e-2 --eval-every 10 --eval-batches 2 --warmup 2"
     " --cost-lengths 8,16,32 --cost-tokens 64 --cost-reps 3 --recall-length 12 --recall-steps 10 --recall-batch 8"
     " --recall-tests 20 --context-batches 2 --grad-batch 2 --parallel-steps 3"
-    " --scale-dims 8,16,32 --scale-tokens-per-param 0.5";
+    " --scale-dims 8,16,32 --tokens-per-param 0.5,1";
 
 // A learning-rate sweep of the tiny run (grid 3e-3, 1e-2): per model, the
 // grid's rates in ascending order, one chosen, the lowest loss; rates past the

@@ -16,8 +16,9 @@
 //   gradients  |dL_t / dx_(t-k)| against k, init and trained      gradients.csv, gradients.png
 //   parallel   sequential steps against T; tokens/s, 1 and 2      steps.csv, parallel.csv, speedup.csv,
 //              threads (paired steps: medians, quartiles)          parallel.png
-//   scale      val loss against parameters and training FLOPs      scale.csv, scale_fit.csv, scale.png
-//              at growing sizes; power-law fits per model
+//   scale      val loss against parameters and training FLOPs      scale.csv, scale_fit.csv, scale_gap.csv,
+//              at growing sizes and tokens-per-parameter budgets;  scale_curves.csv, scale_context.csv,
+//              power-law fits per model and budget; GPT's gaps     scale.png, scale_gap.png
 //   verdicts   the table of claims and verdicts                   results.md
 // Parts 1, 3, 4 and scale train every model once per seed (Config::seeds)
 // and report the mean and the min-max range over the seeds; a verdict that
@@ -70,13 +71,21 @@ struct Config {
   int64_t parallel_steps = 10;
   // Part scale: GPT widths (gpt_layers blocks, gpt_heads heads; the
   // recurrent models matched to each), the first scale_sizes of them run
-  // (--full: all); each size trained on scale_tokens_per_param tokens per
-  // GPT parameter, the sizes from index scale_bf16_from on under bf16
-  // autocast; the smallest size also in the other precision, to check the
-  // two agree within the seeds' spread.
+  // (--full: all), a model left out above its scale_max_size (sizes counted
+  // from 1: "rnn" -> 2 runs the RNN at the two smallest). Each size trains at
+  // every budget of scale_tokens_per_param (tokens per GPT parameter) from
+  // every seed (scale_largest_seeds at the largest size run, when set), at
+  // the learning rate of a sweep over `lrs` at scale_sweep_fraction of the
+  // largest budget; each run evaluated scale_evals times (scale_curves.csv).
+  // Sizes from index scale_bf16_from on train under bf16 autocast; the
+  // smallest size also in the other precision, to check the two agree
+  // within the seeds' spread.
   std::vector<int64_t> scale_dims = {64, 128, 256};
   int64_t scale_sizes = 2, scale_bf16_from = 2;
-  double scale_tokens_per_param = 1.5;
+  std::vector<double> scale_tokens_per_param = {1, 4};
+  double scale_sweep_fraction = 0.25;
+  int64_t scale_largest_seeds = 0, scale_evals = 8;
+  std::map<std::string, int64_t> scale_max_size;
   // bfloat16 autocast (--bf16): the GEMMs of every training run (parts 1, 3)
   // and timed step (parts 2, 5) in bfloat16, float32 master weights. What
   // measures a trained model (recall accuracy, loss against context,
@@ -199,8 +208,16 @@ struct Sweep {
   std::vector<double> lrs;     // the rates tried, ascending
   std::vector<double> losses;  // per rate; +inf where the run diverged
   size_t best = 0;
+  int extra = 0;               // rates tried past the grid
   // The best rate is still the smallest or the largest tried.
   bool at_edge() const { return lrs.size() > 1 && (best == 0 || best + 1 == lrs.size()); }
+  // Records run(lr) = loss.
+  void add(double lr, double loss);
+  // The rate to try next, one grid step past the end the best sits at (the
+  // step between the two rates next to that end: 1e-3, 3e-3, 1e-2 goes on
+  // with 3e-2, then 1e-1); nullopt once the best is inside, diverged, or
+  // max_extra rates were added.
+  std::optional<double> next(int max_extra) const;
 };
 Sweep sweep_lr(std::vector<double> grid, const std::function<double(double)>& run, int max_extra = 2);
 
@@ -215,6 +232,16 @@ double loss_given_context(models::LanguageModel& m, const std::vector<int64_t>& 
                           int64_t n);
 // Mean next-token loss over count fixed validation batches of B windows, in eval mode.
 double validation_loss(models::LanguageModel& m, const data::LMBatches& val, int64_t count, int64_t batch);
+
+// --- runs over MPI ranks (cells.cpp)
+
+// Runs run(i) for every cell i = 0 .. cost.size()-1 once over the ranks of
+// the job (tg::dist; started without mpirun, all here, in index order), the
+// cells dealt by cost so that every rank gets about the same work, and
+// returns on every rank each cell's result in cell order. A cell's result
+// must depend on the cell alone, not on where or after what it ran: each
+// seeds what it draws from itself.
+std::vector<std::string> run_cells(const std::vector<double>& cost, const std::function<std::string(size_t)>& run);
 
 // --- files (files.cpp)
 
@@ -236,13 +263,27 @@ class Csv {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// The budgets (tokens per parameter) of scale.csv's rows of role "fit", ascending.
+std::vector<double> scale_budgets(const Csv& csv);
 // Per model, the power law of val_loss against x_column ("params" or
-// "train_flops") over scale.csv's rows of role "fit", every seed's run a
-// point (scale.cpp).
-std::map<std::string, PowerLaw> scale_fits(const Csv& csv, const std::string& x_column);
+// "train_flops") over scale.csv's rows of role "fit" at one budget, every
+// seed's run a point; a model with fewer than two sizes there has none (scale.cpp).
+std::map<std::string, PowerLaw> scale_fits(const Csv& csv, const std::string& x_column, double tokens_per_param);
+// GPT's val loss minus a recurrent model's at one size and budget.
+struct Gap {
+  std::string model;
+  int64_t size = 0;
+  double tokens_per_param = 0, params = 0;  // params: GPT's
+  std::vector<double> per_seed;             // the difference per seed both ran
+  // Mean and min-max of per_seed; from one seed, its value ± half the widest
+  // range of the same pair at the same budget (spread_borrowed).
+  Range range;
+  bool spread_borrowed = false;
+};
+std::vector<Gap> scale_gaps(const Csv& csv);
 // Per model and size, each seed's loss at the shortest context of
-// scale_context.csv minus its loss at the longest (> 0: the longer helps).
-std::map<std::string, std::map<int64_t, std::vector<double>>> context_gains(const Csv& csv);
+// scale_context.csv minus its loss at the longest (> 0: the longer helps), at one budget.
+std::map<std::string, std::map<int64_t, std::vector<double>>> context_gains(const Csv& csv, double tokens_per_param);
 
 // <out>/<name>, which part 1 (tuning) writes and later parts build on; a
 // std::runtime_error saying to run part 1 first when it is missing.

@@ -72,25 +72,29 @@ TrainResult train(models::LanguageModel& m, const TrainSpec& spec,
   return r;
 }
 
+void Sweep::add(double lr, double loss) {
+  const auto at = std::lower_bound(lrs.begin(), lrs.end(), lr) - lrs.begin();
+  lrs.insert(lrs.begin() + at, lr);
+  losses.insert(losses.begin() + at, std::isfinite(loss) ? loss : std::numeric_limits<double>::infinity());
+  best = std::min_element(losses.begin(), losses.end()) - losses.begin();
+}
+
+std::optional<double> Sweep::next(int max_extra) const {
+  if (extra >= max_extra || !at_edge() || !std::isfinite(losses[best])) return std::nullopt;
+  const size_t n = lrs.size();
+  const bool low = best == 0;
+  const double step = n < 3 ? lrs[1] / lrs[0] : low ? lrs[2] / lrs[1] : lrs[n - 2] / lrs[n - 3];
+  return low ? lrs[0] / step : lrs[n - 1] * step;
+}
+
 Sweep sweep_lr(std::vector<double> grid, const std::function<double(double)>& run, int max_extra) {
   std::sort(grid.begin(), grid.end());
   grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
   Sweep s;
-  auto add = [&](double lr) {
-    const double v = run(lr);
-    const auto at = std::lower_bound(s.lrs.begin(), s.lrs.end(), lr) - s.lrs.begin();
-    s.lrs.insert(s.lrs.begin() + at, lr);
-    s.losses.insert(s.losses.begin() + at, std::isfinite(v) ? v : std::numeric_limits<double>::infinity());
-    s.best = std::min_element(s.losses.begin(), s.losses.end()) - s.losses.begin();
-  };
-  for (double lr : grid) add(lr);
-  // One grid step past an end: the step between the two rates next to it
-  // (1e-3, 3e-3, 1e-2 goes on with 3e-2, then 1e-1). at_edge() needs two rates.
-  for (int extra = 0; extra < max_extra && s.at_edge() && std::isfinite(s.losses[s.best]); ++extra) {
-    const size_t n = s.lrs.size();
-    const bool low = s.best == 0;
-    const double step = n < 3 ? s.lrs[1] / s.lrs[0] : low ? s.lrs[2] / s.lrs[1] : s.lrs[n - 2] / s.lrs[n - 3];
-    add(low ? s.lrs[0] / step : s.lrs[n - 1] * step);
+  for (double lr : grid) s.add(lr, run(lr));
+  while (auto lr = s.next(max_extra)) {
+    s.add(*lr, run(*lr));
+    ++s.extra;
   }
   return s;
 }

@@ -261,6 +261,41 @@ Verdict training_steps(const Study& s) {
   v.measured += fmt::format("; final val loss: gpt {}", mean_range(finals("gpt"), 3));
   for (const auto& m : rec) v.measured += fmt::format(", {} {}", m, mean_range(finals(m), 3));
   v.verdict = judge(rec, fewer);
+  // Again on the scale part's curves, at its largest budget and the largest
+  // size every model ran at: there the models train far longer than here.
+  if (Csv::exists(s.path("scale_curves.csv"))) {
+    const Csv sc(s.path("scale_curves.csv"));
+    double budget = 0;
+    for (size_t r = 0; r < sc.size(); ++r) budget = std::max(budget, sc.num(r, "tokens_per_param"));
+    std::map<std::string, int64_t> largest;  // per model, its largest size at that budget
+    for (size_t r = 0; r < sc.size(); ++r)
+      if (sc.num(r, "tokens_per_param") == budget)
+        largest[sc.str(r, "model")] = std::max(largest[sc.str(r, "model")], static_cast<int64_t>(sc.num(r, "size")));
+    int64_t size = INT64_MAX;
+    for (const auto& m : s.c.models) size = std::min(size, largest.count(m) ? largest.at(m) : 0);
+    if (size > 0) {
+      const std::string at = fmt::format("{:g}", budget);
+      std::map<std::string, std::map<std::string, XY>> long_curves;
+      for (size_t r = 0; r < sc.size(); ++r)
+        if (sc.num(r, "tokens_per_param") == budget && static_cast<int64_t>(sc.num(r, "size")) == size) {
+          auto& [xs, ys] = long_curves[sc.str(r, "model")][sc.str(r, "seed")];
+          xs.push_back(sc.num(r, "tokens")), ys.push_back(sc.num(r, "val_loss"));
+        }
+      target = -INFINITY;
+      for (const auto& m : s.c.models)
+        target = std::max(target, range_of(per_seed(long_curves.at(m), [](const XY& xy) { return xy.second.back(); })).mean);
+      auto long_tokens = [&](const std::string& m) { return per_seed(long_curves.at(m), reach); };
+      v.measured += fmt::format("; scale part, size {} at {} tok/param: tokens to val loss {:.3f}: gpt {}", size, at,
+                                target, count_range(long_tokens("gpt")));
+      std::vector<Order> long_fewer;
+      for (const auto& m : rec) {
+        v.measured += fmt::format(", {} {}", m, count_range(long_tokens(m)));
+        long_fewer.push_back(compare(long_tokens("gpt"), long_tokens(m), false));
+      }
+      v.verdict = fmt::format("part 1 ({} steps): {}; size {} at {} tok/param: {}", s.c.steps, v.verdict, size, at,
+                              judge(rec, long_fewer));
+    }
+  }
   return v;
 }
 
@@ -404,78 +439,110 @@ Verdict cost(const Study& s) {
   return v;
 }
 
-// How GPT's fitted power law compares with each recurrence's, in loss
-// against parameters and against training FLOPs: a steeper fall (exponent
-// larger by more than twice the standard error of the difference) is what
-// the claim says; where the fits meet, with its 1-sigma range.
+// How the gap GPT − m moves from `from` to `to` (Gap::range): it falls
+// when to's whole range lies below from's (GPT gains on m), rises when
+// above, and is level when the spreads overlap.
+std::string gap_move(const Gap& from, const Gap& to) {
+  if (to.range.hi < from.range.lo) return "falls (GPT gains)";
+  if (to.range.lo > from.range.hi) return "rises (GPT loses ground)";
+  return "level within the spread";
+}
+
+// Per budget (tokens per parameter): how GPT's fitted power law compares
+// with each recurrence's, in loss against parameters and against training
+// FLOPs (a steeper fall: exponent larger by more than twice the standard
+// error of the difference), and whether the gap GPT − m shrinks with size at
+// that budget; at the largest size run at two budgets or more, whether it
+// shrinks with tokens. The claim holds at a budget where GPT's exponent is
+// the steeper.
 Verdict scaling(const Study& s) {
   Verdict v;
   const Csv csv(s.path("scale.csv"));
   const auto rec = recurrent(s.c);
-  std::vector<Order> steeper;
-  std::vector<std::string> trends, meetings;
-  for (const auto& [axis, name] : {std::pair{"params", "parameters"}, std::pair{"train_flops", "training FLOPs"}}) {
-    const auto fits = scale_fits(csv, axis);
-    double lo = INFINITY, hi = 0;  // the x range measured
-    for (size_t r = 0; r < csv.size(); ++r)
-      if (csv.str(r, "role") == "fit") lo = std::min(lo, csv.num(r, axis)), hi = std::max(hi, csv.num(r, axis));
-    const PowerLaw& g = fits.at("gpt");
-    v.measured += fmt::format("{}loss ∝ {}^-α: gpt α {:.3f} ± {:.3f}", v.measured.empty() ? "" : "; ", name, -g.b, g.se_b);
-    for (const auto& m : rec)
-      v.measured += fmt::format(", {} {:.3f} ± {:.3f}", m, -fits.at(m).b, fits.at(m).se_b);
-    // What GPT's curve does against each recurrence's, the models that share a trend named together.
-    std::vector<std::pair<std::string, std::vector<std::string>>> by_trend;
+  const auto gaps = scale_gaps(csv);
+  auto gap = [&](const std::string& m, int64_t size, double b) -> const Gap* {
+    for (const Gap& g : gaps)
+      if (g.model == m && g.size == size && g.tokens_per_param == b) return &g;
+    return nullptr;
+  };
+  auto gap_text = [](const Gap& g) {
+    return fmt::format("{:+.3f} ({:+.3f} to {:+.3f}{})", g.range.mean, g.range.lo, g.range.hi,
+                       g.spread_borrowed ? "; 1 seed, spread borrowed" : "");
+  };
+  std::vector<std::string> measured, verdicts;
+  for (double b : scale_budgets(csv)) {
+    std::vector<std::string> m_parts, v_parts;
+    for (const auto& [axis, name] : {std::pair{"params", "parameters"}, std::pair{"train_flops", "training FLOPs"}}) {
+      const auto fits = scale_fits(csv, axis, b);
+      if (!fits.count("gpt")) continue;
+      const PowerLaw& g = fits.at("gpt");
+      std::string line = fmt::format("loss ∝ {}^-α: gpt α {:.3f} ± {:.3f}", name, -g.b, g.se_b);
+      std::vector<Order> steeper;
+      std::vector<std::string> judged;
+      for (const auto& m : rec) {
+        if (!fits.count(m)) continue;
+        const PowerLaw& r = fits.at(m);
+        line += fmt::format(", {} {:.3f} ± {:.3f}", m, -r.b, r.se_b);
+        const double db = r.b - g.b, se = std::hypot(g.se_b, r.se_b);  // > 0: GPT's loss falls faster
+        steeper.push_back(db > 2 * se ? Order::better : db < -2 * se ? Order::worse : Order::level);
+        judged.push_back(m);
+        if (const auto meet = meeting(g, r); meet && std::string(axis) == "params")
+          line += fmt::format(" (GPT's fit meets the {}'s at {:.2g} parameters, 1σ {:.2g} to {:.2g})", m,
+                              std::pow(10.0, meet->log10x), std::pow(10.0, meet->log10x - meet->se),
+                              std::pow(10.0, meet->log10x + meet->se));
+      }
+      m_parts.push_back(line);
+      if (!judged.empty()) v_parts.push_back(fmt::format("in {}: {}", name, judge(judged, steeper)));
+    }
+    // The gap from the smallest to the largest size where both models ran at b.
     for (const auto& m : rec) {
-      const PowerLaw& r = fits.at(m);
-      const double db = r.b - g.b, se = std::hypot(g.se_b, r.se_b);  // > 0: GPT's loss falls faster
-      const Order o = db > 2 * se ? Order::better : db < -2 * se ? Order::worse : Order::level;
-      if (std::string(axis) == "params") steeper.push_back(o);
-      // The gap log10 L_gpt - log10 L_m at the smallest and largest x measured.
-      const double g0 = g.log10_at(std::log10(lo)) - r.log10_at(std::log10(lo));
-      const double g1 = g.log10_at(std::log10(hi)) - r.log10_at(std::log10(hi));
-      const auto meet = meeting(g, r);
-      meetings.push_back(meet ? fmt::format("{} in {} at {:.2g} (1σ {:.2g} to {:.2g})", m, name,
-                                            std::pow(10.0, meet->log10x), std::pow(10.0, meet->log10x - meet->se),
-                                            std::pow(10.0, meet->log10x + meet->se))
-                              : fmt::format("{} in {}: never (equal exponents)", m, name));
-      const std::string side = g1 > 0 ? "GPT's loss the higher" : "GPT's loss the lower";
-      std::string trend;
-      if ((g0 > 0) != (g1 > 0))
-        trend = "crosses {} inside the range measured";
-      else if (o == Order::level)
-        trend = "runs parallel to {} within the uncertainty (" + side + ")";
-      else if (std::fabs(g1) < std::fabs(g0))
-        trend = "approaches {} (" + side + ")";
-      else
-        trend = "diverges from {} (" + side + ")";
-      auto at = std::find_if(by_trend.begin(), by_trend.end(), [&](const auto& t) { return t.first == trend; });
-      if (at == by_trend.end()) by_trend.push_back({trend, {m}});
-      else at->second.push_back(m);
+      std::vector<const Gap*> at_b;
+      for (const Gap& g : gaps)
+        if (g.model == m && g.tokens_per_param == b) at_b.push_back(&g);
+      if (at_b.size() < 2) continue;
+      const Gap& lo = **std::min_element(at_b.begin(), at_b.end(), [](auto x, auto y) { return x->size < y->size; });
+      const Gap& hi = **std::max_element(at_b.begin(), at_b.end(), [](auto x, auto y) { return x->size < y->size; });
+      m_parts.push_back(fmt::format("GPT − {} size {} → {}: {} → {}", m, lo.size, hi.size, gap_text(lo), gap_text(hi)));
+      v_parts.push_back(fmt::format("gap to the {} {} with size", m, gap_move(lo, hi)));
     }
-    std::vector<std::string> parts;
-    for (const auto& [trend, models] : by_trend) {
-      std::vector<std::string> names;
-      for (const auto& m : models) names.push_back(fmt::format("the {}'s", m));
-      parts.push_back(fmt::format(fmt::runtime(trend), fmt::join(names, " and ")));
-    }
-    trends.push_back(fmt::format("in {}, GPT's curve {}", name, fmt::join(parts, ", ")));
+    measured.push_back(fmt::format("at {:g} tok/param: {}", b, fmt::join(m_parts, "; ")));
+    verdicts.push_back(fmt::format("at {:g} tok/param: {}", b, fmt::join(v_parts, ", ")));
   }
-  v.measured += fmt::format("; GPT's fit meets the {}", fmt::join(meetings, ", the "));
-  v.verdict = fmt::format("{}; {}", judge(rec, steeper), fmt::join(trends, "; "));
+  // With tokens: at the largest size run at two budgets or more, the gap at
+  // the smallest budget against the largest.
+  for (const auto& m : rec) {
+    std::map<int64_t, std::map<double, const Gap*>> by_size;
+    for (const Gap& g : gaps)
+      if (g.model == m) by_size[g.size][g.tokens_per_param] = &g;
+    for (auto it = by_size.rbegin(); it != by_size.rend(); ++it) {
+      if (it->second.size() < 2) continue;
+      const Gap& lo = *it->second.begin()->second;
+      const Gap& hi = *it->second.rbegin()->second;
+      measured.push_back(fmt::format("GPT − {} at size {}, {:g} → {:g} tok/param: {} → {}", m, it->first,
+                                     lo.tokens_per_param, hi.tokens_per_param, gap_text(lo), gap_text(hi)));
+      verdicts.push_back(fmt::format("at size {}, the gap to the {} {} with tokens", it->first, m, gap_move(lo, hi)));
+      break;
+    }
+  }
+  v.measured = fmt::format("{}", fmt::join(measured, "; "));
+  v.verdict = fmt::format("{}", fmt::join(verdicts, "; "));
   return v;
 }
 
-// At the largest size the scale part ran: what block characters of context
-// are worth over block/8 (scale_context.csv), per seed. The claim holds
-// against a recurrence when GPT's gain is larger beyond the seeds' ranges;
-// measured also says how each gain moved from the smallest size.
+// At the largest size the scale part ran, at its largest budget: what block
+// characters of context are worth over block/8 (scale_context.csv), per
+// seed. The claim holds against a recurrence when GPT's gain is larger
+// beyond the seeds' ranges; measured also says how each gain moved from the
+// smallest size.
 Verdict context_at_scale(const Study& s) {
   Verdict v;
   const Csv csv(s.path("scale_context.csv"));
-  const auto gains = context_gains(csv);
-  double t_short = INFINITY, t_long = 0;
-  for (size_t r = 0; r < csv.size(); ++r)
+  double t_short = INFINITY, t_long = 0, budget = 0;
+  for (size_t r = 0; r < csv.size(); ++r) {
     t_short = std::min(t_short, csv.num(r, "context")), t_long = std::max(t_long, csv.num(r, "context"));
+    budget = std::max(budget, csv.num(r, "tokens_per_param"));
+  }
+  const auto gains = context_gains(csv, budget);
   const auto rec = recurrent(s.c);
   const auto& gpt = gains.at("gpt");
   const int64_t first = gpt.begin()->first, last = gpt.rbegin()->first;
@@ -483,18 +550,23 @@ Verdict context_at_scale(const Study& s) {
   for (size_t r = 0; r < csv.size(); ++r)
     if (csv.str(r, "model") == "gpt" && static_cast<int64_t>(csv.num(r, "size")) == last)
       params = static_cast<int64_t>(csv.num(r, "params"));
-  v.measured = fmt::format("loss gained by {:.0f} instead of {:.0f} characters of context, size {} -> size {} ({} "
-                           "parameters):",
-                           t_long, t_short, first, last, report::format_count(static_cast<double>(params)));
+  v.measured = fmt::format("at {:g} tok/param, loss gained by {:.0f} instead of {:.0f} characters of context, size {} "
+                           "-> size {} ({} parameters):",
+                           budget, t_long, t_short, first, last, report::format_count(static_cast<double>(params)));
   std::vector<Order> larger;
+  std::vector<std::string> judged;
   for (const auto& m : s.c.models) {
     const auto& g = gains.at(m);
     v.measured += fmt::format("{} {} {} -> {}", m == s.c.models.front() ? "" : ",", m,
                               mean_range(g.begin()->second, 3), mean_range(g.rbegin()->second, 3));
-    if (m != "gpt") larger.push_back(compare(gpt.rbegin()->second, g.rbegin()->second, true));
+    // A recurrence that stopped below GPT's largest size is not compared there.
+    if (m != "gpt" && g.rbegin()->first == last) {
+      larger.push_back(compare(gpt.rbegin()->second, g.rbegin()->second, true));
+      judged.push_back(m);
+    }
   }
   v.measured += " nats/char";
-  v.verdict = judge(rec, larger);
+  v.verdict = judged.empty() ? "no recurrent model ran at GPT's largest size" : judge(judged, larger);
   return v;
 }
 
