@@ -6,7 +6,8 @@
 // verdicts in one table at the end.
 //
 //   build/examples/study                  # every part, scale at its two smallest sizes
-//   build/examples/study --full           # scale at every size (its estimate: the default run's scale section)
+//   build/examples/study --full           # scale at every size, up to 20 tokens per parameter
+//   mpirun -n 4 build/examples/study --full   # the same, the scale part's runs spread over 4 ranks
 //   build/examples/study --quick          # the same at small budgets, ~2 minutes
 //   build/examples/study --part cost      # one part (recall and gradients use part 1's models)
 //   build/examples/study --bf16           # training and timed steps with GEMMs in bfloat16 (autocast)
@@ -67,7 +68,8 @@ void add_options(CLI::App& app, study::Config& c, std::vector<std::string>& part
   app.add_option("--part", parts, "Run only these parts, in order: " + fmt::format("{}", fmt::join(study::part_names(), ", ")))
       ->delimiter(',')->check(CLI::IsMember(study::part_names()));
   app.add_flag("--quick", quick, "Small budgets everywhere (about 2 minutes); options given explicitly still win");
-  app.add_flag("--full", full, "The scale part at every size of --scale-dims, 3 seeds at least");
+  app.add_flag("--full", full, "The scale part at every size of --scale-dims, at 2 and 20 tokens per parameter, 3 seeds "
+               "at least (1 at the largest size), the RNN at the two smallest sizes");
   app.add_option("--seeds", c.seeds, "Parts 1, 3, 4, scale: runs per model, each from its own seed (mean and min-max)")
       ->check(CLI::PositiveNumber);
   app.add_option("--data", c.data, "A UTF-8 text file instead of the Brown corpus (documents split at blank lines)");
@@ -166,9 +168,17 @@ void apply_quick(const CLI::App& app, study::Config& c) {
   set("--tokens-per-param", c.scale_tokens_per_param, std::vector<double>{0.5, 1.5});
 }
 
-// --full: the scale part at every size, from 3 seeds at least.
+// --full: the scale part at every size, at 2 and 20 tokens per parameter
+// (20: where compute-optimal transformers train), 3 seeds and 1 at the
+// largest size, whose spread is borrowed from the smaller ones; the RNN,
+// whose recurrence is the slowest per FLOP, at the two smallest sizes. An
+// option given explicitly stays.
 void apply_full(const CLI::App& app, study::Config& c) {
   if (app.count("--scale-sizes") == 0) c.scale_sizes = static_cast<int64_t>(c.scale_dims.size());
+  if (app.count("--tokens-per-param") == 0) c.scale_tokens_per_param = {2, 20};
+  if (app.count("--scale-sweep-fraction") == 0) c.scale_sweep_fraction = 0.1;
+  if (app.count("--scale-largest-seeds") == 0) c.scale_largest_seeds = 1;
+  if (app.count("--scale-max-size") == 0) c.scale_max_size = {{"rnn", 2}};
   c.seeds = std::max<int64_t>(c.seeds, 3);
 }
 

@@ -216,38 +216,88 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
     BOOST_TEST((num(r, "speedup_q1") <= num(r, "speedup") && num(r, "speedup") <= num(r, "speedup_q3")));
   }
 
-  // Part scale: widths 8, 16 of 8, 16, 32 run (the default: two sizes), 3 seeds each; the smallest also in
-  // bfloat16 (role check, outside the fits); parameters matched across models, growing about 4x, with
-  // tokens and counted FLOPs; a fit per model and axis over 6 points.
-  auto scale = read_csv(out / "scale.csv", {"model", "size", "gpt_dim", "params", "tokens", "steps", "train_flops",
-                                            "seed", "dtype", "role", "val_loss", "seconds"});
-  BOOST_REQUIRE(scale.size() == 27u);
-  std::map<std::string, std::map<std::string, double>> params, flops;  // size -> model
+  // Part scale: widths 8, 16 of 8, 16, 32 run (the default: two sizes) at budgets 0.5 and 1 token per
+  // parameter, 3 seeds each; the smallest also in bfloat16 (role check, outside the fits); parameters
+  // matched across models, growing about 4x, with tokens and counted FLOPs; per model and size a sweep of
+  // 2 to 6 rates whose best trains every budget; a fit per model, budget and axis over 6 points.
+  auto scale = read_csv(out / "scale.csv", {"model", "size", "gpt_dim", "params", "tokens_per_param", "tokens", "steps",
+                                            "train_flops", "seed", "lr", "dtype", "role", "val_loss", "seconds"});
+  std::map<std::string, std::map<std::string, double>> params, flops;  // size -> model, at budget 1
+  std::map<std::string, std::map<double, double>> sweep_loss;          // model/size -> lr -> loss
+  std::map<std::string, std::set<double>> trained_lr;                  // model/size -> rates of its fit runs
+  std::map<std::string, int> per_role;
   for (auto& r : scale) {
+    ++per_role[r["role"]];
     BOOST_TEST((r["size"] == "1" || r["size"] == "2"));
     BOOST_TEST(r["dtype"] == (r["role"] == "check" ? "bf16" : "f32"));
     if (r["role"] == "check") BOOST_TEST(r["size"] == "1");
-    BOOST_TEST((num(r, "val_loss") > 0 && std::isfinite(num(r, "val_loss"))));
     BOOST_TEST(num(r, "tokens") == num(r, "steps") * 64);
-    params[r["size"]][r["model"]] = num(r, "params");
-    flops[r["size"]][r["model"]] = num(r, "train_flops");
+    const std::string key = r["model"] + "/" + r["size"];
+    if (r["role"] == "sweep") {
+      sweep_loss[key][num(r, "lr")] = std::isfinite(num(r, "val_loss")) ? num(r, "val_loss") : INFINITY;
+      continue;
+    }
+    BOOST_TEST((num(r, "val_loss") > 0 && std::isfinite(num(r, "val_loss"))));
+    BOOST_TEST((r["tokens_per_param"] == "0.5" || r["tokens_per_param"] == "1"));
+    if (r["role"] == "fit") trained_lr[key].insert(num(r, "lr"));
+    if (r["tokens_per_param"] == "1") {
+      params[r["size"]][r["model"]] = num(r, "params");
+      flops[r["size"]][r["model"]] = num(r, "train_flops");
+    }
+  }
+  BOOST_TEST(per_role["fit"] == 36);    // 3 models x 2 sizes x 2 budgets x 3 seeds
+  BOOST_TEST(per_role["check"] == 18);  // the smallest size's
+  BOOST_TEST(sweep_loss.size() == 6u);
+  for (auto& [key, by_lr] : sweep_loss) {
+    BOOST_TEST_CONTEXT(key) {
+      BOOST_TEST((by_lr.size() >= 2u && by_lr.size() <= 6u));
+      BOOST_TEST(by_lr.count(3e-3) == 1u);
+      BOOST_TEST(by_lr.count(1e-2) == 1u);
+      const auto best = std::min_element(by_lr.begin(), by_lr.end(), [](auto& x, auto& y) { return x.second < y.second; });
+      BOOST_TEST(trained_lr[key] == std::set<double>{best->first});
+    }
   }
   for (auto& m : kModels) {
     BOOST_TEST(std::fabs(params["1"][m] / params["1"]["gpt"] - 1) < 0.1, m);  // matched to GPT
     BOOST_TEST((params["2"][m] / params["1"][m] > 2.5 && params["2"][m] / params["1"][m] < 4.5), m);
     BOOST_TEST(flops["2"][m] > 4 * flops["1"][m], m);  // more FLOPs per step and more steps
   }
-  auto fits = read_csv(out / "scale_fit.csv", {"model", "axis", "exponent", "exponent_se", "log10_loss_at_mean",
-                                               "log10_loss_at_mean_se", "log10_x_mean", "points"});
-  BOOST_TEST(fits.size() == 6u);
+  auto fits = read_csv(out / "scale_fit.csv", {"model", "tokens_per_param", "axis", "exponent", "exponent_se",
+                                               "log10_loss_at_mean", "log10_loss_at_mean_se", "log10_x_mean", "points"});
+  BOOST_TEST(fits.size() == 12u);
   for (auto& r : fits) {
     BOOST_TEST(num(r, "points") == 6.0);
     BOOST_TEST((std::isfinite(num(r, "exponent")) && num(r, "exponent_se") >= 0));
   }
+  // The gaps: GPT minus each recurrence at each size and budget, from the 3 seeds' paired differences.
+  auto gaps = read_csv(out / "scale_gap.csv", {"model", "size", "params", "tokens_per_param", "seeds", "gap_mean",
+                                               "gap_lo", "gap_hi", "spread_borrowed"});
+  BOOST_TEST(gaps.size() == 8u);
+  for (auto& r : gaps) {
+    BOOST_TEST(r["model"] != "gpt");
+    BOOST_TEST(num(r, "seeds") == 3.0);
+    BOOST_TEST((num(r, "gap_lo") <= num(r, "gap_mean") && num(r, "gap_mean") <= num(r, "gap_hi")));
+  }
+  // Each fit run's curve: its evaluations in order, the last one the loss scale.csv gives.
+  auto curves = read_csv(out / "scale_curves.csv", {"model", "size", "params", "tokens_per_param", "seed", "step",
+                                                    "tokens", "val_loss"});
+  std::map<std::string, std::vector<std::pair<double, double>>> run_curve;  // run -> (tokens, loss)
+  for (auto& r : curves)
+    run_curve[r["model"] + r["size"] + "/" + r["tokens_per_param"] + "/" + r["seed"]].push_back({num(r, "tokens"),
+                                                                                             num(r, "val_loss")});
+  BOOST_TEST(run_curve.size() == 36u);
+  for (auto& r : scale)
+    if (r["role"] == "fit") {
+      const auto& c = run_curve[r["model"] + r["size"] + "/" + r["tokens_per_param"] + "/" + r["seed"]];
+      BOOST_REQUIRE(c.size() >= 2u);
+      BOOST_TEST(std::is_sorted(c.begin(), c.end()));
+      BOOST_TEST(c.back().first == num(r, "tokens"));
+      BOOST_TEST(std::fabs(c.back().second - num(r, "val_loss")) < 1e-6);
+    }
   // Context at each size: every fit run scored at block/8 and block characters (block 16 here: 2 and 16).
-  auto ctx = read_csv(out / "scale_context.csv", {"model", "size", "params", "seed", "dtype", "context", "val_loss",
-                                                  "targets"});
-  BOOST_TEST(ctx.size() == 2 * 18u);
+  auto ctx = read_csv(out / "scale_context.csv", {"model", "size", "params", "tokens_per_param", "seed", "dtype",
+                                                  "context", "val_loss", "targets"});
+  BOOST_TEST(ctx.size() == 2 * 36u);
   std::map<std::string, int> per_context;
   for (auto& r : ctx) {
     ++per_context[r["context"]];
@@ -256,7 +306,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   BOOST_TEST(per_context.size() == 2u);
   const std::string scale_md = read_text(out / "scale.md");
   BOOST_TEST(scale_md.find("agree within the seed spread") != std::string::npos, scale_md);
-  BOOST_TEST(scale_md.find("Estimated time of `scripts/main.sh --full` (all 3 sizes, 3 seeds)") != std::string::npos);
+  BOOST_TEST(scale_md.find("Estimated time of this part with all 3 sizes (`--scale-sizes 3`)") != std::string::npos);
 
   // Part 7: a verdict per claim, none missing its measurements.
   const std::string results = read_text(out / "results.md");
@@ -273,7 +323,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   BOOST_TEST(results.find("| bfloat16 (autocast) |") == std::string::npos);  // only the scale part's check is
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0)
     for (const char* png : {"loss.png", "cost.png", "recall.png", "context.png", "gradients.png", "parallel.png",
-                            "scale.png"})
+                            "scale.png", "scale_gap.png"})
       BOOST_TEST(fs::file_size(out / png) > 1000u, png);
 
   // A part that builds on part 1 says so when part 1's files are missing.
@@ -360,12 +410,48 @@ BOOST_AUTO_TEST_CASE(same_seed_threads_and_code_give_the_same_numbers) {
     return kept;
   };
   for (const char* file : {"sweep.csv", "tuning.csv", "recall_sweep.csv", "recall.csv", "context.csv", "gradients.csv",
-                           "scale.csv", "scale_context.csv", "scale_fit.csv"}) {
+                           "scale.csv", "scale_context.csv", "scale_fit.csv", "scale_gap.csv", "scale_curves.csv"}) {
     const std::string a = without(outs[0] / file, {"seconds"}), b = without(outs[1] / file, {"seconds"});
     BOOST_TEST(!a.empty(), file);
     BOOST_TEST(a == b, file);
   }
   for (auto& o : outs) fs::remove_all(o);
+}
+
+// The scale part over 2 MPI ranks: every run's rows as one process writes
+// them (all but the seconds), gathered into one set of files by rank 0. Run
+// only by the test "study_mpi" (MPI builds with mpirun), which names it.
+BOOST_AUTO_TEST_CASE(scale_over_mpi_ranks_matches_one_process, *boost::unit_test::disabled()) {
+  const char* mpirun = std::getenv("MPIRUN");
+  BOOST_REQUIRE_MESSAGE(mpirun && *mpirun, "MPIRUN is not set: run this case through meson's study_mpi test");
+  const fs::path one = fs::temp_directory_path() / fmt::format("tg_test_study_one_{}", ::getpid());
+  const fs::path two = fs::temp_directory_path() / fmt::format("tg_test_study_ranks_{}", ::getpid());
+  fs::remove_all(one), fs::remove_all(two);
+  auto [rc1, log1] = run(exe() + kTiny + " --part tuning scale --out " + one.string());
+  BOOST_REQUIRE_MESSAGE(rc1 == 0, log1);
+  // Part 1's files, which the scale part reads on rank 0.
+  fs::create_directories(two);
+  for (const char* f : {"tokenizer.json", "sweep.csv"}) fs::copy_file(one / f, two / f);
+  auto [rc2, log2] = run(fmt::format("{} -np 2 --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism "
+                                     "none{} {}{} --part scale --out {}",
+                                     mpirun, ::geteuid() == 0 ? " --allow-run-as-root" : "", exe(), kTiny,
+                                     two.string()));
+  BOOST_REQUIRE_MESSAGE(rc2 == 0, log2);
+  BOOST_TEST(log2.find("2 rank(s)") != std::string::npos, log2);
+  BOOST_TEST(read_text(two / "scale.md").find("on 2 MPI ranks") != std::string::npos);
+  for (const char* file : {"scale.csv", "scale_context.csv", "scale_curves.csv", "scale_gap.csv", "scale_fit.csv"}) {
+    // Rows without their last column where that is the seconds.
+    auto rows = [&](const fs::path& p) {
+      std::istringstream in(read_text(p));
+      std::string line, out;
+      while (std::getline(in, line)) out += (std::string(file) == "scale.csv" ? line.substr(0, line.rfind(',')) : line) + "\n";
+      return out;
+    };
+    const std::string a = rows(one / file), b = rows(two / file);
+    BOOST_TEST(a.size() > 100u, file);
+    BOOST_TEST(a == b, file);
+  }
+  fs::remove_all(one), fs::remove_all(two);
 }
 
 // The fit code on synthetic power laws (examples/study/fit.h).

@@ -76,6 +76,11 @@ double seconds_per_step(models::LanguageModel& m, const data::LMBatch& b, DType 
   return spread(t).median;
 }
 
+// Rates a size's sweep may try past --lrs while its best sits at an end:
+// the best rate moves with size (the LSTM's grows), and one at the edge of
+// those tried says nothing about the rates beyond.
+constexpr int kMaxExtraRates = 4;
+
 // "bf16" or "f32", as the CSV files say it.
 std::string precision_name(DType d) { return d == DType::bf16 ? "bf16" : "f32"; }
 
@@ -168,7 +173,7 @@ std::vector<Gap> scale_gaps(const Csv& csv) {
   for (const auto& [key, by_seed] : loss) {
     const auto& [model, size, tpp] = key;
     if (model == "gpt" || !loss.count({"gpt", size, tpp})) continue;
-    Gap g{.model = model, .size = size, .tokens_per_param = tpp, .params = params.at(size)};
+    Gap g{.model = model, .size = size, .tokens_per_param = tpp, .params = params.at(size), .per_seed = {}, .range = {}};
     for (const auto& [seed, v] : loss.at({"gpt", size, tpp}))
       if (by_seed.count(seed)) g.per_seed.push_back(v - by_seed.at(seed));
     if (!g.per_seed.empty()) gaps.push_back(g);
@@ -256,7 +261,7 @@ PartOutput scale_report(Study& s, const std::vector<Model>& models, const std::m
       const auto& [model, size, b] = key;
       if (model != kind) continue;
       const Model& m = *std::find_if(models.begin(), models.end(),
-                                     [&](const Model& mm) { return mm.kind == kind && mm.size + 1 == size; });
+                                     [&](const Model& mm) { return mm.kind == kind && static_cast<int64_t>(mm.size) + 1 == size; });
       table.rows.push_back({kind, std::to_string(size), m.shape, report::format_count(static_cast<double>(m.params)),
                             fmt::format("{:g}", b), x.tokens, x.flops,
                             x.dtype == "bf16" ? "bfloat16 (autocast)" : "float32", x.lr,
@@ -424,8 +429,8 @@ PartOutput scale_report(Study& s, const std::vector<Model>& models, const std::m
       "parameter (steps of {} x {} characters), from {} seeds ({} at the largest size), warm-up a tenth of the steps "
       "then cosine; val loss on {} fixed validation batches. {}\n\n"
       "**Learning rates.** Per model and size, a sweep from the first seed at {:g} tokens per parameter ({:g} of the "
-      "largest budget), over {} and a grid step past an end while the best sits there (two at most); the best rate "
-      "trains every budget. {}\n\n{}\n"
+      "largest budget), over {} and a grid step past an end while the best sits there ({} at most); the best "
+      "rate trains every budget. {}\n\n{}\n"
       "*train FLOPs* are the GEMM FLOPs of one float32 training step, counted by the profiler, times the steps.\n\n{}\n"
       "**float32 against bfloat16 at the smallest size** (the same seeds in the other precision):\n\n{}\n"
       "**Power laws** L = A x^-α fitted per budget by least squares on log L against log x, every seed's run a "
@@ -447,7 +452,7 @@ PartOutput scale_report(Study& s, const std::vector<Model>& models, const std::m
                    ? fmt::format("Sizes {} and up train under bfloat16 autocast (*GEMMs*), float32 master weights.",
                                  c.scale_bf16_from + 1)
                    : std::string("Every size trains in float32."),
-      sweep_budget, c.scale_sweep_fraction, fmt::join(c.lrs, ", "),
+      sweep_budget, c.scale_sweep_fraction, fmt::join(c.lrs, ", "), kMaxExtraRates,
       edges.empty() ? "No chosen rate sits at an edge of the rates tried."
                     : fmt::format("At an edge of the rates tried even so: {}.", edges),
       sweep_table.markdown(), table.markdown(), check_md, fit_table.markdown(), meetings, gap_table.markdown(),
@@ -495,7 +500,8 @@ PartOutput run_scale(Study& s) {
   std::vector<Model> models;  // every kind at every size; sizes not run only for the estimate of --full
   for (const std::string& kind : c.models)
     for (size_t j = 0; j < c.scale_dims.size(); ++j) {
-      Model m{.kind = kind, .size = j, .config = c};
+      Model m;
+      m.kind = kind, m.size = j, m.config = c;
       m.config.gpt_dim = c.scale_dims[j];
       m.params_gpt = make_model(m.config, "gpt", V, c.block, c.seed)->num_parameters();
       auto probe_model = make_model(m.config, kind, V, c.block, c.seed);
@@ -586,7 +592,7 @@ PartOutput run_scale(Study& s) {
     results.insert(results.end(), out.begin(), out.end());
     pending.clear();
     for (auto& [k, sw] : sweeps)
-      if (auto lr = sw.next(2)) pending.push_back({k, *lr}), ++sw.extra;
+      if (auto lr = sw.next(kMaxExtraRates)) pending.push_back({k, *lr}), ++sw.extra;
   }
 
   // 2. Every model at every size and budget from its seeds at its rate; the

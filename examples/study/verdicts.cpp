@@ -460,11 +460,6 @@ Verdict scaling(const Study& s) {
   const Csv csv(s.path("scale.csv"));
   const auto rec = recurrent(s.c);
   const auto gaps = scale_gaps(csv);
-  auto gap = [&](const std::string& m, int64_t size, double b) -> const Gap* {
-    for (const Gap& g : gaps)
-      if (g.model == m && g.size == size && g.tokens_per_param == b) return &g;
-    return nullptr;
-  };
   auto gap_text = [](const Gap& g) {
     return fmt::format("{:+.3f} ({:+.3f} to {:+.3f}{})", g.range.mean, g.range.lo, g.range.hi,
                        g.spread_borrowed ? "; 1 seed, spread borrowed" : "");
