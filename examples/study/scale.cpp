@@ -482,6 +482,10 @@ PartOutput run_scale(Study& s) {
   std::sort(budgets.begin(), budgets.end());
   budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
   if (budgets.empty()) throw std::invalid_argument("scale: --tokens-per-param needs at least one budget");
+  for (const auto& [kind, size] : c.scale_max_size)
+    if (size < 1 || std::find(c.models.begin(), c.models.end(), kind) == c.models.end())
+      throw std::invalid_argument(fmt::format("scale: --scale-max-size {}={}: needs a model of --models and a size of 1 "
+                                              "or more", kind, size));
   const double sweep_budget = c.scale_sweep_fraction * budgets.back();
   const int64_t largest_seeds = c.scale_largest_seeds > 0 ? std::min(c.scale_largest_seeds, c.seeds) : c.seeds;
   auto seeds_at = [&](size_t j) { return j + 1 == n_run ? largest_seeds : c.seeds; };
