@@ -501,7 +501,7 @@ PartOutput run_scale(Study& s) {
 
   Generator probe_gen(c.seed + 7);
   const data::LMBatch probe = train_set.sample(c.batch, probe_gen);
-  std::vector<Model> models;  // every kind at every size; sizes not run only for the estimate of --full
+  std::vector<Model> models;  // every kind at every size; sizes not run only for the estimate
   for (const std::string& kind : c.models)
     for (size_t j = 0; j < c.scale_dims.size(); ++j) {
       Model m;
@@ -511,7 +511,7 @@ PartOutput run_scale(Study& s) {
       auto probe_model = make_model(m.config, kind, V, c.block, c.seed);
       m.params = probe_model->num_parameters();
       m.shape = shape_of(*probe_model);
-      m.flops_per_step = flops_per_step(*probe_model, probe);
+      if (j < n_run) m.flops_per_step = flops_per_step(*probe_model, probe);  // the sizes not run need none
       m.precision = c.bf16 || static_cast<int64_t>(j) >= c.scale_bf16_from ? DType::bf16 : DType::f32;
       models.push_back(m);
     }

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "data/tokenizer.h"
 #include "examples/study/study.h"
 #include "report/progress.h"
 #include "report/report.h"
@@ -69,6 +70,15 @@ std::vector<std::string> recurrent(const Config& c) {
   for (const auto& m : c.models)
     if (m != "gpt") out.push_back(m);
   return out;
+}
+
+// Part 1's training budget in tokens per GPT parameter: what the verdicts
+// judged on part 1's models hold at.
+std::string part1_budget(const Study& s) {
+  const auto tok = data::load_tokenizer(from_tuning(s, "tokenizer.json"));
+  const double params =
+      static_cast<double>(make_model(s.c, "gpt", tok->vocab_size(), s.c.block, s.c.seed)->num_parameters());
+  return fmt::format("{:.2g} tokens per parameter", static_cast<double>(s.c.steps * s.c.batch * s.c.block) / params);
 }
 
 // Joins how GPT's per-seed values compare with each recurrent model's
@@ -292,7 +302,7 @@ Verdict training_steps(const Study& s) {
         v.measured += fmt::format(", {} {}", m, count_range(long_tokens(m)));
         long_fewer.push_back(compare(long_tokens("gpt"), long_tokens(m), false));
       }
-      v.verdict = fmt::format("part 1 ({} steps): {}; size {} at {} tok/param: {}", s.c.steps, v.verdict, size, at,
+      v.verdict = fmt::format("part 1 ({}): {}; size {} at {} tok/param: {}", part1_budget(s), v.verdict, size, at,
                               judge(rec, long_fewer));
     }
   }
@@ -561,7 +571,8 @@ Verdict context_at_scale(const Study& s) {
     }
   }
   v.measured += " nats/char";
-  v.verdict = judged.empty() ? "no recurrent model ran at GPT's largest size" : judge(judged, larger);
+  v.verdict = judged.empty() ? "no recurrent model ran at GPT's largest size"
+                             : fmt::format("{} (size {}, {:g} tok/param)", judge(judged, larger), last, budget);
   return v;
 }
 
@@ -594,6 +605,11 @@ PartOutput run_verdicts(Study& s) {
     } else {
       try {
         v = cl.judge(s);
+        // The budget the verdict holds at (the scale part's verdicts and part 1's own name theirs).
+        if (cl.part == "recall")
+          v.verdict += fmt::format(" (recall task: {} steps of {} sequences; text: part 1's models, {})",
+                                   s.c.recall_steps, s.c.recall_batch, part1_budget(s));
+        if (cl.part == "gradients") v.verdict += fmt::format(" (part 1's models, {})", part1_budget(s));
       } catch (const std::exception& e) {  // a part not run (or run with other models): say which
         v.measured = fmt::format("not measured: {}", e.what());
         v.verdict = fmt::format("run --part {}", cl.part);
