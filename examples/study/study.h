@@ -84,7 +84,7 @@ struct Config {
   int64_t scale_sizes = 2, scale_bf16_from = 2;
   std::vector<double> scale_tokens_per_param = {1, 3};
   double scale_sweep_fraction = 0.25;
-  int64_t scale_largest_seeds = 0, scale_evals = 8;
+  int64_t scale_largest_seeds = 0, scale_evals = 4;
   std::map<std::string, int64_t> scale_max_size;
   // bfloat16 autocast (--bf16): the GEMMs of every training run (parts 1, 3)
   // and timed step (parts 2, 5) in bfloat16, float32 master weights. What

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <sstream>
 
@@ -277,10 +278,16 @@ Verdict training_steps(const Study& s) {
     const Csv sc(s.path("scale_curves.csv"));
     double budget = 0;
     for (size_t r = 0; r < sc.size(); ++r) budget = std::max(budget, sc.num(r, "tokens_per_param"));
-    std::map<std::string, int64_t> largest;  // per model, its largest size at that budget
+    // Per model, its largest size at that budget trained from two seeds or
+    // more (one seed's value has no spread to judge against).
+    std::map<std::string, std::map<int64_t, std::set<std::string>>> seeds;
     for (size_t r = 0; r < sc.size(); ++r)
       if (sc.num(r, "tokens_per_param") == budget)
-        largest[sc.str(r, "model")] = std::max(largest[sc.str(r, "model")], static_cast<int64_t>(sc.num(r, "size")));
+        seeds[sc.str(r, "model")][static_cast<int64_t>(sc.num(r, "size"))].insert(sc.str(r, "seed"));
+    std::map<std::string, int64_t> largest;
+    for (const auto& [m, by_size] : seeds)
+      for (const auto& [z, set] : by_size)
+        if (set.size() >= 2) largest[m] = std::max(largest[m], z);
     int64_t size = INT64_MAX;
     for (const auto& m : s.c.models) size = std::min(size, largest.count(m) ? largest.at(m) : 0);
     if (size > 0) {
@@ -455,7 +462,7 @@ Verdict cost(const Study& s) {
 std::string gap_move(const Gap& from, const Gap& to) {
   if (to.range.hi < from.range.lo) return "falls (GPT gains)";
   if (to.range.lo > from.range.hi) return "rises (GPT loses ground)";
-  return "level within the spread";
+  return "stays level within the spread";
 }
 
 // Per budget (tokens per parameter): how GPT's fitted power law compares
@@ -550,7 +557,11 @@ Verdict context_at_scale(const Study& s) {
   const auto gains = context_gains(csv, budget);
   const auto rec = recurrent(s.c);
   const auto& gpt = gains.at("gpt");
-  const int64_t first = gpt.begin()->first, last = gpt.rbegin()->first;
+  // The largest size GPT trained from two seeds or more (one seed's gain has no spread to judge against).
+  const int64_t first = gpt.begin()->first;
+  int64_t last = first;
+  for (const auto& [z, by_seed] : gpt)
+    if (by_seed.size() >= 2) last = z;
   int64_t params = 0;
   for (size_t r = 0; r < csv.size(); ++r)
     if (csv.str(r, "model") == "gpt" && static_cast<int64_t>(csv.num(r, "size")) == last)
@@ -562,16 +573,18 @@ Verdict context_at_scale(const Study& s) {
   std::vector<std::string> judged;
   for (const auto& m : s.c.models) {
     const auto& g = gains.at(m);
+    const auto at_last = g.find(last);
     v.measured += fmt::format("{} {} {} -> {}", m == s.c.models.front() ? "" : ",", m,
-                              mean_range(g.begin()->second, 3), mean_range(g.rbegin()->second, 3));
-    // A recurrence that stopped below GPT's largest size is not compared there.
-    if (m != "gpt" && g.rbegin()->first == last) {
-      larger.push_back(compare(gpt.rbegin()->second, g.rbegin()->second, true));
+                              mean_range(g.begin()->second, 3),
+                              at_last == g.end() ? "not run" : mean_range(at_last->second, 3));
+    // A recurrence that stopped below that size is not compared there.
+    if (m != "gpt" && at_last != g.end()) {
+      larger.push_back(compare(gpt.at(last), at_last->second, true));
       judged.push_back(m);
     }
   }
   v.measured += " nats/char";
-  v.verdict = judged.empty() ? "no recurrent model ran at GPT's largest size"
+  v.verdict = judged.empty() ? "no recurrent model ran at GPT's largest size with two seeds or more"
                              : fmt::format("{} (size {}, {:g} tok/param)", judge(judged, larger), last, budget);
   return v;
 }
