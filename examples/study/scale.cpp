@@ -573,51 +573,67 @@ PartOutput run_scale(Study& s) {
     return std::stod(row.substr(pos, row.find(',', pos) - pos));
   };
 
-  // 1. The learning rates: per model and size, a sweep over --lrs from the
-  // first seed, extended past an end while the best sits there; rounds of
-  // cells, each round the rates the sweeps still need.
+  // The learning rates and the training runs, in rounds of cells. Per model
+  // and size, a sweep over --lrs from the first seed, extended past an end
+  // while the best sits there; once its sweep has settled, the model trains
+  // at every budget from its seeds at the rate chosen, and the smallest size
+  // also in the other precision. Settled models train in the same round as
+  // the sweeps still extending, so no rank waits for one late sweep.
   std::map<size_t, Sweep> sweeps;  // by index into models
   std::vector<std::pair<size_t, double>> pending;
+  std::vector<size_t> settled;
   std::vector<double> grid = c.lrs;
   std::sort(grid.begin(), grid.end());
   grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
   for (size_t k = 0; k < models.size(); ++k)
     if (runs(models[k].kind, models[k].size))
       for (double lr : grid) pending.push_back({k, lr});
-  for (int round = 0; !pending.empty(); ++round) {
+  for (int round = 0; !pending.empty() || !settled.empty(); ++round) {
     std::vector<Cell> cells;
     for (const auto& [k, lr] : pending)
       cells.push_back({.model = &models[k], .role = "sweep", .tokens_per_param = sweep_budget, .lr = lr,
                        .steps = steps_for(sweep_budget, models[k].params_gpt, tokens_per_step),
                        .precision = models[k].precision});
-    say(fmt::format("learning-rate sweep, round {}: {} runs", round + 1, cells.size()));
-    const auto out = run_all(cells);
-    for (size_t i = 0; i < cells.size(); ++i) sweeps[pending[i].first].add(pending[i].second, val_loss_of(out[i]));
-    results.insert(results.end(), out.begin(), out.end());
-    pending.clear();
-    for (auto& [k, sw] : sweeps)
-      if (auto lr = sw.next(kMaxExtraRates)) pending.push_back({k, *lr}), ++sw.extra;
-  }
-
-  // 2. Every model at every size and budget from its seeds at its rate; the
-  // smallest size also in the other precision.
-  std::vector<Cell> cells;
-  for (const auto& [k, sw] : sweeps) {
-    const Model& m = models[k];
-    for (double b : budgets) {
-      const int64_t steps = steps_for(b, m.params_gpt, tokens_per_step);
-      for (int64_t i = 0; i < seeds_at(m.size); ++i)
-        cells.push_back({.model = &m, .role = "fit", .tokens_per_param = b, .lr = sw.lrs[sw.best], .seed_index = i,
-                         .steps = steps, .precision = m.precision});
-      if (m.size == 0)
+    for (size_t k : settled) {
+      const Model& m = models[k];
+      const double lr = sweeps.at(k).lrs[sweeps.at(k).best];
+      for (double b : budgets) {
+        const int64_t steps = steps_for(b, m.params_gpt, tokens_per_step);
         for (int64_t i = 0; i < seeds_at(m.size); ++i)
-          cells.push_back({.model = &m, .role = "check", .tokens_per_param = b, .lr = sw.lrs[sw.best], .seed_index = i,
-                           .steps = steps, .precision = m.precision == DType::bf16 ? DType::f32 : DType::bf16});
+          cells.push_back({.model = &m, .role = "fit", .tokens_per_param = b, .lr = lr, .seed_index = i,
+                           .steps = steps, .precision = m.precision});
+        if (m.size == 0)
+          for (int64_t i = 0; i < seeds_at(m.size); ++i)
+            cells.push_back({.model = &m, .role = "check", .tokens_per_param = b, .lr = lr, .seed_index = i,
+                             .steps = steps, .precision = m.precision == DType::bf16 ? DType::f32 : DType::bf16});
+      }
+    }
+    say(fmt::format("round {}: {} sweep runs, {} training runs", round + 1, pending.size(),
+                    cells.size() - pending.size()));
+    const auto out = run_all(cells);
+    for (size_t i = 0; i < pending.size(); ++i) sweeps[pending[i].first].add(pending[i].second, val_loss_of(out[i]));
+    results.insert(results.end(), out.begin(), out.end());
+    std::set<size_t> was_pending;
+    for (const auto& p : pending) was_pending.insert(p.first);
+    pending.clear(), settled.clear();
+    for (size_t k : was_pending) {
+      Sweep& sw = sweeps.at(k);
+      if (auto lr = sw.next(kMaxExtraRates))
+        pending.push_back({k, *lr}), ++sw.extra;
+      else
+        settled.push_back(k);
     }
   }
-  say(fmt::format("training: {} runs", cells.size()));
-  const auto trained = run_all(cells);
-  results.insert(results.end(), trained.begin(), trained.end());
+  // Seconds per step of the sizes not run (for the estimate below), timed
+  // on the ranks as the cells are.
+  std::vector<const Model*> not_run;
+  std::vector<double> not_run_cost;
+  for (const Model& m : models)
+    if (m.size >= n_run) not_run.push_back(&m), not_run_cost.push_back(static_cast<double>(m.params));
+  const auto per_step_of = run_cells(not_run_cost, [&](size_t i) {
+    auto timed = make_model(not_run[i]->config, not_run[i]->kind, V, c.block, c.seed);
+    return fmt::format("{:.9g}", seconds_per_step(*timed, probe, not_run[i]->precision, 3));
+  });
   if (!main_rank) return {};
 
   std::map<std::string, std::string> files = {
@@ -643,10 +659,9 @@ PartOutput run_scale(Study& s) {
     const Csv back(s.path("scale.csv"));
     for (size_t r = 0; r < back.size(); ++r) seconds += back.num(r, "seconds");
     std::vector<std::string> parts;
-    for (const Model& m : models) {
-      if (m.size < n_run) continue;
-      auto timed = make_model(m.config, m.kind, V, c.block, c.seed);
-      const double per_step = seconds_per_step(*timed, probe, m.precision, 3);
+    for (size_t i = 0; i < not_run.size(); ++i) {
+      const Model& m = *not_run[i];
+      const double per_step = std::stod(per_step_of[i]);
       const int64_t seeds = m.size + 1 == c.scale_dims.size() ? largest_seeds : c.seeds;
       int64_t steps = static_cast<int64_t>(grid.size()) * steps_for(sweep_budget, m.params_gpt, tokens_per_step);
       for (double b : budgets) steps += seeds * steps_for(b, m.params_gpt, tokens_per_step);
