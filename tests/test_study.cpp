@@ -22,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -307,6 +308,17 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   const std::string scale_md = read_text(out / "scale.md");
   BOOST_TEST(scale_md.find("agree within the seed spread") != std::string::npos, scale_md);
   BOOST_TEST(scale_md.find("Estimated time of this part with all 3 sizes (`--scale-sizes 3`)") != std::string::npos);
+  // scripts/study_schedule.py rebuilds the part's rounds from scale.csv: as many runs in each as the log says.
+  {
+    std::string rounds;
+    const std::regex round_line(R"(scale: round \d+: (\d+) sweep runs, (\d+) training runs)");
+    for (std::sregex_iterator it(log.begin(), log.end(), round_line), end; it != end; ++it)
+      rounds += fmt::format("{}{}", rounds.empty() ? "" : ", ", std::stoi((*it)[1]) + std::stoi((*it)[2]));
+    BOOST_TEST(std::count(rounds.begin(), rounds.end(), ',') >= 2);  // the sweeps went past the grid
+    auto [rc_s, replay] = run("python3 scripts/study_schedule.py " + out.string() + " --lrs 3e-3,1e-2 --ranks 1,2");
+    BOOST_REQUIRE_MESSAGE(rc_s == 0, replay);
+    BOOST_TEST(replay.find("runs per round: " + rounds + "\n") != std::string::npos, replay << "\nthe log: " << rounds);
+  }
 
   // Part 7: a verdict per claim, none missing its measurements.
   const std::string results = read_text(out / "results.md");
