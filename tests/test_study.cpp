@@ -103,6 +103,22 @@ void check_sweep(const std::vector<std::map<std::string, std::string>>& rows) {
   }
 }
 
+// scripts/study_schedule.py rebuilds the scale part's rounds from out's
+// scale.csv and deals them over `ranks` ranks as the study does: as many runs
+// in each round as the study's log says it ran on that many ranks.
+void check_schedule_replay(const fs::path& out, const std::string& log, int ranks) {
+  std::string rounds;
+  const std::regex round_line(R"(scale: round \d+: (\d+) sweep runs, (\d+) training runs)");
+  for (std::sregex_iterator it(log.begin(), log.end(), round_line), end; it != end; ++it)
+    rounds += fmt::format("{}{}", rounds.empty() ? "" : ", ", std::stoi((*it)[1]) + std::stoi((*it)[2]));
+  BOOST_TEST(std::count(rounds.begin(), rounds.end(), ',') >= 2, log);  // the sweeps went past the grid
+  auto [rc, replay] = run(fmt::format("python3 scripts/study_schedule.py {} --lrs 3e-3,1e-2 --ranks {}", out.string(),
+                                      ranks));
+  BOOST_REQUIRE_MESSAGE(rc == 0, replay);
+  BOOST_TEST(std::regex_search(replay, std::regex(fmt::format(R"(\n\| {} \|[^\n]*\| {} \|\n)", ranks, rounds))),
+             replay << "\nthe log's rounds: " << rounds);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
@@ -308,17 +324,7 @@ BOOST_AUTO_TEST_CASE(every_part_writes_its_files_and_the_verdicts) {
   const std::string scale_md = read_text(out / "scale.md");
   BOOST_TEST(scale_md.find("agree within the seed spread") != std::string::npos, scale_md);
   BOOST_TEST(scale_md.find("Estimated time of this part with all 3 sizes (`--scale-sizes 3`)") != std::string::npos);
-  // scripts/study_schedule.py rebuilds the part's rounds from scale.csv: as many runs in each as the log says.
-  {
-    std::string rounds;
-    const std::regex round_line(R"(scale: round \d+: (\d+) sweep runs, (\d+) training runs)");
-    for (std::sregex_iterator it(log.begin(), log.end(), round_line), end; it != end; ++it)
-      rounds += fmt::format("{}{}", rounds.empty() ? "" : ", ", std::stoi((*it)[1]) + std::stoi((*it)[2]));
-    BOOST_TEST(std::count(rounds.begin(), rounds.end(), ',') >= 2);  // the sweeps went past the grid
-    auto [rc_s, replay] = run("python3 scripts/study_schedule.py " + out.string() + " --lrs 3e-3,1e-2 --ranks 1,2");
-    BOOST_REQUIRE_MESSAGE(rc_s == 0, replay);
-    BOOST_TEST(replay.find("runs per round: " + rounds + "\n") != std::string::npos, replay << "\nthe log: " << rounds);
-  }
+  check_schedule_replay(out, log, 1);
 
   // Part 7: a verdict per claim, none missing its measurements.
   const std::string results = read_text(out / "results.md");
@@ -439,18 +445,24 @@ BOOST_AUTO_TEST_CASE(scale_over_mpi_ranks_matches_one_process, *boost::unit_test
   const fs::path one = fs::temp_directory_path() / fmt::format("tg_test_study_one_{}", ::getpid());
   const fs::path two = fs::temp_directory_path() / fmt::format("tg_test_study_ranks_{}", ::getpid());
   fs::remove_all(one), fs::remove_all(two);
-  auto [rc1, log1] = run(exe() + kTiny + " --part tuning scale --out " + one.string());
+  // Sweeps at the largest budget: on 2 ranks, some training runs then fit beside a later round's sweeps.
+  const std::string config = kTiny + " --scale-sweep-fraction 1";
+  auto [rc1, log1] = run(exe() + config + " --part tuning scale --out " + one.string());
   BOOST_REQUIRE_MESSAGE(rc1 == 0, log1);
   // Part 1's files, which the scale part reads on rank 0.
   fs::create_directories(two);
   for (const char* f : {"tokenizer.json", "sweep.csv"}) fs::copy_file(one / f, two / f);
   auto [rc2, log2] = run(fmt::format("{} -np 2 --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism "
                                      "none{} {}{} --part scale --out {}",
-                                     mpirun, ::geteuid() == 0 ? " --allow-run-as-root" : "", exe(), kTiny,
+                                     mpirun, ::geteuid() == 0 ? " --allow-run-as-root" : "", exe(), config,
                                      two.string()));
   BOOST_REQUIRE_MESSAGE(rc2 == 0, log2);
   BOOST_TEST(log2.find("2 rank(s)") != std::string::npos, log2);
   BOOST_TEST(read_text(two / "scale.md").find("on 2 MPI ranks") != std::string::npos);
+  check_schedule_replay(one, log1, 1);
+  check_schedule_replay(two, log2, 2);
+  BOOST_TEST(std::regex_search(log2, std::regex(R"(scale: round \d+: [1-9]\d* sweep runs, [1-9]\d* training runs)")),
+             log2);
   for (const char* file : {"scale.csv", "scale_context.csv", "scale_curves.csv", "scale_gap.csv", "scale_fit.csv"}) {
     // Rows without their last column where that is the seconds.
     auto rows = [&](const fs::path& p) {

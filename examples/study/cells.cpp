@@ -9,30 +9,40 @@
 
 namespace tg::study {
 
-std::vector<std::string> run_cells(const std::vector<double>& cost, const std::function<std::string(size_t)>& run) {
-  const size_t R = static_cast<size_t>(dist::world_size()), me = static_cast<size_t>(dist::rank());
-  // Longest processing time first: the dearest cell goes to the rank with the
-  // least work so far (ties to the lower rank, so every rank computes the same
-  // plan from the same costs).
+std::vector<size_t> deal_cells(const std::vector<double>& cost, std::vector<double>& load, double cap) {
   std::vector<size_t> order(cost.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
-  std::vector<double> load(R, 0.0);
-  std::vector<size_t> mine;
+  std::vector<size_t> rank_of(cost.size(), kUndealt);
   for (size_t i : order) {
     const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    if (load[r] + cost[i] > cap) continue;
     load[r] += cost[i];
-    if (r == me) mine.push_back(i);
+    rank_of[i] = r;
+  }
+  return rank_of;
+}
+
+std::vector<std::string> run_cells(const std::vector<double>& cost, const std::function<std::string(size_t)>& run) {
+  std::vector<double> load(static_cast<size_t>(dist::world_size()), 0.0);
+  return run_cells(deal_cells(cost, load), run);
+}
+
+std::vector<std::string> run_cells(const std::vector<size_t>& rank_of, const std::function<std::string(size_t)>& run) {
+  const size_t me = static_cast<size_t>(dist::rank());
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < rank_of.size(); ++i) {
+    if (rank_of[i] == kUndealt) throw std::logic_error("run_cells: a cell was not dealt to any rank");
+    if (rank_of[i] == me) mine.push_back(i);
   }
   // This rank's results as "<cell index> <length>\n<result>" records, gathered from every rank.
-  std::sort(mine.begin(), mine.end());
   std::string packed;
   for (size_t i : mine) {
     const std::string result = run(i);
     packed += fmt::format("{} {}\n{}", i, result.size(), result);
   }
-  std::vector<std::string> out(cost.size());
-  std::vector<bool> seen(cost.size(), false);
+  std::vector<std::string> out(rank_of.size());
+  std::vector<bool> seen(rank_of.size(), false);
   for (const std::string& from : dist::all_gather(packed))
     for (size_t pos = 0; pos < from.size();) {
       const size_t eol = from.find('\n', pos);

@@ -557,13 +557,8 @@ PartOutput run_scale(Study& s) {
     }
     return out;
   };
-  // Runs cells over the ranks; their results in cell order.
-  auto run_all = [&](const std::vector<Cell>& cells) {
-    std::vector<double> cost;  // parameters x steps: proportional to a cell's FLOPs
-    for (const Cell& cl : cells) cost.push_back(static_cast<double>(cl.model->params) * static_cast<double>(cl.steps));
-    return run_cells(cost, [&](size_t i) { return run_cell(cells[i]); });
-  };
-  std::vector<std::string> results;
+  // A cell's cost when dealt over the ranks: parameters x steps, proportional to its FLOPs.
+  auto cost_of = [](const Cell& cl) { return static_cast<double>(cl.model->params) * static_cast<double>(cl.steps); };
   // The val loss of a cell's result (scale.csv's 13th column).
   auto val_loss_of = [](const std::string& result) {
     std::string row = result.substr(result.find('\t') + 1);
@@ -577,53 +572,85 @@ PartOutput run_scale(Study& s) {
   // and size, a sweep over --lrs from the first seed, extended past an end
   // while the best sits there; once its sweep has settled, the model trains
   // at every budget from its seeds at the rate chosen, and the smallest size
-  // also in the other precision. Settled models train in the same round as
-  // the sweeps still extending, so no rank waits for one late sweep.
+  // also in the other precision. A round deals its sweep runs first; while
+  // sweeps remain undecided, training runs join a round only where they fit
+  // beside its sweep runs on a rank that would otherwise wait for the round's
+  // longest rank, and the last round runs all that are left. So a late sweep
+  // does not hold a long training run back to a round of its own, and on one
+  // rank the rounds are the sweeps' alone. The rows go out in an order no
+  // deal changes: the sweeps' round by round, then the training runs in the
+  // order their models settled.
   std::map<size_t, Sweep> sweeps;  // by index into models
   std::vector<std::pair<size_t, double>> pending;
-  std::vector<size_t> settled;
+  std::vector<Cell> training;                     // every training run planned so far
+  std::vector<std::string> sweep_results, trained;  // trained: by index into training
+  std::vector<size_t> waiting;                    // indices into training not yet run
   std::vector<double> grid = c.lrs;
   std::sort(grid.begin(), grid.end());
   grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
   for (size_t k = 0; k < models.size(); ++k)
     if (runs(models[k].kind, models[k].size))
       for (double lr : grid) pending.push_back({k, lr});
-  for (int round = 0; !pending.empty() || !settled.empty(); ++round) {
+  auto settle = [&](size_t k) {
+    const Model& m = models[k];
+    const double lr = sweeps.at(k).lrs[sweeps.at(k).best];
+    const size_t first = training.size();
+    for (double b : budgets) {
+      const int64_t steps = steps_for(b, m.params_gpt, tokens_per_step);
+      for (int64_t i = 0; i < seeds_at(m.size); ++i)
+        training.push_back({.model = &m, .role = "fit", .tokens_per_param = b, .lr = lr, .seed_index = i,
+                            .steps = steps, .precision = m.precision});
+      if (m.size == 0)
+        for (int64_t i = 0; i < seeds_at(m.size); ++i)
+          training.push_back({.model = &m, .role = "check", .tokens_per_param = b, .lr = lr, .seed_index = i,
+                              .steps = steps, .precision = m.precision == DType::bf16 ? DType::f32 : DType::bf16});
+    }
+    for (size_t t = first; t < training.size(); ++t) waiting.push_back(t);
+  };
+  for (int round = 0; !pending.empty() || !waiting.empty(); ++round) {
     std::vector<Cell> cells;
     for (const auto& [k, lr] : pending)
       cells.push_back({.model = &models[k], .role = "sweep", .tokens_per_param = sweep_budget, .lr = lr,
                        .steps = steps_for(sweep_budget, models[k].params_gpt, tokens_per_step),
                        .precision = models[k].precision});
-    for (size_t k : settled) {
-      const Model& m = models[k];
-      const double lr = sweeps.at(k).lrs[sweeps.at(k).best];
-      for (double b : budgets) {
-        const int64_t steps = steps_for(b, m.params_gpt, tokens_per_step);
-        for (int64_t i = 0; i < seeds_at(m.size); ++i)
-          cells.push_back({.model = &m, .role = "fit", .tokens_per_param = b, .lr = lr, .seed_index = i,
-                           .steps = steps, .precision = m.precision});
-        if (m.size == 0)
-          for (int64_t i = 0; i < seeds_at(m.size); ++i)
-            cells.push_back({.model = &m, .role = "check", .tokens_per_param = b, .lr = lr, .seed_index = i,
-                             .steps = steps, .precision = m.precision == DType::bf16 ? DType::f32 : DType::bf16});
+    std::vector<double> cost, load(static_cast<size_t>(dist::world_size()), 0.0);
+    for (const Cell& cl : cells) cost.push_back(cost_of(cl));
+    std::vector<size_t> rank_of = deal_cells(cost, load);
+    const double cap = pending.empty() ? std::numeric_limits<double>::infinity()
+                                       : *std::max_element(load.begin(), load.end());
+    std::vector<double> waiting_cost;
+    for (size_t t : waiting) waiting_cost.push_back(cost_of(training[t]));
+    const std::vector<size_t> waiting_rank = deal_cells(waiting_cost, load, cap);
+    std::vector<size_t> taken, still_waiting;
+    for (size_t i = 0; i < waiting.size(); ++i)
+      if (waiting_rank[i] == kUndealt) {
+        still_waiting.push_back(waiting[i]);
+      } else {
+        cells.push_back(training[waiting[i]]), rank_of.push_back(waiting_rank[i]), taken.push_back(waiting[i]);
       }
+    say(fmt::format("round {}: {} sweep runs, {} training runs", round + 1, pending.size(), taken.size()));
+    const auto out = run_cells(rank_of, [&](size_t i) { return run_cell(cells[i]); });
+    for (size_t i = 0; i < pending.size(); ++i) {
+      sweeps[pending[i].first].add(pending[i].second, val_loss_of(out[i]));
+      sweep_results.push_back(out[i]);
     }
-    say(fmt::format("round {}: {} sweep runs, {} training runs", round + 1, pending.size(),
-                    cells.size() - pending.size()));
-    const auto out = run_all(cells);
-    for (size_t i = 0; i < pending.size(); ++i) sweeps[pending[i].first].add(pending[i].second, val_loss_of(out[i]));
-    results.insert(results.end(), out.begin(), out.end());
+    trained.resize(training.size());
+    for (size_t i = 0; i < taken.size(); ++i) trained[taken[i]] = out[pending.size() + i];
+    waiting = still_waiting;
     std::set<size_t> was_pending;
     for (const auto& p : pending) was_pending.insert(p.first);
-    pending.clear(), settled.clear();
+    pending.clear();
     for (size_t k : was_pending) {
       Sweep& sw = sweeps.at(k);
       if (auto lr = sw.next(kMaxExtraRates))
         pending.push_back({k, *lr}), ++sw.extra;
       else
-        settled.push_back(k);
+        settle(k);
     }
   }
+  std::vector<std::string> results = sweep_results;
+  results.insert(results.end(), trained.begin(), trained.end());
+
   // Seconds per step of the sizes not run (for the estimate below), timed
   // on the ranks as the cells are.
   std::vector<const Model*> not_run;

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -235,12 +236,21 @@ double validation_loss(models::LanguageModel& m, const data::LMBatches& val, int
 
 // --- runs over MPI ranks (cells.cpp)
 
-// Runs run(i) for every cell i = 0 .. cost.size()-1 once over the ranks of
-// the job (tg::dist; started without mpirun, all here, in index order), the
-// cells dealt by cost so that every rank gets about the same work, and
-// returns on every rank each cell's result in cell order. A cell's result
-// must depend on the cell alone, not on where or after what it ran: each
-// seeds what it draws from itself.
+// Deals cells over the ranks, longest processing time first: the dearest
+// cell to the rank with the least work so far (ties to the lower rank), each
+// cell's cost added to that rank's load (one entry a rank, the work each
+// already has). A cell that would take its rank's load past cap stays
+// undealt (kUndealt). Every rank computes the same deal from the same costs.
+constexpr size_t kUndealt = static_cast<size_t>(-1);
+std::vector<size_t> deal_cells(const std::vector<double>& cost, std::vector<double>& load,
+                               double cap = std::numeric_limits<double>::infinity());
+
+// Runs run(i) on the rank rank_of[i] deals cell i to (tg::dist; started
+// without mpirun, all here, in index order) and returns on every rank each
+// cell's result in cell order. A cell's result must depend on the cell alone,
+// not on where or after what it ran: each seeds what it draws from itself.
+std::vector<std::string> run_cells(const std::vector<size_t>& rank_of, const std::function<std::string(size_t)>& run);
+// The same, the cells dealt by cost so that every rank gets about the same work.
 std::vector<std::string> run_cells(const std::vector<double>& cost, const std::function<std::string(size_t)>& run);
 
 // --- files (files.cpp)
