@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "autograd/atomic_file.h"
+#include "build_commit.h"  // generated: TG_BUILD_COMMIT
 
 namespace tg::report {
 namespace {
@@ -106,19 +107,6 @@ double peak_rss_mib() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
-namespace {
-// What a shell command printed, trailing newline dropped ("" when it failed).
-std::string shell_output(const std::string& command) {
-  std::string out;
-  if (FILE* p = popen(command.c_str(), "r")) {
-    char buf[256];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    if (pclose(p) != 0) return "";
-  }
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
-}  // namespace
 
 std::string provenance() {
   std::string cpu = "unknown CPU", flags;
@@ -137,12 +125,8 @@ std::string provenance() {
     if (flags.find(fmt::format(" {} ", flag)) != std::string::npos) isa += (isa.empty() ? "" : ", ") + std::string(name);
   if (isa.empty()) isa = "no AVX-512";
 
-  // TG_SOURCE_ROOT: set by report/meson.build to the tree this was built from.
-  const std::string git = fmt::format("git -C '{}' ", TG_SOURCE_ROOT);
-  std::string commit = shell_output(git + "rev-parse --short HEAD 2>/dev/null");
-  if (commit.empty()) commit = "unknown";
-  else if (!shell_output(git + "status --porcelain --untracked-files=no 2>/dev/null").empty())
-    commit += " with uncommitted changes";
+  std::string commit = TG_BUILD_COMMIT;
+  if (commit.ends_with("-dirty")) commit = commit.substr(0, commit.size() - 6) + " with uncommitted changes";
 
   std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
   std::string command, arg;
