@@ -41,6 +41,9 @@ std::vector<std::string> run_cells(const std::vector<size_t>& rank_of, const std
     const std::string result = run(i);
     packed += fmt::format("{} {}\n{}", i, result.size(), result);
   }
+  // A rank done early waits asleep (a blocking collective would spin on its
+  // core, which a rank of another job, or rank 0's other work, could use).
+  dist::idle_barrier();
   std::vector<std::string> out(rank_of.size());
   std::vector<bool> seen(rank_of.size(), false);
   for (const std::string& from : dist::all_gather(packed))
