@@ -3,15 +3,15 @@
 # against recurrent networks, each measured for an RNN, an LSTM and a GPT at
 # matched parameter counts on the Brown corpus and on a synthetic recall task,
 # with a verdict table at the end (see doc/study.md). Extra arguments go to the
-# study (build/examples/study --help), e.g. --quick or --part cost. With
-# --full, the scale part's runs spread over one MPI rank per core (the other
-# parts run on rank 0 with every core), where the build has MPI.
+# study (build/examples/study --help), e.g. --quick or --part cost. The scale
+# part's runs spread over one MPI rank per core (the other parts run on rank 0
+# with every core), where the build has MPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 brown=$(scripts/fetch_brown.sh | tail -n 1)
 launch=()
-if [[ " $* " == *" --full "* ]] && command -v mpirun > /dev/null && [[ $(nproc) -gt 1 ]] &&
+if command -v mpirun > /dev/null && [[ $(nproc) -gt 1 ]] &&
    ldd build/examples/study | grep -q libmpi; then
   launch=(mpirun -n "$(nproc)" --bind-to none)
   [[ $EUID -eq 0 ]] && launch+=(--allow-run-as-root)

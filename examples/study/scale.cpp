@@ -546,11 +546,13 @@ PartOutput run_scale(Study& s) {
                                           m.flops_per_step * static_cast<double>(cell.steps), seed, cell.lr,
                                           precision_name(cell.precision), cell.role, r.curve.back().val_loss, r.seconds));
     if (fit) {
-      for (int64_t t : {short_context, c.block})
-        add_row(out, "scale_context.csv",
-                fmt::format("{},{},{},{:g},{},{},{},{:.6f},{}", m.kind, m.size + 1, m.params, cell.tokens_per_param,
-                            seed, precision_name(cell.precision), t,
-                            loss_given_context(*model, val_ids, t, c.block, n_targets), n_targets));
+      // Scored at the largest budget only: the one the gains are read at.
+      if (cell.tokens_per_param == budgets.back())
+        for (int64_t t : {short_context, c.block})
+          add_row(out, "scale_context.csv",
+                  fmt::format("{},{},{},{:g},{},{},{},{:.6f},{}", m.kind, m.size + 1, m.params, cell.tokens_per_param,
+                              seed, precision_name(cell.precision), t,
+                              loss_given_context(*model, val_ids, t, c.block, n_targets), n_targets));
       for (const CurvePoint& p : r.curve)
         add_row(out, "scale_curves.csv", fmt::format("{},{},{},{:g},{},{},{:.0f},{:.6f}", m.kind, m.size + 1, m.params,
                                                      cell.tokens_per_param, seed, p.step, p.tokens, p.val_loss));

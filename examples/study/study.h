@@ -83,7 +83,7 @@ struct Config {
   // within the seeds' spread.
   std::vector<int64_t> scale_dims = {64, 128, 256};
   int64_t scale_sizes = 2, scale_bf16_from = 2;
-  std::vector<double> scale_tokens_per_param = {1, 3};
+  std::vector<double> scale_tokens_per_param = {1, 2};
   double scale_sweep_fraction = 0.25;
   int64_t scale_largest_seeds = 0, scale_evals = 4;
   std::map<std::string, int64_t> scale_max_size;
