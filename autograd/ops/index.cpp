@@ -2,9 +2,9 @@
 // (whole rows) and gather / scatter / scatter_add (one element per index
 // position). Index inputs are never differentiable. Backward of a lookup is a
 // direct scatter-add loop over the rows, not a dense one-hot product. Every
-// backward is linear in the gradient; recorded (create_graph) it is the
-// adjoint op of this file (index_select <-> index_add, gather <-> scatter_add,
-// scatter <-> itself and gather), so each is differentiable to any order.
+// backward is linear in the gradient: the adjoint op of this file
+// (index_select <-> index_add, gather <-> scatter_add, scatter <-> itself and
+// gather), the same kernel in every mode and differentiable to any order.
 #include "autograd/ops/index.h"
 
 #include <cstring>
@@ -71,16 +71,15 @@ void select_rows(const T* x, const int64_t* idx, T* out, AxisView a, int64_t J) 
   });
 }
 
-// gx (outer, n, inner) += g (outer, J, inner) rows into idx[J], skipping rows
-// equal to `skip`. Repeated indices add up, so threads split the columns
-// (each owns a column range of every row), never the rows.
+// gx (outer, n, inner) += g (outer, J, inner) rows into idx[J]. Repeated
+// indices add up, so threads split the columns (each owns a column range of
+// every row), never the rows.
 template <class T>
-void add_rows(T* gx, const int64_t* idx, const T* g, AxisView a, int64_t J, int64_t skip) {
+void add_rows(T* gx, const int64_t* idx, const T* g, AxisView a, int64_t J) {
   const int64_t grain = std::max<int64_t>(64, detail::kElementwiseGrain / std::max<int64_t>(a.outer * J, 1));
   parallel_for(a.inner, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t o = 0; o < a.outer; ++o)
       for (int64_t j = 0; j < J; ++j) {
-        if (idx[j] == skip) continue;
         T* dst = gx + (o * a.n + idx[j]) * a.inner;
         const T* src = g + (o * J + j) * a.inner;
         for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
@@ -148,9 +147,9 @@ Tensor scatter_impl(std::string_view op, const Tensor& x, int axis, const Tensor
 }
 
 // The gradient of src in scatter/scatter_add: g gathered at index, zero on
-// src's positions the index does not reach. Recorded: gather, then zero
-// padding at the end of each axis up to src's shape.
-Tensor gather_into_src_shape_recorded(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
+// src's positions the index does not reach (padded at the end of each axis
+// up to src's shape).
+Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
   const Tensor gs = gather(g, axis, index);
   if (index.shape() == src_shape) return gs;
   std::vector<int64_t> pads;  // innermost axis first, as pad() wants
@@ -159,18 +158,6 @@ Tensor gather_into_src_shape_recorded(const Tensor& g, int axis, const Tensor& i
     pads.push_back(src_shape[d] - index.shape()[d]);
   }
   return pad(gs, pads);
-}
-// Plain: one pass of the index into zeros.
-Tensor gather_into_src_shape(std::string_view op, const Tensor& g, int axis, const Tensor& index,
-                             const Shape& src_shape) {
-  Tensor gs = zeros(src_shape, g.dtype());
-  dispatch_float(g.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* pg = g.data<scalar_t>();
-    scalar_t* ps = gs.data<scalar_t>();
-    for_index(g, axis, gs, index, true, [&](int64_t a, int64_t b) { ps[b] = pg[a]; });
-  });
-  return gs;
 }
 
 // x's shape with `axis` replaced by index's shape: index_select's output, index_add's src.
@@ -207,24 +194,9 @@ static Tensor tangent_or_zeros(const Node& n, std::span<const Tensor> t, size_t 
 }
 
 // ============================ index_select ============================
-static void index_select_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Shape& xs = n.edges[0].shape;
-  const Tensor index = n.saved_tensor(&IndexSaved::index);
-  const int64_t axis = n.attrs<IndexAttrs>().axis;
-  gin[0] = index_add(zeros(xs, g.dtype()), axis, index, g);
-}
 static void index_select_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Shape& xs = n.edges[0].shape;
-  const Tensor index = n.saved_tensor(&IndexSaved::index);
-  const int64_t axis = n.attrs<IndexAttrs>().axis;
-  const AxisView a = detail::axis_view(xs, static_cast<int>(axis));
-  Tensor gx = zeros(xs, g.dtype());
-  Tensor gc = g.contiguous();
-  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    add_rows<scalar_t>(gx.data<scalar_t>(), index.data<int64_t>(), gc.data<scalar_t>(), a, index.numel(), -1);
-  });
-  gin[0] = gx;
+  gin[0] = index_add(zeros(n.edges[0].shape, g.dtype()), n.attrs<IndexAttrs>().axis,
+                     n.saved_tensor(&IndexSaved::index), g);
 }
 static const OpDef index_select_op({
     .name = "index_select",
@@ -232,7 +204,6 @@ static const OpDef index_select_op({
     .signature = "index_select(x, axis, index) -> x's rows at index",
     .saves = saves_of<IndexSaved>(),
     .backward = index_select_backward,
-    .recorded_backward = index_select_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = index_select(t[0], n.attrs<IndexAttrs>().axis,
                             n.saved_tensor(&IndexSaved::index));
@@ -322,7 +293,7 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using scalar_t = decltype(tag);
     add_rows<scalar_t>(out.data<scalar_t>(), ic.data<int64_t>(), sc.data<scalar_t>(),
-                       detail::axis_view(x.shape(), ax), ic.numel(), -1);
+                       detail::axis_view(x.shape(), ax), ic.numel());
   });
   if (Node* n = record(index_add_op, out, x, index, src)) {
     n->attrs<IndexAttrs>() = {.axis = ax};
@@ -332,32 +303,19 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
 }
 
 // ============================ embedding ============================
-// Recorded (create_graph), the gradient is index_add's, with the padding row
-// zeroed by a mask.
-static void embedding_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Shape& ws = n.edges[0].shape;
-  const Tensor ids = n.saved_tensor(&IndexSaved::index);
+// The padding row is constant: its gradient and its tangent are 0, chosen by
+// where() (not a product with a mask, which would keep a NaN there).
+static Tensor without_padding_row(const Node& n, const Tensor& w) {
   const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
-  Tensor gw = index_add(zeros(ws, g.dtype()), 0, ids, g);
-  if (padding_idx >= 0) {
-    Tensor keep = ones({ws[0], 1}, g.dtype());
-    keep.select(0, padding_idx).fill_(0.0);
-    gw = mul(gw, keep);
-  }
-  gin[0] = gw;
+  if (padding_idx < 0) return w;
+  Tensor padding = zeros({w.shape()[0], 1}, DType::i64);
+  padding.select(0, padding_idx).fill_(1.0);
+  return where(padding, zeros({}, w.dtype()), w);
 }
+// index_add's: the weight's rows that the ids read get g's rows added.
 static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Shape& ws = n.edges[0].shape;
   const Tensor ids = n.saved_tensor(&IndexSaved::index);
-  const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
-  Tensor gw = zeros(ws, g.dtype());
-  Tensor gc = g.contiguous();
-  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    add_rows<scalar_t>(gw.data<scalar_t>(), ids.data<int64_t>(), gc.data<scalar_t>(), AxisView{1, ws[0], ws[1]},
-                       ids.numel(), padding_idx);
-  });
-  gin[0] = gw;
+  gin[0] = without_padding_row(n, index_add(zeros(n.edges[0].shape, g.dtype()), 0, ids, g));
 }
 static const OpDef embedding_op({
     .name = "embedding",
@@ -365,17 +323,8 @@ static const OpDef embedding_op({
     .signature = "embedding(weight (V,C), ids, padding_idx) -> (..., C)",
     .saves = saves_of<IndexSaved>(),
     .backward = embedding_backward,
-    .recorded_backward = embedding_backward_recorded,
-    // The padding row is constant, as backward has it: its tangent is dropped.
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      const int64_t padding_idx = n.attrs<EmbeddingAttrs>().padding_idx;
-      Tensor tw = t[0];
-      if (padding_idx >= 0) {
-        Tensor keep = ones({tw.shape()[0], 1}, tw.dtype());
-        keep.select(0, padding_idx).fill_(0.0);
-        tw = mul(tw, keep);
-      }
-      out[0] = embedding(tw, n.saved_tensor(&IndexSaved::index));
+      out[0] = embedding(without_padding_row(n, t[0]), n.saved_tensor(&IndexSaved::index));
     },
     .samples = [] {
       return std::vector<OpSample>{
@@ -420,22 +369,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
 }
 
 // ============================ gather ============================
-static void gather_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor index = n.saved_tensor(&IndexSaved::index);
-  const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
-  gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), ax, index, g);
-}
 static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor index = n.saved_tensor(&IndexSaved::index);
-  const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
-  Tensor gx = zeros(n.edges[0].shape, g.dtype());
-  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    scalar_t* px = gx.data<scalar_t>();
-    const scalar_t* pg = g.data<scalar_t>();
-    for_index(gx, ax, g, index, false, [&](int64_t a, int64_t b) { px[a] += pg[b]; });
-  });
-  gin[0] = gx;
+  gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), n.attrs<IndexAttrs>().axis,
+                       n.saved_tensor(&IndexSaved::index), g);
 }
 static const OpDef gather_op({
     .name = "gather",
@@ -443,7 +379,6 @@ static const OpDef gather_op({
     .signature = "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]",
     .saves = saves_of<IndexSaved>(),
     .backward = gather_backward,
-    .recorded_backward = gather_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = gather(t[0], n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
     },
@@ -492,27 +427,13 @@ static int check_scatter(const char* op, const Tensor& x, int64_t axis, const Te
   return ax;
 }
 
-// Overwritten positions take no gradient from x; src gets g gathered there.
+// Overwritten positions take no gradient from x (g with zeros scattered
+// there); src gets g gathered there.
 static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor index = n.saved_tensor(&IndexSaved::index);
   const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
-  if (n.needs(0)) {
-    Tensor gx = g.clone();
-    dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
-      using scalar_t = decltype(tag);
-      scalar_t* px = gx.data<scalar_t>();
-      for_index(gx, ax, gx, index, false, [&](int64_t a, int64_t) { px[a] = 0; });
-    });
-    gin[0] = gx;
-  }
-  if (n.needs(2)) gin[2] = gather_into_src_shape(n.op->name, g, ax, index, n.edges[2].shape);
-}
-// Recorded: x's gradient is g with zeros scattered over the overwritten positions.
-static void scatter_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor index = n.saved_tensor(&IndexSaved::index);
-  const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
   if (n.needs(0)) gin[0] = scatter(g, ax, index, zeros(index.shape(), g.dtype()));
-  if (n.needs(2)) gin[2] = gather_into_src_shape_recorded(g, ax, index, n.edges[2].shape);
+  if (n.needs(2)) gin[2] = gather_into_src_shape(g, ax, index, n.edges[2].shape);
 }
 static const OpDef scatter_op({
     .name = "scatter",
@@ -520,7 +441,6 @@ static const OpDef scatter_op({
     .signature = "scatter(x, axis, index, src) -> x with src written at index",
     .saves = saves_of<IndexSaved>(),
     .backward = scatter_backward,
-    .recorded_backward = scatter_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = scatter(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index),
                        tangent_or_zeros(n, t, 2));
@@ -541,14 +461,8 @@ static const OpDef scatter_op({
 static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g.clone();
   if (n.needs(2))
-    gin[2] = gather_into_src_shape(n.op->name, g, static_cast<int>(n.attrs<IndexAttrs>().axis),
+    gin[2] = gather_into_src_shape(g, static_cast<int>(n.attrs<IndexAttrs>().axis),
                                    n.saved_tensor(&IndexSaved::index), n.edges[2].shape);
-}
-static void scatter_add_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  if (n.needs(0)) gin[0] = g.clone();
-  if (n.needs(2))
-    gin[2] = gather_into_src_shape_recorded(g, static_cast<int>(n.attrs<IndexAttrs>().axis),
-                                            n.saved_tensor(&IndexSaved::index), n.edges[2].shape);
 }
 static const OpDef scatter_add_op({
     .name = "scatter_add",
@@ -556,7 +470,6 @@ static const OpDef scatter_add_op({
     .signature = "scatter_add(x, axis, index, src) -> x with src added at index",
     .saves = saves_of<IndexSaved>(),
     .backward = scatter_add_backward,
-    .recorded_backward = scatter_add_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = t[2].defined() ? scatter_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
                                             n.saved_tensor(&IndexSaved::index), t[2])

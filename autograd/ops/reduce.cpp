@@ -239,40 +239,24 @@ void for_rows(const Rows& r, F f) {
 
 // ============================ var / std ============================
 // var = sum((x - mean)^2) / (N - correction), two passes for accuracy.
-// grad x = g * 2 (x - mean) / (N - correction). Recorded (create_graph), the
-// mean is recomputed from x with mean(): it depends on x too, and the second
-// derivative goes through it.
+// grad x = g * 2 (x - mean) / (N - correction), with the mean recomputed
+// from x by mean(): it depends on x too, and the second derivative goes
+// through it.
 namespace {
 struct VarAttrs {
   Shape axes;    // reduced, normalised and sorted
   double denom;  // N - correction
 };
 struct VarSaved {
-  Tensor x, mean;  // the mean with keepdim
-  static constexpr std::tuple fields{saved_field("x", &VarSaved::x), saved_field("mean", &VarSaved::mean)};
+  Tensor x;
+  static constexpr std::tuple fields{saved_field("x", &VarSaved::x)};
 };
 }  // namespace
-static void var_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const VarAttrs& attrs = n.attrs<VarAttrs>();
-  const Tensor x = n.saved_tensor(&VarSaved::x);
-  const double scale = 2.0 / attrs.denom;
-  const Tensor mu = mean(x, attrs.axes.vec(), true);
-  gin[0] = mul(mul(reshape(g, mu.shape()), scale), sub(x, mu));
-}
 static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const VarAttrs& attrs = n.attrs<VarAttrs>();
   const Tensor x = n.saved_tensor(&VarSaved::x);
-  const double scale = 2.0 / attrs.denom;
-  const Tensor mu = n.saved_tensor(&VarSaved::mean);
-  const Tensor gk = reshape(g, mu.shape());
-  Tensor gx = empty(x.shape(), x.dtype());
-  dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const auto s = static_cast<scalar_t>(scale);
-    detail::map3<scalar_t, scalar_t, scalar_t, scalar_t>(
-        gx, x, mu, gk, [s](scalar_t xv, scalar_t m, scalar_t gv) { return gv * s * (xv - m); });
-  });
-  gin[0] = gx;
+  const Tensor mu = mean(x, attrs.axes.vec(), true);
+  gin[0] = mul(mul(reshape(g, mu.shape()), 2.0 / attrs.denom), sub(x, mu));
 }
 // d var = 2 / (N - correction) * sum((x - mean) t): the mean's own tangent
 // multiplies sum(x - mean) = 0.
@@ -288,7 +272,6 @@ static const OpDef var_op({
     .signature = "var(x, axes, correction, keepdim)",
     .saves = saves_of<VarSaved>(),
     .backward = var_backward,
-    .recorded_backward = var_backward_recorded,
     .tangent = var_tangent,
     .samples = [] {
       using samples::uniform;
@@ -314,12 +297,11 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
   Rows r = to_rows(x, ax);
   Shape ax_shape(std::vector<int64_t>(ax.begin(), ax.end()));
   const double denom = static_cast<double>(r.R() - correction);
-  Tensor mu = empty(kept_shape(x.shape(), ax_shape), x.dtype());
   Tensor out = empty(detail::reduced_shape(x.shape(), ax, keepdim), x.dtype());
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* px = r.x.data<scalar_t>();
-    scalar_t *pm = mu.data<scalar_t>(), *po = out.data<scalar_t>();
+    scalar_t* po = out.data<scalar_t>();
     for_rows(r, [&](int64_t o) {
       const scalar_t* row = px + o * r.R();
       scalar_t s = 0;
@@ -327,13 +309,12 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
       const scalar_t m = s / static_cast<scalar_t>(r.R());
       scalar_t ss = 0;
       for (int64_t k = 0; k < r.R(); ++k) ss += (row[k] - m) * (row[k] - m);
-      pm[o] = m;
       po[o] = ss / static_cast<scalar_t>(denom);
     });
   });
   if (Node* n = record(var_op, out, x)) {
     n->attrs<VarAttrs>() = {.axes = ax_shape, .denom = denom};
-    n->save(VarSaved{.x = x, .mean = mu});
+    n->save(VarSaved{.x = x});
   }
   return out;
 }
@@ -463,9 +444,9 @@ Extreme extreme(const Tensor& x, const std::vector<int>& ax, bool keepdim, std::
 }
 
 // Gradient of max/min: g at the chosen element of each row, zero elsewhere,
-// built in the rows layout (rows, R) and permuted back to x's. Recorded
-// (create_graph), the same (rows, R) block is a scatter of g into zeros, whose
-// backward (a gather at the saved indices) is differentiable again.
+// built in the rows layout (rows, R) as a scatter of g into zeros (whose
+// backward, a gather at the saved indices, is differentiable again) and
+// permuted back to x's.
 struct ExtremeAttrs {
   Shape order;  // the permutation of x that moved the reduced axes last (Rows::order)
 };
@@ -473,45 +454,15 @@ struct ExtremeSaved {
   Tensor indices;  // int64 positions within each row, reduced_shape(keepdim)
   static constexpr std::tuple fields{saved_field("indices", &ExtremeSaved::indices)};
 };
-// x's gradient is g at the chosen element of each row, zero elsewhere, laid
-// out as x permuted (the reduced axes last, rows of R) and permuted back.
-struct ExtremeRows {
-  Tensor idx;                // (rows) positions
-  Shape perm_shape, inverse;  // x's shape permuted, and the permutation back
-  int64_t rows, R;
-};
-static ExtremeRows extreme_rows(const Node& n) {
-  ExtremeRows e{.idx = n.saved_tensor(&ExtremeSaved::indices), .perm_shape = {},
-                .inverse = n.attrs<ExtremeAttrs>().order, .rows = 0, .R = 0};
+static void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
   const Shape& in = n.edges[0].shape;
   const Shape& order = n.attrs<ExtremeAttrs>().order;
-  for (int k = 0; k < order.size(); ++k) {
-    e.perm_shape.push_back(in[static_cast<int>(order[k])]);
-    e.inverse[static_cast<int>(order[k])] = k;
-  }
-  e.rows = e.idx.numel(), e.R = e.rows ? in.numel() / e.rows : 0;
-  return e;
-}
-static void extreme_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const ExtremeRows e = extreme_rows(n);
-  const Tensor gr = scatter(zeros({e.rows, e.R}, g.dtype()), 1, reshape(e.idx, {e.rows, 1}), reshape(g, {e.rows, 1}));
-  gin[0] = permute(reshape(gr, e.perm_shape), e.inverse);
-}
-static void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const ExtremeRows e = extreme_rows(n);
-  const Tensor& idx = e.idx;
-  const Shape &perm_shape = e.perm_shape, &inverse = e.inverse;
-  const int64_t rows = e.rows, R = e.R;
-  Tensor gr = zeros(perm_shape, g.dtype());
-  Tensor gc = g.contiguous();
-  dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* pg = gc.data<scalar_t>();
-    const int64_t* pi = idx.data<int64_t>();
-    scalar_t* po = gr.data<scalar_t>();
-    for (int64_t o = 0; o < rows; ++o) po[o * R + pi[o]] = pg[o];
-  });
-  gin[0] = permute(gr, inverse).contiguous();
+  const int64_t rows = idx.numel(), R = rows ? in.numel() / rows : 0;
+  Shape permuted;  // x's shape with the reduced axes last
+  for (int64_t d : order) permuted.push_back(in[static_cast<int>(d)]);
+  const Tensor gr = scatter(zeros({rows, R}, g.dtype()), 1, reshape(idx, {rows, 1}), reshape(g, {rows, 1}));
+  gin[0] = detail::unpermute(reshape(gr, permuted), order);
 }
 
 // The tangent at the chosen element of each row: the same rows layout, gathered.
@@ -539,11 +490,11 @@ std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, 
 
 static const OpDef max_op({.name = "max", .arity = 1, .signature = "max(x, axis, keepdim) / max(x)",
                            .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward,
-                           .recorded_backward = extreme_backward_recorded, .tangent = extreme_tangent,
+                           .tangent = extreme_tangent,
                            .samples = [] { return extreme_samples(max, max); }});
 static const OpDef min_op({.name = "min", .arity = 1, .signature = "min(x, axis, keepdim) / min(x)",
                            .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward,
-                           .recorded_backward = extreme_backward_recorded, .tangent = extreme_tangent,
+                           .tangent = extreme_tangent,
                            .samples = [] { return extreme_samples(min, min); }});
 
 template <bool Max>

@@ -331,6 +331,14 @@ struct CrossEntropySaved {
 };
 }  // namespace
 
+// The axis order that moves (N,C,d...) logits to (N,d...,C): rows of classes.
+static Shape classes_last(int rank) {
+  Shape order{0};
+  for (int d = 2; d < rank; ++d) order.push_back(d);
+  order.push_back(1);
+  return order;
+}
+
 struct CrossEntropyRows {
   Tensor rows;     // (R,C) contiguous logits
   Tensor targets;  // (R) contiguous int64
@@ -357,15 +365,7 @@ static CrossEntropyRows cross_entropy_rows(std::string_view op, const Tensor& lo
   // With the logits recorded, these views (and the copy) are recorded too;
   // they save nothing. cross_entropy records the probabilities as the
   // softmax of the rows, which so reach back to the logits.
-  if (ls.size() > 2) {  // (N,C,d...) -> (N,d...,C)
-    Shape order;
-    order.push_back(0);
-    for (int d = 2; d < ls.size(); ++d) order.push_back(d);
-    order.push_back(1);
-    r.rows = reshape(permute(logits, order).contiguous(), {r.R, r.C});
-  } else {
-    r.rows = reshape(logits.contiguous(), {r.R, r.C});
-  }
+  r.rows = reshape((ls.size() > 2 ? permute(logits, classes_last(ls.size())) : logits).contiguous(), {r.R, r.C});
   r.targets = reshape(targets.contiguous(), {r.R});
   return r;
 }
@@ -444,18 +444,14 @@ static void cross_entropy_backward_with(const Node& n, const Tensor& g, std::spa
   if (!n.needs(0)) return;
   const Tensor gx = rows(n, g, n.saved_tensor(&CrossEntropySaved::probs), n.saved_tensor(&CrossEntropySaved::targets));
   const Shape& ls = n.edges[0].shape;
-  if (ls.size() > 2) {
-    Shape moved, order;
-    moved.push_back(ls[0]);
-    for (int d = 2; d < ls.size(); ++d) moved.push_back(ls[d]);
-    moved.push_back(ls[1]);
-    order.push_back(0);
-    order.push_back(ls.size() - 1);
-    for (int d = 1; d < ls.size() - 1; ++d) order.push_back(d);
-    gin[0] = permute(reshape(gx, moved), order).contiguous();
-  } else {
+  if (ls.size() <= 2) {
     gin[0] = reshape(gx, ls);
+    return;
   }
+  const Shape order = classes_last(ls.size());
+  Shape moved;  // (N,d...,C)
+  for (int64_t d : order) moved.push_back(ls[static_cast<int>(d)]);
+  gin[0] = detail::unpermute(reshape(gx, moved), order).contiguous();
 }
 static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   cross_entropy_backward_with(n, g, gin, cross_entropy_grad_rows);
@@ -474,14 +470,7 @@ static void cross_entropy_tangent(const Node& n, std::span<const Tensor> t, std:
                                                    n.saved_tensor(&CrossEntropySaved::targets));
   // The tangent in the rows layout (R,C), as forward moved the logits.
   const Shape& ls = n.edges[0].shape;
-  Tensor rows = t[0];
-  if (ls.size() > 2) {
-    Shape order;
-    order.push_back(0);
-    for (int d = 2; d < ls.size(); ++d) order.push_back(d);
-    order.push_back(1);
-    rows = permute(rows, order);
-  }
+  const Tensor rows = ls.size() > 2 ? permute(t[0], classes_last(ls.size())) : t[0];
   const Tensor per_row = sum(mul(slope, reshape(rows, {R, C})), {1});
   out[0] = n.attrs<CrossEntropyAttrs>().reduction == Reduction::none ? reshape(per_row, n.out_shape) : sum(per_row);
 }

@@ -155,11 +155,13 @@ struct PermuteAttrs {
   Shape order;  // normalised: output axis d is input axis order[d]
 };
 }  // namespace
-static void permute_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Shape& order = n.attrs<PermuteAttrs>().order;
+Tensor detail::unpermute(const Tensor& y, const Shape& order) {
   Shape inverse = order;
   for (int d = 0; d < order.size(); ++d) inverse[static_cast<int>(order[d])] = d;
-  gin[0] = permute(g, inverse);
+  return permute(y, inverse);
+}
+static void permute_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  gin[0] = detail::unpermute(g, n.attrs<PermuteAttrs>().order);
 }
 static const OpDef permute_op({
     .name = "permute",

@@ -20,4 +20,9 @@ Tensor squeeze(const Tensor& x, int64_t axis);        ///< axis must have size 1
 Tensor unsqueeze(const Tensor& x, int64_t axis);      ///< inserts an axis of size 1 before axis
 Tensor clone(const Tensor& x);                         ///< contiguous copy
 
+namespace detail {
+/// Undoes permute(x, order): y permuted by the inverse of order.
+Tensor unpermute(const Tensor& y, const Shape& order);
+}  // namespace detail
+
 }  // namespace tg
