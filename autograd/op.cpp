@@ -20,6 +20,9 @@ OpDef::OpDef(const OpSpec& spec) : OpSpec(spec) {
                                    name, op->signature));
   if (name.empty() || backward == nullptr)
     throw ValueError(fmt::format("OpDef '{}' ({}): an op needs a name and a backward", name, signature));
+  if (self_adjoint && (arity != 1 || tangent != nullptr))
+    throw ValueError(fmt::format("OpDef '{}': self_adjoint is for an op of one input with no tangent rule (arity {}, "
+                                 "{} tangent)", name, arity, tangent ? "a" : "no"));
   if ((linear.transpose != nullptr) != (linear.input >= 0) || linear.input >= std::max(arity, 0))
     throw ValueError(fmt::format("OpDef '{}': linear names input {} of {} and {} transpose", name, linear.input,
                                  arity, linear.transpose ? "a" : "no"));

@@ -100,9 +100,15 @@ struct OpSpec {
   /// follows the recorded backward's ops.
   BackwardTangentsFn backward_with_tangents = nullptr;
   /// Forward mode. Null: the engine derives the tangent from the backward
-  /// (tangent_from_backward, two backward passes of the op), unless the op is
-  /// once_differentiable, where forward mode through it is an AutogradError.
+  /// (tangent_from_backward, two backward passes of the op; one, with
+  /// self_adjoint), unless the op is once_differentiable, where forward mode
+  /// through it is an AutogradError.
   TangentFn tangent = nullptr;
+  /// True for an op of one input whose Jacobian is symmetric (elementwise
+  /// ops, softmax, dropout): its tangent J t is J^T t, the backward run on
+  /// the input's tangent, so it declares no tangent rule (PyTorch's
+  /// auto_element_wise). The op-table test's jvpcheck checks the claim.
+  bool self_adjoint = false;
   /// True for a tangent rule that runs raw kernels (the recurrences' fused
   /// linear recurrences): where tangents are recorded (a forward-AD level that
   /// differentiates them, reverse-over-forward), the engine derives the

@@ -227,6 +227,7 @@ Tensor Node::read_slot(size_t k) const {
 }
 
 // ---------------------------------------------------------------- forward mode
+static void tangent_by_backward(const Node& n, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out);
 namespace {
 
 // Forward mode is off while a tangent rule runs: its ops take primals and
@@ -267,10 +268,11 @@ bool hands_out_output(const Node& n) {
 // saved output read later. Not recorded, the node keeps them until its
 // output tensor has taken its own (see give_output_tangent).
 std::vector<Tensor> compute_tangents(Node& n) {
-  if (!n.op->tangent && n.op->once_differentiable)
+  // A raw-kernel backward gives a tangent only where it is not recorded.
+  if (!n.op->tangent && n.op->once_differentiable && (t_fw_record || !n.op->self_adjoint))
     throw AutogradError(fmt::format("forward-mode AD reached {}, which has no tangent rule (OpDef::tangent) and a "
-                                    "once-differentiable backward to derive one from",
-                                    describe_node(n)));
+                                    "once-differentiable backward to derive one from{}",
+                                    describe_node(n), n.op->self_adjoint ? " where tangents are recorded" : ""));
   if (n.released)
     throw AutogradError(fmt::format("forward-mode AD: cannot compute the tangent of {}: what it saved was freed by "
                                     "a backward without retain_graph=true",
@@ -289,7 +291,9 @@ std::vector<Tensor> compute_tangents(Node& n) {
       no_grad.emplace();
     AutocastGuard precision(n.autocast);
     ProfileScope prof(n.op->name, ProfilePhase::tangent);
-    TangentFn rule = n.op->tangent ? n.op->tangent : tangent_from_backward;
+    TangentFn rule = n.op->tangent         ? n.op->tangent
+                     : n.op->self_adjoint ? tangent_by_backward
+                                          : tangent_from_backward;
     if (t_fw_record && n.op->recorded_tangent)
       rule = n.op->recorded_tangent;
     else if (t_fw_record && n.op->tangent_once_differentiable)
@@ -514,6 +518,12 @@ bool detail::fused_backward_tangents() { return t_tangents_only && t_fw_level &&
 void detail::set_tangent(const Tensor& t, Tensor tangent) {
   t.impl()->tangent = std::move(tangent);
   t.impl()->tangent_level = t_fw_level;
+}
+
+// J t = J^T t for an op whose Jacobian is symmetric (OpSpec::self_adjoint):
+// its backward, in the form the pass's grad mode picks, run on the tangent.
+static void tangent_by_backward(const Node& n, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out) {
+  if (tangent_in[0].defined()) run_backward(n, tangent_in[0], tangent_out);
 }
 
 void tangent_from_backward(const Node& n, std::span<const Tensor> tangent_in, std::span<Tensor> tangent_out) {

@@ -207,6 +207,28 @@ BOOST_AUTO_TEST_CASE(walk_fails_for_a_wrong_tangent_rule) {
   BOOST_TEST(f[1].find("<u, J v>") != std::string::npos, f[1]);
 }
 
+// With a symmetric Jacobian (2x), a once-differentiable backward is the
+// tangent where tangents are not recorded; recorded, a raw-kernel tangent
+// would fall out of the graph, so it is the error below.
+BOOST_AUTO_TEST_CASE(a_self_adjoint_once_differentiable_op_has_a_tangent_where_not_recorded) {
+  OpDef op({.name = "test_self_adjoint_raw", .arity = 1, .signature = "2x, self-adjoint", .saves = saves_of<NoSaved>(),
+            .backward = plain_double_backward, .self_adjoint = true, .once_differentiable = true});
+  g_plain_double = &op;
+  const Tensor x0 = samples::uniform({3}, 2).detach(), t = full({3}, 0.5, DType::f64);
+  {
+    ForwardADGuard level(false);
+    BOOST_TEST(max_rel_diff(tangent(plain_double(make_dual(x0, t))), full({3}, 1.0, DType::f64)) == 0.0);
+  }
+  ForwardADGuard recorded;
+  const Tensor y = plain_double(make_dual(x0, t));
+  try {
+    tangent(y);
+    BOOST_FAIL("no error");
+  } catch (const AutogradError& e) {
+    BOOST_TEST(std::string(e.what()).find("'test_self_adjoint_raw'") != std::string::npos, e.what());
+  }
+}
+
 // A once-differentiable backward (raw kernels) gives no tangent to derive:
 // forward mode through such an op without a rule is an error naming it.
 BOOST_AUTO_TEST_CASE(missing_tangent_rule_of_a_once_differentiable_op_is_an_error_naming_it) {

@@ -423,6 +423,11 @@ BOOST_AUTO_TEST_CASE(an_op_name_is_registered_once) {
   check_throws<ValueError>([] { OpDef no_backward({.name = "no_backward", .arity = 1, .signature = "f(x)"}); },
                            {"'no_backward'", "needs a name and a backward"});
   BOOST_TEST(find_op("no_backward") == nullptr);
+  // A symmetric Jacobian is square: one input, and no tangent rule beside it.
+  check_throws<ValueError>([] { OpDef two({.name = "self_adjoint_of_two", .arity = 2, .signature = "f(a, b)",
+                                         .backward = [](const Node&, const Tensor&, std::span<Tensor>) {},
+                                         .self_adjoint = true}); },
+                           {"'self_adjoint_of_two'", "one input"});
 }
 
 BOOST_AUTO_TEST_CASE(to_dot_shows_a_live_graph_and_what_backward_freed) {

@@ -22,7 +22,7 @@ struct DropoutSaved {
 }  // namespace
 
 // Linear in x with a diagonal Jacobian (the mask, a constant): gradient and
-// tangent are both the input's times the mask.
+// tangent are both the input's times the mask (self_adjoint).
 static void dropout_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = mul(g, n.saved_tensor(&DropoutSaved::mask));
 }
@@ -32,7 +32,7 @@ static const OpDef dropout_op({
     .signature = "dropout(x, p, training, generator) -> x * mask / (1 - p)",
     .saves = saves_of<DropoutSaved>(),
     .backward = dropout_backward,
-    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) { dropout_backward(n, t[0], out); },
+    .self_adjoint = true,
     .samples = [] {
       // A fresh generator per call: every gradcheck evaluation sees the same mask.
       auto drop = [](double p, uint64_t seed) {

@@ -131,14 +131,10 @@ struct SoftmaxSaved {
 // empty list reduces over all of it, i.e. the one element).
 static Axes softmax_axes(const Tensor& y, int64_t axis) { return y.dim() == 0 ? Axes{} : Axes{axis}; }
 
-// softmax: its Jacobian product at the saved probabilities, for the gradient
-// and the tangent alike (softmax_jvp, symmetric).
-static Tensor softmax_jacobian(const Node& n, const Tensor& v) {
-  return softmax_jvp(n.saved_tensor(&SoftmaxSaved::output), v, n.attrs<SoftmaxAttrs>().axis);
-}
-static void softmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = softmax_jacobian(n, g); }
-static void softmax_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = softmax_jacobian(n, t[0]);
+// softmax: its Jacobian product at the saved probabilities (softmax_jvp),
+// for the gradient and, the Jacobian symmetric, the tangent alike.
+static void softmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  gin[0] = softmax_jvp(n.saved_tensor(&SoftmaxSaved::output), g, n.attrs<SoftmaxAttrs>().axis);
 }
 
 static void log_softmax_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
@@ -182,7 +178,7 @@ static void log_softmax_tangent(const Node& n, std::span<const Tensor> t, std::s
 static const OpDef softmax_op({.name = "softmax", .arity = 1,
                                .signature = "softmax(x, axis) -> exp(x) / sum(exp(x)) along axis, max subtracted",
                                .saves = saves_of<SoftmaxSaved>(), .backward = softmax_backward,
-                               .tangent = softmax_tangent, .samples = softmax_samples<false>});
+                               .self_adjoint = true, .samples = softmax_samples<false>});
 static const OpDef log_softmax_op({.name = "log_softmax", .arity = 1,
                                    .signature = "log_softmax(x, axis) -> x - logsumexp(x) along axis",
                                    .saves = saves_of<SoftmaxSaved>(), .backward = log_softmax_backward,

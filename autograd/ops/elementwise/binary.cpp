@@ -277,14 +277,13 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 
 // ============================ with a scalar ============================
 static void add_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
-static void add_scalar_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; }
 static const OpDef add_scalar_op({
     .name = "add_scalar",
     .arity = 1,
     .signature = "add(a, c) -> a + c",
     .saves = saves_of<NoSaved>(),
     .backward = add_scalar_backward,
-    .tangent = add_scalar_tangent,
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
     },
@@ -310,16 +309,13 @@ struct ScalarAttrs {
 static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = mul(g, n.attrs<ScalarAttrs>().c);
 }
-static void mul_scalar_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = mul(t[0], n.attrs<ScalarAttrs>().c);
-}
 static const OpDef mul_scalar_op({
     .name = "mul_scalar",
     .arity = 1,
     .signature = "mul(a, c) -> a * c",
     .saves = saves_of<NoSaved>(),
     .backward = mul_scalar_backward,
-    .tangent = mul_scalar_tangent,
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
     },
@@ -346,17 +342,13 @@ static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
   gin[0] = times_derivative(g, n.saved_tensor(&UnaryInputSaved::x),
                             [c](auto x) { return lit(x, c) * detail::math::pow(x, lit(x, c - 1)); });
 }
-// Elementwise, so the tangent is the gradient formula applied to the tangent.
-static void pow_scalar_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  pow_scalar_backward(n, t[0], out);
-}
 static const OpDef pow_scalar_op({
     .name = "pow_scalar",
     .arity = 1,
     .signature = "pow(a, c) -> a ** c",
     .saves = saves_of<UnaryInputSaved>(),
     .backward = pow_scalar_backward,
-    .tangent = pow_scalar_tangent,
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{
           {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
@@ -379,14 +371,13 @@ Tensor pow(const Tensor& a, double c) {
 }
 
 static void rsub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
-static void rsub_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = neg(t[0]); }
 static const OpDef rsub_op({
     .name = "rsub",
     .arity = 1,
     .signature = "rsub(c, b) -> c - b",
     .saves = saves_of<NoSaved>(),
     .backward = rsub_backward,
-    .tangent = rsub_tangent,
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
     },
@@ -414,14 +405,13 @@ static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
   const Tensor ratio = div(n.saved_tensor(&RdivSaved::output), n.saved_tensor(&RdivSaved::b));
   gin[0] = times_derivative(g, ratio, [](auto r) { return -r; });
 }
-static void rdiv_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) { rdiv_backward(n, t[0], out); }
 static const OpDef rdiv_op({
     .name = "rdiv",
     .arity = 1,
     .signature = "rdiv(c, b) -> c / b",
     .saves = saves_of<RdivSaved>(),
     .backward = rdiv_backward,
-    .tangent = rdiv_tangent,
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{{"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
     },

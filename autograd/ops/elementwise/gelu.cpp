@@ -105,9 +105,6 @@ static void gelu_backward_recorded(const Node& n, const Tensor& g, std::span<Ten
 static Tensor gelu_recompute(const Node& n) {
   return gelu(n.saved_tensor(&UnaryInputSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
 }
-static void gelu_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = gelu_grad(t[0], n.saved_tensor(&UnaryInputSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
-}
 static const OpDef gelu_op({
     .name = "gelu",
     .arity = 1,
@@ -116,7 +113,7 @@ static const OpDef gelu_op({
     .backward = gelu_backward,
     .recorded_backward = gelu_backward_recorded,
     .backward_with_tangents = gelu_backward_tangents,
-    .tangent = gelu_tangent,
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{
           {"exact (3,4)", {uniform({3, 4}, 31, -3, 3)}, [](auto& x) { return gelu(x[0]); }},

@@ -52,8 +52,8 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
 // Each unary op: forward kernel, its derivative d(s) once (common.h: a fused
 // pass on a plain backward, tensor ops when recorded), OpDef, samples. The
 // gradient is g d(s) and the tangent t d(s): an elementwise Jacobian is
-// diagonal. SAVED is what it saves and d reads: UnaryInputSaved (x) or
-// UnaryOutputSaved (the output).
+// diagonal (self_adjoint). SAVED is what it saves and d reads:
+// UnaryInputSaved (x) or UnaryOutputSaved (the output).
 namespace {
 // The tensor a unary op's derivative reads, saved as S: x or the output.
 template <class S>
@@ -75,12 +75,9 @@ Tensor unary_saved(const Node& n) {
   static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
     gin[0] = times_derivative(g, unary_saved<SAVED>(n), DERIVATIVE);                                    \
   }                                                                                                     \
-  static void NAME##_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {         \
-    out[0] = times_derivative(t[0], unary_saved<SAVED>(n), DERIVATIVE);                                 \
-  }                                                                                                     \
   static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE,                      \
                                 .saves = saves_of<SAVED>(), .backward = NAME##_backward,                \
-                                .tangent = NAME##_tangent,                                              \
+                                .self_adjoint = true,                                                   \
                                 .samples = [] { return SAMPLES; }});                                    \
   Tensor NAME(const Tensor& x) {                                                                        \
     ProfileScope prof(NAME##_op.name);                                                                  \
@@ -120,9 +117,8 @@ TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, unary_samples(erf, -2, 2), [](auto x
 
 // neg saves nothing: its derivative is the constant -1.
 static void neg_backward(const Node&, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
-static void neg_tangent(const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = neg(t[0]); }
 static const OpDef neg_op({.name = "neg", .arity = 1, .signature = "neg(x) -> -x", .saves = saves_of<NoSaved>(),
-                           .backward = neg_backward, .tangent = neg_tangent,
+                           .backward = neg_backward, .self_adjoint = true,
                            .samples = [] { return unary_samples(neg, -1, 1); }});
 Tensor neg(const Tensor& x) {
   ProfileScope prof(neg_op.name);
@@ -138,14 +134,10 @@ struct ClampAttrs {
 }  // namespace
 // The slope is 1 inside [low, high] (torch passes the gradient at the
 // bounds), 0 outside: gradient and tangent alike.
-static Tensor clamp_times_slope(const Node& n, const Tensor& g) {
+static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
-  return times_derivative(g, n.saved_tensor(&UnaryInputSaved::x),
-                          [lo, hi](auto x) { return math::step(x, [lo, hi](auto v) { return v >= lo && v <= hi; }); });
-}
-static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = clamp_times_slope(n, g); }
-static void clamp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = clamp_times_slope(n, t[0]);
+  const auto inside = [lo, hi](auto v) { return v >= lo && v <= hi; };
+  gin[0] = times_derivative(g, n.saved_tensor(&UnaryInputSaved::x), [inside](auto x) { return math::step(x, inside); });
 }
 static const OpDef clamp_op({
     .name = "clamp",
@@ -153,7 +145,7 @@ static const OpDef clamp_op({
     .signature = "clamp(x, low, high)",
     .saves = saves_of<UnaryInputSaved>(),
     .backward = clamp_backward,
-    .tangent = clamp_tangent,
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
                                     [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
