@@ -13,7 +13,9 @@ brown=$(scripts/fetch_brown.sh | tail -n 1)
 launch=()
 if command -v mpirun > /dev/null && [[ $(nproc) -gt 1 ]] &&
    ldd build/examples/study | grep -q libmpi; then
-  launch=(mpirun -n "$(nproc)" --bind-to none)
+  # Slots are hardware threads, as nproc counts them (OpenMPI's default,
+  # physical cores, refuses a rank per thread on an SMT machine).
+  launch=(mpirun -n "$(nproc)" --use-hwthread-cpus --bind-to none)
   [[ $EUID -eq 0 ]] && launch+=(--allow-run-as-root)
 fi
 exec "${launch[@]}" build/examples/study --brown-dir "$brown" "$@"
