@@ -25,7 +25,6 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/nn_kernels.h"
-#include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/tangent.h"
 #include "autograd/ops/softmax.h"
@@ -49,16 +48,16 @@ struct AttentionSaved {
       saved_field("key_padding_mask", &AttentionSaved::key_padding_mask)};
 };
 
-// A (B,H,T,D) tensor as B*H row-major (T,D) matrices for GEMM: element
-// (b,h,t,d) sits at base + b*sb + h*sh + t*ld + d. Views with a unit last
+// A (B,H,T,D) tensor as B*H row-major (T,D) matrices for GEMM: row t of head
+// bh = b*H + h sits at base + b*sb + h*sh + t*ld. Views with a unit last
 // stride (q from a transposed (B,T,H,D) projection, k broadcast over heads)
 // are used in place; anything else is copied once.
 template <class T>
 struct HeadMatrices {
   Tensor data;  // keeps the memory alive
   const T* base = nullptr;
-  int64_t sb = 0, sh = 0, ld = 0;
-  const T* at(int64_t b, int64_t h) const { return base + b * sb + h * sh; }
+  int64_t H = 1, sb = 0, sh = 0, ld = 0;
+  const T* at(int64_t bh, int64_t t = 0) const { return base + bh / H * sb + bh % H * sh + t * ld; }
 };
 template <class T>
 HeadMatrices<T> head_matrices(const Tensor& x) {
@@ -68,6 +67,7 @@ HeadMatrices<T> head_matrices(const Tensor& x) {
   HeadMatrices<T> m;
   m.data = usable ? x : dense(x);
   m.base = m.data.template data<T>();
+  m.H = s[1];
   m.sb = m.data.strides()[0];
   m.sh = m.data.strides()[1];
   m.ld = s[2] == 1 ? s[3] : m.data.strides()[2];
@@ -75,8 +75,10 @@ HeadMatrices<T> head_matrices(const Tensor& x) {
 }
 
 struct AttentionDims {
-  int64_t B = 0, H = 0, Tq = 0, Tk = 0, D = 0, Dv = 0;
-  bool causal = false;
+  int64_t B, H, Tq, Tk, D, Dv;
+  bool causal;
+  AttentionDims(const Shape& q, const Shape& k, const Shape& v, bool causal)
+      : B(q[0]), H(q[1]), Tq(q[2]), Tk(k[2]), D(q[3]), Dv(v[3]), causal(causal) {}
   // Keys query t may see: [0, visible(t)); causal aligns the last query with the last key.
   int64_t visible(int64_t t) const { return causal ? std::clamp<int64_t>(t + Tk - Tq + 1, 0, Tk) : Tk; }
   // Heads per parallel chunk: tiny heads are batched so threads are worth waking.
@@ -84,24 +86,33 @@ struct AttentionDims {
   // Query rows per block: a (rows, Tk) block of scores holds at most 2^18
   // values (1 MiB in float32), and never fewer than 64 rows, so the GEMMs
   // stay efficient; a head of up to 256 keys is one block.
-  int64_t rows_per_block() const { return std::max<int64_t>(64, (int64_t{1} << 18) / std::max<int64_t>(1, Tk)); }
+  int64_t rows_per_block() const {
+    return std::min(Tq, std::max<int64_t>(64, (int64_t{1} << 18) / std::max<int64_t>(1, Tk)));
+  }
+  template <class T> T scale() const { return static_cast<T>(1.0 / std::sqrt(static_cast<double>(D))); }
 };
 
-// Runs body(i0, i1) over the B*H heads. Heads go to the pool's threads, each
-// head's GEMMs whole on the thread that has it (splitting them too would only
-// add waits). With fewer heads than threads, the heads run one after another
-// and gemm() splits each GEMM that is worth it.
-template <class F>
-void for_each_head(const AttentionDims& a, F&& body) {
-  const int threads = num_threads();
-  const int64_t heads = a.B * a.H;
-  if (threads > 1 && heads < threads) {
-    body(int64_t{0}, heads);
-    return;
-  }
-  parallel_for(heads, a.grain(), [&](int64_t i0, int64_t i1) {
+// Runs block(bh, i0, i1, kv, scratch) over the blocks of `rows` query rows
+// [i0, i1) of every head bh, kv = visible(i1 - 1) the keys they see; scratch
+// is the thread's nbuf buffers of rows * Tk values, one after another. Heads
+// go to the pool's threads, each head's GEMMs whole on the thread that has it
+// (splitting them too would only add waits). With fewer heads than threads,
+// the heads run one after another and gemm() splits each GEMM that is worth it.
+template <class T, class F>
+void for_each_block(const AttentionDims& a, int64_t rows, int nbuf, F&& block) {
+  auto heads = [&](int64_t h0, int64_t h1) {
+    std::vector<T> scratch(nbuf * rows * a.Tk);
+    for (int64_t bh = h0; bh < h1; ++bh)
+      for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
+        const int64_t i1 = std::min(a.Tq, i0 + rows);
+        block(bh, i0, i1, a.visible(i1 - 1), scratch.data());
+      }
+  };
+  const int64_t n = a.B * a.H;
+  if (num_threads() > 1 && n < num_threads()) return heads(0, n);
+  parallel_for(n, a.grain(), [&](int64_t i0, int64_t i1) {
     SerialGemm whole;  // each head's GEMMs on the thread that has the head
-    body(i0, i1);
+    heads(i0, i1);
   });
 }
 
@@ -131,17 +142,15 @@ void masked_softmax_row(T* s, int64_t Tk, int64_t visible, const uint8_t* pad) {
   std::fill(s + visible, s + Tk, T(0));
 }
 
-// Rows [i0, i1) of P (Tq,Tk) of head (b,h) into S (row stride ld >= kv):
-// scaled scores of keys [0, kv) by GEMM, then the masked softmax of each row,
-// zeros in [kv, ld). kv must cover every key the rows see (visible(i1 - 1)).
+// Rows [i0, i1) of P (Tq,Tk) of head bh into S (row stride ld >= kv): scaled
+// scores of keys [0, kv) by GEMM, then the masked softmax of each row, zeros
+// in [kv, ld). kv must cover every key the rows see (visible(i1 - 1)).
 // Forward and backward share it, so both see the same P.
 template <class T>
-void head_probabilities(const AttentionDims& a, const HeadMatrices<T>& Q, const HeadMatrices<T>& K, int64_t b,
-                        int64_t h, const std::vector<uint8_t>& pad, int64_t i0, int64_t i1, int64_t kv, T* S,
-                        int64_t ld) {
-  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
-  if (kv > 0) gemm(false, true, i1 - i0, kv, a.D, scale, Q.at(b, h) + i0 * Q.ld, Q.ld, K.at(b, h), K.ld, T(0), S, ld);
-  const uint8_t* pb = pad.empty() ? nullptr : pad.data() + b * a.Tk;
+void head_probabilities(const AttentionDims& a, const HeadMatrices<T>& Q, const HeadMatrices<T>& K, int64_t bh,
+                        const std::vector<uint8_t>& pad, int64_t i0, int64_t i1, int64_t kv, T* S, int64_t ld) {
+  if (kv > 0) gemm(false, true, i1 - i0, kv, a.D, a.scale<T>(), Q.at(bh, i0), Q.ld, K.at(bh), K.ld, T(0), S, ld);
+  const uint8_t* pb = pad.empty() ? nullptr : pad.data() + bh / a.H * a.Tk;
   for (int64_t i = i0; i < i1; ++i) masked_softmax_row(S + (i - i0) * ld, ld, std::min(a.visible(i), kv), pb);
 }
 
@@ -165,6 +174,17 @@ std::vector<uint8_t> padding_bytes(const Tensor& key_padding_mask) {
   return pad;
 }
 
+// What every derivative of attention reads from its node.
+struct AttentionInputs {
+  Tensor q, k, v;
+  AttentionDims a;
+  std::vector<uint8_t> pad;
+  explicit AttentionInputs(const Node& n)
+      : q(n.saved_tensor(&AttentionSaved::q)), k(n.saved_tensor(&AttentionSaved::k)),
+        v(n.saved_tensor(&AttentionSaved::v)), a(q.shape(), k.shape(), v.shape(), n.attrs<AttentionAttrs>().causal),
+        pad(padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask))) {}
+};
+
 // Gradients of attention as tensor ops, for a recorded backward (create_graph):
 // every op here is differentiable again, so the result is too, to any order.
 //   S = q k^T / sqrt(D), masked keys at -inf; P = softmax(S) over keys, rows
@@ -174,56 +194,40 @@ std::vector<uint8_t> padding_bytes(const Tensor& key_padding_mask) {
 // The masks are constants (B,1,Tq,Tk) and (B,1,Tq,1); a row that sees no key
 // keeps its finite scores for the softmax and is zeroed after it, so no NaN
 // reaches the gradients.
-Tensor attention_probabilities_recorded(const AttentionDims& a, const Tensor& q, const Tensor& k,
-                                        const std::vector<uint8_t>& pad) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
-  Tensor s = mul(matmul(q, transpose(k, 2, 3)), scale);  // (B,H,Tq,Tk)
+Tensor attention_probabilities_recorded(const AttentionInputs& in) {
+  const AttentionDims& a = in.a;
+  Tensor s = mul(matmul(in.q, transpose(in.k, 2, 3)), a.scale<double>());  // (B,H,Tq,Tk)
   std::vector<int64_t> hidden(a.B * a.Tq * a.Tk), blind(a.B * a.Tq);  // masked key; row with no visible key
   bool any_hidden = false, any_blind = false;
-  for (int64_t b = 0; b < a.B; ++b)
-    for (int64_t t = 0; t < a.Tq; ++t) {
-      int64_t* row = hidden.data() + (b * a.Tq + t) * a.Tk;
-      int64_t seen = 0;
-      for (int64_t j = 0; j < a.Tk; ++j) {
-        row[j] = j >= a.visible(t) || (!pad.empty() && pad[b * a.Tk + j]);
-        seen += !row[j];
-      }
-      if (seen == 0) {  // its scores stay finite
-        std::fill_n(row, a.Tk, int64_t{0});
-        blind[b * a.Tq + t] = 1;
-        any_blind = true;
-      }
-      any_hidden |= seen > 0 && seen < a.Tk;
+  for (int64_t bt = 0; bt < a.B * a.Tq; ++bt) {
+    int64_t* row = hidden.data() + bt * a.Tk;
+    int64_t seen = 0;
+    for (int64_t j = 0; j < a.Tk; ++j) {
+      row[j] = j >= a.visible(bt % a.Tq) || (!in.pad.empty() && in.pad[bt / a.Tq * a.Tk + j]);
+      seen += !row[j];
     }
+    if (seen == 0) std::fill_n(row, a.Tk, int64_t{0});  // its scores stay finite
+    blind[bt] = seen == 0;
+    any_blind |= seen == 0;
+    any_hidden |= seen > 0 && seen < a.Tk;
+  }
   if (any_hidden)
     s = masked_fill(s, from_vector(hidden, {a.B, 1, a.Tq, a.Tk}), -std::numeric_limits<double>::infinity());
   Tensor p = softmax(s, -1);
-  if (any_blind) p = masked_fill(p, from_vector(blind, {a.B, 1, a.Tq, 1}), 0.0);
-  return p;
-}
-
-void attention_backward_recorded(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const std::vector<uint8_t>& pad, const Tensor& g, bool need_q, bool need_k,
-                                 bool need_v, std::span<Tensor> gin) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
-  const Tensor p = attention_probabilities_recorded(a, q, k, pad);
-  if (need_v) gin[2] = matmul(transpose(p, 2, 3), g);
-  if (!need_q && !need_k) return;
-  Tensor dp = matmul(g, transpose(v, 2, 3));
-  Tensor ds = softmax_jvp(p, dp, -1);
-  if (need_q) gin[0] = mul(matmul(ds, k), scale);
-  if (need_k) gin[1] = mul(matmul(transpose(ds, 2, 3), q), scale);
+  return any_blind ? masked_fill(p, from_vector(blind, {a.B, 1, a.Tq, 1}), 0.0) : p;
 }
 
 }  // namespace
 
-// The dimensions of a recorded attention, from what it saved.
-static AttentionDims saved_dims(const Node& n, const Tensor& q, const Tensor& k, const Tensor& v) {
-  AttentionDims a;
-  a.B = q.shape()[0], a.H = q.shape()[1], a.Tq = q.shape()[2], a.D = q.shape()[3];
-  a.Tk = k.shape()[2], a.Dv = v.shape()[3];
-  a.causal = n.attrs<AttentionAttrs>().causal;
-  return a;
+static void attention_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const AttentionInputs in(n);
+  const double scale = in.a.scale<double>();
+  const Tensor p = attention_probabilities_recorded(in);
+  if (n.needs(2)) gin[2] = matmul(transpose(p, 2, 3), g);
+  if (!n.needs(0) && !n.needs(1)) return;
+  const Tensor ds = softmax_jvp(p, matmul(g, transpose(in.v, 2, 3)), -1);
+  if (n.needs(0)) gin[0] = mul(matmul(ds, in.k), scale);
+  if (n.needs(1)) gin[1] = mul(matmul(transpose(ds, 2, 3), in.q), scale);
 }
 
 // Forward mode: dS = (tq k^T + q tk^T) / sqrt(D), dP = P (dS - rowsum(dS P)),
@@ -232,49 +236,36 @@ static AttentionDims saved_dims(const Node& n, const Tensor& q, const Tensor& k,
 // (Tq, Tk) matrix beyond one block is made; recorded (the tangent
 // differentiated again), the engine derives the tangent from the backward.
 static void attention_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor q = n.saved_tensor(&AttentionSaved::q), k = n.saved_tensor(&AttentionSaved::k);
-  const Tensor v = n.saved_tensor(&AttentionSaved::v);
-  const AttentionDims a = saved_dims(n, q, k, v);
-  const std::vector<uint8_t> pad = padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask));
   const bool tq = t[0].defined(), tk = t[1].defined(), tv = t[2].defined();
   if (!tq && !tk && !tv) return;
-  Tensor d_out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
-  dispatch_float(q.dtype(), n.op->name, [&](auto tag) {
+  const AttentionInputs in(n);
+  const AttentionDims& a = in.a;
+  Tensor d_out = empty({a.B, a.H, a.Tq, a.Dv}, in.q.dtype());
+  dispatch_float(in.q.dtype(), n.op->name, [&](auto tag) {
     using T = decltype(tag);
-    const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v);
+    const auto Q = head_matrices<T>(in.q), K = head_matrices<T>(in.k), V = head_matrices<T>(in.v);
     HeadMatrices<T> TQ, TK, TV;
     if (tq) TQ = head_matrices<T>(t[0]);
     if (tk) TK = head_matrices<T>(t[1]);
     if (tv) TV = head_matrices<T>(t[2]);
-    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
-    const int64_t rows = std::min(a.Tq, a.rows_per_block());
-    auto body = [&](int64_t h0, int64_t h1) {
-      std::vector<T> P(rows * a.Tk), dP(tq || tk ? rows * a.Tk : 0);
-      for (int64_t bh = h0; bh < h1; ++bh) {
-        const int64_t b = bh / a.H, h = bh % a.H;
-        for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
-          const int64_t i1 = std::min(a.Tq, i0 + rows), m = i1 - i0, kv = a.visible(i1 - 1);
-          T* o = d_out.data<T>() + (bh * a.Tq + i0) * a.Dv;  // (m, Dv)
-          if (kv == 0 || a.Dv == 0) {  // no query of the block sees a key: P = 0
-            std::fill(o, o + m * a.Dv, T(0));
-            continue;
-          }
-          head_probabilities(a, Q, K, b, h, pad, i0, i1, kv, P.data(), kv);  // (m, kv)
-          T beta = 0;
-          if (tq || tk) {
-            if (tq) gemm(false, true, m, kv, a.D, scale, TQ.at(b, h) + i0 * TQ.ld, TQ.ld, K.at(b, h), K.ld, T(0), dP.data(), kv);
-            if (tk)
-              gemm(false, true, m, kv, a.D, scale, Q.at(b, h) + i0 * Q.ld, Q.ld, TK.at(b, h), TK.ld, tq ? T(1) : T(0),
-                   dP.data(), kv);
-            softmax_jacobian_rows(P.data(), dP.data(), m, kv);  // dS -> dP in place
-            gemm(false, false, m, a.Dv, kv, T(1), dP.data(), kv, V.at(b, h), V.ld, T(0), o, a.Dv);
-            beta = 1;
-          }
-          if (tv) gemm(false, false, m, a.Dv, kv, T(1), P.data(), kv, TV.at(b, h), TV.ld, beta, o, a.Dv);
-        }
+    const T scale = a.scale<T>();
+    const int64_t rows = a.rows_per_block();
+    for_each_block<T>(a, rows, tq || tk ? 2 : 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P) {
+      const int64_t m = i1 - i0;
+      T *dP = P + rows * a.Tk, *o = d_out.data<T>() + (bh * a.Tq + i0) * a.Dv;  // o (m, Dv)
+      if (kv == 0 || a.Dv == 0) {  // no query of the block sees a key: P = 0
+        std::fill(o, o + m * a.Dv, T(0));
+        return;
       }
-    };
-    for_each_head(a, body);
+      head_probabilities(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);  // (m, kv)
+      if (tq || tk) {
+        if (tq) gemm(false, true, m, kv, a.D, scale, TQ.at(bh, i0), TQ.ld, K.at(bh), K.ld, T(0), dP, kv);
+        if (tk) gemm(false, true, m, kv, a.D, scale, Q.at(bh, i0), Q.ld, TK.at(bh), TK.ld, T(tq), dP, kv);
+        softmax_jacobian_rows(P, dP, m, kv);  // dS -> dP in place
+        gemm(false, false, m, a.Dv, kv, T(1), dP, kv, V.at(bh), V.ld, T(0), o, a.Dv);
+      }
+      if (tv) gemm(false, false, m, a.Dv, kv, T(1), P, kv, TV.at(bh), TV.ld, T(tq || tk), o, a.Dv);
+    });
   });
   out[0] = d_out;
 }
@@ -292,171 +283,136 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
 // Fifteen GEMMs of a block's size where the backward has five, as many as
 // the recorded form's ops run, but no (B,H,Tq,Tk) tensor and no pass over
 // one. A missing tangent is taken as zeros (not a case worth its own path).
-static void attention_backward_tangents(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const std::vector<uint8_t>& pad, const Tensor& g, bool need_q, bool need_k,
-                                        bool need_v, std::span<Tensor> gin, std::span<Tensor> gin_tangents) {
+static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
+                                             std::span<Tensor> gin_tangents) {
+  const AttentionInputs in(n);
+  const AttentionDims& a = in.a;
+  const Tensor &q = in.q, &k = in.k, &v = in.v;
+  const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
   const Tensor tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
   // dk, dv and their tangents sum over the query blocks; a block that sees no key leaves dq's rows zero.
   Tensor dq = zeros(q.shape(), q.dtype()), dk = zeros(k.shape(), k.dtype()), dv = zeros(v.shape(), v.dtype());
   Tensor tdq = zeros(q.shape(), q.dtype()), tdk = zeros(k.shape(), k.dtype()), tdv = zeros(v.shape(), v.dtype());
   if (a.B * a.H * a.Tq * a.Tk * a.Dv != 0) {
-    dispatch_float(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
+    dispatch_float(q.dtype(), n.op->name, [&](auto tag) {
       using T = decltype(tag);
       const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
       const auto TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv);
       const auto TG = head_matrices<T>(tg);
-      const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
-      const int64_t rows = std::min(a.Tq, a.rows_per_block());
-      auto body = [&](int64_t h0, int64_t h1) {
+      const T scale = a.scale<T>();
+      const int64_t rows = a.rows_per_block(), size = rows * a.Tk;
+      for_each_block<T>(a, rows, 4, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P) {
+        if (kv == 0) return;  // P = 0: nothing flows
+        const int64_t m = i1 - i0;
         // Per block (m, kv): P and its tangent Pt, dP -> dS and its tangent dPt -> dSt.
-        std::vector<T> P(rows * a.Tk), Pt(rows * a.Tk), dS(rows * a.Tk), dSt(rows * a.Tk);
-        for (int64_t bh = h0; bh < h1; ++bh) {
-          const int64_t b = bh / a.H, h = bh % a.H;
-          T *dqh = dq.data<T>() + bh * a.Tq * a.D, *tdqh = tdq.data<T>() + bh * a.Tq * a.D;
-          T *dkh = dk.data<T>() + bh * a.Tk * a.D, *tdkh = tdk.data<T>() + bh * a.Tk * a.D;
-          T *dvh = dv.data<T>() + bh * a.Tk * a.Dv, *tdvh = tdv.data<T>() + bh * a.Tk * a.Dv;
-          for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
-            const int64_t i1 = std::min(a.Tq, i0 + rows), m = i1 - i0, kv = a.visible(i1 - 1);
-            if (kv == 0) continue;  // P = 0: nothing flows
-            const T *qb = Q.at(b, h) + i0 * Q.ld, *tqb = TQ.at(b, h) + i0 * TQ.ld;
-            const T *gb = G.at(b, h) + i0 * G.ld, *tgb = TG.at(b, h) + i0 * TG.ld;
-            head_probabilities(a, Q, K, b, h, pad, i0, i1, kv, P.data(), kv);
-            gemm(false, true, m, kv, a.D, scale, tqb, TQ.ld, K.at(b, h), K.ld, T(0), Pt.data(), kv);
-            gemm(false, true, m, kv, a.D, scale, qb, Q.ld, TK.at(b, h), TK.ld, T(1), Pt.data(), kv);
-            softmax_jacobian_rows(P.data(), Pt.data(), m, kv);  // St -> Pt in place
-            if (need_v) {
-              gemm(true, false, kv, a.Dv, m, T(1), P.data(), kv, gb, G.ld, T(1), dvh, a.Dv);
-              gemm(true, false, kv, a.Dv, m, T(1), Pt.data(), kv, gb, G.ld, T(1), tdvh, a.Dv);
-              gemm(true, false, kv, a.Dv, m, T(1), P.data(), kv, tgb, TG.ld, T(1), tdvh, a.Dv);
-            }
-            if (!need_q && !need_k) continue;
-            gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(b, h), V.ld, T(0), dS.data(), kv);
-            gemm(false, true, m, kv, a.Dv, T(1), tgb, TG.ld, V.at(b, h), V.ld, T(0), dSt.data(), kv);
-            gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, TV.at(b, h), TV.ld, T(1), dSt.data(), kv);
-            for (int64_t i = 0; i < m; ++i) {  // dP -> dS and dPt -> dSt, row by row
-              T *d = dS.data() + i * kv, *dt = dSt.data() + i * kv;
-              const T *p = P.data() + i * kv, *pt = Pt.data() + i * kv;
-              const T r = detail::row_dot(d, p, kv), rt = detail::row_dot(dt, p, kv) + detail::row_dot(d, pt, kv);
+        T *Pt = P + size, *dS = Pt + size, *dSt = dS + size;
+        T *dqb = dq.data<T>() + (bh * a.Tq + i0) * a.D, *tdqb = tdq.data<T>() + (bh * a.Tq + i0) * a.D;
+        T *dkh = dk.data<T>() + bh * a.Tk * a.D, *tdkh = tdk.data<T>() + bh * a.Tk * a.D;
+        T *dvh = dv.data<T>() + bh * a.Tk * a.Dv, *tdvh = tdv.data<T>() + bh * a.Tk * a.Dv;
+        const T *qb = Q.at(bh, i0), *tqb = TQ.at(bh, i0), *gb = G.at(bh, i0), *tgb = TG.at(bh, i0);
+        head_probabilities(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
+        gemm(false, true, m, kv, a.D, scale, tqb, TQ.ld, K.at(bh), K.ld, T(0), Pt, kv);
+        gemm(false, true, m, kv, a.D, scale, qb, Q.ld, TK.at(bh), TK.ld, T(1), Pt, kv);
+        softmax_jacobian_rows(P, Pt, m, kv);  // St -> Pt in place
+        if (need_v) {
+          gemm(true, false, kv, a.Dv, m, T(1), P, kv, gb, G.ld, T(1), dvh, a.Dv);
+          gemm(true, false, kv, a.Dv, m, T(1), Pt, kv, gb, G.ld, T(1), tdvh, a.Dv);
+          gemm(true, false, kv, a.Dv, m, T(1), P, kv, tgb, TG.ld, T(1), tdvh, a.Dv);
+        }
+        if (!need_q && !need_k) return;
+        gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(bh), V.ld, T(0), dS, kv);
+        gemm(false, true, m, kv, a.Dv, T(1), tgb, TG.ld, V.at(bh), V.ld, T(0), dSt, kv);
+        gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, TV.at(bh), TV.ld, T(1), dSt, kv);
+        for (int64_t i = 0; i < m; ++i) {  // dP -> dS and dPt -> dSt, row by row
+          T *d = dS + i * kv, *dt = dSt + i * kv;
+          const T *p = P + i * kv, *pt = Pt + i * kv;
+          const T r = detail::row_dot(d, p, kv), rt = detail::row_dot(dt, p, kv) + detail::row_dot(d, pt, kv);
 #pragma omp simd
-              for (int64_t j = 0; j < kv; ++j) {
-                const T x = d[j] - r;
-                dt[j] = pt[j] * x + p[j] * (dt[j] - rt);
-                d[j] = p[j] * x;
-              }
-            }
-            if (need_q) {
-              gemm(false, false, m, a.D, kv, scale, dS.data(), kv, K.at(b, h), K.ld, T(0), dqh + i0 * a.D, a.D);
-              gemm(false, false, m, a.D, kv, scale, dSt.data(), kv, K.at(b, h), K.ld, T(0), tdqh + i0 * a.D, a.D);
-              gemm(false, false, m, a.D, kv, scale, dS.data(), kv, TK.at(b, h), TK.ld, T(1), tdqh + i0 * a.D, a.D);
-            }
-            if (need_k) {
-              gemm(true, false, kv, a.D, m, scale, dS.data(), kv, qb, Q.ld, T(1), dkh, a.D);
-              gemm(true, false, kv, a.D, m, scale, dSt.data(), kv, qb, Q.ld, T(1), tdkh, a.D);
-              gemm(true, false, kv, a.D, m, scale, dS.data(), kv, tqb, TQ.ld, T(1), tdkh, a.D);
-            }
+          for (int64_t j = 0; j < kv; ++j) {
+            const T x = d[j] - r;
+            dt[j] = pt[j] * x + p[j] * (dt[j] - rt);
+            d[j] = p[j] * x;
           }
         }
-      };
-      for_each_head(a, body);
+        if (need_q) {
+          gemm(false, false, m, a.D, kv, scale, dS, kv, K.at(bh), K.ld, T(0), dqb, a.D);
+          gemm(false, false, m, a.D, kv, scale, dSt, kv, K.at(bh), K.ld, T(0), tdqb, a.D);
+          gemm(false, false, m, a.D, kv, scale, dS, kv, TK.at(bh), TK.ld, T(1), tdqb, a.D);
+        }
+        if (need_k) {
+          gemm(true, false, kv, a.D, m, scale, dS, kv, qb, Q.ld, T(1), dkh, a.D);
+          gemm(true, false, kv, a.D, m, scale, dSt, kv, qb, Q.ld, T(1), tdkh, a.D);
+          gemm(true, false, kv, a.D, m, scale, dS, kv, tqb, TQ.ld, T(1), tdkh, a.D);
+        }
+      });
     });
   }
   gin[0] = dq, gin[1] = dk, gin[2] = dv;
   gin_tangents[0] = tdq, gin_tangents[1] = tdk, gin_tangents[2] = tdv;
-}
-
-// What every form of attention's backward reads from its node.
-struct AttentionInputs {
-  Tensor q, k, v;
-  AttentionDims a;
-  std::vector<uint8_t> pad;
-};
-static AttentionInputs attention_inputs(const Node& n) {
-  AttentionInputs s{n.saved_tensor(&AttentionSaved::q), n.saved_tensor(&AttentionSaved::k),
-                    n.saved_tensor(&AttentionSaved::v), {}, {}};
-  s.a = saved_dims(n, s.q, s.k, s.v);
-  s.pad = padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask));
-  return s;
-}
-static void attention_backward_recorded_form(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const AttentionInputs s = attention_inputs(n);
-  attention_backward_recorded(s.a, s.q, s.k, s.v, s.pad, g, n.needs(0), n.needs(1), n.needs(2), gin);
-}
-static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
-                                             std::span<Tensor> gin_tangents) {
-  const AttentionInputs s = attention_inputs(n);
-  attention_backward_tangents(s.a, s.q, s.k, s.v, s.pad, g, n.needs(0), n.needs(1), n.needs(2), gin, gin_tangents);
   return true;
 }
 
 static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const AttentionInputs s = attention_inputs(n);
-  const Tensor &q = s.q, &k = s.k, &v = s.v;
-  const AttentionDims& a = s.a;
-  const std::vector<uint8_t>& pad = s.pad;
+  const AttentionInputs in(n);
+  const AttentionDims& a = in.a;
   const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
-  Tensor dq = need_q ? empty(q.shape(), q.dtype()) : Tensor();
-  Tensor dk = need_k ? empty(k.shape(), k.dtype()) : Tensor();
-  Tensor dv = need_v ? empty(v.shape(), v.dtype()) : Tensor();
+  Tensor dq = need_q ? empty(in.q.shape(), in.q.dtype()) : Tensor();
+  Tensor dk = need_k ? empty(in.k.shape(), in.k.dtype()) : Tensor();
+  Tensor dv = need_v ? empty(in.v.shape(), in.v.dtype()) : Tensor();
   if (a.B * a.H * a.Tq * a.Tk * a.Dv == 0) {  // empty attention: nothing flows back
     for (Tensor* t : {&dq, &dk, &dv})
       if (t->defined()) t->zero_();
-    if (need_q) gin[0] = dq;
-    if (need_k) gin[1] = dk;
-    if (need_v) gin[2] = dv;
-    return;
-  }
-  dispatch_float(q.dtype(), n.op->name, [&](auto tag) {
-    using T = decltype(tag);
-    const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
-    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(a.D)));
-    const int64_t rows = std::min(a.Tq, a.rows_per_block());
-    auto body = [&](int64_t h0, int64_t h1) {
-      std::vector<T> P(rows * a.Tk), dS(need_q || need_k ? rows * a.Tk : 0);
-      for (int64_t bh = h0; bh < h1; ++bh) {
-        const int64_t b = bh / a.H, h = bh % a.H;
+  } else {
+    dispatch_float(in.q.dtype(), n.op->name, [&](auto tag) {
+      using T = decltype(tag);
+      const auto Q = head_matrices<T>(in.q), K = head_matrices<T>(in.k), V = head_matrices<T>(in.v);
+      const auto G = head_matrices<T>(g);
+      const T scale = a.scale<T>();
+      const int64_t rows = a.rows_per_block();
+      for_each_block<T>(a, rows, need_q || need_k ? 2 : 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P) {
+        const int64_t m = i1 - i0;
+        T* dS = P + rows * a.Tk;
+        T* dqb = need_q ? dq.data<T>() + (bh * a.Tq + i0) * a.D : nullptr;
         T* dvh = need_v ? dv.data<T>() + bh * a.Tk * a.Dv : nullptr;
         T* dkh = need_k ? dk.data<T>() + bh * a.Tk * a.D : nullptr;
-        // dv and dk sum over the query blocks.
-        if (dvh) std::fill(dvh, dvh + a.Tk * a.Dv, T(0));
-        if (dkh) std::fill(dkh, dkh + a.Tk * a.D, T(0));
-        for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
-          const int64_t i1 = std::min(a.Tq, i0 + rows), m = i1 - i0, kv = a.visible(i1 - 1);
-          if (kv == 0) {  // no query of the block sees a key: P = 0, dq = 0
-            if (need_q) std::fill(dq.data<T>() + (bh * a.Tq + i0) * a.D, dq.data<T>() + (bh * a.Tq + i1) * a.D, T(0));
-            continue;
-          }
-          const T* gb = G.at(b, h) + i0 * G.ld;
-          head_probabilities(a, Q, K, b, h, pad, i0, i1, kv, P.data(), kv);
-          if (dvh) gemm(true, false, kv, a.Dv, m, T(1), P.data(), kv, gb, G.ld, T(1), dvh, a.Dv);
-          if (!need_q && !need_k) continue;
-          gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(b, h), V.ld, T(0), dS.data(), kv);
-          softmax_jacobian_rows(P.data(), dS.data(), m, kv);  // dP -> dS in place
-          if (need_q) gemm(false, false, m, a.D, kv, scale, dS.data(), kv, K.at(b, h), K.ld, T(0), dq.data<T>() + (bh * a.Tq + i0) * a.D, a.D);
-          if (dkh) gemm(true, false, kv, a.D, m, scale, dS.data(), kv, Q.at(b, h) + i0 * Q.ld, Q.ld, T(1), dkh, a.D);
+        if (i0 == 0) {  // dv and dk sum over the head's query blocks
+          if (dvh) std::fill(dvh, dvh + a.Tk * a.Dv, T(0));
+          if (dkh) std::fill(dkh, dkh + a.Tk * a.D, T(0));
         }
-      }
-    };
-    for_each_head(a, body);
-  });
-  if (need_q) gin[0] = dq;
-  if (need_k) gin[1] = dk;
-  if (need_v) gin[2] = dv;
+        if (kv == 0) {  // no query of the block sees a key: P = 0, dq = 0
+          if (dqb) std::fill(dqb, dqb + m * a.D, T(0));
+          return;
+        }
+        head_probabilities(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
+        if (dvh) gemm(true, false, kv, a.Dv, m, T(1), P, kv, G.at(bh, i0), G.ld, T(1), dvh, a.Dv);
+        if (!need_q && !need_k) return;
+        gemm(false, true, m, kv, a.Dv, T(1), G.at(bh, i0), G.ld, V.at(bh), V.ld, T(0), dS, kv);
+        softmax_jacobian_rows(P, dS, m, kv);  // dP -> dS in place
+        if (dqb) gemm(false, false, m, a.D, kv, scale, dS, kv, K.at(bh), K.ld, T(0), dqb, a.D);
+        if (dkh) gemm(true, false, kv, a.D, m, scale, dS, kv, Q.at(bh, i0), Q.ld, T(1), dkh, a.D);
+      });
+    });
+  }
+  gin[0] = dq, gin[1] = dk, gin[2] = dv;
 }
 
 static const OpDef attention_op({
     .name = "scaled_dot_product_attention",
     .arity = 3,
-    .signature = "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, key_padding_mask (B,Tk))",
+    .signature = "scaled_dot_product_attention(q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv), causal, "
+                 "key_padding_mask (B,Tk))",
     .saves = saves_of<AttentionSaved>(),
     .backward = attention_backward,
-    .recorded_backward = attention_backward_recorded_form,
+    .recorded_backward = attention_backward_recorded,
     .backward_with_tangents = attention_backward_with_tangents,
     .tangent = attention_tangent,
     .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
       auto attend = [](bool causal, Tensor mask = Tensor()) {
-        return [=](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal, mask); };
+        return [=](const std::vector<Tensor>& x) {
+          return scaled_dot_product_attention(x[0], x[1], x[2], causal, mask);
+        };
       };
       auto qkv = [](int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, uint64_t seed) {
         return std::vector<Tensor>{uniform({B, H, Tq, D}, seed), uniform({B, H, Tk, D}, seed + 1),
@@ -496,16 +452,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       qs[1] != vs[1] || qs[3] != ks[3] || ks[2] != vs[2])
     throw ShapeError(fmt::format("{}: expected q (B,H,Tq,D), k (B,H,Tk,D), v (B,H,Tk,Dv); got q {}, k {}, v {}", op,
                                  qs, ks, vs));
-  AttentionDims a;
-  a.B = qs[0], a.H = qs[1], a.Tq = qs[2], a.Tk = ks[2], a.D = qs[3], a.Dv = vs[3];
-  a.causal = causal;
+  const AttentionDims a(qs, ks, vs, causal);
   if (a.D == 0) throw ShapeError(fmt::format("{}: head size D is 0 (q {}, k {})", op, qs, ks));
   if (key_padding_mask.defined() && !(key_padding_mask.shape() == Shape{a.B, a.Tk}))
     throw ShapeError(fmt::format("{}: key_padding_mask {} must be (B,Tk) = ({},{}) for q {}, k {}", op,
                                  key_padding_mask.shape(), a.B, a.Tk, qs, ks));
   const std::vector<uint8_t> pad = padding_bytes(key_padding_mask);
   // The full (B,H,Tq,Tk) probabilities are kept only when the caller asks for
-  // them; otherwise each thread reuses one (rows, Tk) scratch block.
+  // them, written whole rows at a time; otherwise each thread reuses one
+  // (rows, Tk) scratch block.
   const bool keep_probs = attn_weights != nullptr;
   Tensor probs = keep_probs ? empty({a.B, a.H, a.Tq, a.Tk}, q.dtype()) : Tensor();
   Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
@@ -513,25 +468,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     dispatch_float(q.dtype(), op, [&](auto tag) {
       using T = decltype(tag);
       const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v);
-      // Kept probabilities are written whole rows at a time; the scratch holds one block.
-      const int64_t rows = keep_probs ? a.Tq : std::min(a.Tq, a.rows_per_block());
-      auto body = [&](int64_t h0, int64_t h1) {
-        std::vector<T> scratch(keep_probs ? 0 : rows * a.Tk);
-        for (int64_t bh = h0; bh < h1; ++bh) {
-          const int64_t b = bh / a.H, h = bh % a.H;
-          for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
-            const int64_t i1 = std::min(a.Tq, i0 + rows), kv = a.visible(i1 - 1), ld = keep_probs ? a.Tk : kv;
-            T* S = keep_probs ? probs.data<T>() + (bh * a.Tq + i0) * a.Tk : scratch.data();
-            head_probabilities(a, Q, K, b, h, pad, i0, i1, kv, S, ld);
-            T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
-            if (kv > 0 && a.Dv > 0)
-              gemm(false, false, i1 - i0, a.Dv, kv, T(1), S, ld, V.at(b, h), V.ld, T(0), o, a.Dv);
-            else
-              std::fill(o, o + (i1 - i0) * a.Dv, T(0));
-          }
-        }
-      };
-      for_each_head(a, body);
+      const int64_t rows = keep_probs ? a.Tq : a.rows_per_block();
+      for_each_block<T>(a, rows, !keep_probs, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* scratch) {
+        const int64_t ld = keep_probs ? a.Tk : kv;
+        T* S = keep_probs ? probs.data<T>() + (bh * a.Tq + i0) * a.Tk : scratch;
+        head_probabilities(a, Q, K, bh, pad, i0, i1, kv, S, ld);
+        T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
+        if (kv > 0 && a.Dv > 0)
+          gemm(false, false, i1 - i0, a.Dv, kv, T(1), S, ld, V.at(bh), V.ld, T(0), o, a.Dv);
+        else
+          std::fill(o, o + (i1 - i0) * a.Dv, T(0));
+      });
     });
   }
   if (attn_weights) *attn_weights = probs;

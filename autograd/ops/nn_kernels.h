@@ -15,7 +15,8 @@ namespace tg::detail {
 
 // exp that the compiler can vectorise: 2^k * p(r) with |r| <= ln2/2 and the
 // Cephes minimax polynomial (about 1 ulp). Valid for x <= 88 (callers pass
-// x - max <= 0); inputs below -87, where float exp underflows, give exactly 0. float64 keeps std::exp for gradcheck accuracy.
+// x - max <= 0); inputs below -87, where float exp underflows, give exactly
+// 0. float64 keeps std::exp for gradcheck accuracy.
 inline float vexp(float x) {
   const bool under = x < -87.0f;
   x = under ? -87.0f : x;
@@ -112,24 +113,6 @@ template <class T> inline T exp_shifted(const T* x, T m, T* e, int64_t n) {
     for (int64_t i = full; i < n; ++i) s += e[i] = vexp(x[i] - m);
   }
   return s;
-}
-
-// Log of the sum of exp over a row, stable: max + log(sum exp(x - max)).
-template <class T> inline T row_logsumexp(const T* x, int64_t n) {
-  constexpr int L = 64 / sizeof(T);
-  const T m = row_max(x, n);
-  const int64_t full = n - n % L;
-  T s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < full; ++i) s += vexp(x[i] - m);
-  if (full < n && n >= L) {
-    const int64_t skip = L - (n - full);
-#pragma omp simd reduction(+ : s)
-    for (int k = 0; k < L; ++k) s += k >= skip ? vexp(x[n - L + k] - m) : T(0);
-  } else {
-    for (int64_t i = full; i < n; ++i) s += vexp(x[i] - m);
-  }
-  return m + std::log(s);
 }
 
 }  // namespace tg::detail

@@ -4,13 +4,11 @@
 // op that softmax's backward and tangent and attention's recorded forms call.
 //
 // Kernels work on contiguous rows (the row kernels of nn_kernels.h
-// vectorise); softmax over a non-last axis views the input as
-// (outer, n, inner) and reduces along n with inner-long vector lanes. Large
-// inputs are split over threads by rows.
+// vectorise); an op over a non-last axis swaps it with the last one, runs
+// the row kernel and swaps back. Large inputs are split over threads by rows.
 #include "autograd/ops/softmax.h"
 
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "autograd/op.h"
@@ -18,105 +16,40 @@
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::AxisView, detail::axis_view, detail::check_floating, detail::dense,
-    detail::exp_shifted, detail::row_dot, detail::row_grain, detail::row_logsumexp, detail::row_max, detail::row_sum,
+using detail::check_floating, detail::dense, detail::exp_shifted, detail::row_grain, detail::row_max, detail::row_sum,
     detail::vexp;
 
+// Applies row(x0, x1, out, n) to each row of n along axis a of x0 and x1 (of
+// x0's shape, or undefined: x1 rows are null), out a new tensor. The last
+// axis is used in place (the fast path); another is swapped with it, copied,
+// and swapped back.
+template <class F>
+static Tensor map_rows(const char* op, const Tensor& x0, const Tensor& x1, int a, F&& row) {
+  NoGradGuard untracked;
+  const int64_t end = x0.dim() - 1, n = x0.dim() == 0 ? 1 : x0.shape()[a], rows = n == 0 ? 0 : x0.numel() / n;
+  const bool last = x0.dim() == 0 || a == end;
+  auto rows_of = [&](const Tensor& x) {
+    return !x.defined() ? x : last ? dense(x) : transpose(x, a, end).contiguous();
+  };
+  const Tensor r0 = rows_of(x0), r1 = rows_of(x1);
+  Tensor out = empty(r0.shape(), r0.dtype());
+  dispatch_float(x0.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T *p0 = r0.data<T>(), *p1 = r1.defined() ? r1.data<T>() : nullptr;
+    T* po = out.data<T>();
+    parallel_for(rows, row_grain(n), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) row(p0 + i * n, p1 ? p1 + i * n : p1, po + i * n, n);
+    });
+  });
+  return last ? out : transpose(out, a, end).contiguous();
+}
+
 // ============================ softmax / log_softmax ============================
-// Forward over (outer, n, inner). With inner == 1 each row is contiguous (the
-// fast path); otherwise lanes of `inner` consecutive columns are reduced
-// together, which still vectorises along the contiguous inner axis.
-template <class T, bool Log>
-static void softmax_forward(const T* x, T* y, const AxisView& v) {
-  const int64_t n = v.n, I = v.inner;
-  if (I == 1) {
-    parallel_for(v.outer, row_grain(n), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* xr = x + r * n;
-        T* yr = y + r * n;
-        const T m = row_max(xr, n);
-        if constexpr (Log) {
-          const T lse = m + std::log(exp_shifted(xr, m, yr, n));
-#pragma omp simd
-          for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
-        } else {
-          const T inv = T(1) / exp_shifted(xr, m, yr, n);
-#pragma omp simd
-          for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
-        }
-      }
-    });
-    return;
-  }
-  parallel_for(v.outer, row_grain(n * I), [&](int64_t o0, int64_t o1) {
-    std::vector<T> m(I), s(I);
-    for (int64_t o = o0; o < o1; ++o) {
-      const T* xo = x + o * n * I;
-      T* yo = y + o * n * I;
-      std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
-      std::fill(s.begin(), s.end(), T(0));
-      for (int64_t r = 0; r < n; ++r)
-#pragma omp simd
-        for (int64_t i = 0; i < I; ++i) m[i] = std::max(m[i], xo[r * I + i]);
-      for (int64_t r = 0; r < n; ++r)
-#pragma omp simd
-        for (int64_t i = 0; i < I; ++i) {
-          const T e = vexp(xo[r * I + i] - m[i]);
-          yo[r * I + i] = e;
-          s[i] += e;
-        }
-      if constexpr (Log) {
-        for (int64_t i = 0; i < I; ++i) s[i] = m[i] + std::log(s[i]);
-        for (int64_t r = 0; r < n; ++r)
-#pragma omp simd
-          for (int64_t i = 0; i < I; ++i) yo[r * I + i] = xo[r * I + i] - s[i];
-      } else {
-        for (int64_t i = 0; i < I; ++i) s[i] = T(1) / s[i];
-        for (int64_t r = 0; r < n; ++r)
-#pragma omp simd
-          for (int64_t i = 0; i < I; ++i) yo[r * I + i] *= s[i];
-      }
-    }
-  });
-}
-
-// log_softmax's backward: gx = g - exp(y) * sum(g) along the axis.
-template <class T>
-static void log_softmax_backward_kernel(const T* g, const T* y, T* gx, const AxisView& v) {
-  const int64_t n = v.n, I = v.inner;
-  if (I == 1) {
-    parallel_for(v.outer, row_grain(n), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T *gr = g + r * n, *yr = y + r * n;
-        T* out = gx + r * n;
-        const T s = row_sum(gr, n);
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) out[i] = gr[i] - vexp(yr[i]) * s;
-      }
-    });
-    return;
-  }
-  parallel_for(v.outer, row_grain(n * I), [&](int64_t o0, int64_t o1) {
-    std::vector<T> s(I);
-    for (int64_t o = o0; o < o1; ++o) {
-      const size_t base = o * n * I;
-      std::fill(s.begin(), s.end(), T(0));
-      for (int64_t r = 0; r < n; ++r)
-#pragma omp simd
-        for (int64_t i = 0; i < I; ++i) s[i] += g[base + r * I + i];
-      for (int64_t r = 0; r < n; ++r)
-#pragma omp simd
-        for (int64_t i = 0; i < I; ++i) gx[base + r * I + i] = g[base + r * I + i] - vexp(y[base + r * I + i]) * s[i];
-    }
-  });
-}
-
 namespace {
 struct SoftmaxAttrs {
   int64_t axis;  // normalised; 0 for a 0-d input
@@ -137,23 +70,20 @@ static void softmax_backward(const Node& n, const Tensor& g, std::span<Tensor> g
   gin[0] = softmax_jvp(n.saved_tensor(&SoftmaxSaved::output), g, n.attrs<SoftmaxAttrs>().axis);
 }
 
+// log_softmax: gx = g - exp(y) * sum(g) along the axis; the engine derives
+// the tangent from the recorded form.
 static void log_softmax_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
-  const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
-// recorded: the same formula in ops, differentiable again
-  gin[0] = sub(g, mul(exp(y), sum(g, softmax_axes(y, axis), true)));
+  gin[0] = sub(g, mul(exp(y), sum(g, softmax_axes(y, n.attrs<SoftmaxAttrs>().axis), true)));
 }
 static void log_softmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
-  const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
-  Tensor gc = dense(g);
-  Tensor gx = empty(y.shape(), y.dtype());
-  const AxisView v = axis_view(y.shape(), static_cast<int>(axis));
-  dispatch_float(y.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    log_softmax_backward_kernel<scalar_t>(gc.data<scalar_t>(), y.data<scalar_t>(), gx.data<scalar_t>(), v);
-  });
-  gin[0] = gx;
+  const int axis = static_cast<int>(n.attrs<SoftmaxAttrs>().axis);
+  auto row = [](const auto* g, const auto* y, auto* gx, int64_t len) {
+    const auto s = row_sum(g, len);
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) gx[i] = g[i] - vexp(y[i]) * s;
+  };
+  gin[0] = map_rows("log_softmax", g, n.saved_tensor(&SoftmaxSaved::output), axis, row);
 }
 
 template <bool Log>
@@ -169,12 +99,6 @@ static std::vector<OpSample> softmax_samples() {
   };
 }
 
-// log_softmax: t - sum(softmax t), along the axis.
-static void log_softmax_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor y = n.saved_tensor(&SoftmaxSaved::output);
-  out[0] = sub(t[0], sum(mul(exp(y), t[0]), softmax_axes(y, n.attrs<SoftmaxAttrs>().axis), true));
-}
-
 static const OpDef softmax_op({.name = "softmax", .arity = 1,
                                .signature = "softmax(x, axis) -> exp(x) / sum(exp(x)) along axis, max subtracted",
                                .saves = saves_of<SoftmaxSaved>(), .backward = softmax_backward,
@@ -183,7 +107,7 @@ static const OpDef log_softmax_op({.name = "log_softmax", .arity = 1,
                                    .signature = "log_softmax(x, axis) -> x - logsumexp(x) along axis",
                                    .saves = saves_of<SoftmaxSaved>(), .backward = log_softmax_backward,
                                    .recorded_backward = log_softmax_backward_recorded,
-                                   .tangent = log_softmax_tangent, .samples = softmax_samples<true>});
+                                   .samples = softmax_samples<true>});
 
 // Records out = (log_)softmax(x) along axis a; the node keeps the output.
 static void record_softmax(const OpDef& op, const Tensor& x, Tensor& out, int a) {
@@ -197,13 +121,19 @@ template <bool Log>
 static Tensor softmax_family(const Tensor& x, int64_t axis, const OpDef& op) {
   ProfileScope prof(op.name);
   check_floating(op.name, x, "input");
-  const int a = x.dim() == 0 ? 0 : normalize_axis(axis, x.dim(), Log ? "log_softmax" : "softmax");
-  Tensor xc = dense(x);
-  Tensor out = empty(x.shape(), x.dtype());
-  const AxisView v = axis_view(x.shape(), a);
-  dispatch_float(x.dtype(), op.name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    softmax_forward<scalar_t, Log>(xc.data<scalar_t>(), out.data<scalar_t>(), v);
+  const char* name = Log ? "log_softmax" : "softmax";
+  const int a = x.dim() == 0 ? 0 : normalize_axis(axis, x.dim(), name);
+  Tensor out = map_rows(name, x, Tensor(), a, [](const auto* x, const auto*, auto* y, int64_t n) {
+    const auto m = row_max(x, n), s = exp_shifted(x, m, y, n);
+    if constexpr (Log) {
+      const auto lse = m + std::log(s);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
+    } else {
+      const auto inv = 1 / s;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+    }
   });
   record_softmax(op, x, out, a);
   return out;
@@ -214,9 +144,9 @@ Tensor log_softmax(const Tensor& x, int64_t axis) { return softmax_family<true>(
 // ============================ softmax_jvp ============================
 // J v = y (v - sum(y v)) along the axis, J = diag(y) - y y^T at probabilities
 // y. A linear primitive in v whose transpose is itself. In y it is not linear:
-//   tangent:  J(y) tv + ty (v - sum(y v)) - y sum(ty v)
 //   gradient: g (v - sum(y v)) - v sum(g y)
-// both in tensor ops, so recorded under create_graph like any backward.
+// in tensor ops, so recorded under create_graph like any backward; the engine
+// derives the tangent from it.
 namespace {
 struct SoftmaxJvpSaved {
   Tensor y, v;
@@ -233,24 +163,12 @@ static void softmax_jvp_backward(const Node& n, const Tensor& g, std::span<Tenso
   const Axes axes = softmax_axes(y, n.attrs<SoftmaxAttrs>().axis);
   gin[0] = sub(mul(g, sub(v, sum(mul(y, v), axes, true))), mul(v, sum(mul(g, y), axes, true)));
 }
-static void softmax_jvp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor y = n.saved_tensor(&SoftmaxJvpSaved::y), v = n.saved_tensor(&SoftmaxJvpSaved::v);
-  const int64_t axis = n.attrs<SoftmaxAttrs>().axis;
-  const Axes axes = softmax_axes(y, axis);
-  Tensor d = t[1].defined() ? softmax_jvp(y, t[1], axis) : Tensor();
-  if (t[0].defined()) {
-    const Tensor along_y = sub(mul(t[0], sub(v, sum(mul(y, v), axes, true))), mul(y, sum(mul(t[0], v), axes, true)));
-    d = detail::tangent_add(d, along_y);
-  }
-  out[0] = d;
-}
 static const OpDef softmax_jvp_op({
     .name = "softmax_jvp",
     .arity = 2,
     .signature = "softmax_jvp(y, v, axis) -> y (v - sum(y v)) along axis: softmax's Jacobian at y times v",
     .saves = saves_of<SoftmaxJvpSaved>(),
     .backward = softmax_jvp_backward,
-    .tangent = softmax_jvp_tangent,
     .samples = [] {
       // y a softmax (rows summing to 1, as the op is used), detached into a leaf.
       auto probs = [](Shape s, uint64_t seed, int64_t axis) {
@@ -276,26 +194,9 @@ Tensor softmax_jvp(const Tensor& y, const Tensor& v, int64_t axis) {
     throw ShapeError(fmt::format("{}: y {} {} and v {} {} must match", softmax_jvp_op.name, y.shape(),
                                  dtype_name(y.dtype()), v.shape(), dtype_name(v.dtype())));
   const int a = y.dim() == 0 ? 0 : normalize_axis(axis, y.dim(), "softmax_jvp");
-  Tensor out;
-  {
-    // Rows along the axis: the last axis as it is, another swapped with it and back.
-    NoGradGuard inner;
-    const int64_t end = y.dim() - 1;
-    const bool last = y.dim() == 0 || a == end;
-    const Tensor yr = last ? dense(y) : transpose(y, a, end).contiguous();
-    const Tensor vr = last ? dense(v) : transpose(v, a, end).contiguous();
-    Tensor r = empty(yr.shape(), yr.dtype());
-    const int64_t n = y.dim() == 0 ? 1 : y.shape()[a], rows = n == 0 ? 0 : y.numel() / n;
-    dispatch_float(y.dtype(), softmax_jvp_op.name, [&](auto tag) {
-      using T = decltype(tag);
-      const T *py = yr.data<T>(), *pv = vr.data<T>();
-      T* po = r.data<T>();
-      parallel_for(rows, row_grain(n), [&](int64_t r0, int64_t r1) {
-        for (int64_t i = r0; i < r1; ++i) detail::softmax_jacobian_row(py + i * n, pv + i * n, po + i * n, n);
-      });
-    });
-    out = last ? r : transpose(r, a, end).contiguous();
-  }
+  Tensor out = map_rows("softmax_jvp", y, v, a, [](const auto* y, const auto* v, auto* out, int64_t n) {
+    detail::softmax_jacobian_row(y, v, out, n);
+  });
   if (Node* node = record(softmax_jvp_op, out, y, v)) {
     node->attrs<SoftmaxAttrs>() = {.axis = a};
     node->save(SoftmaxJvpSaved{.y = y, .v = v});
@@ -311,7 +212,7 @@ Tensor softmax_jvp(const Tensor& y, const Tensor& v, int64_t axis) {
 // Ignored positions contribute 0 and are left out of the mean's count (all
 // ignored: the mean is 0/0 = NaN, as in torch).
 // (N,C,d...) logits are moved to rows (N*d..., C) first so one row kernel
-// serves both layouts.
+// serves both layouts. The engine derives the tangent from the recorded backward.
 namespace {
 struct CrossEntropyAttrs {
   int64_t ignore_index;
@@ -333,37 +234,6 @@ static Shape classes_last(int rank) {
   for (int d = 2; d < rank; ++d) order.push_back(d);
   order.push_back(1);
   return order;
-}
-
-struct CrossEntropyRows {
-  Tensor rows;     // (R,C) contiguous logits
-  Tensor targets;  // (R) contiguous int64
-  int64_t R = 0, C = 0;
-};
-
-static CrossEntropyRows cross_entropy_rows(std::string_view op, const Tensor& logits, const Tensor& targets) {
-  check_floating(op, logits, "logits");
-  detail::check_defined(op, targets, "targets tensor");
-  if (targets.dtype() != DType::i64)
-    throw DTypeError(fmt::format("{}: targets must be int64 class indices, got {} {}", op, targets.shape(),
-                                 dtype_name(targets.dtype())));
-  const Shape& ls = logits.shape();
-  if (ls.size() == 0) throw ShapeError(fmt::format("{}: logits () need a class axis: (C), (N,C) or (N,C,d...)", op));
-  const int class_axis = ls.size() == 1 ? 0 : 1;
-  Shape want = ls;
-  want.erase(class_axis);
-  if (!(targets.shape() == want))
-    throw ShapeError(fmt::format("{}: logits {} need targets of shape {}, got {}", op, ls, want, targets.shape()));
-  CrossEntropyRows r;
-  r.C = ls[class_axis];
-  if (r.C == 0) throw ShapeError(fmt::format("{}: logits {} have no classes", op, ls));
-  r.R = want.numel();
-  // With the logits recorded, these views (and the copy) are recorded too;
-  // they save nothing. cross_entropy records the probabilities as the
-  // softmax of the rows, which so reach back to the logits.
-  r.rows = reshape((ls.size() > 2 ? permute(logits, classes_last(ls.size())) : logits).contiguous(), {r.R, r.C});
-  r.targets = reshape(targets.contiguous(), {r.R});
-  return r;
 }
 
 // Plain: the formula above per row, in one pass.
@@ -435,10 +305,10 @@ static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const 
 
 // The logits' gradient as (R, C) rows, by either form, back in the logits'
 // layout: (N,d...,C) -> (N,C,d...).
-static void cross_entropy_backward_with(const Node& n, const Tensor& g, std::span<Tensor> gin,
-                                        Tensor (*rows)(const Node&, const Tensor&, const Tensor&, const Tensor&)) {
+template <Tensor (*Rows)(const Node&, const Tensor&, const Tensor&, const Tensor&)>
+static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (!n.needs(0)) return;
-  const Tensor gx = rows(n, g, n.saved_tensor(&CrossEntropySaved::probs), n.saved_tensor(&CrossEntropySaved::targets));
+  const Tensor gx = Rows(n, g, n.saved_tensor(&CrossEntropySaved::probs), n.saved_tensor(&CrossEntropySaved::targets));
   const Shape& ls = n.edges[0].shape;
   if (ls.size() <= 2) {
     gin[0] = reshape(gx, ls);
@@ -449,36 +319,15 @@ static void cross_entropy_backward_with(const Node& n, const Tensor& g, std::spa
   for (int64_t d : order) moved.push_back(ls[static_cast<int>(d)]);
   gin[0] = detail::unpermute(reshape(gx, moved), order).contiguous();
 }
-static void cross_entropy_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  cross_entropy_backward_with(n, g, gin, cross_entropy_grad_rows);
-}
-static void cross_entropy_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  cross_entropy_backward_with(n, g, gin, cross_entropy_grad_recorded);
-}
-
-// Per row, the tangent of the loss is <dloss/dx, t> with the row gradient of
-// the recorded backward at g = 1 (which also scales by the mean's count),
-// then reduced as the loss is.
-static void cross_entropy_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor p = n.saved_tensor(&CrossEntropySaved::probs);
-  const int64_t R = p.shape()[0], C = p.shape()[1];
-  const Tensor slope = cross_entropy_grad_recorded(n, ones(n.out_shape, n.out_dtype), p,
-                                                   n.saved_tensor(&CrossEntropySaved::targets));
-  // The tangent in the rows layout (R,C), as forward moved the logits.
-  const Shape& ls = n.edges[0].shape;
-  const Tensor rows = ls.size() > 2 ? permute(t[0], classes_last(ls.size())) : t[0];
-  const Tensor per_row = sum(mul(slope, reshape(rows, {R, C})), {1});
-  out[0] = n.attrs<CrossEntropyAttrs>().reduction == Reduction::none ? reshape(per_row, n.out_shape) : sum(per_row);
-}
 
 static const OpDef cross_entropy_op({
     .name = "cross_entropy",
     .arity = 2,
-    .signature = "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, reduction)",
+    .signature = "cross_entropy(logits (N,C[,d...]), targets (N[,d...]) int64, ignore_index, label_smoothing, "
+                 "reduction)",
     .saves = saves_of<CrossEntropySaved>(),
-    .backward = cross_entropy_backward,
-    .recorded_backward = cross_entropy_backward_recorded,
-    .tangent = cross_entropy_tangent,
+    .backward = cross_entropy_backward<cross_entropy_grad_rows>,
+    .recorded_backward = cross_entropy_backward<cross_entropy_grad_recorded>,
     .samples = [] {
       using samples::uniform;
       auto ce = [](int64_t ignore, double smoothing, Reduction red) {
@@ -510,9 +359,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   ProfileScope prof(op);
   if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
     throw ValueError(fmt::format("{}: label_smoothing must be in [0, 1], got {}", op, label_smoothing));
-  CrossEntropyRows in = cross_entropy_rows(op, logits, targets);
-  const int64_t R = in.R, C = in.C;
-  const int64_t* t = in.targets.data<int64_t>();
+  check_floating(op, logits, "logits");
+  detail::check_defined(op, targets, "targets tensor");
+  if (targets.dtype() != DType::i64)
+    throw DTypeError(fmt::format("{}: targets must be int64 class indices, got {} {}", op, targets.shape(),
+                                 dtype_name(targets.dtype())));
+  const Shape& ls = logits.shape();
+  if (ls.size() == 0) throw ShapeError(fmt::format("{}: logits () need a class axis: (C), (N,C) or (N,C,d...)", op));
+  const int class_axis = ls.size() == 1 ? 0 : 1;
+  Shape want = ls;
+  want.erase(class_axis);
+  if (!(targets.shape() == want))
+    throw ShapeError(fmt::format("{}: logits {} need targets of shape {}, got {}", op, ls, want, targets.shape()));
+  const int64_t R = want.numel(), C = ls[class_axis];
+  if (C == 0) throw ShapeError(fmt::format("{}: logits {} have no classes", op, ls));
+  // (R,C) rows of classes and (R) targets. With the logits recorded, these
+  // views (and the copy) are recorded too; they save nothing.
+  const Tensor rows = reshape((ls.size() > 2 ? permute(logits, classes_last(ls.size())) : logits).contiguous(), {R, C});
+  const Tensor row_targets = reshape(targets.contiguous(), {R});
+  const int64_t* t = row_targets.data<int64_t>();
   int64_t count = 0;
   for (int64_t r = 0; r < R; ++r) {
     if (t[r] == ignore_index) continue;
@@ -527,30 +392,27 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor losses = empty(targets.shape(), logits.dtype());
   dispatch_float(logits.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    const T* x = in.rows.data<T>();
+    const T* x = rows.data<T>();
     T* loss = losses.data<T>();
     T* p = recording ? probs.data<T>() : nullptr;
-    const T smooth = static_cast<T>(label_smoothing / static_cast<double>(C)), hit = static_cast<T>(1.0 - label_smoothing);
+    const T smooth = static_cast<T>(label_smoothing / static_cast<double>(C));
+    const T hit = static_cast<T>(1.0 - label_smoothing);
     parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
+      std::vector<T> scratch(p ? 0 : C);  // the exponentials, where no probabilities are kept
       for (int64_t r = r0; r < r1; ++r) {
         const T* xr = x + r * C;
-        T lse;
+        T* pr = p ? p + r * C : scratch.data();
+        const T m = row_max(xr, C), s = exp_shifted(xr, m, pr, C);
         if (p) {  // keep the probabilities for backward
-          T* pr = p + r * C;
-          const T m = row_max(xr, C);
-          const T s = exp_shifted(xr, m, pr, C);
           const T inv = T(1) / s;
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) pr[c] *= inv;
-          lse = m + std::log(s);
-        } else {
-          lse = row_logsumexp(xr, C);
         }
         if (t[r] == ignore_index) {
           loss[r] = 0;
           continue;
         }
-        T l = lse - hit * xr[t[r]];
+        T l = m + std::log(s) - hit * xr[t[r]];
         if (smooth != 0) l -= smooth * row_sum(xr, C);
         loss[r] = l;
       }
@@ -559,7 +421,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   // The probabilities are the softmax of the rows: recorded as such, they
   // carry the graph to the logits for a recorded backward, without keeping
   // the logits alive.
-  if (recording) record_softmax(softmax_op, in.rows, probs, 1);
+  if (recording) record_softmax(softmax_op, rows, probs, 1);
   Tensor out;
   if (reduction == Reduction::none) {
     out = losses;
@@ -575,7 +437,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   if (Node* n = record(cross_entropy_op, out, logits, targets)) {
     n->attrs<CrossEntropyAttrs>() = {
         .ignore_index = ignore_index, .label_smoothing = label_smoothing, .reduction = reduction, .count = count};
-    n->save(CrossEntropySaved{.probs = probs, .targets = in.targets});
+    n->save(CrossEntropySaved{.probs = probs, .targets = row_targets});
   }
   return out;
 }
