@@ -187,10 +187,8 @@ struct AttentionInputs {
 
 // Gradients of attention as tensor ops, for a recorded backward (create_graph):
 // every op here is differentiable again, so the result is too, to any order.
-//   S = q k^T / sqrt(D), masked keys at -inf; P = softmax(S) over keys, rows
-//   that see no key set to 0; out = P v.
-//   dv = P^T g, dP = g v^T, dS = P (dP - rowsum(dP P)), dq = dS k / sqrt(D),
-//   dk = dS^T q / sqrt(D).
+// S = q k^T / sqrt(D), masked keys at -inf; P = softmax(S) over keys, rows
+// that see no key set to 0; the gradients as at the top of the file.
 // The masks are constants (B,1,Tq,Tk) and (B,1,Tq,1); a row that sees no key
 // keeps its finite scores for the softmax and is zeroed after it, so no NaN
 // reaches the gradients.
@@ -270,10 +268,11 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
   out[0] = d_out;
 }
 
-// Forward over reverse (OpSpec::backward_with_tangents): the gradients and
-// their tangents in one pass shaped like the backward, a block of query rows
-// at a time. With Pt = P (St - rowsum(St P)), St = (tq k^T + q tk^T) / sqrt(D)
-// the tangent of P, the tangents of
+// The backward (see the top of the file), a block of query rows at a time;
+// given gin_tangents (OpSpec::backward_with_tangents, forward over reverse),
+// also the tangents of the gradients in the same pass. With
+// Pt = P (St - rowsum(St P)), St = (tq k^T + q tk^T) / sqrt(D) the tangent of
+// P, the tangents of
 //   dv = P^T g                            are  Pt^T g + P^T tg
 //   dP = g v^T                                 dPt = tg v^T + g tv^T
 //   dS = P (dP - r), r = rowsum(dP P)          dSt = Pt (dP - r) + P (dPt - rt),
@@ -288,112 +287,99 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
   const AttentionInputs in(n);
   const AttentionDims& a = in.a;
   const Tensor &q = in.q, &k = in.k, &v = in.v;
-  const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
-  const Tensor tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
-  // dk, dv and their tangents sum over the query blocks; a block that sees no key leaves dq's rows zero.
-  Tensor dq = zeros(q.shape(), q.dtype()), dk = zeros(k.shape(), k.dtype()), dv = zeros(v.shape(), v.dtype());
-  Tensor tdq = zeros(q.shape(), q.dtype()), tdk = zeros(k.shape(), k.dtype()), tdv = zeros(v.shape(), v.dtype());
-  if (a.B * a.H * a.Tq * a.Tk * a.Dv != 0) {
+  const bool fwd = !gin_tangents.empty(), need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
+  Tensor tq, tk, tv, tg;
+  if (fwd) tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
+  auto grad = [&](bool need, const Tensor& x) { return need ? empty(x.shape(), x.dtype()) : Tensor(); };
+  Tensor dq = grad(need_q, q), dk = grad(need_k, k), dv = grad(need_v, v);
+  Tensor tdq = grad(fwd && need_q, q), tdk = grad(fwd && need_k, k), tdv = grad(fwd && need_v, v);
+  if (a.B * a.H * a.Tq * a.Tk * a.Dv == 0) {  // empty attention: nothing flows back
+    for (Tensor* t : {&dq, &dk, &dv, &tdq, &tdk, &tdv})
+      if (t->defined()) t->zero_();
+  } else {
     dispatch_float(q.dtype(), n.op->name, [&](auto tag) {
       using T = decltype(tag);
       const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
-      const auto TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv);
-      const auto TG = head_matrices<T>(tg);
+      HeadMatrices<T> TQ, TK, TV, TG;
+      if (fwd) TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv);
+      if (fwd) TG = head_matrices<T>(tg);
       const T scale = a.scale<T>();
       const int64_t rows = a.rows_per_block(), size = rows * a.Tk;
-      for_each_block<T>(a, rows, 4, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P) {
-        if (kv == 0) return;  // P = 0: nothing flows
-        const int64_t m = i1 - i0;
-        // Per block (m, kv): P and its tangent Pt, dP -> dS and its tangent dPt -> dSt.
-        T *Pt = P + size, *dS = Pt + size, *dSt = dS + size;
-        T *dqb = dq.data<T>() + (bh * a.Tq + i0) * a.D, *tdqb = tdq.data<T>() + (bh * a.Tq + i0) * a.D;
-        T *dkh = dk.data<T>() + bh * a.Tk * a.D, *tdkh = tdk.data<T>() + bh * a.Tk * a.D;
-        T *dvh = dv.data<T>() + bh * a.Tk * a.Dv, *tdvh = tdv.data<T>() + bh * a.Tk * a.Dv;
-        const T *qb = Q.at(bh, i0), *tqb = TQ.at(bh, i0), *gb = G.at(bh, i0), *tgb = TG.at(bh, i0);
+      auto at = [](Tensor& t, int64_t offset) { return t.defined() ? t.data<T>() + offset : nullptr; };
+      for_each_block<T>(a, rows, fwd ? 4 : 2, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P) {
+        const int64_t m = i1 - i0, qoff = (bh * a.Tq + i0) * a.D;
+        // Per block (m, kv): P and dP -> dS; with tangents, their tangents Pt and dPt -> dSt.
+        T *dS = P + size, *Pt = dS + size, *dSt = Pt + size, *dqb = at(dq, qoff), *tdqb = at(tdq, qoff);
+        T *dkh = at(dk, bh * a.Tk * a.D), *tdkh = at(tdk, bh * a.Tk * a.D);
+        T *dvh = at(dv, bh * a.Tk * a.Dv), *tdvh = at(tdv, bh * a.Tk * a.Dv);
+        if (i0 == 0) {  // dk, dv and their tangents sum over the head's query blocks
+          for (T* h : {dkh, tdkh})
+            if (h) std::fill(h, h + a.Tk * a.D, T(0));
+          for (T* h : {dvh, tdvh})
+            if (h) std::fill(h, h + a.Tk * a.Dv, T(0));
+        }
+        if (kv == 0) {  // no query of the block sees a key: P = 0, dq = 0
+          for (T* b : {dqb, tdqb})
+            if (b) std::fill(b, b + m * a.D, T(0));
+          return;
+        }
+        const T *qb = Q.at(bh, i0), *gb = G.at(bh, i0), *tqb = fwd ? TQ.at(bh, i0) : nullptr;
+        const T* tgb = fwd ? TG.at(bh, i0) : nullptr;
         head_probabilities(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
-        gemm(false, true, m, kv, a.D, scale, tqb, TQ.ld, K.at(bh), K.ld, T(0), Pt, kv);
-        gemm(false, true, m, kv, a.D, scale, qb, Q.ld, TK.at(bh), TK.ld, T(1), Pt, kv);
-        softmax_jacobian_rows(P, Pt, m, kv);  // St -> Pt in place
+        if (fwd) {
+          gemm(false, true, m, kv, a.D, scale, tqb, TQ.ld, K.at(bh), K.ld, T(0), Pt, kv);
+          gemm(false, true, m, kv, a.D, scale, qb, Q.ld, TK.at(bh), TK.ld, T(1), Pt, kv);
+          softmax_jacobian_rows(P, Pt, m, kv);  // St -> Pt in place
+        }
         if (need_v) {
           gemm(true, false, kv, a.Dv, m, T(1), P, kv, gb, G.ld, T(1), dvh, a.Dv);
-          gemm(true, false, kv, a.Dv, m, T(1), Pt, kv, gb, G.ld, T(1), tdvh, a.Dv);
-          gemm(true, false, kv, a.Dv, m, T(1), P, kv, tgb, TG.ld, T(1), tdvh, a.Dv);
+          if (fwd) {
+            gemm(true, false, kv, a.Dv, m, T(1), Pt, kv, gb, G.ld, T(1), tdvh, a.Dv);
+            gemm(true, false, kv, a.Dv, m, T(1), P, kv, tgb, TG.ld, T(1), tdvh, a.Dv);
+          }
         }
         if (!need_q && !need_k) return;
         gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(bh), V.ld, T(0), dS, kv);
-        gemm(false, true, m, kv, a.Dv, T(1), tgb, TG.ld, V.at(bh), V.ld, T(0), dSt, kv);
-        gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, TV.at(bh), TV.ld, T(1), dSt, kv);
-        for (int64_t i = 0; i < m; ++i) {  // dP -> dS and dPt -> dSt, row by row
-          T *d = dS + i * kv, *dt = dSt + i * kv;
-          const T *p = P + i * kv, *pt = Pt + i * kv;
-          const T r = detail::row_dot(d, p, kv), rt = detail::row_dot(dt, p, kv) + detail::row_dot(d, pt, kv);
+        if (fwd) {
+          gemm(false, true, m, kv, a.Dv, T(1), tgb, TG.ld, V.at(bh), V.ld, T(0), dSt, kv);
+          gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, TV.at(bh), TV.ld, T(1), dSt, kv);
+          for (int64_t i = 0; i < m; ++i) {  // dP -> dS and dPt -> dSt, row by row
+            T *d = dS + i * kv, *dt = dSt + i * kv;
+            const T *p = P + i * kv, *pt = Pt + i * kv;
+            const T r = detail::row_dot(d, p, kv), rt = detail::row_dot(dt, p, kv) + detail::row_dot(d, pt, kv);
 #pragma omp simd
-          for (int64_t j = 0; j < kv; ++j) {
-            const T x = d[j] - r;
-            dt[j] = pt[j] * x + p[j] * (dt[j] - rt);
-            d[j] = p[j] * x;
+            for (int64_t j = 0; j < kv; ++j) {
+              const T x = d[j] - r;
+              dt[j] = pt[j] * x + p[j] * (dt[j] - rt);
+              d[j] = p[j] * x;
+            }
           }
+        } else {
+          softmax_jacobian_rows(P, dS, m, kv);  // dP -> dS in place
         }
         if (need_q) {
           gemm(false, false, m, a.D, kv, scale, dS, kv, K.at(bh), K.ld, T(0), dqb, a.D);
-          gemm(false, false, m, a.D, kv, scale, dSt, kv, K.at(bh), K.ld, T(0), tdqb, a.D);
-          gemm(false, false, m, a.D, kv, scale, dS, kv, TK.at(bh), TK.ld, T(1), tdqb, a.D);
+          if (fwd) {
+            gemm(false, false, m, a.D, kv, scale, dSt, kv, K.at(bh), K.ld, T(0), tdqb, a.D);
+            gemm(false, false, m, a.D, kv, scale, dS, kv, TK.at(bh), TK.ld, T(1), tdqb, a.D);
+          }
         }
         if (need_k) {
           gemm(true, false, kv, a.D, m, scale, dS, kv, qb, Q.ld, T(1), dkh, a.D);
-          gemm(true, false, kv, a.D, m, scale, dSt, kv, qb, Q.ld, T(1), tdkh, a.D);
-          gemm(true, false, kv, a.D, m, scale, dS, kv, tqb, TQ.ld, T(1), tdkh, a.D);
+          if (fwd) {
+            gemm(true, false, kv, a.D, m, scale, dSt, kv, qb, Q.ld, T(1), tdkh, a.D);
+            gemm(true, false, kv, a.D, m, scale, dS, kv, tqb, TQ.ld, T(1), tdkh, a.D);
+          }
         }
       });
     });
   }
   gin[0] = dq, gin[1] = dk, gin[2] = dv;
-  gin_tangents[0] = tdq, gin_tangents[1] = tdk, gin_tangents[2] = tdv;
+  if (fwd) gin_tangents[0] = tdq, gin_tangents[1] = tdk, gin_tangents[2] = tdv;
   return true;
 }
-
 static void attention_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const AttentionInputs in(n);
-  const AttentionDims& a = in.a;
-  const bool need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
-  Tensor dq = need_q ? empty(in.q.shape(), in.q.dtype()) : Tensor();
-  Tensor dk = need_k ? empty(in.k.shape(), in.k.dtype()) : Tensor();
-  Tensor dv = need_v ? empty(in.v.shape(), in.v.dtype()) : Tensor();
-  if (a.B * a.H * a.Tq * a.Tk * a.Dv == 0) {  // empty attention: nothing flows back
-    for (Tensor* t : {&dq, &dk, &dv})
-      if (t->defined()) t->zero_();
-  } else {
-    dispatch_float(in.q.dtype(), n.op->name, [&](auto tag) {
-      using T = decltype(tag);
-      const auto Q = head_matrices<T>(in.q), K = head_matrices<T>(in.k), V = head_matrices<T>(in.v);
-      const auto G = head_matrices<T>(g);
-      const T scale = a.scale<T>();
-      const int64_t rows = a.rows_per_block();
-      for_each_block<T>(a, rows, need_q || need_k ? 2 : 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P) {
-        const int64_t m = i1 - i0;
-        T* dS = P + rows * a.Tk;
-        T* dqb = need_q ? dq.data<T>() + (bh * a.Tq + i0) * a.D : nullptr;
-        T* dvh = need_v ? dv.data<T>() + bh * a.Tk * a.Dv : nullptr;
-        T* dkh = need_k ? dk.data<T>() + bh * a.Tk * a.D : nullptr;
-        if (i0 == 0) {  // dv and dk sum over the head's query blocks
-          if (dvh) std::fill(dvh, dvh + a.Tk * a.Dv, T(0));
-          if (dkh) std::fill(dkh, dkh + a.Tk * a.D, T(0));
-        }
-        if (kv == 0) {  // no query of the block sees a key: P = 0, dq = 0
-          if (dqb) std::fill(dqb, dqb + m * a.D, T(0));
-          return;
-        }
-        head_probabilities(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
-        if (dvh) gemm(true, false, kv, a.Dv, m, T(1), P, kv, G.at(bh, i0), G.ld, T(1), dvh, a.Dv);
-        if (!need_q && !need_k) return;
-        gemm(false, true, m, kv, a.Dv, T(1), G.at(bh, i0), G.ld, V.at(bh), V.ld, T(0), dS, kv);
-        softmax_jacobian_rows(P, dS, m, kv);  // dP -> dS in place
-        if (dqb) gemm(false, false, m, a.D, kv, scale, dS, kv, K.at(bh), K.ld, T(0), dqb, a.D);
-        if (dkh) gemm(true, false, kv, a.D, m, scale, dS, kv, Q.at(bh, i0), Q.ld, T(1), dkh, a.D);
-      });
-    });
-  }
-  gin[0] = dq, gin[1] = dk, gin[2] = dv;
+  attention_backward_with_tangents(n, g, gin, {});
 }
 
 static const OpDef attention_op({

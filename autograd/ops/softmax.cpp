@@ -273,10 +273,8 @@ static Tensor cross_entropy_grad_rows(const Node& n, const Tensor& g, const Tens
 // one-hot targets q = (1 - e) [c == t] + e / C and keep (R,1) = [t != ignore]
 // as constants (q is 0 on ignored rows). p carries the graph to the logits
 // (forward records it as their softmax), so gx is differentiable again.
-// The weight w is 0 on ignored rows, chosen by where() rather than multiplied
-// by keep: it is NaN when every target is ignored under the mean (the loss is
-// 0/0, so a loss like y*y sends back NaN), and 0 * NaN is not the 0 the plain
-// form writes there, nor would its derivative be.
+// The weight w is 0 on ignored rows by where(), not by keep: under the mean
+// with every target ignored it is NaN, and 0 * NaN is not the plain form's 0.
 static Tensor cross_entropy_grad_recorded(const Node& n, const Tensor& g, const Tensor& p, const Tensor& targets) {
   const CrossEntropyAttrs& a = n.attrs<CrossEntropyAttrs>();
   const int64_t R = p.shape()[0], C = p.shape()[1];
