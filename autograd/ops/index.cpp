@@ -1,9 +1,8 @@
 // Indexing: index_select / index_add / embedding (whole rows) and gather /
-// scatter / scatter_add (one element per index position). Backward of a
-// lookup is a scatter-add loop over the rows, not a one-hot product. Every
-// backward is the adjoint op of this file (index_select <-> index_add, gather
-// <-> scatter_add, scatter <-> itself and gather), differentiable to any
-// order; the tangents of the ops off the training path are derived from it.
+// scatter / scatter_add (one element per index position). A lookup's backward
+// is a scatter-add loop over rows, not a one-hot product; every backward is
+// the adjoint op of this file (index_select <-> index_add, gather <->
+// scatter_add, scatter <-> itself and gather), differentiable to any order.
 #include "autograd/ops/index.h"
 
 #include <cstring>
@@ -12,13 +11,12 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/tangent.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::AxisView, detail::check_floating, samples::uniform;
+using detail::AxisView, detail::check_floating, samples::indices, samples::strided, samples::uniform;
 
 namespace {
 
@@ -27,6 +25,9 @@ void check_index_dtype(std::string_view op, const Tensor& index) {
   if (index.dtype() != DType::i64)
     throw DTypeError(fmt::format("{}: index {} must be int64, got {}", op, index.shape(), dtype_name(index.dtype())));
 }
+
+// The samples' fixed int64 indices.
+Tensor ids(const std::vector<int64_t>& v, const Shape& shape) { return from_vector(v, shape); }
 
 // "(1,2)": the multi-index of the flat row-major position `flat` in shape.
 std::string position(int64_t flat, const Shape& shape) {
@@ -39,8 +40,7 @@ std::string position(int64_t flat, const Shape& shape) {
 }
 
 // Every index in [0, bound), else an IndexError naming the op, the value, its
-// position in the index tensor and the bound. Runs before any kernel, so
-// kernels (some of them multithreaded) never see a bad index.
+// position and the bound; before any kernel, so kernels never see a bad index.
 void check_bounds(std::string_view op, const Tensor& index, int64_t bound, const std::string& what) {
   Tensor ic = index.contiguous();
   const int64_t* p = ic.data<int64_t>();
@@ -74,23 +74,24 @@ Tensor select_rows(std::string_view op, const Tensor& x, int axis, const Tensor&
   Tensor out = empty(selected_shape(x.shape(), axis, index.shape()), x.dtype());
   const Tensor xc = detail::dense(x), ic = index.contiguous();
   const AxisView a = detail::axis_view(x.shape(), axis);
-  const int64_t J = ic.numel(), *idx = ic.data<int64_t>();
+  const int64_t J = ic.numel();
+  const int64_t* idx = ic.data<int64_t>();
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* px = xc.data<T>();
     T* po = out.data<T>();
     parallel_for(a.outer * J, detail::row_grain(a.inner), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        std::memcpy(po + r * a.inner, px + (r / J * a.n + idx[r % J]) * a.inner, sizeof(T) * a.inner);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t o = r / J, j = r % J;
+        std::memcpy(po + r * a.inner, px + (o * a.n + idx[j]) * a.inner, sizeof(T) * a.inner);
+      }
     });
   });
   return out;
 }
 
-// Walks every position p of `index`, with a = base_a's element at p but with
-// coordinate index[p] along `axis`, and b = base_b's element at p; calls
-// f(a_offset, b_offset) (element offsets from each data pointer). The
-// caller has checked that index fits both (bounds and shapes).
+// f(a, b) for every position p of `index` (checked to fit): the element offsets
+// of base_a at p with coordinate index[p] on `axis` and of base_b at p.
 template <class F>
 void for_index(const Tensor& base_a, int axis, const Tensor& base_b, const Tensor& index, bool parallel, F f) {
   Shape sa = base_a.strides();
@@ -114,21 +115,17 @@ void for_index(const Tensor& base_a, int axis, const Tensor& base_b, const Tenso
 void check_gather_shapes(std::string_view op, const Tensor& x, int axis, const Tensor& index, const Tensor* src) {
   if (index.dim() != x.dim())
     throw ShapeError(fmt::format("{}: index {} must have the rank of the input {}", op, index.shape(), x.shape()));
-  for (int d = 0; d < x.dim(); ++d) {
-    if (d != axis && index.shape()[d] > x.shape()[d])
-      throw ShapeError(
-          fmt::format("{}: index {} is larger than the input {} on axis {}", op, index.shape(), x.shape(), d));
-    if (src && index.shape()[d] > src->shape()[d])
-      throw ShapeError(
-          fmt::format("{}: index {} is larger than src {} on axis {}", op, index.shape(), src->shape(), d));
-  }
   if (src && src->dim() != x.dim())
     throw ShapeError(fmt::format("{}: src {} must have the rank of the input {}", op, src->shape(), x.shape()));
+  for (int d = 0; d < x.dim(); ++d)
+    for (const Tensor* t : {&x, src})
+      if (t && (t == src || d != axis) && index.shape()[d] > t->shape()[d])
+        throw ShapeError(fmt::format("{}: index {} is larger than {} {} on axis {}", op, index.shape(),
+                                     t == src ? "src" : "the input", t->shape(), d));
 }
 
-// The gradient of src in scatter/scatter_add: g gathered at index, zero on
-// src's positions the index does not reach (padded at the end of each axis
-// up to src's shape).
+// The gradient of src in scatter/scatter_add: g gathered at index, padded
+// with zeros up to src's shape where the index does not reach.
 Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
   const Tensor gs = gather(g, axis, index);
   if (index.shape() == src_shape) return gs;
@@ -161,7 +158,7 @@ void record_indexed(const OpDef& op, Tensor& out, Attrs attrs, const Tensor& ind
     n->save(IndexSaved{.index = index});
   }
 }
-int64_t axis_of(const Node& n) { return n.attrs<IndexAttrs>().axis; }
+int axis_of(const Node& n) { return static_cast<int>(n.attrs<IndexAttrs>().axis); }
 Tensor index_of(const Node& n) { return n.saved_tensor(&IndexSaved::index); }
 
 }  // namespace
@@ -179,11 +176,13 @@ static const OpDef index_select_op({
     .samples = [] {
       return std::vector<OpSample>{
           {"axis 0 of (5,3), index (4) with repeats",
-           {uniform({5, 3}, 401), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4})},
+           {uniform({5, 3}, 401), ids({4, 0, 4, 2}, {4})},
            [](auto& x) { return index_select(x[0], 0, x[1]); }},
-          {"axis 1 of (2,5,3), index (2,2)", {uniform({2, 5, 3}, 402), samples::indices({2, 2}, 5, 403)},
+          {"axis 1 of (2,5,3), index (2,2)",
+           {uniform({2, 5, 3}, 402), indices({2, 2}, 5, 403)},
            [](auto& x) { return index_select(x[0], 1, x[1]); }},
-          {"axis -1 of non-contiguous (3,4)", {samples::strided({3, 4}, 404), samples::indices({3}, 4, 405)},
+          {"axis -1 of non-contiguous (3,4)",
+           {strided({3, 4}, 404), indices({3}, 4, 405)},
            [](auto& x) { return index_select(x[0], -1, x[1]); }},
       };
     },
@@ -209,19 +208,21 @@ static const OpDef index_add_op({
     .saves = saves_of<IndexSaved>(),
     .backward = index_add_backward,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      const Tensor t0 = t[0].defined() || !t[2].defined() ? t[0] : zeros(n.edges[0].shape, n.out_dtype);
-      out[0] = t[2].defined() ? index_add(t0, axis_of(n), index_of(n), t[2]) : t0;
+      out[0] = t[0];  // src's tangent zero: x's
+      if (t[2].defined())
+        out[0] = index_add(t[0].defined() ? t[0] : zeros(n.edges[0].shape, n.out_dtype), axis_of(n), index_of(n),
+                           t[2]);
     },
     .samples = [] {
       return std::vector<OpSample>{
           {"axis 0 of (5,3), index (4) with repeats, src (4,3)",
-           {uniform({5, 3}, 451), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4}), uniform({4, 3}, 452)},
+           {uniform({5, 3}, 451), ids({4, 0, 4, 2}, {4}), uniform({4, 3}, 452)},
            [](auto& x) { return index_add(x[0], 0, x[1], x[2]); }},
           {"axis 1 of (2,5,3), index (2,2), non-contiguous src (2,2,2,3)",
-           {uniform({2, 5, 3}, 453), samples::indices({2, 2}, 5, 454), samples::strided({2, 2, 2, 3}, 455)},
+           {uniform({2, 5, 3}, 453), indices({2, 2}, 5, 454), strided({2, 2, 2, 3}, 455)},
            [](auto& x) { return index_add(x[0], 1, x[1], x[2]); }},
           {"axis -1 of non-contiguous (3,4), index (3)",
-           {samples::strided({3, 4}, 456), samples::indices({3}, 4, 457), uniform({3, 3}, 458)},
+           {strided({3, 4}, 456), indices({3}, 4, 457), uniform({3, 3}, 458)},
            [](auto& x) { return index_add(x[0], -1, x[1], x[2]); }},
       };
     },
@@ -247,12 +248,14 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
   // Repeated indices add up, so threads split the columns (each owns a
   // column range of every row), never the rows.
   const AxisView a = detail::axis_view(x.shape(), ax);
-  const int64_t J = ic.numel(), *idx = ic.data<int64_t>();
+  const int64_t J = ic.numel();
+  const int64_t* idx = ic.data<int64_t>();
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     T* po = out.data<T>();
     const T* ps = sc.data<T>();
-    parallel_for(a.inner, std::max<int64_t>(64, detail::row_grain(a.outer * J)), [&](int64_t c0, int64_t c1) {
+    const int64_t grain = std::max<int64_t>(64, detail::row_grain(a.outer * J));
+    parallel_for(a.inner, grain, [&](int64_t c0, int64_t c1) {
       for (int64_t o = 0; o < a.outer; ++o)
         for (int64_t j = 0; j < J; ++j) {
           T* dst = po + (o * a.n + idx[j]) * a.inner;
@@ -290,13 +293,16 @@ static const OpDef embedding_op({
     },
     .samples = [] {
       return std::vector<OpSample>{
-          {"weight (6,3), ids (2,3)", {uniform({6, 3}, 411), samples::indices({2, 3}, 6, 412)},
+          {"weight (6,3), ids (2,3)",
+           {uniform({6, 3}, 411), indices({2, 3}, 6, 412)},
            [](auto& x) { return embedding(x[0], x[1]); }},
-          {"ids with repeats (5)", {uniform({4, 2}, 413), from_vector(std::vector<int64_t>{1, 3, 1, 1, 0}, {5})},
+          {"ids with repeats (5)",
+           {uniform({4, 2}, 413), ids({1, 3, 1, 1, 0}, {5})},
            [](auto& x) { return embedding(x[0], x[1]); }},
           // Forward reads the padding row too, so the sample's ids avoid it (the
           // zero padding gradient is tested directly in tests/test_index.cpp).
-          {"padding_idx 5, non-contiguous weight", {samples::strided({6, 3}, 414), samples::indices({4}, 5, 415)},
+          {"padding_idx 5, non-contiguous weight",
+           {strided({6, 3}, 414), indices({4}, 5, 415)},
            [](auto& x) { return embedding(x[0], x[1], 5); }},
       };
     },
@@ -328,12 +334,14 @@ static const OpDef gather_op({
     .backward = gather_backward,
     .samples = [] {
       return std::vector<OpSample>{
-          {"axis 1 of (3,4), index (3,2)", {uniform({3, 4}, 421), samples::indices({3, 2}, 4, 422)},
+          {"axis 1 of (3,4), index (3,2)",
+           {uniform({3, 4}, 421), indices({3, 2}, 4, 422)},
            [](auto& x) { return gather(x[0], 1, x[1]); }},
-          {"axis 0 of (3,4), index (5,2) smaller on axis 1", {uniform({3, 4}, 423), samples::indices({5, 2}, 3, 424)},
+          {"axis 0 of (3,4), index (5,2) smaller on axis 1",
+           {uniform({3, 4}, 423), indices({5, 2}, 3, 424)},
            [](auto& x) { return gather(x[0], 0, x[1]); }},
           {"axis -1 of non-contiguous (2,3,4)",
-           {samples::strided({2, 3, 4}, 425), samples::indices({2, 3, 3}, 4, 426)},
+           {strided({2, 3, 4}, 425), indices({2, 3, 3}, 4, 426)},
            [](auto& x) { return gather(x[0], -1, x[1]); }},
       };
     },
@@ -345,9 +353,9 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   check_gather_shapes(op, x, ax, index, nullptr);
   Tensor out = empty(index.shape(), x.dtype());
   dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* px = x.data<scalar_t>();
-    scalar_t* po = out.data<scalar_t>();
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
     for_index(x, ax, out, index, true, [&](int64_t a, int64_t b) { po[b] = px[a]; });
   });
   record_indexed(gather_op, out, IndexAttrs{ax}, index, x, index);
@@ -358,7 +366,7 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
 // Overwritten positions take no gradient from x (g with zeros scattered
 // there); src gets g gathered there. Tangents are derived from the backwards.
 static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const int ax = static_cast<int>(axis_of(n));
+  const int ax = axis_of(n);
   if (n.needs(0)) gin[0] = scatter(g, ax, index_of(n), zeros(index_of(n).shape(), g.dtype()));
   if (n.needs(2)) gin[2] = gather_into_src_shape(g, ax, index_of(n), n.edges[2].shape);
 }
@@ -373,17 +381,17 @@ static const OpDef scatter_op({
       // lands (and so gets the gradient) is arbitrary, as in PyTorch.
       return std::vector<OpSample>{
           {"axis 1 of (3,4), index (3,2), src (3,3)",
-           {uniform({3, 4}, 431), from_vector(std::vector<int64_t>{0, 2, 3, 1, 1, 0}, {3, 2}), uniform({3, 3}, 432)},
+           {uniform({3, 4}, 431), ids({0, 2, 3, 1, 1, 0}, {3, 2}), uniform({3, 3}, 432)},
            [](auto& x) { return scatter(x[0], 1, x[1], x[2]); }},
           {"axis 0 of non-contiguous (3,2)",
-           {samples::strided({3, 2}, 433), from_vector(std::vector<int64_t>{2, 0}, {1, 2}), uniform({2, 2}, 434)},
+           {strided({3, 2}, 433), ids({2, 0}, {1, 2}), uniform({2, 2}, 434)},
            [](auto& x) { return scatter(x[0], 0, x[1], x[2]); }},
       };
     },
 });
 static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g.clone();
-  if (n.needs(2)) gin[2] = gather_into_src_shape(g, static_cast<int>(axis_of(n)), index_of(n), n.edges[2].shape);
+  if (n.needs(2)) gin[2] = gather_into_src_shape(g, axis_of(n), index_of(n), n.edges[2].shape);
 }
 static const OpDef scatter_add_op({
     .name = "scatter_add",
@@ -394,10 +402,10 @@ static const OpDef scatter_add_op({
     .samples = [] {
       return std::vector<OpSample>{
           {"axis 1 of (3,4), repeated index (3,2)",
-           {uniform({3, 4}, 441), from_vector(std::vector<int64_t>{0, 0, 3, 1, 2, 2}, {3, 2}), uniform({3, 2}, 442)},
+           {uniform({3, 4}, 441), ids({0, 0, 3, 1, 2, 2}, {3, 2}), uniform({3, 2}, 442)},
            [](auto& x) { return scatter_add(x[0], 1, x[1], x[2]); }},
           {"axis 0 of (4,3), index (6,2), non-contiguous src",
-           {uniform({4, 3}, 443), samples::indices({6, 2}, 4, 444), samples::strided({6, 3}, 445)},
+           {uniform({4, 3}, 443), indices({6, 2}, 4, 444), strided({6, 3}, 445)},
            [](auto& x) { return scatter_add(x[0], 0, x[1], x[2]); }},
       };
     },
@@ -414,11 +422,16 @@ static Tensor scatter_forward(const Tensor& x, int64_t axis, const Tensor& index
   check_gather_shapes(op.name, x, ax, index, &src);
   Tensor out = empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), op.name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    detail::map1<scalar_t, scalar_t>(out, x, [](scalar_t v) { return v; });
-    scalar_t* po = out.data<scalar_t>();
-    const scalar_t* ps = src.data<scalar_t>();
-    for_index(out, ax, src, index, false, [&](int64_t a, int64_t b) { po[a] = Add ? po[a] + ps[b] : ps[b]; });
+    using T = decltype(tag);
+    detail::map1<T, T>(out, x, [](T v) { return v; });
+    T* po = out.data<T>();
+    const T* ps = src.data<T>();
+    for_index(out, ax, src, index, false, [&](int64_t a, int64_t b) {
+      if constexpr (Add)
+        po[a] += ps[b];
+      else
+        po[a] = ps[b];
+    });
   });
   record_indexed(op, out, IndexAttrs{ax}, index, x, index, src);
   return out;

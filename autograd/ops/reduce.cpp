@@ -14,12 +14,11 @@
 #include "autograd/ops/index.h"
 #include "autograd/ops/pointwise.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_floating, samples::uniform;
+using detail::check_floating, samples::strided, samples::uniform;
 namespace {
 
 // Normalised, sorted, unique axes; empty input means every axis.
@@ -44,10 +43,8 @@ Shape reduced_shape(const Shape& in, const Shape& axes, bool keepdim) {
   return out;
 }
 
-// x as a contiguous (outer, n, inner) block with n the reduced axes, moved
-// last when they are not adjacent or `rows` asks for rows (inner = 1): a
-// copy only then, so last-axis reductions take none. order is the
-// permutation applied (the identity when none).
+// x as the contiguous block above, the reduced axes moved last (a copy) when
+// not adjacent or not last for `rows` (inner = 1); order: the permutation.
 struct Block {
   Tensor x;
   detail::AxisView v;
@@ -63,7 +60,8 @@ Block block(const Tensor& x, const Shape& axes, bool rows) {
     if (move) b.order.push_back(d);
   NoGradGuard ng;
   b.x = (move ? permute(x, b.order) : x).contiguous();
-  const int first = move ? r - k : k > 0 ? static_cast<int>(axes[0]) : r;
+  int first = move ? r - k : r;  // of the reduced axes in b.x
+  if (!move && k > 0) first = static_cast<int>(axes[0]);
   b.v = detail::axis_view(b.x.shape(), first, first + k - 1);
   return b;
 }
@@ -111,8 +109,7 @@ void for_rows(const Block& b, F f) {
     for (int64_t o = o0; o < o1; ++o) f(o);
   });
 }
-// A float tensor of `shape` holding f(row, R) for each row of b: var and
-// logsumexp, whose kernels walk each contiguous row of R elements twice.
+// f(row, R) for each row of b (var, logsumexp), into a float tensor of shape.
 template <class F>
 Tensor reduce_rows(std::string_view op, const Block& b, const Shape& shape, F f) {
   Tensor out = empty(shape, b.x.dtype());
@@ -152,8 +149,10 @@ static const OpDef sum_op({
       return std::vector<OpSample>{
           {"all of (3,4)", {uniform({3, 4}, 201)}, [](auto& x) { return sum(x[0]); }},
           {"axis -1 of (2,3,4)", {uniform({2, 3, 4}, 202)}, [](auto& x) { return sum(x[0], {-1}); }},
-          {"axes {0,2} keepdim of (2,3,4)", {uniform({2, 3, 4}, 203)}, [](auto& x) { return sum(x[0], {0, 2}, true); }},
-          {"axis 0 of non-contiguous (4,3)", {samples::strided({4, 3}, 204)}, [](auto& x) { return sum(x[0], {0}); }},
+          {"axes {0,2} keepdim of (2,3,4)",
+           {uniform({2, 3, 4}, 203)},
+           [](auto& x) { return sum(x[0], {0, 2}, true); }},
+          {"axis 0 of non-contiguous (4,3)", {strided({4, 3}, 204)}, [](auto& x) { return sum(x[0], {0}); }},
       };
     },
 });
@@ -181,7 +180,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   const int r = x.dim(), n = shape.size();
   if (n > r) throw ShapeError(fmt::format("sum_to: cannot reduce {} to the larger rank {}", x.shape(), shape));
   Axes axes;
-  for (int d = 0, sd = d - (r - n); d < r; ++d, ++sd) {
+  for (int d = 0; d < r; ++d) {
+    const int sd = d - (r - n);
     if (sd < 0 || (shape[sd] == 1 && x.shape()[d] != 1))
       axes.push_back(d);
     else if (shape[sd] != x.shape()[d])
@@ -192,10 +192,9 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 // ============================ var / std ============================
-// var = sum((x - mean)^2) / (N - correction), two passes for accuracy.
-// grad x = g * 2 (x - mean) / (N - correction), with the mean recomputed
-// from x by mean(): it depends on x too, and the second derivative goes
-// through it.
+// var = sum((x - mean)^2) / (N - correction), two passes for accuracy; grad
+// x = g * 2 (x - mean) / (N - correction), the mean recomputed by mean() so
+// that the second derivative goes through it.
 namespace {
 struct VarAttrs {
   Shape axes;    // reduced, normalised and sorted
@@ -222,9 +221,10 @@ static const OpDef var_op({
       return std::vector<OpSample>{
           {"all of (3,4)", {uniform({3, 4}, 211)}, [](auto& x) { return var(x[0]); }},
           {"axis -1 of (2,3,4)", {uniform({2, 3, 4}, 212)}, [](auto& x) { return var(x[0], {-1}); }},
-          {"axes {0,2} keepdim, correction 0", {uniform({2, 3, 4}, 213)},
+          {"axes {0,2} keepdim, correction 0",
+           {uniform({2, 3, 4}, 213)},
            [](auto& x) { return var(x[0], {0, 2}, 0, true); }},
-          {"axis 0 of non-contiguous (4,3)", {samples::strided({4, 3}, 214)}, [](auto& x) { return var(x[0], {0}); }},
+          {"axis 0 of non-contiguous (4,3)", {strided({4, 3}, 214)}, [](auto& x) { return var(x[0], {0}); }},
           {"std over axis 1 of (3,5)", {uniform({3, 5}, 215)}, [](auto& x) { return tg::std(x[0], {1}); }},
       };
     },
@@ -269,10 +269,11 @@ struct LogsumexpSaved {
 };
 }  // namespace
 static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  const Tensor x = n.saved_tensor(&LogsumexpSaved::x);
   const Shape kept = reduced_shape(n.edges[0].shape, n.attrs<ReduceAttrs>().axes, true);
+  const Tensor lse = reshape(n.saved_tensor(&LogsumexpSaved::output), kept), gk = reshape(g, kept);
   gin[0] = detail::pointwise(
-      n.op->name, [](auto xv, auto l, auto gv) { return gv * detail::math::exp(xv - l); },
-      n.saved_tensor(&LogsumexpSaved::x), reshape(n.saved_tensor(&LogsumexpSaved::output), kept), reshape(g, kept));
+      n.op->name, [](auto xv, auto l, auto gv) { return gv * detail::math::exp(xv - l); }, x, lse, gk);
 }
 static const OpDef logsumexp_op({
     .name = "logsumexp",
@@ -283,9 +284,11 @@ static const OpDef logsumexp_op({
     .samples = [] {
       return std::vector<OpSample>{
           {"axis -1 of (3,4)", {uniform({3, 4}, 221, -3, 3)}, [](auto& x) { return logsumexp(x[0], {-1}); }},
-          {"axes {0,2} keepdim of (2,3,4)", {uniform({2, 3, 4}, 222, -3, 3)},
+          {"axes {0,2} keepdim of (2,3,4)",
+           {uniform({2, 3, 4}, 222, -3, 3)},
            [](auto& x) { return logsumexp(x[0], {0, 2}, true); }},
-          {"all of non-contiguous (3,2)", {samples::strided({3, 2}, 223, -3, 3)},
+          {"all of non-contiguous (3,2)",
+           {strided({3, 2}, 223, -3, 3)},
            [](auto& x) { return logsumexp(x[0], {}); }},
       };
     },
@@ -311,13 +314,11 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
 }
 
 // ============================ max / min / argmax / argmin ============================
-// Gradient of max/min: g at the chosen element of each row, zero elsewhere,
-// built in the rows layout (rows, R) as a scatter of g into zeros (whose
-// backward, a gather at the saved indices, is differentiable again) and
-// permuted back to x's.
+// Gradient of max/min: g at the chosen element of each row, zero elsewhere: a
+// scatter of g into zeros (rows, R), differentiable again, permuted back.
 namespace {
 struct ExtremeAttrs {
-  Shape order;  // the permutation of x that moved the reduced axes last (Block::order)
+  Shape order;  // Block::order: x's axes, the reduced ones last
 };
 struct ExtremeSaved {
   Tensor indices;  // int64 positions within each row, reduced_shape(keepdim)
@@ -339,7 +340,8 @@ std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, 
   return {  // continuous random values: no ties
       {"axis 1 of (3,4)", {uniform({3, 4}, 231)}, [axis_fn](auto& x) { return axis_fn(x[0], 1, false); }},
       {"axis 0 keepdim of (2,3,4)", {uniform({2, 3, 4}, 232)}, [axis_fn](auto& x) { return axis_fn(x[0], 0, true); }},
-      {"axis -1 of non-contiguous (2,3)", {samples::strided({2, 3}, 233)},
+      {"axis -1 of non-contiguous (2,3)",
+       {strided({2, 3}, 233)},
        [axis_fn](auto& x) { return axis_fn(x[0], -1, false); }},
       {"all of (3,4)", {uniform({3, 4}, 234)}, [all_fn](auto& x) { return all_fn(x[0]); }},
   };
@@ -353,17 +355,21 @@ static const OpDef min_op({.name = "min", .arity = 1, .signature = "min(x, axis,
                            .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward,
                            .samples = [] { return extreme_samples(min, min); }});
 
-// max/min (the values, recorded) or, with `arg`, argmax/argmin (the int64
-// indices within the reduced block) over *axis, or all axes when axis is
-// null. One pass per row finds the first extreme element (NaN counts as
-// extreme, as in PyTorch).
+// max/min (the values) or, with `arg`, argmax/argmin (int64 indices) over
+// *axis, or all axes when axis is null: the first extreme element of each
+// row, NaN counting as extreme (as PyTorch).
 template <bool Max>
 static Tensor extreme(const Tensor& x, const int64_t* axis, bool keepdim, bool arg) {
   const char* op = arg ? (Max ? "argmax" : "argmin") : (Max ? "max" : "min");
   ProfileScope prof(op);
   detail::check_defined(op, x, "tensor");
-  if (!axis && x.numel() == 0) throw ValueError(fmt::format("{}: cannot reduce an empty tensor {}", op, x.shape()));
-  const Shape ax = !axis ? reduce_axes(x, {}, op) : x.dim() ? Shape{normalize_axis(*axis, x.dim(), op)} : Shape();
+  if (!axis && x.numel() == 0)
+    throw ValueError(fmt::format("{}: cannot reduce an empty tensor {}", op, x.shape()));
+  Shape ax;  // every axis, or *axis (none for a 0-d x)
+  if (!axis)
+    ax = reduce_axes(x, {}, op);
+  else if (x.dim() > 0)
+    ax.push_back(normalize_axis(*axis, x.dim(), op));
   const Block b = block(x, ax, true);
   const int64_t R = b.v.n;
   if (R == 0 && b.v.outer > 0) throw ValueError(fmt::format("{}: cannot reduce an empty axis of {}", op, x.shape()));
@@ -377,8 +383,12 @@ static Tensor extreme(const Tensor& x, const int64_t* axis, bool keepdim, bool a
       const scalar_t* row = px + o * R;
       scalar_t best = row[0];
       int64_t at = 0;
-      for (int64_t k = 1; k < R && best == best; ++k)  // NaN: already the answer
-        if ((Max ? row[k] > best : row[k] < best) || row[k] != row[k]) best = row[at = k];
+      for (int64_t k = 1; k < R && best == best; ++k) {  // NaN: already the answer
+        if ((Max ? row[k] > best : row[k] < best) || row[k] != row[k]) {
+          best = row[k];
+          at = k;
+        }
+      }
       pv[o] = best;
       pi[o] = at;
     });
