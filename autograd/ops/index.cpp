@@ -126,7 +126,7 @@ void check_gather_shapes(std::string_view op, const Tensor& x, int axis, const T
 
 // The gradient of src in scatter/scatter_add: g gathered at index, padded
 // with zeros up to src's shape where the index does not reach.
-Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
+Tensor scatter_src_grad(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
   const Tensor gs = gather(g, axis, index);
   if (index.shape() == src_shape) return gs;
   std::vector<int64_t> pads;  // innermost axis first, as pad() wants
@@ -208,7 +208,7 @@ static const OpDef index_add_op({
     .saves = saves_of<IndexSaved>(),
     .backward = index_add_backward,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = t[0];  // src's tangent zero: x's
+      out[0] = t[0];  // x's tangent, where src's is zero
       if (t[2].defined())
         out[0] = index_add(t[0].defined() ? t[0] : zeros(n.edges[0].shape, n.out_dtype), axis_of(n), index_of(n),
                            t[2]);
@@ -368,7 +368,7 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
 static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const int ax = axis_of(n);
   if (n.needs(0)) gin[0] = scatter(g, ax, index_of(n), zeros(index_of(n).shape(), g.dtype()));
-  if (n.needs(2)) gin[2] = gather_into_src_shape(g, ax, index_of(n), n.edges[2].shape);
+  if (n.needs(2)) gin[2] = scatter_src_grad(g, ax, index_of(n), n.edges[2].shape);
 }
 static const OpDef scatter_op({
     .name = "scatter",
@@ -391,7 +391,7 @@ static const OpDef scatter_op({
 });
 static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g.clone();
-  if (n.needs(2)) gin[2] = gather_into_src_shape(g, axis_of(n), index_of(n), n.edges[2].shape);
+  if (n.needs(2)) gin[2] = scatter_src_grad(g, axis_of(n), index_of(n), n.edges[2].shape);
 }
 static const OpDef scatter_add_op({
     .name = "scatter_add",

@@ -43,8 +43,8 @@ Shape reduced_shape(const Shape& in, const Shape& axes, bool keepdim) {
   return out;
 }
 
-// x as the contiguous block above, the reduced axes moved last (a copy) when
-// not adjacent or not last for `rows` (inner = 1); order: the permutation.
+// x as that contiguous (outer, n, inner) block, the reduced axes moved last (a
+// copy) when not adjacent, or not last for `rows` (inner = 1); order: the permutation.
 struct Block {
   Tensor x;
   detail::AxisView v;
@@ -56,8 +56,8 @@ Block block(const Tensor& x, const Shape& axes, bool rows) {
   Block b;
   for (int d = 0; d < r; ++d)
     if (!move || std::find(axes.begin(), axes.end(), d) == axes.end()) b.order.push_back(d);
-  for (int64_t d : axes)
-    if (move) b.order.push_back(d);
+  if (move)
+    for (int64_t d : axes) b.order.push_back(d);
   NoGradGuard ng;
   b.x = (move ? permute(x, b.order) : x).contiguous();
   int first = move ? r - k : r;  // of the reduced axes in b.x
