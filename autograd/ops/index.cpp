@@ -1,10 +1,8 @@
-// Indexing with int64 index tensors: index_select / index_add / embedding
-// (whole rows) and gather / scatter / scatter_add (one element per index
-// position). Index inputs are never differentiable. Backward of a lookup is a
-// direct scatter-add loop over the rows, not a dense one-hot product. Every
-// backward is linear in the gradient: the adjoint op of this file
-// (index_select <-> index_add, gather <-> scatter_add, scatter <-> itself and
-// gather), the same kernel in every mode and differentiable to any order.
+// Indexing: index_select / index_add / embedding (whole rows) and gather /
+// scatter / scatter_add (one element per index position). A lookup's backward
+// is a scatter-add loop over rows, not a one-hot product; every backward is
+// the adjoint op of this file (index_select <-> index_add, gather <->
+// scatter_add, scatter <-> itself and gather), differentiable to any order.
 #include "autograd/ops/index.h"
 
 #include <cstring>
@@ -13,13 +11,12 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/tangent.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::AxisView, detail::check_floating;
+using detail::AxisView, detail::check_floating, samples::indices, samples::strided, samples::uniform;
 
 namespace {
 
@@ -29,28 +26,21 @@ void check_index_dtype(std::string_view op, const Tensor& index) {
     throw DTypeError(fmt::format("{}: index {} must be int64, got {}", op, index.shape(), dtype_name(index.dtype())));
 }
 
-// The checks every op that indexes x along axis starts with: a floating input
-// of rank >= 1 and an int64 index. Returns the normalised axis.
-int check_indexed(const char* op, const Tensor& x, int64_t axis, const Tensor& index) {
-  check_floating(op, x, "input");
-  check_index_dtype(op, index);
-  if (x.dim() == 0) throw ShapeError(fmt::format("{}: input must have at least 1 dimension, got ()", op));
-  return normalize_axis(axis, x.dim(), op);
-}
+// The samples' fixed int64 indices.
+Tensor ids(const std::vector<int64_t>& v, const Shape& shape) { return from_vector(v, shape); }
 
 // "(1,2)": the multi-index of the flat row-major position `flat` in shape.
 std::string position(int64_t flat, const Shape& shape) {
   Shape idx = shape;
   for (int d = shape.size() - 1; d >= 0; --d) {
-    idx[d] = shape[d] > 0 ? flat % shape[d] : 0;
-    flat = shape[d] > 0 ? flat / shape[d] : 0;
+    idx[d] = flat % shape[d];  // a position exists: every size > 0
+    flat /= shape[d];
   }
   return idx.str();
 }
 
 // Every index in [0, bound), else an IndexError naming the op, the value, its
-// position in the index tensor and the bound. Runs before any kernel, so
-// kernels (some of them multithreaded) never see a bad index.
+// position and the bound; before any kernel, so kernels never see a bad index.
 void check_bounds(std::string_view op, const Tensor& index, int64_t bound, const std::string& what) {
   Tensor ic = index.contiguous();
   const int64_t* p = ic.data<int64_t>();
@@ -60,37 +50,48 @@ void check_bounds(std::string_view op, const Tensor& index, int64_t bound, const
                                    position(k, index.shape()), what, bound));
 }
 
-// out (outer, J, inner) = x (outer, n, inner) rows at idx[J]. x, out contiguous.
-template <class T>
-void select_rows(const T* x, const int64_t* idx, T* out, AxisView a, int64_t J) {
-  parallel_for(a.outer * J, detail::row_grain(a.inner), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t o = r / J, j = r % J;
-      std::memcpy(out + r * a.inner, x + (o * a.n + idx[j]) * a.inner, sizeof(T) * a.inner);
-    }
-  });
+// The checks every op that indexes x along axis starts with: a floating input
+// of rank >= 1, an int64 index, every index in range. Returns the normalised axis.
+int check_indexed(const char* op, const Tensor& x, int64_t axis, const Tensor& index) {
+  check_floating(op, x, "input");
+  check_index_dtype(op, index);
+  if (x.dim() == 0) throw ShapeError(fmt::format("{}: input must have at least 1 dimension, got ()", op));
+  const int ax = normalize_axis(axis, x.dim(), op);
+  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
+  return ax;
 }
 
-// gx (outer, n, inner) += g (outer, J, inner) rows into idx[J]. Repeated
-// indices add up, so threads split the columns (each owns a column range of
-// every row), never the rows.
-template <class T>
-void add_rows(T* gx, const int64_t* idx, const T* g, AxisView a, int64_t J) {
-  const int64_t grain = std::max<int64_t>(64, detail::kElementwiseGrain / std::max<int64_t>(a.outer * J, 1));
-  parallel_for(a.inner, grain, [&](int64_t c0, int64_t c1) {
-    for (int64_t o = 0; o < a.outer; ++o)
-      for (int64_t j = 0; j < J; ++j) {
-        T* dst = gx + (o * a.n + idx[j]) * a.inner;
-        const T* src = g + (o * J + j) * a.inner;
-        for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+// x's shape with `axis` replaced by index's shape: index_select's output, index_add's src.
+Shape selected_shape(Shape xs, int axis, const Shape& index_shape) {
+  xs.erase(axis);
+  for (int k = 0; k < index_shape.size(); ++k) xs.insert(axis + k, index_shape[k]);
+  return xs;
+}
+
+// index_select and embedding: out (outer, J, inner) = x (outer, n, inner)
+// rows at index (J of them, checked), row copies in parallel.
+Tensor select_rows(std::string_view op, const Tensor& x, int axis, const Tensor& index) {
+  Tensor out = empty(selected_shape(x.shape(), axis, index.shape()), x.dtype());
+  const Tensor xc = detail::dense(x), ic = index.contiguous();
+  const AxisView a = detail::axis_view(x.shape(), axis);
+  const int64_t J = ic.numel();
+  const int64_t* idx = ic.data<int64_t>();
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = xc.data<T>();
+    T* po = out.data<T>();
+    parallel_for(a.outer * J, detail::row_grain(a.inner), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t o = r / J, j = r % J;
+        std::memcpy(po + r * a.inner, px + (o * a.n + idx[j]) * a.inner, sizeof(T) * a.inner);
       }
+    });
   });
+  return out;
 }
 
-// Walks every position p of `index`, with a = base_a's element at p but with
-// coordinate index[p] along `axis`, and b = base_b's element at p; calls
-// f(a_offset, b_offset) (element offsets from each data pointer). The
-// caller has checked that index fits both (bounds and shapes).
+// f(a, b) for every position p of `index` (checked to fit): the element offsets
+// of base_a at p with coordinate index[p] on `axis` and of base_b at p.
 template <class F>
 void for_index(const Tensor& base_a, int axis, const Tensor& base_b, const Tensor& index, bool parallel, F f) {
   Shape sa = base_a.strides();
@@ -114,42 +115,18 @@ void for_index(const Tensor& base_a, int axis, const Tensor& base_b, const Tenso
 void check_gather_shapes(std::string_view op, const Tensor& x, int axis, const Tensor& index, const Tensor* src) {
   if (index.dim() != x.dim())
     throw ShapeError(fmt::format("{}: index {} must have the rank of the input {}", op, index.shape(), x.shape()));
-  for (int d = 0; d < x.dim(); ++d) {
-    if (d != axis && index.shape()[d] > x.shape()[d])
-      throw ShapeError(
-          fmt::format("{}: index {} is larger than the input {} on axis {}", op, index.shape(), x.shape(), d));
-    if (src && index.shape()[d] > src->shape()[d])
-      throw ShapeError(
-          fmt::format("{}: index {} is larger than src {} on axis {}", op, index.shape(), src->shape(), d));
-  }
   if (src && src->dim() != x.dim())
     throw ShapeError(fmt::format("{}: src {} must have the rank of the input {}", op, src->shape(), x.shape()));
+  for (int d = 0; d < x.dim(); ++d)
+    for (const Tensor* t : {&x, src})
+      if (t && (t == src || d != axis) && index.shape()[d] > t->shape()[d])
+        throw ShapeError(fmt::format("{}: index {} is larger than {} {} on axis {}", op, index.shape(),
+                                     t == src ? "src" : "the input", t->shape(), d));
 }
 
-// out = x.clone(); out[index] = src (or += src).
-template <bool Add>
-Tensor scatter_impl(std::string_view op, const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
-  Tensor out = empty(x.shape(), x.dtype());
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    detail::map1<scalar_t, scalar_t>(out, x, [](scalar_t v) { return v; });
-    scalar_t* po = out.data<scalar_t>();
-    const scalar_t* ps = src.data<scalar_t>();
-    // Serial: repeated indices write (or add into) the same element.
-    for_index(out, axis, src, index, false, [&](int64_t a, int64_t b) {
-      if constexpr (Add)
-        po[a] += ps[b];
-      else
-        po[a] = ps[b];
-    });
-  });
-  return out;
-}
-
-// The gradient of src in scatter/scatter_add: g gathered at index, zero on
-// src's positions the index does not reach (padded at the end of each axis
-// up to src's shape).
-Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
+// The gradient of src in scatter/scatter_add: g gathered at index, padded
+// with zeros up to src's shape where the index does not reach.
+Tensor scatter_src_grad(const Tensor& g, int axis, const Tensor& index, const Shape& src_shape) {
   const Tensor gs = gather(g, axis, index);
   if (index.shape() == src_shape) return gs;
   std::vector<int64_t> pads;  // innermost axis first, as pad() wants
@@ -159,17 +136,6 @@ Tensor gather_into_src_shape(const Tensor& g, int axis, const Tensor& index, con
   }
   return pad(gs, pads);
 }
-
-// x's shape with `axis` replaced by index's shape: index_select's output, index_add's src.
-Shape selected_shape(const Shape& xs, int axis, const Shape& index_shape) {
-  Shape out;
-  for (int d = 0; d < axis; ++d) out.push_back(xs[d]);
-  for (int64_t s : index_shape) out.push_back(s);
-  for (int d = axis + 1; d < xs.size(); ++d) out.push_back(xs[d]);
-  return out;
-}
-
-using samples::uniform;
 
 // index_select, index_add, gather, scatter, scatter_add: the axis indexed
 // (normalised); embedding: the row that gets no gradient (-1: none).
@@ -184,19 +150,22 @@ struct IndexSaved {
   Tensor index;  // int64
   static constexpr std::tuple fields{saved_field("index", &IndexSaved::index)};
 };
+// Records out's node (if any) with its attrs and the index it read.
+template <class Attrs, class... Inputs>
+void record_indexed(const OpDef& op, Tensor& out, Attrs attrs, const Tensor& index, const Inputs&... inputs) {
+  if (Node* n = record(op, out, inputs...)) {
+    n->attrs<Attrs>() = attrs;
+    n->save(IndexSaved{.index = index});
+  }
+}
+int axis_of(const Node& n) { return static_cast<int>(n.attrs<IndexAttrs>().axis); }
+Tensor index_of(const Node& n) { return n.saved_tensor(&IndexSaved::index); }
 
 }  // namespace
 
-// Each op here is linear in its float inputs: the tangent is the op applied
-// to the tangents (zeros where one is zero).
-static Tensor tangent_or_zeros(const Node& n, std::span<const Tensor> t, size_t k) {
-  return t[k].defined() ? t[k] : zeros(n.edges[k].shape, n.out_dtype);
-}
-
 // ============================ index_select ============================
 static void index_select_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  gin[0] = index_add(zeros(n.edges[0].shape, g.dtype()), n.attrs<IndexAttrs>().axis,
-                     n.saved_tensor(&IndexSaved::index), g);
+  gin[0] = index_add(zeros(n.edges[0].shape, g.dtype()), axis_of(n), index_of(n), g);
 }
 static const OpDef index_select_op({
     .name = "index_select",
@@ -204,40 +173,25 @@ static const OpDef index_select_op({
     .signature = "index_select(x, axis, index) -> x's rows at index",
     .saves = saves_of<IndexSaved>(),
     .backward = index_select_backward,
-    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = index_select(t[0], n.attrs<IndexAttrs>().axis,
-                            n.saved_tensor(&IndexSaved::index));
-    },
     .samples = [] {
       return std::vector<OpSample>{
           {"axis 0 of (5,3), index (4) with repeats",
-           {uniform({5, 3}, 401), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4})},
+           {uniform({5, 3}, 401), ids({4, 0, 4, 2}, {4})},
            [](auto& x) { return index_select(x[0], 0, x[1]); }},
           {"axis 1 of (2,5,3), index (2,2)",
-           {uniform({2, 5, 3}, 402), samples::indices({2, 2}, 5, 403)},
+           {uniform({2, 5, 3}, 402), indices({2, 2}, 5, 403)},
            [](auto& x) { return index_select(x[0], 1, x[1]); }},
           {"axis -1 of non-contiguous (3,4)",
-           {samples::strided({3, 4}, 404), samples::indices({3}, 4, 405)},
+           {strided({3, 4}, 404), indices({3}, 4, 405)},
            [](auto& x) { return index_select(x[0], -1, x[1]); }},
       };
     },
 });
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
-  const std::string_view op = index_select_op.name;
-  ProfileScope prof(op);
+  ProfileScope prof(index_select_op.name);
   const int ax = check_indexed("index_select", x, axis, index);
-  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
-  Tensor out = empty(selected_shape(x.shape(), ax, index.shape()), x.dtype());
-  Tensor xc = x.contiguous(), ic = index.contiguous();
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    select_rows<scalar_t>(xc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(),
-                          detail::axis_view(x.shape(), ax), ic.numel());
-  });
-  if (Node* n = record(index_select_op, out, x, index)) {
-    n->attrs<IndexAttrs>() = {.axis = ax};
-    n->save(IndexSaved{.index = ic});
-  }
+  Tensor out = select_rows(index_select_op.name, x, ax, index);
+  record_indexed(index_select_op, out, IndexAttrs{ax}, index, x, index);
   return out;
 }
 
@@ -245,7 +199,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
 // index_select's adjoint: each is the other's backward.
 static void index_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g;
-  if (n.needs(2)) gin[2] = index_select(g, n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
+  if (n.needs(2)) gin[2] = index_select(g, axis_of(n), index_of(n));
 }
 static const OpDef index_add_op({
     .name = "index_add",
@@ -254,20 +208,21 @@ static const OpDef index_add_op({
     .saves = saves_of<IndexSaved>(),
     .backward = index_add_backward,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = t[2].defined() ? index_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
-                                          n.saved_tensor(&IndexSaved::index), t[2])
-                              : t[0];
+      out[0] = t[0];  // x's tangent, where src's is zero
+      if (t[2].defined())
+        out[0] = index_add(t[0].defined() ? t[0] : zeros(n.edges[0].shape, n.out_dtype), axis_of(n), index_of(n),
+                           t[2]);
     },
     .samples = [] {
       return std::vector<OpSample>{
           {"axis 0 of (5,3), index (4) with repeats, src (4,3)",
-           {uniform({5, 3}, 451), from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4}), uniform({4, 3}, 452)},
+           {uniform({5, 3}, 451), ids({4, 0, 4, 2}, {4}), uniform({4, 3}, 452)},
            [](auto& x) { return index_add(x[0], 0, x[1], x[2]); }},
           {"axis 1 of (2,5,3), index (2,2), non-contiguous src (2,2,2,3)",
-           {uniform({2, 5, 3}, 453), samples::indices({2, 2}, 5, 454), samples::strided({2, 2, 2, 3}, 455)},
+           {uniform({2, 5, 3}, 453), indices({2, 2}, 5, 454), strided({2, 2, 2, 3}, 455)},
            [](auto& x) { return index_add(x[0], 1, x[1], x[2]); }},
           {"axis -1 of non-contiguous (3,4), index (3)",
-           {samples::strided({3, 4}, 456), samples::indices({3}, 4, 457), uniform({3, 3}, 458)},
+           {strided({3, 4}, 456), indices({3}, 4, 457), uniform({3, 3}, 458)},
            [](auto& x) { return index_add(x[0], -1, x[1], x[2]); }},
       };
     },
@@ -282,7 +237,6 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
   if (!(src.shape() == want))
     throw ShapeError(fmt::format("{}: src {} must be {} (input {} with axis {} replaced by index {})", op,
                                  src.shape(), want, x.shape(), ax, index.shape()));
-  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
   Tensor out = empty(x.shape(), x.dtype()), sc, ic;
   {
     NoGradGuard ng;  // the op records itself
@@ -290,15 +244,27 @@ Tensor index_add(const Tensor& x, int64_t axis, const Tensor& index, const Tenso
     sc = src.contiguous();
     ic = index.contiguous();
   }
+  // out (outer, n, inner) += src (outer, J, inner) rows into index[J].
+  // Repeated indices add up, so threads split the columns (each owns a
+  // column range of every row), never the rows.
+  const AxisView a = detail::axis_view(x.shape(), ax);
+  const int64_t J = ic.numel();
+  const int64_t* idx = ic.data<int64_t>();
   dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    add_rows<scalar_t>(out.data<scalar_t>(), ic.data<int64_t>(), sc.data<scalar_t>(),
-                       detail::axis_view(x.shape(), ax), ic.numel());
+    using T = decltype(tag);
+    T* po = out.data<T>();
+    const T* ps = sc.data<T>();
+    const int64_t grain = std::max<int64_t>(64, detail::row_grain(a.outer * J));
+    parallel_for(a.inner, grain, [&](int64_t c0, int64_t c1) {
+      for (int64_t o = 0; o < a.outer; ++o)
+        for (int64_t j = 0; j < J; ++j) {
+          T* dst = po + (o * a.n + idx[j]) * a.inner;
+          const T* s = ps + (o * J + j) * a.inner;
+          for (int64_t c = c0; c < c1; ++c) dst[c] += s[c];
+        }
+    });
   });
-  if (Node* n = record(index_add_op, out, x, index, src)) {
-    n->attrs<IndexAttrs>() = {.axis = ax};
-    n->save(IndexSaved{.index = ic});
-  }
+  record_indexed(index_add_op, out, IndexAttrs{ax}, ic, x, index, src);
   return out;
 }
 
@@ -314,8 +280,7 @@ static Tensor without_padding_row(const Node& n, const Tensor& w) {
 }
 // index_add's: the weight's rows that the ids read get g's rows added.
 static void embedding_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor ids = n.saved_tensor(&IndexSaved::index);
-  gin[0] = without_padding_row(n, index_add(zeros(n.edges[0].shape, g.dtype()), 0, ids, g));
+  gin[0] = without_padding_row(n, index_add(zeros(n.edges[0].shape, g.dtype()), 0, index_of(n), g));
 }
 static const OpDef embedding_op({
     .name = "embedding",
@@ -324,20 +289,20 @@ static const OpDef embedding_op({
     .saves = saves_of<IndexSaved>(),
     .backward = embedding_backward,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = embedding(without_padding_row(n, t[0]), n.saved_tensor(&IndexSaved::index));
+      out[0] = embedding(without_padding_row(n, t[0]), index_of(n));
     },
     .samples = [] {
       return std::vector<OpSample>{
           {"weight (6,3), ids (2,3)",
-           {uniform({6, 3}, 411), samples::indices({2, 3}, 6, 412)},
+           {uniform({6, 3}, 411), indices({2, 3}, 6, 412)},
            [](auto& x) { return embedding(x[0], x[1]); }},
           {"ids with repeats (5)",
-           {uniform({4, 2}, 413), from_vector(std::vector<int64_t>{1, 3, 1, 1, 0}, {5})},
+           {uniform({4, 2}, 413), ids({1, 3, 1, 1, 0}, {5})},
            [](auto& x) { return embedding(x[0], x[1]); }},
           // Forward reads the padding row too, so the sample's ids avoid it (the
           // zero padding gradient is tested directly in tests/test_index.cpp).
           {"padding_idx 5, non-contiguous weight",
-           {samples::strided({6, 3}, 414), samples::indices({4}, 5, 415)},
+           {strided({6, 3}, 414), indices({4}, 5, 415)},
            [](auto& x) { return embedding(x[0], x[1], 5); }},
       };
     },
@@ -348,30 +313,18 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
   check_floating(op, weight, "weight");
   check_index_dtype(op, ids);
   if (weight.dim() != 2) throw ShapeError(fmt::format("{}: weight must be (V,C), got {}", op, weight.shape()));
-  const int64_t V = weight.shape()[0], C = weight.shape()[1];
+  const int64_t V = weight.shape()[0];
   if (padding_idx < -1 || padding_idx >= V)
     throw ValueError(fmt::format("{}: padding_idx {} is outside [0, {}) (or -1 for none)", op, padding_idx, V));
   check_bounds(op, ids, V, fmt::format("weight {}", weight.shape()));
-  Shape out_shape = ids.shape();
-  out_shape.push_back(C);
-  Tensor out = empty(out_shape, weight.dtype());
-  Tensor wc = weight.contiguous(), ic = ids.contiguous();
-  dispatch_float(weight.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    select_rows<scalar_t>(wc.data<scalar_t>(), ic.data<int64_t>(), out.data<scalar_t>(), AxisView{1, V, C},
-                          ic.numel());
-  });
-  if (Node* n = record(embedding_op, out, weight, ids)) {
-    n->attrs<EmbeddingAttrs>() = {.padding_idx = padding_idx};
-    n->save(IndexSaved{.index = ic});
-  }
+  Tensor out = select_rows(op, weight, 0, ids);
+  record_indexed(embedding_op, out, EmbeddingAttrs{padding_idx}, ids, weight, ids);
   return out;
 }
 
 // ============================ gather ============================
 static void gather_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), n.attrs<IndexAttrs>().axis,
-                       n.saved_tensor(&IndexSaved::index), g);
+  gin[0] = scatter_add(zeros(n.edges[0].shape, g.dtype()), axis_of(n), index_of(n), g);
 }
 static const OpDef gather_op({
     .name = "gather",
@@ -379,19 +332,16 @@ static const OpDef gather_op({
     .signature = "gather(x, axis, index) -> out[p] = x[p with index[p] on axis]",
     .saves = saves_of<IndexSaved>(),
     .backward = gather_backward,
-    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = gather(t[0], n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index));
-    },
     .samples = [] {
       return std::vector<OpSample>{
           {"axis 1 of (3,4), index (3,2)",
-           {uniform({3, 4}, 421), samples::indices({3, 2}, 4, 422)},
+           {uniform({3, 4}, 421), indices({3, 2}, 4, 422)},
            [](auto& x) { return gather(x[0], 1, x[1]); }},
           {"axis 0 of (3,4), index (5,2) smaller on axis 1",
-           {uniform({3, 4}, 423), samples::indices({5, 2}, 3, 424)},
+           {uniform({3, 4}, 423), indices({5, 2}, 3, 424)},
            [](auto& x) { return gather(x[0], 0, x[1]); }},
           {"axis -1 of non-contiguous (2,3,4)",
-           {samples::strided({2, 3, 4}, 425), samples::indices({2, 3, 3}, 4, 426)},
+           {strided({2, 3, 4}, 425), indices({2, 3, 3}, 4, 426)},
            [](auto& x) { return gather(x[0], -1, x[1]); }},
       };
     },
@@ -401,39 +351,24 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   ProfileScope prof(op);
   const int ax = check_indexed("gather", x, axis, index);
   check_gather_shapes(op, x, ax, index, nullptr);
-  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
   Tensor out = empty(index.shape(), x.dtype());
   dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* px = x.data<scalar_t>();
-    scalar_t* po = out.data<scalar_t>();
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
     for_index(x, ax, out, index, true, [&](int64_t a, int64_t b) { po[b] = px[a]; });
   });
-  if (Node* n = record(gather_op, out, x, index)) {
-    n->attrs<IndexAttrs>() = {.axis = ax};
-    n->save(IndexSaved{.index = index});
-  }
+  record_indexed(gather_op, out, IndexAttrs{ax}, index, x, index);
   return out;
 }
 
 // ============================ scatter / scatter_add ============================
-// Checks the arguments of scatter or scatter_add (op); returns the normalised axis.
-static int check_scatter(const char* op, const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
-  const int ax = check_indexed(op, x, axis, index);
-  check_floating(op, src, "src");
-  detail::check_same_dtype(op, x, src);
-  check_gather_shapes(op, x, ax, index, &src);
-  check_bounds(op, index, x.shape()[ax], fmt::format("axis {} of input {}", ax, x.shape()));
-  return ax;
-}
-
 // Overwritten positions take no gradient from x (g with zeros scattered
-// there); src gets g gathered there.
+// there); src gets g gathered there. Tangents are derived from the backwards.
 static void scatter_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor index = n.saved_tensor(&IndexSaved::index);
-  const int ax = static_cast<int>(n.attrs<IndexAttrs>().axis);
-  if (n.needs(0)) gin[0] = scatter(g, ax, index, zeros(index.shape(), g.dtype()));
-  if (n.needs(2)) gin[2] = gather_into_src_shape(g, ax, index, n.edges[2].shape);
+  const int ax = axis_of(n);
+  if (n.needs(0)) gin[0] = scatter(g, ax, index_of(n), zeros(index_of(n).shape(), g.dtype()));
+  if (n.needs(2)) gin[2] = scatter_src_grad(g, ax, index_of(n), n.edges[2].shape);
 }
 static const OpDef scatter_op({
     .name = "scatter",
@@ -441,28 +376,22 @@ static const OpDef scatter_op({
     .signature = "scatter(x, axis, index, src) -> x with src written at index",
     .saves = saves_of<IndexSaved>(),
     .backward = scatter_backward,
-    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = scatter(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis, n.saved_tensor(&IndexSaved::index),
-                       tangent_or_zeros(n, t, 2));
-    },
     .samples = [] {
       // Indices distinct within each slice: with repeats, which src element
       // lands (and so gets the gradient) is arbitrary, as in PyTorch.
       return std::vector<OpSample>{
           {"axis 1 of (3,4), index (3,2), src (3,3)",
-           {uniform({3, 4}, 431), from_vector(std::vector<int64_t>{0, 2, 3, 1, 1, 0}, {3, 2}), uniform({3, 3}, 432)},
+           {uniform({3, 4}, 431), ids({0, 2, 3, 1, 1, 0}, {3, 2}), uniform({3, 3}, 432)},
            [](auto& x) { return scatter(x[0], 1, x[1], x[2]); }},
           {"axis 0 of non-contiguous (3,2)",
-           {samples::strided({3, 2}, 433), from_vector(std::vector<int64_t>{2, 0}, {1, 2}), uniform({2, 2}, 434)},
+           {strided({3, 2}, 433), ids({2, 0}, {1, 2}), uniform({2, 2}, 434)},
            [](auto& x) { return scatter(x[0], 0, x[1], x[2]); }},
       };
     },
 });
 static void scatter_add_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   if (n.needs(0)) gin[0] = g.clone();
-  if (n.needs(2))
-    gin[2] = gather_into_src_shape(g, static_cast<int>(n.attrs<IndexAttrs>().axis),
-                                   n.saved_tensor(&IndexSaved::index), n.edges[2].shape);
+  if (n.needs(2)) gin[2] = scatter_src_grad(g, axis_of(n), index_of(n), n.edges[2].shape);
 }
 static const OpDef scatter_add_op({
     .name = "scatter_add",
@@ -470,34 +399,41 @@ static const OpDef scatter_add_op({
     .signature = "scatter_add(x, axis, index, src) -> x with src added at index",
     .saves = saves_of<IndexSaved>(),
     .backward = scatter_add_backward,
-    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      out[0] = t[2].defined() ? scatter_add(tangent_or_zeros(n, t, 0), n.attrs<IndexAttrs>().axis,
-                                            n.saved_tensor(&IndexSaved::index), t[2])
-                              : t[0];
-    },
     .samples = [] {
       return std::vector<OpSample>{
           {"axis 1 of (3,4), repeated index (3,2)",
-           {uniform({3, 4}, 441), from_vector(std::vector<int64_t>{0, 0, 3, 1, 2, 2}, {3, 2}), uniform({3, 2}, 442)},
+           {uniform({3, 4}, 441), ids({0, 0, 3, 1, 2, 2}, {3, 2}), uniform({3, 2}, 442)},
            [](auto& x) { return scatter_add(x[0], 1, x[1], x[2]); }},
           {"axis 0 of (4,3), index (6,2), non-contiguous src",
-           {uniform({4, 3}, 443), samples::indices({6, 2}, 4, 444), samples::strided({6, 3}, 445)},
+           {uniform({4, 3}, 443), indices({6, 2}, 4, 444), strided({6, 3}, 445)},
            [](auto& x) { return scatter_add(x[0], 0, x[1], x[2]); }},
       };
     },
 });
-// scatter (Add = false) and scatter_add: the checks, the copy with src
-// written or added at index, the node.
+// scatter (Add = false) and scatter_add: out = a copy of x with src written
+// or added at index, serially, as repeated indices write the same element.
 template <bool Add>
 static Tensor scatter_forward(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
   const OpDef& op = Add ? scatter_add_op : scatter_op;
   ProfileScope prof(op.name);
-  const int ax = check_scatter(Add ? "scatter_add" : "scatter", x, axis, index, src);
-  Tensor out = scatter_impl<Add>(op.name, x, ax, index, src);
-  if (Node* n = record(op, out, x, index, src)) {
-    n->attrs<IndexAttrs>() = {.axis = ax};
-    n->save(IndexSaved{.index = index});
-  }
+  const int ax = check_indexed(Add ? "scatter_add" : "scatter", x, axis, index);
+  check_floating(op.name, src, "src");
+  detail::check_same_dtype(op.name, x, src);
+  check_gather_shapes(op.name, x, ax, index, &src);
+  Tensor out = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), op.name, [&](auto tag) {
+    using T = decltype(tag);
+    detail::map1<T, T>(out, x, [](T v) { return v; });
+    T* po = out.data<T>();
+    const T* ps = src.data<T>();
+    for_index(out, ax, src, index, false, [&](int64_t a, int64_t b) {
+      if constexpr (Add)
+        po[a] += ps[b];
+      else
+        po[a] = ps[b];
+    });
+  });
+  record_indexed(op, out, IndexAttrs{ax}, index, x, index, src);
   return out;
 }
 Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {

@@ -14,78 +14,65 @@
 #include "autograd/ops/index.h"
 #include "autograd/ops/pointwise.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/tangent.h"
 #include "autograd/ops/view.h"
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_floating;
-namespace detail {
+using detail::check_floating, samples::strided, samples::uniform;
+namespace {
 
 // Normalised, sorted, unique axes; empty input means every axis.
-std::vector<int> reduce_axes(const Tensor& x, const Axes& axes, const char* op) {
-  std::vector<int> out;
-  if (axes.empty()) {
-    for (int d = 0; d < x.dim(); ++d) out.push_back(d);
-    return out;
-  }
+Shape reduce_axes(const Tensor& x, const Axes& axes, const char* op) {
+  Shape out;
   for (int64_t a : axes) out.push_back(normalize_axis(a, x.dim(), op));
+  for (int d = 0; axes.empty() && d < x.dim(); ++d) out.push_back(d);
   std::sort(out.begin(), out.end());
   if (std::adjacent_find(out.begin(), out.end()) != out.end())
     throw ShapeError(fmt::format("{}: repeated axis in the reduction axes", op));
-  if (x.dim() == 0) out.clear();
-  return out;
+  return x.dim() == 0 ? Shape() : out;
 }
 
-Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim) {
+// in without the reduced axes, or with them as size 1 (keepdim, so that a
+// result broadcasts against x in backward).
+Shape reduced_shape(const Shape& in, const Shape& axes, bool keepdim) {
   Shape out;
   for (int d = 0; d < in.size(); ++d) {
-    bool r = std::find(axes.begin(), axes.end(), d) != axes.end();
-    if (!r)
-      out.push_back(in[d]);
-    else if (keepdim)
-      out.push_back(1);
+    const bool reduced = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (!reduced || keepdim) out.push_back(reduced ? 1 : in[d]);
   }
   return out;
 }
 
-// x viewed as a contiguous (outer, n, inner) block with n the reduced axes,
-// moved together (a copy only when they are not already adjacent).
-struct Blocked {
-  Tensor x;  // contiguous
-  AxisView v;
+// x as that contiguous (outer, n, inner) block, the reduced axes moved last (a
+// copy) when not adjacent, or not last for `rows` (inner = 1); order: the permutation.
+struct Block {
+  Tensor x;
+  detail::AxisView v;
+  Shape order;
 };
-Blocked block(const Tensor& x, const std::vector<int>& axes) {
-  Blocked b;
-  const int r = x.dim();
-  bool adjacent = axes.empty() || axes.back() - axes.front() + 1 == static_cast<int>(axes.size());
-  Tensor src = x;
-  int first = axes.empty() ? r : axes.front(), last = axes.empty() ? r - 1 : axes.back();
-  if (!adjacent) {  // move reduced axes to the end
-    Shape order;
-    for (int d = 0; d < r; ++d)
-      if (std::find(axes.begin(), axes.end(), d) == axes.end()) order.push_back(d);
-    for (int d : axes) order.push_back(d);
-    NoGradGuard ng;
-    src = permute(x, order);
-    first = r - static_cast<int>(axes.size());
-    last = r - 1;
-  }
-  {
-    NoGradGuard ng;
-    b.x = src.contiguous();
-  }
-  b.v = axis_view(b.x.shape(), first, last);
+Block block(const Tensor& x, const Shape& axes, bool rows) {
+  const int r = x.dim(), k = axes.size();
+  const bool move = k > 0 && (axes.back() - axes[0] + 1 != k || (rows && axes.back() != r - 1));
+  Block b;
+  for (int d = 0; d < r; ++d)
+    if (!move || std::find(axes.begin(), axes.end(), d) == axes.end()) b.order.push_back(d);
+  if (move)
+    for (int64_t d : axes) b.order.push_back(d);
+  NoGradGuard ng;
+  b.x = (move ? permute(x, b.order) : x).contiguous();
+  int first = move ? r - k : r;  // of the reduced axes in b.x
+  if (!move && k > 0) first = static_cast<int>(axes[0]);
+  b.v = detail::axis_view(b.x.shape(), first, first + k - 1);
   return b;
 }
 
 // out[o, i] = sum_r x[o, r, i], parallel over outer x inner.
 template <class T>
-void sum_blocked(const Blocked& b, T* out) {
+void sum_blocked(const Block& b, T* out) {
   const T* x = b.x.data<T>();
   const int64_t R = b.v.n, I = b.v.inner;
   if (I == 1) {
-    parallel_for(b.v.outer, row_grain(R), [&](int64_t o0, int64_t o1) {
+    parallel_for(b.v.outer, detail::row_grain(R), [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
         const T* row = x + o * R;
         T acc[8] = {};
@@ -100,7 +87,7 @@ void sum_blocked(const Blocked& b, T* out) {
     });
     return;
   }
-  parallel_for(b.v.outer * I, kElementwiseGrain / std::max<int64_t>(R, 1) + 1, [&](int64_t c0, int64_t c1) {
+  parallel_for(b.v.outer * I, detail::kElementwiseGrain / std::max<int64_t>(R, 1) + 1, [&](int64_t c0, int64_t c1) {
     // Chunks of output columns; each accumulates the R rows it covers.
     for (int64_t c = c0; c < c1;) {
       const int64_t o = c / I, i0 = c % I, i1 = std::min(I, i0 + (c1 - c));
@@ -115,26 +102,38 @@ void sum_blocked(const Blocked& b, T* out) {
   });
 }
 
-}  // namespace detail
+// f(o) for every row o of a rows block (inner = 1), in parallel.
+template <class F>
+void for_rows(const Block& b, F f) {
+  parallel_for(b.v.outer, detail::row_grain(b.v.n), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) f(o);
+  });
+}
+// f(row, R) for each row of b (var, logsumexp), into a float tensor of shape.
+template <class F>
+Tensor reduce_rows(std::string_view op, const Block& b, const Shape& shape, F f) {
+  Tensor out = empty(shape, b.x.dtype());
+  dispatch_float(b.x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = b.x.data<T>();
+    T* po = out.data<T>();
+    for_rows(b, [&](int64_t o) { po[o] = f(px + o * b.v.n, b.v.n); });
+  });
+  return out;
+}
 
-// ============================ sum ============================
-namespace {
 // sum, var, logsumexp: the reduced axes, normalised and sorted.
 struct ReduceAttrs {
   Shape axes;
 };
-// The shape of the result with keepdim, so it broadcasts against x in backward.
-Shape kept_shape(const Shape& in, const Shape& axes) {
-  Shape kept = in;
-  for (int64_t d : axes) kept[static_cast<int>(d)] = 1;
-  return kept;
-}
+
 }  // namespace
 
+// ============================ sum ============================
 // Puts the reduced axes back as size-1 dims, then broadcasts.
 static void sum_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Shape& in = n.edges[0].shape;
-  gin[0] = expand(reshape(g, kept_shape(in, n.attrs<ReduceAttrs>().axes)), in).contiguous();
+  gin[0] = expand(reshape(g, reduced_shape(in, n.attrs<ReduceAttrs>().axes, true)), in).contiguous();
 }
 static void sum_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = reshape(sum(t[0], n.attrs<ReduceAttrs>().axes.vec()), n.out_shape);
@@ -147,35 +146,31 @@ static const OpDef sum_op({
     .backward = sum_backward,
     .tangent = sum_tangent,
     .samples = [] {
-      using samples::uniform;
       return std::vector<OpSample>{
           {"all of (3,4)", {uniform({3, 4}, 201)}, [](auto& x) { return sum(x[0]); }},
           {"axis -1 of (2,3,4)", {uniform({2, 3, 4}, 202)}, [](auto& x) { return sum(x[0], {-1}); }},
           {"axes {0,2} keepdim of (2,3,4)",
            {uniform({2, 3, 4}, 203)},
-           [](auto& x) {
-             return sum(x[0], {0, 2}, true);
-           }},
-          {"axis 0 of non-contiguous (4,3)", {samples::strided({4, 3}, 204)}, [](auto& x) { return sum(x[0], {0}); }},
+           [](auto& x) { return sum(x[0], {0, 2}, true); }},
+          {"axis 0 of non-contiguous (4,3)", {strided({4, 3}, 204)}, [](auto& x) { return sum(x[0], {0}); }},
       };
     },
 });
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdim) {
   ProfileScope prof(sum_op.name);
   detail::check_defined(sum_op.name, x, "tensor");
-  std::vector<int> ax = detail::reduce_axes(x, axes, "sum");
-  Tensor out = empty(detail::reduced_shape(x.shape(), ax, keepdim), x.dtype());
-  detail::Blocked b = detail::block(x, ax);
-  TG_DISPATCH_ARITH(x.dtype(), sum_op.name, [&] { detail::sum_blocked<scalar_t>(b, out.data<scalar_t>()); });
-  if (Node* n = record(sum_op, out, x)) n->attrs<ReduceAttrs>().axes.assign(ax.begin(), ax.end());
+  const Shape ax = reduce_axes(x, axes, "sum");
+  Tensor out = empty(reduced_shape(x.shape(), ax, keepdim), x.dtype());
+  const Block b = block(x, ax, false);
+  TG_DISPATCH_ARITH(x.dtype(), sum_op.name, [&] { sum_blocked<scalar_t>(b, out.data<scalar_t>()); });
+  if (Node* n = record(sum_op, out, x)) n->attrs<ReduceAttrs>().axes = ax;
   return out;
 }
 
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
-  detail::check_floating("mean", x, "tensor");
-  std::vector<int> ax = detail::reduce_axes(x, axes, "mean");
+  check_floating("mean", x, "tensor");
   int64_t count = 1;
-  for (int a : ax) count *= x.shape()[a];
+  for (int64_t a : reduce_axes(x, axes, "mean")) count *= x.shape()[static_cast<int>(a)];
   return mul(sum(x, axes, keepdim), 1.0 / static_cast<double>(std::max<int64_t>(count, 1)));
 }
 
@@ -186,62 +181,20 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (n > r) throw ShapeError(fmt::format("sum_to: cannot reduce {} to the larger rank {}", x.shape(), shape));
   Axes axes;
   for (int d = 0; d < r; ++d) {
-    int sd = d - (r - n);
-    if (sd < 0) {
+    const int sd = d - (r - n);
+    if (sd < 0 || (shape[sd] == 1 && x.shape()[d] != 1))
       axes.push_back(d);
-    } else if (shape[sd] == 1 && x.shape()[d] != 1) {
-      axes.push_back(d);
-    } else if (shape[sd] != x.shape()[d]) {
+    else if (shape[sd] != x.shape()[d])
       throw ShapeError(fmt::format("sum_to: cannot reduce {} to {}", x.shape(), shape));
-    }
   }
   if (axes.empty()) return reshape(x, shape);
   return reshape(sum(x, axes, true), shape);
 }
 
-// ============================ row reductions: var, logsumexp, max/min ============================
-// These run on rows: the reduced axes are moved last (a copy only when they
-// are not already last and contiguous), so the kernel walks each contiguous
-// row of R elements once or twice, in parallel over rows. Reductions over
-// the last axis (softmax- and layer_norm-like) take no copy at all.
-namespace {
-
-// x permuted to (rows, R): the kept axes, then the reduced ones (R elements
-// per row), as the (outer, n, inner = 1) view of the permuted shape.
-struct Rows {
-  Tensor x;          // contiguous, of perm_shape
-  Shape perm_shape;  // x's shape with the reduced axes moved last
-  Shape order;       // the permutation that produced it
-  detail::AxisView v;
-  int64_t rows() const { return v.outer; }
-  int64_t R() const { return v.n; }
-};
-Rows to_rows(const Tensor& x, const std::vector<int>& axes) {
-  Rows r;
-  for (int d = 0; d < x.dim(); ++d)
-    if (std::find(axes.begin(), axes.end(), d) == axes.end()) r.order.push_back(d);
-  for (int d : axes) r.order.push_back(d);
-  for (int d : r.order) r.perm_shape.push_back(x.shape()[d]);
-  NoGradGuard ng;
-  r.x = permute(x, r.order).contiguous();
-  r.v = detail::axis_view(r.perm_shape, r.perm_shape.size() - static_cast<int>(axes.size()), r.perm_shape.size() - 1);
-  return r;
-}
-
-template <class F>
-void for_rows(const Rows& r, F f) {
-  parallel_for(r.rows(), detail::row_grain(r.R()), [&](int64_t a, int64_t b) {
-    for (int64_t o = a; o < b; ++o) f(o);
-  });
-}
-
-}  // namespace
-
 // ============================ var / std ============================
-// var = sum((x - mean)^2) / (N - correction), two passes for accuracy.
-// grad x = g * 2 (x - mean) / (N - correction), with the mean recomputed
-// from x by mean(): it depends on x too, and the second derivative goes
-// through it.
+// var = sum((x - mean)^2) / (N - correction), two passes for accuracy; grad
+// x = g * 2 (x - mean) / (N - correction), the mean recomputed by mean() so
+// that the second derivative goes through it.
 namespace {
 struct VarAttrs {
   Shape axes;    // reduced, normalised and sorted
@@ -258,32 +211,20 @@ static void var_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   const Tensor mu = mean(x, attrs.axes.vec(), true);
   gin[0] = mul(mul(reshape(g, mu.shape()), 2.0 / attrs.denom), sub(x, mu));
 }
-// d var = 2 / (N - correction) * sum((x - mean) t): the mean's own tangent
-// multiplies sum(x - mean) = 0.
-static void var_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const VarAttrs& attrs = n.attrs<VarAttrs>();
-  const Tensor x = n.saved_tensor(&VarSaved::x);
-  const Tensor centred = sub(x, mean(x, attrs.axes.vec(), true));
-  out[0] = reshape(mul(sum(mul(centred, t[0]), attrs.axes.vec()), 2.0 / attrs.denom), n.out_shape);
-}
 static const OpDef var_op({
     .name = "var",
     .arity = 1,
     .signature = "var(x, axes, correction, keepdim)",
     .saves = saves_of<VarSaved>(),
     .backward = var_backward,
-    .tangent = var_tangent,
     .samples = [] {
-      using samples::uniform;
       return std::vector<OpSample>{
           {"all of (3,4)", {uniform({3, 4}, 211)}, [](auto& x) { return var(x[0]); }},
           {"axis -1 of (2,3,4)", {uniform({2, 3, 4}, 212)}, [](auto& x) { return var(x[0], {-1}); }},
           {"axes {0,2} keepdim, correction 0",
            {uniform({2, 3, 4}, 213)},
-           [](auto& x) {
-             return var(x[0], {0, 2}, 0, true);
-           }},
-          {"axis 0 of non-contiguous (4,3)", {samples::strided({4, 3}, 214)}, [](auto& x) { return var(x[0], {0}); }},
+           [](auto& x) { return var(x[0], {0, 2}, 0, true); }},
+          {"axis 0 of non-contiguous (4,3)", {strided({4, 3}, 214)}, [](auto& x) { return var(x[0], {0}); }},
           {"std over axis 1 of (3,5)", {uniform({3, 5}, 215)}, [](auto& x) { return tg::std(x[0], {1}); }},
       };
     },
@@ -293,27 +234,18 @@ Tensor var(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) 
   ProfileScope prof(op);
   check_floating(op, x, "tensor");
   if (correction < 0) throw ValueError(fmt::format("{}: correction must be >= 0, got {}", op, correction));
-  std::vector<int> ax = detail::reduce_axes(x, axes, "var");
-  Rows r = to_rows(x, ax);
-  Shape ax_shape(std::vector<int64_t>(ax.begin(), ax.end()));
-  const double denom = static_cast<double>(r.R() - correction);
-  Tensor out = empty(detail::reduced_shape(x.shape(), ax, keepdim), x.dtype());
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* px = r.x.data<scalar_t>();
-    scalar_t* po = out.data<scalar_t>();
-    for_rows(r, [&](int64_t o) {
-      const scalar_t* row = px + o * r.R();
-      scalar_t s = 0;
-      for (int64_t k = 0; k < r.R(); ++k) s += row[k];
-      const scalar_t m = s / static_cast<scalar_t>(r.R());
-      scalar_t ss = 0;
-      for (int64_t k = 0; k < r.R(); ++k) ss += (row[k] - m) * (row[k] - m);
-      po[o] = ss / static_cast<scalar_t>(denom);
-    });
+  const Shape ax = reduce_axes(x, axes, "var");
+  const Block b = block(x, ax, true);
+  const double denom = static_cast<double>(b.v.n - correction);
+  Tensor out = reduce_rows(op, b, reduced_shape(x.shape(), ax, keepdim), [&]<class T>(const T* row, int64_t R) {
+    T s = 0, ss = 0;
+    for (int64_t k = 0; k < R; ++k) s += row[k];
+    const T m = s / static_cast<T>(R);
+    for (int64_t k = 0; k < R; ++k) ss += (row[k] - m) * (row[k] - m);
+    return ss / static_cast<T>(denom);
   });
   if (Node* n = record(var_op, out, x)) {
-    n->attrs<VarAttrs>() = {.axes = ax_shape, .denom = denom};
+    n->attrs<VarAttrs>() = {.axes = ax, .denom = denom};
     n->save(VarSaved{.x = x});
   }
   return out;
@@ -338,16 +270,10 @@ struct LogsumexpSaved {
 }  // namespace
 static void logsumexp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor x = n.saved_tensor(&LogsumexpSaved::x);
-  const Shape kept = kept_shape(n.edges[0].shape, n.attrs<ReduceAttrs>().axes);
+  const Shape kept = reduced_shape(n.edges[0].shape, n.attrs<ReduceAttrs>().axes, true);
   const Tensor lse = reshape(n.saved_tensor(&LogsumexpSaved::output), kept), gk = reshape(g, kept);
   gin[0] = detail::pointwise(
       n.op->name, [](auto xv, auto l, auto gv) { return gv * detail::math::exp(xv - l); }, x, lse, gk);
-}
-// The softmax-weighted sum of the tangent over the axes.
-static void logsumexp_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Shape& axes = n.attrs<ReduceAttrs>().axes;
-  const Tensor lse = reshape(n.saved_tensor(&LogsumexpSaved::output), kept_shape(n.edges[0].shape, axes));
-  out[0] = reshape(sum(mul(exp(sub(n.saved_tensor(&LogsumexpSaved::x), lse)), t[0]), axes.vec()), n.out_shape);
 }
 static const OpDef logsumexp_op({
     .name = "logsumexp",
@@ -355,18 +281,14 @@ static const OpDef logsumexp_op({
     .signature = "logsumexp(x, axes, keepdim)",
     .saves = saves_of<LogsumexpSaved>(),
     .backward = logsumexp_backward,
-    .tangent = logsumexp_tangent,
     .samples = [] {
-      using samples::uniform;
       return std::vector<OpSample>{
           {"axis -1 of (3,4)", {uniform({3, 4}, 221, -3, 3)}, [](auto& x) { return logsumexp(x[0], {-1}); }},
           {"axes {0,2} keepdim of (2,3,4)",
            {uniform({2, 3, 4}, 222, -3, 3)},
-           [](auto& x) {
-             return logsumexp(x[0], {0, 2}, true);
-           }},
+           [](auto& x) { return logsumexp(x[0], {0, 2}, true); }},
           {"all of non-contiguous (3,2)",
-           {samples::strided({3, 2}, 223, -3, 3)},
+           {strided({3, 2}, 223, -3, 3)},
            [](auto& x) { return logsumexp(x[0], {}); }},
       };
     },
@@ -375,86 +297,34 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
   const std::string_view op = logsumexp_op.name;
   ProfileScope prof(op);
   check_floating(op, x, "tensor");
-  std::vector<int> ax = detail::reduce_axes(x, axes, "logsumexp");
-  Rows r = to_rows(x, ax);
-  Shape ax_shape(std::vector<int64_t>(ax.begin(), ax.end()));
-  Tensor lse = empty(kept_shape(x.shape(), ax_shape), x.dtype());
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* px = r.x.data<scalar_t>();
-    scalar_t* pl = lse.data<scalar_t>();
-    for_rows(r, [&](int64_t o) {
-      const scalar_t* row = px + o * r.R();
-      scalar_t m = -std::numeric_limits<scalar_t>::infinity();
-      for (int64_t k = 0; k < r.R(); ++k) m = row[k] > m ? row[k] : m;
-      if (!std::isfinite(m)) m = 0;  // all -inf: exp(x - 0) sums to 0, log gives -inf
-      scalar_t s = 0;
-      for (int64_t k = 0; k < r.R(); ++k) s += std::exp(row[k] - m);
-      pl[o] = m + std::log(s);
-    });
+  const Shape ax = reduce_axes(x, axes, "logsumexp");
+  const Block b = block(x, ax, true);
+  Tensor out = reduce_rows(op, b, reduced_shape(x.shape(), ax, keepdim), []<class T>(const T* row, int64_t R) {
+    T m = -std::numeric_limits<T>::infinity(), s = 0;
+    for (int64_t k = 0; k < R; ++k) m = row[k] > m ? row[k] : m;
+    if (!std::isfinite(m)) m = 0;  // all -inf: exp(x - 0) sums to 0, log gives -inf
+    for (int64_t k = 0; k < R; ++k) s += std::exp(row[k] - m);
+    return m + std::log(s);
   });
-  Tensor out = keepdim ? lse : reshape(lse, detail::reduced_shape(x.shape(), ax, false));
   if (Node* n = record(logsumexp_op, out, x)) {
-    n->attrs<ReduceAttrs>() = {.axes = ax_shape};
+    n->attrs<ReduceAttrs>() = {.axes = ax};
     n->save(LogsumexpSaved{.x = x, .output = out});
   }
   return out;
 }
 
 // ============================ max / min / argmax / argmin ============================
-// One pass per row finds the first extreme element (NaN counts as extreme, as
-// in PyTorch); the values take the gradient through that index.
+// Gradient of max/min: g at the chosen element of each row, zero elsewhere: a
+// scatter of g into zeros (rows, R), differentiable again, permuted back.
 namespace {
-
-struct Extreme {
-  Tensor values, indices;  // both reduced_shape(keepdim); indices int64 within the reduced block
-  Rows rows;
-};
-template <bool Max>
-Extreme extreme(const Tensor& x, const std::vector<int>& ax, bool keepdim, std::string_view op) {
-  detail::check_defined(op, x, "tensor");
-  Extreme e;
-  e.rows = to_rows(x, ax);
-  const Rows& r = e.rows;
-  if (r.R() == 0 && r.rows() > 0) throw ValueError(fmt::format("{}: cannot reduce an empty axis of {}", op, x.shape()));
-  Shape out_shape = detail::reduced_shape(x.shape(), ax, keepdim);
-  e.values = empty(out_shape, x.dtype());
-  e.indices = empty(out_shape, DType::i64);
-  int64_t* pi = e.indices.data<int64_t>();
-  TG_DISPATCH_ALL(x.dtype(), op, [&] {
-    const scalar_t* px = r.x.data<scalar_t>();
-    scalar_t* pv = e.values.data<scalar_t>();
-    for_rows(r, [&](int64_t o) {
-      const scalar_t* row = px + o * r.R();
-      scalar_t best = row[0];
-      int64_t at = 0;
-      for (int64_t k = 1; k < r.R(); ++k) {
-        const scalar_t v = row[k];
-        if (best != best) break;  // NaN: already the answer
-        if ((Max ? v > best : v < best) || v != v) {
-          best = v;
-          at = k;
-        }
-      }
-      pv[o] = best;
-      pi[o] = at;
-    });
-  });
-  return e;
-}
-
-// Gradient of max/min: g at the chosen element of each row, zero elsewhere,
-// built in the rows layout (rows, R) as a scatter of g into zeros (whose
-// backward, a gather at the saved indices, is differentiable again) and
-// permuted back to x's.
 struct ExtremeAttrs {
-  Shape order;  // the permutation of x that moved the reduced axes last (Rows::order)
+  Shape order;  // Block::order: x's axes, the reduced ones last
 };
 struct ExtremeSaved {
   Tensor indices;  // int64 positions within each row, reduced_shape(keepdim)
   static constexpr std::tuple fields{saved_field("indices", &ExtremeSaved::indices)};
 };
-static void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
   const Shape& in = n.edges[0].shape;
   const Shape& order = n.attrs<ExtremeAttrs>().order;
@@ -465,75 +335,77 @@ static void extreme_backward(const Node& n, const Tensor& g, std::span<Tensor> g
   gin[0] = detail::unpermute(reshape(gr, permuted), order);
 }
 
-// The tangent at the chosen element of each row: the same rows layout, gathered.
-void extreme_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor idx = n.saved_tensor(&ExtremeSaved::indices);
-  const int64_t rows = idx.numel(), R = rows ? n.edges[0].shape.numel() / rows : 0;
-  const Tensor tr = reshape(permute(t[0], n.attrs<ExtremeAttrs>().order), {rows, R});
-  out[0] = reshape(gather(tr, 1, reshape(idx, {rows, 1})), n.out_shape);
-}
-
 std::vector<OpSample> extreme_samples(Tensor (*axis_fn)(const Tensor&, int64_t, bool),
                                       Tensor (*all_fn)(const Tensor&)) {
-  using samples::uniform;  // continuous random values: no ties
-  return {
+  return {  // continuous random values: no ties
       {"axis 1 of (3,4)", {uniform({3, 4}, 231)}, [axis_fn](auto& x) { return axis_fn(x[0], 1, false); }},
       {"axis 0 keepdim of (2,3,4)", {uniform({2, 3, 4}, 232)}, [axis_fn](auto& x) { return axis_fn(x[0], 0, true); }},
       {"axis -1 of non-contiguous (2,3)",
-       {samples::strided({2, 3}, 233)},
+       {strided({2, 3}, 233)},
        [axis_fn](auto& x) { return axis_fn(x[0], -1, false); }},
       {"all of (3,4)", {uniform({3, 4}, 234)}, [all_fn](auto& x) { return all_fn(x[0]); }},
   };
 }
-
 }  // namespace
 
 static const OpDef max_op({.name = "max", .arity = 1, .signature = "max(x, axis, keepdim) / max(x)",
                            .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward,
-                           .tangent = extreme_tangent,
                            .samples = [] { return extreme_samples(max, max); }});
 static const OpDef min_op({.name = "min", .arity = 1, .signature = "min(x, axis, keepdim) / min(x)",
                            .saves = saves_of<ExtremeSaved>(), .backward = extreme_backward,
-                           .tangent = extreme_tangent,
                            .samples = [] { return extreme_samples(min, min); }});
 
+// max/min (the values) or, with `arg`, argmax/argmin (int64 indices) over
+// *axis, or all axes when axis is null: the first extreme element of each
+// row, NaN counting as extreme (as PyTorch).
 template <bool Max>
-static Tensor extreme_op(const Tensor& x, const std::vector<int>& ax, bool keepdim) {
-  const OpDef& op = Max ? max_op : min_op;
-  ProfileScope prof(op.name);
-  Extreme e = extreme<Max>(x, ax, keepdim, op.name);
-  if (Node* n = record(op, e.values, x)) {
-    n->attrs<ExtremeAttrs>() = {.order = e.rows.order};
-    n->save(ExtremeSaved{.indices = e.indices});
+static Tensor extreme(const Tensor& x, const int64_t* axis, bool keepdim, bool arg) {
+  const char* op = arg ? (Max ? "argmax" : "argmin") : (Max ? "max" : "min");
+  ProfileScope prof(op);
+  detail::check_defined(op, x, "tensor");
+  if (!axis && x.numel() == 0)
+    throw ValueError(fmt::format("{}: cannot reduce an empty tensor {}", op, x.shape()));
+  Shape ax;  // every axis, or *axis (none for a 0-d x)
+  if (!axis)
+    ax = reduce_axes(x, {}, op);
+  else if (x.dim() > 0)
+    ax.push_back(normalize_axis(*axis, x.dim(), op));
+  const Block b = block(x, ax, true);
+  const int64_t R = b.v.n;
+  if (R == 0 && b.v.outer > 0) throw ValueError(fmt::format("{}: cannot reduce an empty axis of {}", op, x.shape()));
+  const Shape out_shape = reduced_shape(x.shape(), ax, keepdim);
+  Tensor values = empty(out_shape, x.dtype()), indices = empty(out_shape, DType::i64);
+  int64_t* pi = indices.data<int64_t>();
+  TG_DISPATCH_ALL(x.dtype(), op, [&] {
+    const scalar_t* px = b.x.data<scalar_t>();
+    scalar_t* pv = values.data<scalar_t>();
+    for_rows(b, [&](int64_t o) {
+      const scalar_t* row = px + o * R;
+      scalar_t best = row[0];
+      int64_t at = 0;
+      for (int64_t k = 1; k < R && best == best; ++k) {  // NaN: already the answer
+        if ((Max ? row[k] > best : row[k] < best) || row[k] != row[k]) {
+          best = row[k];
+          at = k;
+        }
+      }
+      pv[o] = best;
+      pi[o] = at;
+    });
+  });
+  if (arg) return indices;
+  if (Node* n = record(Max ? max_op : min_op, values, x)) {
+    n->attrs<ExtremeAttrs>() = {.order = b.order};
+    n->save(ExtremeSaved{.indices = indices});
   }
-  return e.values;
-}
-static std::vector<int> one_axis(const Tensor& x, int64_t axis, const char* op) {
-  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
-  if (x.dim() == 0) return {};
-  return {normalize_axis(axis, x.dim(), op)};
-}
-static std::vector<int> all_axes(const Tensor& x, const char* op) {
-  if (!x.defined()) throw ValueError(fmt::format("{}: tensor is undefined", op));
-  if (x.numel() == 0) throw ValueError(fmt::format("{}: cannot reduce an empty tensor {}", op, x.shape()));
-  return detail::reduce_axes(x, {}, op);
+  return values;
 }
 
-Tensor max(const Tensor& x, int64_t axis, bool keepdim) {
-  return extreme_op<true>(x, one_axis(x, axis, "max"), keepdim);
-}
-Tensor min(const Tensor& x, int64_t axis, bool keepdim) {
-  return extreme_op<false>(x, one_axis(x, axis, "min"), keepdim);
-}
-Tensor max(const Tensor& x) { return extreme_op<true>(x, all_axes(x, "max"), false); }
-Tensor min(const Tensor& x) { return extreme_op<false>(x, all_axes(x, "min"), false); }
-Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
-  ProfileScope prof("argmax");
-  return extreme<true>(x, one_axis(x, axis, "argmax"), keepdim, "argmax").indices;
-}
-Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
-  ProfileScope prof("argmin");
-  return extreme<false>(x, one_axis(x, axis, "argmin"), keepdim, "argmin").indices;
-}
+Tensor max(const Tensor& x, int64_t axis, bool keepdim) { return extreme<true>(x, &axis, keepdim, false); }
+Tensor min(const Tensor& x, int64_t axis, bool keepdim) { return extreme<false>(x, &axis, keepdim, false); }
+Tensor max(const Tensor& x) { return extreme<true>(x, nullptr, false, false); }
+Tensor min(const Tensor& x) { return extreme<false>(x, nullptr, false, false); }
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) { return extreme<true>(x, &axis, keepdim, true); }
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) { return extreme<false>(x, &axis, keepdim, true); }
 
 }  // namespace tg
