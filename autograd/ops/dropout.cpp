@@ -60,7 +60,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const uint64_t first = g.reserve(static_cast<uint64_t>(x.numel()));
   // Dropped iff the 53-bit uniform draw u satisfies u < p * 2^53.
   const uint64_t threshold = static_cast<uint64_t>(p * 0x1.0p53);
-  Tensor mask = empty(x.shape(), x.dtype());
+  Tensor mask = empty(x.shape(), x.dtype()), out = empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T keep = static_cast<T>(1.0 / (1.0 - p));
@@ -68,11 +68,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     parallel_for(x.numel(), detail::kElementwiseGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) m[i] = (g.bits(first + i) >> 11) < threshold ? T(0) : keep;
     });
-  });
-  Tensor out = empty(x.shape(), x.dtype());
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    detail::map2<scalar_t, scalar_t, scalar_t>(out, x, mask, [](scalar_t a, scalar_t m) { return a * m; });
+    detail::map2<T, T, T>(out, x, mask, [](T a, T k) { return a * k; });
   });
   if (Node* n = record(dropout_op, out, x)) n->save(DropoutSaved{.mask = mask});
   return out;

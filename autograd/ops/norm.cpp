@@ -160,11 +160,10 @@ static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor
   const Tensor& gm = n.side_grad(&LayerNormSaved::mean);
   const Tensor& gr = n.side_grad(&LayerNormSaved::rstd);
   const Tensor gmc = gm.defined() ? dense(gm) : Tensor(), grc = gr.defined() ? dense(gr) : Tensor();
-  const bool need_dx = n.needs(0), need_dw = n.needs(1), need_db = n.needs(2);
+  const bool need_dx = n.needs(0), need_dwb = n.needs(1) || n.needs(2);
   const int64_t blocks = (R + kLayerNormBlock - 1) / kLayerNormBlock;
   Tensor gx = need_dx ? empty(x.shape(), x.dtype()) : Tensor();
-  Tensor pw = need_dw ? zeros({blocks, C}, x.dtype()) : Tensor();
-  Tensor pb = need_db ? zeros({blocks, C}, x.dtype()) : Tensor();
+  Tensor pw = need_dwb ? zeros({2, blocks, C}, x.dtype()) : Tensor();  // per block: dw, db
   dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
     using T = decltype(tag);
     const T *xp = x.data<T>(), *gp = gc.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>();
@@ -175,23 +174,16 @@ static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor
     parallel_for(blocks, std::max<int64_t>(1, row_grain(C) / kLayerNormBlock), [&](int64_t b0, int64_t b1) {
       std::vector<T> dn(C);
       for (int64_t b = b0; b < b1; ++b) {
-        T* dw = need_dw ? pw.data<T>() + b * C : nullptr;
-        T* db = need_db ? pb.data<T>() + b * C : nullptr;
+        T *dw = need_dwb ? pw.data<T>() + b * C : nullptr, *db = need_dwb ? dw + blocks * C : nullptr;
         for (int64_t r = b * kLayerNormBlock; r < std::min(R, (b + 1) * kLayerNormBlock); ++r) {
           const T *xr = xp + r * C, *gr = gp + r * C;
           const T mu = mp[r], rs = rp[r];
-          if (dw && db) {
+          if (dw) {
 #pragma omp simd
             for (int64_t c = 0; c < C; ++c) {
               dw[c] += gr[c] * (xr[c] - mu) * rs;
               db[c] += gr[c];
             }
-          } else if (dw) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) dw[c] += gr[c] * (xr[c] - mu) * rs;
-          } else if (db) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) db[c] += gr[c];
           }
           if (!need_dx) continue;
           const T* d = gr;  // dn = g * w, or g itself without a weight
@@ -221,8 +213,8 @@ static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor
     });
   });
   if (need_dx) gin[0] = gx;
-  if (need_dw) gin[1] = sum(pw, {0});
-  if (need_db) gin[2] = sum(pb, {0});
+  if (n.needs(1)) gin[1] = sum(select(pw, 0, 0), {0});
+  if (n.needs(2)) gin[2] = sum(select(pw, 0, 1), {0});
 }
 
 // The same forward on the saved input: the output bit for bit.
@@ -301,22 +293,22 @@ static const OpDef layer_norm_op({
     .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
-      auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };
+      auto ln = [](const std::vector<Tensor>& x) {
+        return layer_norm(x[0], x.size() > 1 ? x[1] : Tensor(), x.size() > 2 ? x[2] : Tensor());
+      };
       return std::vector<OpSample>{
           {"(3,5) affine", {uniform({3, 5}, 321, -2, 2), uniform({5}, 322, 0.5, 1.5), uniform({5}, 323)}, ln},
           {"(2,3,4) affine", {uniform({2, 3, 4}, 324, -2, 2), uniform({4}, 325, 0.5, 1.5), uniform({4}, 326)}, ln},
-          {"(4,6) no affine", {uniform({4, 6}, 327, -2, 2)},
-           [](const std::vector<Tensor>& x) { return layer_norm(x[0], Tensor(), Tensor()); }},
-          {"(3,4) weight only", {uniform({3, 4}, 328, -2, 2), uniform({4}, 329, 0.5, 1.5)},
-           [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], Tensor()); }},
+          {"(4,6) no affine", {uniform({4, 6}, 327, -2, 2)}, ln},
+          {"(3,4) weight only", {uniform({3, 4}, 328, -2, 2), uniform({4}, 329, 0.5, 1.5)}, ln},
           {"non-contiguous (3,4) affine", {samples::strided({3, 4}, 330, -2, 2), uniform({4}, 331), uniform({4}, 332)},
            ln},
           {"(70,3) affine, more rows than a block",
            {uniform({70, 3}, 333, -2, 2), uniform({3}, 334, 0.5, 1.5), uniform({3}, 335)}, ln},
           {"(3,5) affine, squared: mul saves the output by reference",
            {uniform({3, 5}, 336, -2, 2), uniform({5}, 337, 0.5, 1.5), uniform({5}, 338)},
-           [](const std::vector<Tensor>& x) {
-             Tensor y = layer_norm(x[0], x[1], x[2]);
+           [ln](const std::vector<Tensor>& x) {
+             Tensor y = ln(x);
              return mul(y, y);
            }},
       };
@@ -350,9 +342,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor mean = empty({R}, x.dtype()), rstd = empty({R}, x.dtype());
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    const T* xp = xc.data<T>();
-    const T* wp = wc.defined() ? wc.data<T>() : nullptr;
-    const T* bp = bc.defined() ? bc.data<T>() : nullptr;
+    // Without a weight or bias, ones or zeros in its place: one fused loop.
+    std::vector<T> ones(wc.defined() ? 0 : C, T(1)), zeros_(bc.defined() ? 0 : C, T(0));
+    const T *xp = xc.data<T>(), *wp = wc.defined() ? wc.data<T>() : ones.data();
+    const T* bp = bc.defined() ? bc.data<T>() : zeros_.data();
     T *yp = out.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>();
     parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
@@ -365,19 +358,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         const T rs = T(1) / std::sqrt(ss / static_cast<T>(C) + static_cast<T>(eps));
         mp[r] = mu;
         rp[r] = rs;
-        if (wp && bp) {
 #pragma omp simd
-          for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * wp[c] + bp[c];
-        } else {  // separate passes: a select on a null pointer would not vectorise
-#pragma omp simd
-          for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs;
-          if (wp)
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) yr[c] *= wp[c];
-          if (bp)
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) yr[c] += bp[c];
-        }
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * wp[c] + bp[c];
       }
     });
   });
