@@ -1,14 +1,8 @@
-// Matrix products. Every product is a (batched) GEMM through tg::gemm: each
-// operand is described as a batch of (rows, cols) matrices with element
-// strides, and GEMM takes a matrix either as-is (inner stride 1) or
-// transposed (row stride 1) with the matching leading dimension, so
-// transposed views are never copied. Only layouts GEMM cannot read (both
-// strides > 1, or a broadcast stride 0 inside a matrix) are made contiguous.
-//
-// Batches become ONE GEMM where the strides allow: x (B,T,C) @ W (C,N) folds
-// B into the rows (one (B*T,C) @ (C,N) product), and a gradient summed over a
-// broadcast batch folds B into the inner dimension (x^T (C,B*T) @ g (B*T,N)).
-// Otherwise GEMMs run in a loop over the batch.
+// Matrix products, each a (batched) GEMM on operands seen as batches of strided
+// (rows, cols) matrices: GEMM reads a matrix as-is or transposed, so only
+// layouts with no unit stride are copied. A batch folds into ONE GEMM where the
+// strides allow (x (B,T,C) @ W (C,N) as (B*T,C) @ (C,N); a gradient summed over
+// a broadcast batch as x^T (C,B*T) @ g (B*T,N)), else GEMMs loop over it.
 #include "autograd/ops/matmul.h"
 
 #include <algorithm>
@@ -127,11 +121,9 @@ void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const T* 
     gemm(ga.trans, gb.trans, C.rows, C.cols, A.cols, T(1), pa, ga.ld, pb, gb.ld, beta, pc, gc.ld);
 }
 
-// An uninitialised gradient for operand x of a product whose inner dim has
-// `inner` entries, laid out like x: column-major matrices where x is a
-// transposed view (the weight gradient of a recorded linear backward reads
-// g^T), so that the transpose's backward hands on a dense tensor and it is
-// accumulated at memory speed, not read across rows. Row-major otherwise.
+// An uninitialised gradient for operand x of a product with `inner` entries
+// in its inner dim, column-major where x is a transposed view (linear's
+// weight^T): the transpose's gradient is then dense, not read across rows.
 Tensor gradient_like(const Tensor& x, int64_t inner) {
   const int r = x.dim();
   const bool column_major = r >= 2 && inner > 0 && x.shape()[r - 2] > 1 && x.shape()[r - 1] > 1 &&
@@ -174,9 +166,11 @@ void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const 
   const T beta = c_reduced || accumulate ? T(1) : T(0);
   for (int64_t k = 0; k < count; ++k) {
     int64_t oa = 0, ob = 0, oc = 0;
-    for (int64_t d = batch.size() - 1, rest = k; d >= 0; rest /= batch[d--]) {  // k's batch index, last dim fastest
+    for (int64_t d = batch.size() - 1, rest = k; d >= 0; rest /= batch[d--]) {  // product k's batch index
       const int64_t i = rest % batch[d];
-      oa += i * A.bstride[d], ob += i * B.bstride[d], oc += i * C.bstride[d];
+      oa += i * A.bstride[d];
+      ob += i * B.bstride[d];
+      oc += i * C.bstride[d];
     }
     gemm_one<T>(A, B, C, pa + oa, pb + ob, pc + oc, beta);
   }
@@ -190,8 +184,6 @@ struct Operand {
 };
 void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool transpose_a, bool transpose_b,
                  bool accumulate) {
-  // An operand GEMM can read: t itself, or a contiguous copy when its matrix
-  // layout has no unit stride (a strided slice, an expanded matrix dim).
   auto readable = [&](const Operand& o) {
     GemmArg unused;
     if (gemm_layout(describe_mat(o.t, batch, o.has_rows, o.has_cols), unused)) return o.t;
@@ -199,7 +191,8 @@ void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool tra
     return o.t.contiguous();
   };
   const Tensor ta = readable(a), tb = readable(b);
-  MatBatch A = describe_mat(ta, batch, a.has_rows, a.has_cols), B = describe_mat(tb, batch, b.has_rows, b.has_cols);
+  MatBatch A = describe_mat(ta, batch, a.has_rows, a.has_cols);
+  MatBatch B = describe_mat(tb, batch, b.has_rows, b.has_cols);
   MatBatch C = describe_mat(out.t, batch, out.has_rows, out.has_cols);
   if (transpose_a) A = transposed(A);
   if (transpose_b) B = transposed(B);
@@ -210,7 +203,7 @@ void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool tra
   });
 }
 
-// matmul, linear: a and b (x and weight) both floating, of one dtype.
+// matmul, linear: a and b (x and weight) floating, of one dtype.
 void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
   detail::check_same_dtype(op, a, b);
   detail::check_floating(op, a, "input");
@@ -294,11 +287,9 @@ void product_backward(const Node& n, const Tensor& a, const Tensor& b, const Ten
 using detail::tangent_add;
 
 // ============================ matmul ============================
-// Recorded (create_graph): the same products as matmul ops, so the gradients
-// are differentiable again. A 1-D a (K) acts as (1,K) and a 1-D b (K) as
-// (K,1); g gets the dims they dropped back, and each product is summed back
-// to its input's shape with sum_to (the broadcast batch dims, and the batch
-// of a 1-D operand).
+// Recorded (create_graph): the same products as matmul ops. A 1-D a (K) acts
+// as (1,K) and a 1-D b (K) as (K,1), g gets the dims they dropped back, and
+// sum_to reduces each product to its input's shape (the broadcast batch dims).
 static void matmul_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
   const Tensor a2 = a.dim() == 1 ? unsqueeze(a, 0) : a, b2 = b.dim() == 1 ? unsqueeze(b, 1) : b;
@@ -334,22 +325,18 @@ static const OpDef matmul_op({
     .recorded_tangent = matmul_tangent_recorded,
     .samples = [] {
       using samples::uniform;
-      auto fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
-      return std::vector<OpSample>{
-          {"2-D (3,4)@(4,5)", {uniform({3, 4}, 301), uniform({4, 5}, 302)}, fn},
-          {"batched (2,3,4)@(2,4,5)", {uniform({2, 3, 4}, 303), uniform({2, 4, 5}, 304)}, fn},
-          {"broadcast batch (2,1,3,4)@(3,4,2)", {uniform({2, 1, 3, 4}, 305), uniform({3, 4, 2}, 306)}, fn},
-          {"batched @ 2-D (2,3,4)@(4,5)", {uniform({2, 3, 4}, 307), uniform({4, 5}, 308)}, fn},
-          {"2-D @ batched (3,4)@(2,4,5)", {uniform({3, 4}, 309), uniform({2, 4, 5}, 310)}, fn},
-          {"1-D @ 1-D (4)@(4)", {uniform({4}, 311), uniform({4}, 312)}, fn},
-          {"1-D @ 2-D (4)@(4,3)", {uniform({4}, 313), uniform({4, 3}, 314)}, fn},
-          {"2-D @ 1-D (3,4)@(4)", {uniform({3, 4}, 315), uniform({4}, 316)}, fn},
-          {"1-D @ batched (4)@(2,4,3)", {uniform({4}, 317), uniform({2, 4, 3}, 318)}, fn},
-          {"transposed views (4,3)^T @ (5,4)^T",
-           {uniform({4, 3}, 319), uniform({5, 4}, 320)},
-           [](const std::vector<Tensor>& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }},
-          {"non-contiguous (3,4)@(4,2)", {samples::strided({3, 4}, 321), samples::strided({4, 2}, 322)}, fn},
-      };
+      auto fn = [](auto& x) { return matmul(x[0], x[1]); };
+      std::vector<OpSample> out;  // "<what> <a>@<b>"
+      uint64_t seed = 301;
+      for (auto [what, sa, sb] : std::vector<std::tuple<const char*, Shape, Shape>>{
+               {"2-D", {3, 4}, {4, 5}}, {"batched", {2, 3, 4}, {2, 4, 5}}, {"broadcast batch", {2, 1, 3, 4}, {3, 4, 2}},
+               {"batched @ 2-D", {2, 3, 4}, {4, 5}}, {"2-D @ batched", {3, 4}, {2, 4, 5}}, {"1-D @ 1-D", {4}, {4}},
+               {"1-D @ 2-D", {4}, {4, 3}}, {"2-D @ 1-D", {3, 4}, {4}}, {"1-D @ batched", {4}, {2, 4, 3}}})
+        out.push_back({fmt::format("{} {}@{}", what, sa, sb), {uniform(sa, seed++), uniform(sb, seed++)}, fn});
+      out.push_back({"transposed views (4,3)^T @ (5,4)^T", {uniform({4, 3}, 319), uniform({5, 4}, 320)},
+                     [](auto& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }});
+      out.push_back({"non-contiguous (3,4)@(4,2)", {samples::strided({3, 4}, 321), samples::strided({4, 2}, 322)}, fn});
+      return out;
     },
 });
 
@@ -363,11 +350,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 // ============================ linear ============================
 // out (..., out) = x (..., in) @ weight(out, in)^T + bias: matmul's kernels on
-// x and the view weight^T, whose gradient gradient_like makes column-major:
-// its transpose, the weight's gradient, is dense.
-//
-// Recorded (create_graph): grad_x = g @ weight and grad_weight = g^T @ x over
-// the batch flattened into rows, as matmul ops, so differentiable again.
+// x and weight^T. Recorded: grad_x = g @ weight and grad_weight = g^T @ x over
+// the batch flattened into rows, as matmul ops.
 static void linear_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor x = n.saved_tensor(&LinearSaved::x), w = n.saved_tensor(&LinearSaved::weight);
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();
@@ -383,7 +367,7 @@ static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   product_backward(n, n.saved_tensor(&LinearSaved::x), n.saved_tensor(&LinearSaved::weight).transpose(0, 1), g, gin);
   if (n.needs(1)) gin[1] = gin[1].transpose(0, 1);
 }
-// linear(tx, weight) + linear(x, tweight, tbias), or broadcast tbias without tweight.
+// linear(tx, weight) + linear(x, tweight, tbias) (or tbias alone).
 static void linear_tangent_recorded(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   const Tensor x = n.saved_tensor(&LinearSaved::x), w = n.saved_tensor(&LinearSaved::weight);
   const Tensor r = t[1].defined() ? linear(x, t[1], t[2]) : detail::broadcast_tangent(t[2], n.out_shape);
@@ -407,16 +391,15 @@ static const OpDef linear_op({
     .recorded_tangent = linear_tangent_recorded,
     .samples = [] {
       using samples::uniform;
-      auto fn = [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); };
+      auto fn = [](auto& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); };
       return std::vector<OpSample>{
-          {"(2,3,4) with weight (5,4) and bias (5)",
-           {uniform({2, 3, 4}, 331), uniform({5, 4}, 332), uniform({5}, 333)},
+          {"(2,3,4) with weight (5,4) and bias (5)", {uniform({2, 3, 4}, 331), uniform({5, 4}, 332), uniform({5}, 333)},
            fn},
           {"(3,4) without bias", {uniform({3, 4}, 334), uniform({5, 4}, 335)}, fn},
           {"1-D (4) with bias", {uniform({4}, 336), uniform({2, 4}, 337), uniform({2}, 338)}, fn},
           {"non-contiguous x, transposed weight view",
            {samples::strided({3, 4}, 339), uniform({4, 2}, 340), uniform({2}, 341)},
-           [](const std::vector<Tensor>& x) { return linear(x[0], transpose(x[1], 0, 1), x[2]); }},
+           [](auto& x) { return linear(x[0], transpose(x[1], 0, 1), x[2]); }},
       };
     },
 });

@@ -1,14 +1,9 @@
 // layer_norm: one node on the tape whose backward reuses the mean and rstd
-// forward saved; under create_graph it takes the same formulas in tensor ops
-// instead, so the gradient is recorded and differentiable again. mean and
-// rstd are side outputs of the node: the recorded backward reads them, and
-// what a later pass sends into them comes back to this op's backward (see
-// d mean and d rstd below). Kernels work on contiguous rows, split over
-// threads by rows.
+// forward saved, side outputs of the node. Kernels work on contiguous rows,
+// split over threads by rows.
 #include "autograd/ops/norm.h"
 
 #include <cmath>
-#include <vector>
 
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
@@ -21,8 +16,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum, detail::tangent_add;
-using detail::tangent_or_zeros;
+using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum, detail::tangent_or_zeros;
 
 // y = (x - mean) * rstd * w + b over the last axis (C), rstd = 1/sqrt(var + eps)
 // with the biased variance. Backward (llm.c / PyTorch), per row with
@@ -74,18 +68,16 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, std::sp
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape);
 }
 
-// The backward's kernel, per row a pass for the sums and one for the outputs.
-// With kTangents, forward over reverse (OpSpec::backward_with_tangents): the
-// gradients' tangents too, in the same passes. Per row, from the tangents tx,
-// tw, tg of x, w, g (zeros where missing):
+// The backward's kernel (per row a pass for the sums, one for the outputs); with
+// kTangents forward over reverse's, the gradients' tangents in the same passes
+// from the tangents tx, tw, tg of x, w, g (zeros where missing):
 //   nt = rstd (tx - mean(tx) - n mean(n tx)),  rstd_t = -rstd^2 mean(n tx),
 //   dnt = tg w + g tw,  A = mean(dn), Bn = mean(dn n), and their tangents
 //   At = mean(dnt), Bnt = mean(dnt n + dn nt);
 //   dx = rstd (dn - A - n Bn)  has tangent  rstd_t (dn - A - n Bn) + rstd (dnt - At - nt Bn - n Bnt),
 //   dw = sum_rows g n  has  sum_rows (tg n + g nt),  db = sum_rows g  has  sum_rows tg,
 // where mean(dn nt) = rstd (mean(dn tx) - mean(tx) A - mean(n tx) Bn). False
-// (the recorded form serves) where a gradient reached mean or rstd, and with
-// kTangents for the op without a weight or an empty one.
+// (the recorded form serves) after a gradient reached mean or rstd.
 template <bool kTangents>
 static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> gin, std::span<Tensor> gin_t) {
   const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
@@ -96,9 +88,14 @@ static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> g
   const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
   const int64_t blocks = (R + kLayerNormBlock - 1) / kLayerNormBlock;
   const Tensor gc = dense(g), wc = w.defined() ? w : ones({C}, x.dtype());
-  Tensor tx = x, tw = wc, tg = gc, gx = empty(x.shape(), x.dtype()), tgx = gx;  // tangents: unread without kTangents
-  if (kTangents) tx = tangent_or_zeros(x), tw = tangent_or_zeros(w), tg = tangent_or_zeros(g), tgx = empty_like(x);
-  Tensor pw = zeros({kTangents ? 4 : 2, blocks, C}, x.dtype());  // per block: dw, db and their tangents
+  Tensor gx = empty_like(x), pw = zeros({kTangents ? 4 : 2, blocks, C}, x.dtype());  // per block: dw, db, tangents
+  Tensor tx = x, tw = wc, tg = gc, tgx = gx;  // read with kTangents only
+  if constexpr (kTangents) {
+    tx = tangent_or_zeros(x);
+    tw = tangent_or_zeros(w);
+    tg = tangent_or_zeros(g);
+    tgx = empty_like(x);
+  }
   dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
     using T = decltype(tag);
     const T *xp = x.data<T>(), *gp = gc.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>(), *wp = wc.data<T>();
@@ -149,9 +146,14 @@ static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> g
   });
   NoGradGuard plain;  // the sums over blocks: plain kernels, their tangents given to the engine
   const Tensor sums = sum(pw, {1});  // (2 or 4, C)
-  for (int k = 0; k < 3; ++k)
-    if (kTangents || n.needs(k)) gin[k] = k == 0 ? gx : select(sums, 0, k - 1);
-  if (kTangents) gin_t[0] = tgx, gin_t[1] = select(sums, 0, 2), gin_t[2] = select(sums, 0, 3);
+  if (kTangents || n.needs(0)) gin[0] = gx;
+  if (kTangents || n.needs(1)) gin[1] = select(sums, 0, 0);
+  if (kTangents || n.needs(2)) gin[2] = select(sums, 0, 1);
+  if constexpr (kTangents) {
+    gin_t[0] = tgx;
+    gin_t[1] = select(sums, 0, 2);
+    gin_t[2] = select(sums, 0, 3);
+  }
   return true;
 }
 
@@ -168,8 +170,7 @@ static Tensor layer_norm_recompute(const Node& n) {
 //   d mean = mean(tx),  d rstd = -rstd^2 mean(xhat tx),
 //   d xhat = rstd (tx - mean(tx) - xhat mean(xhat tx))  (backward's dx formula: the Jacobian is symmetric),
 //   d y = d xhat * w + xhat * tw + tb; mean and rstd get their tangents as side outputs.
-// One pass over the rows: the tangent of y and of mean and rstd, no (..., C)
-// temporary. Recorded, the engine derives the tangent from the backward.
+// One pass per row, no (..., C) temporary; recorded, the engine derives it.
 static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   if (n.out_shape.numel() == 0) return;  // an empty tangent: zero
   const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
@@ -179,7 +180,8 @@ static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::sp
   auto dense_or = [&](const Tensor& v, Shape s, double k) { return v.defined() ? dense(v) : full(s, k, x.dtype()); };
   const Tensor wc = dense_or(w, {C}, 1), tx = dense_or(t[0], x.shape(), 0);
   const Tensor tw = dense_or(t[1], {C}, 0), tb = dense_or(t[2], {C}, 0);
-  Tensor y = empty(x.shape(), x.dtype()), d_mean = empty({R}, x.dtype()), d_rstd = empty({R}, x.dtype());
+  Tensor y = empty_like(x);
+  Tensor d_mean = empty({R}, x.dtype()), d_rstd = empty({R}, x.dtype());
   dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
     using T = decltype(tag);
     const T *xp = x.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>(), *wp = wc.data<T>();
@@ -196,7 +198,8 @@ static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::sp
           b += (xr[c] - mu) * rs * tr[c];
         }
         a /= static_cast<T>(C), b /= static_cast<T>(C);
-        dmp[r] = a, drp[r] = -rs * rs * b;
+        dmp[r] = a;
+        drp[r] = -rs * rs * b;
         T* o = yp + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
@@ -223,21 +226,24 @@ static const OpDef layer_norm_op({
     .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
-      auto ln = [](const std::vector<Tensor>& x) {
+      auto ln = [](auto& x) {
         return layer_norm(x[0], x.size() > 1 ? x[1] : Tensor(), x.size() > 2 ? x[2] : Tensor());
       };
+      auto in = [](Shape s, uint64_t seed, int params) {  // x, then as many of weight and bias
+        std::vector<Tensor> v{uniform(s, seed, -2, 2)};
+        if (params > 0) v.push_back(uniform({s.back()}, seed + 1, 0.5, 1.5));
+        if (params > 1) v.push_back(uniform({s.back()}, seed + 2));
+        return v;
+      };
       return std::vector<OpSample>{
-          {"(3,5) affine", {uniform({3, 5}, 321, -2, 2), uniform({5}, 322, 0.5, 1.5), uniform({5}, 323)}, ln},
-          {"(2,3,4) affine", {uniform({2, 3, 4}, 324, -2, 2), uniform({4}, 325, 0.5, 1.5), uniform({4}, 326)}, ln},
-          {"(4,6) no affine", {uniform({4, 6}, 327, -2, 2)}, ln},
-          {"(3,4) weight only", {uniform({3, 4}, 328, -2, 2), uniform({4}, 329, 0.5, 1.5)}, ln},
+          {"(3,5) affine", in({3, 5}, 321, 2), ln},
+          {"(2,3,4) affine", in({2, 3, 4}, 324, 2), ln},
+          {"(4,6) no affine", in({4, 6}, 327, 0), ln},
+          {"(3,4) weight only", in({3, 4}, 328, 1), ln},
           {"non-contiguous (3,4) affine", {samples::strided({3, 4}, 330, -2, 2), uniform({4}, 331), uniform({4}, 332)},
            ln},
-          {"(70,3) affine, more rows than a block",
-           {uniform({70, 3}, 333, -2, 2), uniform({3}, 334, 0.5, 1.5), uniform({3}, 335)}, ln},
-          {"(3,5) affine, squared: mul saves the output by reference",
-           {uniform({3, 5}, 336, -2, 2), uniform({5}, 337, 0.5, 1.5), uniform({5}, 338)},
-           [ln](const std::vector<Tensor>& x) {
+          {"(70,3) affine, more rows than a block", in({70, 3}, 333, 2), ln},
+          {"(3,5) affine, squared: mul saves the output by reference", in({3, 5}, 336, 2), [ln](auto& x) {
              Tensor y = ln(x);
              return mul(y, y);
            }},
@@ -263,19 +269,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
       throw DTypeError(fmt::format("{}: {} is {}, input {} is {}", op, what, dtype_name(p->dtype()), x.shape(),
                                    dtype_name(x.dtype())));
   }
-  // x and weight are saved: a copy of a strided one is recorded (a clone
-  // node off the backward path), so that a recorded backward differentiates
-  // through it back to the original.
+  // x and weight are saved: a strided one's copy is recorded (a clone node), so
+  // that a recorded backward differentiates through it back to the original.
   Tensor xc = x.contiguous(), wc = weight.defined() ? weight.contiguous() : Tensor();
   Tensor bc = bias.defined() ? dense(bias) : Tensor();
-  Tensor out = empty(x.shape(), x.dtype());
+  const Tensor wk = wc.defined() ? wc : ones({C}, x.dtype()), bk = bc.defined() ? bc : zeros({C}, x.dtype());
+  Tensor out = empty_like(x);
   Tensor mean = empty({R}, x.dtype()), rstd = empty({R}, x.dtype());
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    // Without a weight or bias, ones or zeros in its place: one fused loop.
-    std::vector<T> ones(wc.defined() ? 0 : C, T(1)), zeros_(bc.defined() ? 0 : C, T(0));
-    const T *xp = xc.data<T>(), *wp = wc.defined() ? wc.data<T>() : ones.data();
-    const T* bp = bc.defined() ? bc.data<T>() : zeros_.data();
+    const T *xp = xc.data<T>(), *wp = wk.data<T>(), *bp = bk.data<T>();
     T *yp = out.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>();
     parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
