@@ -107,15 +107,16 @@ static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> g
         T *dw = pp + b * C, *db = dw + blocks * C, *tdw = kTangents ? db + blocks * C : db, *tdb = tdw + (tdw - db);
         for (int64_t r = b * kLayerNormBlock; r < std::min(R, (b + 1) * kLayerNormBlock); ++r) {
           const T *xr = xp + r * C, *gr = gp + r * C, *txr = txp + r * C, *tgr = tgp + r * C;
+          const T *wr = wp, *twr = twp;  // locals: GCC reloads a captured pointer per element (a gather)
           const T mu = mp[r], rs = rp[r];
           T s_dn = 0, s_dnn = 0, s_tx = 0, s_ntx = 0, s_dnt = 0, s_dntn = 0, s_dntx = 0;
 #pragma omp simd reduction(+ : s_dn, s_dnn, s_tx, s_ntx, s_dnt, s_dntn, s_dntx)
           for (int64_t c = 0; c < C; ++c) {
-            const T nc = (xr[c] - mu) * rs, dn = gr[c] * wp[c];
+            const T nc = (xr[c] - mu) * rs, dn = gr[c] * wr[c];
             s_dn += dn;
             s_dnn += dn * nc;
             if constexpr (kTangents) {
-              const T dnt = tgr[c] * wp[c] + gr[c] * twp[c];
+              const T dnt = tgr[c] * wr[c] + gr[c] * twr[c];
               s_tx += txr[c];
               s_ntx += nc * txr[c];
               s_dnt += dnt;
@@ -129,12 +130,12 @@ static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> g
           T *o = gxp + r * C, *ot = tgxp + r * C;
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) {
-            const T nc = (xr[c] - mu) * rs, inner = gr[c] * wp[c] - A - nc * Bn;
+            const T nc = (xr[c] - mu) * rs, inner = gr[c] * wr[c] - A - nc * Bn;
             o[c] = rs * inner;
             dw[c] += gr[c] * nc;
             db[c] += gr[c];
             if constexpr (kTangents) {
-              const T dnt = tgr[c] * wp[c] + gr[c] * twp[c], nt = rs * (txr[c] - m_tx - nc * m_ntx);
+              const T dnt = tgr[c] * wr[c] + gr[c] * twr[c], nt = rs * (txr[c] - m_tx - nc * m_ntx);
               ot[c] = rst * inner + rs * (dnt - At - nt * Bn - nc * Bnt);
               tdw[c] += tgr[c] * nc + gr[c] * nt;
               tdb[c] += tgr[c];
