@@ -42,13 +42,12 @@ struct GemmArg {
   int64_t ld = 1;
 };
 bool gemm_layout(const MatBatch& m, GemmArg& arg) {
-  if ((m.cols <= 1 || m.cs == 1) && (m.rows <= 1 || m.rs >= std::max<int64_t>(m.cols, 1))) {
-    arg = {false, m.rows <= 1 ? std::max<int64_t>(m.cols, 1) : m.rs};
-    return true;
-  }
-  if ((m.rows <= 1 || m.rs == 1) && (m.cols <= 1 || m.cs >= std::max<int64_t>(m.rows, 1))) {
-    arg = {true, m.cols <= 1 ? std::max<int64_t>(m.rows, 1) : m.cs};
-    return true;
+  for (const bool trans : {false, true}) {
+    const MatBatch t = trans ? transposed(m) : m;  // row-major as GEMM reads it
+    if ((t.cols <= 1 || t.cs == 1) && (t.rows <= 1 || t.rs >= std::max<int64_t>(t.cols, 1))) {
+      arg = {trans, t.rows <= 1 ? std::max<int64_t>(t.cols, 1) : t.rs};
+      return true;
+    }
   }
   return false;
 }
@@ -326,7 +325,7 @@ static const OpDef matmul_op({
     .samples = [] {
       using samples::uniform;
       auto fn = [](auto& x) { return matmul(x[0], x[1]); };
-      std::vector<OpSample> out;  // "<what> <a>@<b>"
+      std::vector<OpSample> out;
       uint64_t seed = 301;
       for (auto [what, sa, sb] : std::vector<std::tuple<const char*, Shape, Shape>>{
                {"2-D", {3, 4}, {4, 5}}, {"batched", {2, 3, 4}, {2, 4, 5}}, {"broadcast batch", {2, 1, 3, 4}, {3, 4, 2}},

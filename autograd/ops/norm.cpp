@@ -77,7 +77,8 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, std::sp
 //   dx = rstd (dn - A - n Bn)  has tangent  rstd_t (dn - A - n Bn) + rstd (dnt - At - nt Bn - n Bnt),
 //   dw = sum_rows g n  has  sum_rows (tg n + g nt),  db = sum_rows g  has  sum_rows tg,
 // where mean(dn nt) = rstd (mean(dn tx) - mean(tx) A - mean(n tx) Bn). False
-// (the recorded form serves) after a gradient reached mean or rstd.
+// (the recorded form serves) after a gradient reached mean or rstd, or for
+// tangents without a weight or elements.
 template <bool kTangents>
 static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> gin, std::span<Tensor> gin_t) {
   const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
@@ -107,7 +108,7 @@ static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> g
         T *dw = pp + b * C, *db = dw + blocks * C, *tdw = kTangents ? db + blocks * C : db, *tdb = tdw + (tdw - db);
         for (int64_t r = b * kLayerNormBlock; r < std::min(R, (b + 1) * kLayerNormBlock); ++r) {
           const T *xr = xp + r * C, *gr = gp + r * C, *txr = txp + r * C, *tgr = tgp + r * C;
-          const T *wr = wp, *twr = twp;  // locals: GCC reloads a captured pointer per element (a gather)
+          const T *wr = wp, *twr = twp;  // locals: GCC reloads captured ones per element (a gather)
           const T mu = mp[r], rs = rp[r];
           T s_dn = 0, s_dnn = 0, s_tx = 0, s_ntx = 0, s_dnt = 0, s_dntn = 0, s_dntx = 0;
 #pragma omp simd reduction(+ : s_dn, s_dnn, s_tx, s_ntx, s_dnt, s_dntn, s_dntx)
