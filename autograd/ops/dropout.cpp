@@ -13,7 +13,6 @@ using detail::check_floating;
 
 // Element i is dropped when the generator's counter-based uniform for it is
 // below p, so the mask depends only on the generator state, not on threads.
-// The saved mask holds 0 or 1/(1-p): backward is one multiply.
 namespace {
 struct DropoutSaved {
   Tensor mask;  // 0 or 1/(1-p), of x's shape and dtype
@@ -36,7 +35,7 @@ static const OpDef dropout_op({
     .samples = [] {
       // A fresh generator per call: every gradcheck evaluation sees the same mask.
       auto drop = [](double p, uint64_t seed) {
-        return [p, seed](const std::vector<Tensor>& x) {
+        return [p, seed](auto& x) {
           Generator gen(seed);
           return dropout(x[0], p, true, &gen);
         };
@@ -60,7 +59,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const uint64_t first = g.reserve(static_cast<uint64_t>(x.numel()));
   // Dropped iff the 53-bit uniform draw u satisfies u < p * 2^53.
   const uint64_t threshold = static_cast<uint64_t>(p * 0x1.0p53);
-  Tensor mask = empty(x.shape(), x.dtype());
+  Tensor mask = empty_like(x), out = empty_like(x);
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T keep = static_cast<T>(1.0 / (1.0 - p));
@@ -68,11 +67,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     parallel_for(x.numel(), detail::kElementwiseGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) m[i] = (g.bits(first + i) >> 11) < threshold ? T(0) : keep;
     });
-  });
-  Tensor out = empty(x.shape(), x.dtype());
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    detail::map2<scalar_t, scalar_t, scalar_t>(out, x, mask, [](scalar_t a, scalar_t m) { return a * m; });
+    detail::map2<T, T, T>(out, x, mask, [](T a, T k) { return a * k; });
   });
   if (Node* n = record(dropout_op, out, x)) n->save(DropoutSaved{.mask = mask});
   return out;

@@ -1,14 +1,8 @@
-// Matrix products. Every product is a (batched) GEMM through tg::gemm: each
-// operand is described as a batch of (rows, cols) matrices with element
-// strides, and GEMM takes a matrix either as-is (inner stride 1) or
-// transposed (row stride 1) with the matching leading dimension, so
-// transposed views are never copied. Only layouts GEMM cannot read (both
-// strides > 1, or a broadcast stride 0 inside a matrix) are made contiguous.
-//
-// Batches become ONE GEMM where the strides allow: x (B,T,C) @ W (C,N) folds
-// B into the rows (one (B*T,C) @ (C,N) product), and a gradient summed over a
-// broadcast batch folds B into the inner dimension (x^T (C,B*T) @ g (B*T,N)).
-// Otherwise GEMMs run in a loop over the batch.
+// Matrix products, each a (batched) GEMM on operands seen as batches of strided
+// (rows, cols) matrices: GEMM reads a matrix as-is or transposed, so only
+// layouts with no unit stride are copied. A batch folds into ONE GEMM where the
+// strides allow (x (B,T,C) @ W (C,N) as (B*T,C) @ (C,N); a gradient summed over
+// a broadcast batch as x^T (C,B*T) @ g (B*T,N)), else GEMMs loop over it.
 #include "autograd/ops/matmul.h"
 
 #include <algorithm>
@@ -48,13 +42,12 @@ struct GemmArg {
   int64_t ld = 1;
 };
 bool gemm_layout(const MatBatch& m, GemmArg& arg) {
-  if ((m.cols <= 1 || m.cs == 1) && (m.rows <= 1 || m.rs >= std::max<int64_t>(m.cols, 1))) {
-    arg = {false, m.rows <= 1 ? std::max<int64_t>(m.cols, 1) : m.rs};
-    return true;
-  }
-  if ((m.rows <= 1 || m.rs == 1) && (m.cols <= 1 || m.cs >= std::max<int64_t>(m.rows, 1))) {
-    arg = {true, m.cols <= 1 ? std::max<int64_t>(m.rows, 1) : m.cs};
-    return true;
+  for (const bool trans : {false, true}) {
+    const MatBatch t = trans ? transposed(m) : m;  // row-major as GEMM reads it
+    if ((t.cols <= 1 || t.cs == 1) && (t.rows <= 1 || t.rs >= std::max<int64_t>(t.cols, 1))) {
+      arg = {trans, t.rows <= 1 ? std::max<int64_t>(t.cols, 1) : t.rs};
+      return true;
+    }
   }
   return false;
 }
@@ -127,11 +120,9 @@ void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const T* 
     gemm(ga.trans, gb.trans, C.rows, C.cols, A.cols, T(1), pa, ga.ld, pb, gb.ld, beta, pc, gc.ld);
 }
 
-// An uninitialised gradient for operand x of a product whose inner dim has
-// `inner` entries, laid out like x: column-major matrices where x is a
-// transposed view (the weight gradient of a recorded linear backward reads
-// g^T), so that the transpose's backward hands on a dense tensor and it is
-// accumulated at memory speed, not read across rows. Row-major otherwise.
+// An uninitialised gradient for operand x of a product with `inner` entries
+// in its inner dim, column-major where x is a transposed view (linear's
+// weight^T): the transpose's gradient is then dense, not read across rows.
 Tensor gradient_like(const Tensor& x, int64_t inner) {
   const int r = x.dim();
   const bool column_major = r >= 2 && inner > 0 && x.shape()[r - 2] > 1 && x.shape()[r - 1] > 1 &&
@@ -148,75 +139,40 @@ Tensor gradient_like(const Tensor& x, int64_t inner) {
 template <class T>
 void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const T* pa, const T* pb, T* pc,
                   bool accumulate) {
-  const int64_t M = C.rows, N = C.cols, K = A.cols;
-  if (M == 0 || N == 0) return;
-  const int64_t count = batch.numel();
-  if (count == 0) return;
+  const int64_t M = C.rows, N = C.cols, K = A.cols, count = batch.numel();
+  if (M == 0 || N == 0 || count == 0) return;
+  auto zero_c = [&] {  // C's extent: one we allocated, dense
+    int64_t span = (M - 1) * C.rs + (N - 1) * C.cs + 1;
+    for (int d = 0; d < batch.size(); ++d) span = std::max(span, C.bstride[d] * batch[d]);
+    std::fill(pc, pc + span, T(0));
+  };
+  if (K == 0) {
+    if (!accumulate) zero_c();
+    return;
+  }
   bool c_reduced = false;  // some products are summed into the same C
   for (int d = 0; d < batch.size(); ++d) c_reduced |= batch[d] > 1 && C.bstride[d] == 0;
   // One GEMM: batch folded into M (B shared by every product) ...
-  if (broadcast_in(batch, B) && !c_reduced) {
-    MatBatch A1 = A, C1 = C;
-    if (fold_batch(batch, A1, true) && fold_batch(batch, C1, true)) {
-      B.bstride = Shape();
-      if (K == 0) {
-        if (!accumulate)
-          for (int64_t r = 0; r < C1.rows; ++r) std::fill(pc + r * C1.rs, pc + r * C1.rs + N, T(0));
-        return;
-      }
-      gemm_one<T>(A1, B, C1, pa, pb, pc, accumulate ? T(1) : T(0));
-      return;
-    }
-  }
+  MatBatch A1 = A, C1 = C;
+  if (broadcast_in(batch, B) && !c_reduced && fold_batch(batch, A1, true) && fold_batch(batch, C1, true))
+    return gemm_one<T>(A1, B, C1, pa, pb, pc, accumulate ? T(1) : T(0));
   // ... or into K (every product summed into one C).
-  if (broadcast_in(batch, C) && count > 1) {
-    MatBatch A1 = A, B1 = B;
-    if (fold_batch(batch, A1, false) && fold_batch(batch, B1, true)) {
-      C.bstride = Shape();
-      if (A1.cols == 0) {
-        if (!accumulate)
-          for (int64_t r = 0; r < M; ++r) std::fill(pc + r * C.rs, pc + r * C.rs + N, T(0));
-        return;
-      }
-      gemm_one<T>(A1, B1, C, pa, pb, pc, accumulate ? T(1) : T(0));
-      return;
-    }
-  }
+  MatBatch A2 = A, B2 = B;
+  if (broadcast_in(batch, C) && count > 1 && fold_batch(batch, A2, false) && fold_batch(batch, B2, true))
+    return gemm_one<T>(A2, B2, C, pa, pb, pc, accumulate ? T(1) : T(0));
   // A loop over the batch. A summed-into C starts from zero, then accumulates.
-  if ((c_reduced || K == 0) && !accumulate) {
-    int64_t span = (M - 1) * C.rs + (N - 1) * C.cs + 1;  // C's extent: one we allocated, dense
-    for (int d = 0; d < batch.size(); ++d)
-      if (C.bstride[d] != 0) span = std::max(span, C.bstride[d] * batch[d]);
-    std::fill(pc, pc + span, T(0));
-    accumulate = true;
-  }
-  if (K == 0) return;
-  const T beta = accumulate ? T(1) : T(0);
-  int64_t idx[kMaxDims] = {};
-  int64_t oa = 0, ob = 0, oc = 0;
-  const int nb = batch.size();
+  if (c_reduced && !accumulate) zero_c();
+  const T beta = c_reduced || accumulate ? T(1) : T(0);
   for (int64_t k = 0; k < count; ++k) {
-    gemm_one<T>(A, B, C, pa + oa, pb + ob, pc + oc, beta);
-    for (int d = nb - 1; d >= 0; --d) {  // odometer step over the batch index
-      oa += A.bstride[d];
-      ob += B.bstride[d];
-      oc += C.bstride[d];
-      if (++idx[d] < batch[d]) break;
-      oa -= A.bstride[d] * batch[d];
-      ob -= B.bstride[d] * batch[d];
-      oc -= C.bstride[d] * batch[d];
-      idx[d] = 0;
+    int64_t oa = 0, ob = 0, oc = 0;
+    for (int64_t d = batch.size() - 1, rest = k; d >= 0; rest /= batch[d--]) {  // product k's batch index
+      const int64_t i = rest % batch[d];
+      oa += i * A.bstride[d];
+      ob += i * B.bstride[d];
+      oc += i * C.bstride[d];
     }
+    gemm_one<T>(A, B, C, pa + oa, pb + ob, pc + oc, beta);
   }
-}
-
-// An operand GEMM can read: t itself, or a contiguous copy when its matrix
-// layout has no unit stride (a strided slice, an expanded matrix dim).
-Tensor gemm_readable(const Tensor& t, const Shape& batch, bool has_rows, bool has_cols) {
-  GemmArg unused;
-  if (gemm_layout(describe_mat(t, batch, has_rows, has_cols), unused)) return t;
-  NoGradGuard ng;
-  return t.contiguous();
 }
 
 // out = a @ b over `batch`, or out += a @ b when accumulate. Each tensor's
@@ -227,8 +183,13 @@ struct Operand {
 };
 void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool transpose_a, bool transpose_b,
                  bool accumulate) {
-  Tensor ta = gemm_readable(a.t, batch, a.has_rows, a.has_cols);
-  Tensor tb = gemm_readable(b.t, batch, b.has_rows, b.has_cols);
+  auto readable = [&](const Operand& o) {
+    GemmArg unused;
+    if (gemm_layout(describe_mat(o.t, batch, o.has_rows, o.has_cols), unused)) return o.t;
+    NoGradGuard ng;
+    return o.t.contiguous();
+  };
+  const Tensor ta = readable(a), tb = readable(b);
   MatBatch A = describe_mat(ta, batch, a.has_rows, a.has_cols);
   MatBatch B = describe_mat(tb, batch, b.has_rows, b.has_cols);
   MatBatch C = describe_mat(out.t, batch, out.has_rows, out.has_cols);
@@ -241,7 +202,7 @@ void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool tra
   });
 }
 
-// matmul, linear: a and b (x and weight) both floating, of one dtype.
+// matmul, linear: a and b (x and weight) floating, of one dtype.
 void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
   detail::check_same_dtype(op, a, b);
   detail::check_floating(op, a, "input");
@@ -258,19 +219,66 @@ struct LinearSaved {
 
 // The batch dims of a matmul: broadcast of a's and b's leading dims.
 Shape matmul_batch(const Tensor& a, const Tensor& b) {
-  Shape ba, bb;
-  for (int d = 0; d + 2 < a.dim(); ++d) ba.push_back(a.shape()[d]);
-  for (int d = 0; d + 2 < b.dim(); ++d) bb.push_back(b.shape()[d]);
-  const int n = std::max(ba.size(), bb.size());
-  Shape out;
-  for (int d = 0; d < n; ++d) {
-    int da = d - (n - ba.size()), db = d - (n - bb.size());
-    int64_t sa = da < 0 ? 1 : ba[da], sb = db < 0 ? 1 : bb[db];
-    if (sa != sb && sa != 1 && sb != 1)
-      throw ShapeError(fmt::format("matmul: batch dims of {} and {} do not broadcast", a.shape(), b.shape()));
-    out.push_back(std::max(sa, sb));
+  auto lead = [](const Tensor& t) { return Shape(std::span(t.shape().begin(), std::max(t.dim() - 2, 0))); };
+  try {
+    return broadcast_shapes(lead(a), lead(b), "matmul");
+  } catch (const ShapeError&) {
+    throw ShapeError(fmt::format("matmul: batch dims of {} and {} do not broadcast", a.shape(), b.shape()));
   }
+}
+
+// out = a @ b, or out += a @ b when accumulate, with torch.matmul's shapes.
+void product_into(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate) {
+  const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
+  run_product(matmul_batch(a, b), {a, a_rows, true}, {b, true, b_cols}, {out, a_rows, b_cols}, false, false,
+              accumulate);
+}
+
+// The forward of matmul, and of linear as x @ weight^T (the transpose a GEMM
+// flag, not a copy). A bias (N) is written into out's rows first and GEMM
+// adds onto it (beta = 1), so there is no separate bias pass.
+Tensor product(std::string_view op, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  if (a.dim() == 0 || b.dim() == 0)
+    throw ShapeError(
+        fmt::format("{}: both arguments need at least 1 dimension, got {} and {}", op, a.shape(), b.shape()));
+  const int64_t ka = a.shape()[a.dim() - 1], kb = b.shape()[b.dim() >= 2 ? b.dim() - 2 : 0];
+  if (ka != kb) throw ShapeError(fmt::format("{}: cannot multiply {} by {}", op, a.shape(), b.shape()));
+  Shape out_shape = matmul_batch(a, b);
+  if (a.dim() >= 2) out_shape.push_back(a.shape()[a.dim() - 2]);
+  if (b.dim() >= 2) out_shape.push_back(b.shape().back());
+  Tensor out = empty(out_shape, a.dtype());
+  if (bias.defined() && out.numel() > 0) {
+    const Tensor bc = bias.contiguous();
+    const int64_t n = bias.numel();
+    dispatch_float(a.dtype(), op, [&](auto tag) {
+      using scalar_t = decltype(tag);
+      const scalar_t* pb = bc.data<scalar_t>();
+      scalar_t* po = out.data<scalar_t>();
+      // Each row starts as the bias (the GEMM adds into it), on the pool:
+      // one thread writing a (B,T,4C) output is a tenth of a forward step.
+      parallel_for(out.numel() / n, detail::row_grain(n), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) std::memcpy(po + r * n, pb, sizeof(scalar_t) * n);
+      });
+    });
+  }
+  product_into(a, b, out, bias.defined());
   return out;
+}
+
+// grad_a = g @ b^T, grad_b = a^T @ g, each summed over the batch dims its
+// input was broadcast along (the sum happens inside the GEMMs).
+void product_backward(const Node& n, const Tensor& a, const Tensor& b, const Tensor& g, std::span<Tensor> gin) {
+  const Shape batch = matmul_batch(a, b);
+  const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
+  const int64_t M = a_rows ? a.shape()[a.dim() - 2] : 1, N = b_cols ? b.shape().back() : 1;
+  if (n.needs(0)) {
+    gin[0] = gradient_like(a, N);
+    run_product(batch, {g, a_rows, b_cols}, {b, true, b_cols}, {gin[0], a_rows, true}, false, true, false);
+  }
+  if (n.needs(1)) {
+    gin[1] = gradient_like(b, M);
+    run_product(batch, {a, a_rows, true}, {g, a_rows, b_cols}, {gin[1], true, b_cols}, true, false, false);
+  }
 }
 
 }  // namespace
@@ -278,14 +286,9 @@ Shape matmul_batch(const Tensor& a, const Tensor& b) {
 using detail::tangent_add;
 
 // ============================ matmul ============================
-// out = a @ b: grad_a = g @ b^T, grad_b = a^T @ g, each summed over the batch
-// dims its input was broadcast along (the sum happens inside the GEMMs).
-//
-// Recorded (create_graph): the same products as matmul ops, so the gradients
-// are differentiable again. A 1-D a (K) acts as (1,K) and a 1-D b (K) as
-// (K,1); g gets the dims they dropped back, and each product is summed back
-// to its input's shape with sum_to (the broadcast batch dims, and the batch
-// of a 1-D operand).
+// Recorded (create_graph): the same products as matmul ops. A 1-D a (K) acts
+// as (1,K) and a 1-D b (K) as (K,1), g gets the dims they dropped back, and
+// sum_to reduces each product to its input's shape (the broadcast batch dims).
 static void matmul_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
   const Tensor a2 = a.dim() == 1 ? unsqueeze(a, 0) : a, b2 = b.dim() == 1 ? unsqueeze(b, 1) : b;
@@ -296,18 +299,7 @@ static void matmul_backward_recorded(const Node& n, const Tensor& g, std::span<T
 }
 
 static void matmul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
-  const Shape batch = matmul_batch(a, b);
-  const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
-  const int64_t M = a_rows ? a.shape()[a.dim() - 2] : 1, N = b_cols ? b.shape()[b.dim() - 1] : 1;
-  if (n.needs(0)) {
-    gin[0] = gradient_like(a, N);
-    run_product(batch, {g, a_rows, b_cols}, {b, true, b_cols}, {gin[0], a_rows, true}, false, true, false);
-  }
-  if (n.needs(1)) {
-    gin[1] = gradient_like(b, M);
-    run_product(batch, {a, a_rows, true}, {g, a_rows, b_cols}, {gin[1], true, b_cols}, true, false, false);
-  }
+  product_backward(n, n.saved_tensor(&MatmulSaved::a), n.saved_tensor(&MatmulSaved::b), g, gin);
 }
 // ta @ b + a @ tb: two GEMMs of the forward's size, in ops as recorded.
 static void matmul_tangent_recorded(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
@@ -317,15 +309,9 @@ static void matmul_tangent_recorded(const Node& n, std::span<const Tensor> t, st
 // Not recorded, with both tangents the second GEMM accumulates into the
 // first's output (beta 1): no temporary, no add pass.
 static void matmul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  if (t[0].defined() && t[1].defined()) {
-    const Tensor a = n.saved_tensor(&MatmulSaved::a), b = n.saved_tensor(&MatmulSaved::b);
-    Tensor r = matmul(t[0], b);
-    run_product(matmul_batch(a, b), {a, a.dim() >= 2, true}, {t[1], true, b.dim() >= 2},
-                {r, a.dim() >= 2, b.dim() >= 2}, false, false, true);
-    out[0] = r;
-    return;
-  }
-  matmul_tangent_recorded(n, t, out);
+  if (!t[0].defined() || !t[1].defined()) return matmul_tangent_recorded(n, t, out);
+  out[0] = matmul(t[0], n.saved_tensor(&MatmulSaved::b));
+  product_into(n.saved_tensor(&MatmulSaved::a), t[1], out[0], true);
 }
 static const OpDef matmul_op({
     .name = "matmul",
@@ -338,54 +324,33 @@ static const OpDef matmul_op({
     .recorded_tangent = matmul_tangent_recorded,
     .samples = [] {
       using samples::uniform;
-      auto fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
-      return std::vector<OpSample>{
-          {"2-D (3,4)@(4,5)", {uniform({3, 4}, 301), uniform({4, 5}, 302)}, fn},
-          {"batched (2,3,4)@(2,4,5)", {uniform({2, 3, 4}, 303), uniform({2, 4, 5}, 304)}, fn},
-          {"broadcast batch (2,1,3,4)@(3,4,2)", {uniform({2, 1, 3, 4}, 305), uniform({3, 4, 2}, 306)}, fn},
-          {"batched @ 2-D (2,3,4)@(4,5)", {uniform({2, 3, 4}, 307), uniform({4, 5}, 308)}, fn},
-          {"2-D @ batched (3,4)@(2,4,5)", {uniform({3, 4}, 309), uniform({2, 4, 5}, 310)}, fn},
-          {"1-D @ 1-D (4)@(4)", {uniform({4}, 311), uniform({4}, 312)}, fn},
-          {"1-D @ 2-D (4)@(4,3)", {uniform({4}, 313), uniform({4, 3}, 314)}, fn},
-          {"2-D @ 1-D (3,4)@(4)", {uniform({3, 4}, 315), uniform({4}, 316)}, fn},
-          {"1-D @ batched (4)@(2,4,3)", {uniform({4}, 317), uniform({2, 4, 3}, 318)}, fn},
-          {"transposed views (4,3)^T @ (5,4)^T",
-           {uniform({4, 3}, 319), uniform({5, 4}, 320)},
-           [](const std::vector<Tensor>& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }},
-          {"non-contiguous (3,4)@(4,2)", {samples::strided({3, 4}, 321), samples::strided({4, 2}, 322)}, fn},
-      };
+      auto fn = [](auto& x) { return matmul(x[0], x[1]); };
+      std::vector<OpSample> out;
+      uint64_t seed = 301;
+      for (auto [what, sa, sb] : std::vector<std::tuple<const char*, Shape, Shape>>{
+               {"2-D", {3, 4}, {4, 5}}, {"batched", {2, 3, 4}, {2, 4, 5}}, {"broadcast batch", {2, 1, 3, 4}, {3, 4, 2}},
+               {"batched @ 2-D", {2, 3, 4}, {4, 5}}, {"2-D @ batched", {3, 4}, {2, 4, 5}}, {"1-D @ 1-D", {4}, {4}},
+               {"1-D @ 2-D", {4}, {4, 3}}, {"2-D @ 1-D", {3, 4}, {4}}, {"1-D @ batched", {4}, {2, 4, 3}}})
+        out.push_back({fmt::format("{} {}@{}", what, sa, sb), {uniform(sa, seed++), uniform(sb, seed++)}, fn});
+      out.push_back({"transposed views (4,3)^T @ (5,4)^T", {uniform({4, 3}, 319), uniform({5, 4}, 320)},
+                     [](auto& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }});
+      out.push_back({"non-contiguous (3,4)@(4,2)", {samples::strided({3, 4}, 321), samples::strided({4, 2}, 322)}, fn});
+      return out;
     },
 });
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  const std::string_view op = matmul_op.name;
-  ProfileScope prof(op);
-  check_operands(op, a, b);
-  if (a.dim() == 0 || b.dim() == 0)
-    throw ShapeError(
-        fmt::format("{}: both arguments need at least 1 dimension, got {} and {}", op, a.shape(), b.shape()));
-  const int64_t ka = a.shape()[a.dim() - 1], kb = b.shape()[b.dim() >= 2 ? b.dim() - 2 : 0];
-  if (ka != kb) throw ShapeError(fmt::format("{}: cannot multiply {} by {}", op, a.shape(), b.shape()));
-  const Shape batch = matmul_batch(a, b);
-  const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
-  Shape out_shape = batch;
-  if (a_rows) out_shape.push_back(a.shape()[a.dim() - 2]);
-  if (b_cols) out_shape.push_back(b.shape()[b.dim() - 1]);
-  Tensor out = empty(out_shape, a.dtype());
-  run_product(batch, {a, a_rows, true}, {b, true, b_cols}, {out, a_rows, b_cols}, false, false, false);
-  if (Node* n = record(matmul_op, out, a, b)) {
-    n->save(MatmulSaved{.a = a, .b = b});
-  }
+  ProfileScope prof(matmul_op.name);
+  check_operands(matmul_op.name, a, b);
+  Tensor out = product(matmul_op.name, a, b, Tensor());
+  if (Node* n = record(matmul_op, out, a, b)) n->save(MatmulSaved{.a = a, .b = b});
   return out;
 }
 
 // ============================ linear ============================
-// out (..., out) = x (..., in) @ weight(out, in)^T + bias: the weight goes to
-// GEMM as a transpose flag; the bias is written into out first and GEMM adds
-// onto it (beta = 1), so there is no separate bias pass.
-//
-// Recorded (create_graph): grad_x = g @ weight and grad_weight = g^T @ x over
-// the batch flattened into rows, as matmul ops, so differentiable again.
+// out (..., out) = x (..., in) @ weight(out, in)^T + bias: matmul's kernels on
+// x and weight^T. Recorded: grad_x = g @ weight and grad_weight = g^T @ x over
+// the batch flattened into rows, as matmul ops.
 static void linear_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor x = n.saved_tensor(&LinearSaved::x), w = n.saved_tensor(&LinearSaved::weight);
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();
@@ -397,46 +362,22 @@ static void linear_backward_recorded(const Node& n, const Tensor& g, std::span<T
 }
 
 static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(&LinearSaved::x), w = n.saved_tensor(&LinearSaved::weight);
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();
-  Shape batch;
-  for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
-  const bool x_rows = x.dim() >= 2;
-  if (n.needs(0)) {  // g (..., out) @ w (out, in)
-    gin[0] = empty(x.shape(), x.dtype());
-    run_product(batch, {g, x_rows, true}, {w, true, true}, {gin[0], x_rows, true}, false, false, false);
-  }
-  if (n.needs(1)) {  // g^T (out, ...) @ x (..., in), summed over the batch
-    gin[1] = empty(w.shape(), w.dtype());
-    run_product(batch, {g, x_rows, true}, {x, x_rows, true}, {gin[1], true, true}, true, false, false);
-  }
+  product_backward(n, n.saved_tensor(&LinearSaved::x), n.saved_tensor(&LinearSaved::weight).transpose(0, 1), g, gin);
+  if (n.needs(1)) gin[1] = gin[1].transpose(0, 1);
 }
-// linear(tx, weight) + linear(x, tweight, tbias): two GEMMs, the bias's
-// tangent added by the second as a bias. With both tangents, the bias's
-// rides on the first and the second accumulates into its output (beta 1):
-// raw GEMMs, so recorded, the engine takes linear_tangent_recorded.
-static void linear_tangent_recorded(const Node& n, std::span<const Tensor> t, std::span<Tensor> out);
-static void linear_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor x = n.saved_tensor(&LinearSaved::x);
-  if (t[0].defined() && t[1].defined()) {
-    Tensor r = linear(t[0], n.saved_tensor(&LinearSaved::weight), t[2]);
-    Shape batch;
-    for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
-    const bool x_rows = x.dim() >= 2;
-    run_product(batch, {x, x_rows, true}, {t[1], true, true}, {r, x_rows, true}, false, true, true);
-    out[0] = r;
-    return;
-  }
-  linear_tangent_recorded(n, t, out);
-}
+// linear(tx, weight) + linear(x, tweight, tbias) (or tbias alone).
 static void linear_tangent_recorded(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  const Tensor x = n.saved_tensor(&LinearSaved::x);
-  Tensor r = t[0].defined() ? linear(t[0], n.saved_tensor(&LinearSaved::weight)) : Tensor();
-  if (t[1].defined())
-    r = tangent_add(r, linear(x, t[1], t[2]));
-  else
-    r = tangent_add(r, detail::broadcast_tangent(t[2], n.out_shape));
-  out[0] = detail::broadcast_tangent(r, n.out_shape);
+  const Tensor x = n.saved_tensor(&LinearSaved::x), w = n.saved_tensor(&LinearSaved::weight);
+  const Tensor r = t[1].defined() ? linear(x, t[1], t[2]) : detail::broadcast_tangent(t[2], n.out_shape);
+  out[0] = t[0].defined() ? tangent_add(linear(t[0], w), r) : r;
+}
+// Not recorded, with tx and tweight: the bias's tangent rides on the first
+// GEMM, and the second accumulates into its output (beta 1).
+static void linear_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+  if (!t[0].defined() || !t[1].defined()) return linear_tangent_recorded(n, t, out);
+  out[0] = linear(t[0], n.saved_tensor(&LinearSaved::weight), t[2]);
+  product_into(n.saved_tensor(&LinearSaved::x), t[1].transpose(0, 1), out[0], true);
 }
 static const OpDef linear_op({
     .name = "linear",
@@ -449,21 +390,15 @@ static const OpDef linear_op({
     .recorded_tangent = linear_tangent_recorded,
     .samples = [] {
       using samples::uniform;
+      auto fn = [](auto& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); };
       return std::vector<OpSample>{
-          {"(2,3,4) with weight (5,4) and bias (5)",
-           {uniform({2, 3, 4}, 331), uniform({5, 4}, 332), uniform({5}, 333)},
-           [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
-          {"(3,4) without bias",
-           {uniform({3, 4}, 334), uniform({5, 4}, 335)},
-           [](const std::vector<Tensor>& x) { return linear(x[0], x[1]); }},
-          {"1-D (4) with bias",
-           {uniform({4}, 336), uniform({2, 4}, 337), uniform({2}, 338)},
-           [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
+          {"(2,3,4) with weight (5,4) and bias (5)", {uniform({2, 3, 4}, 331), uniform({5, 4}, 332), uniform({5}, 333)},
+           fn},
+          {"(3,4) without bias", {uniform({3, 4}, 334), uniform({5, 4}, 335)}, fn},
+          {"1-D (4) with bias", {uniform({4}, 336), uniform({2, 4}, 337), uniform({2}, 338)}, fn},
           {"non-contiguous x, transposed weight view",
            {samples::strided({3, 4}, 339), uniform({4, 2}, 340), uniform({2}, 341)},
-           [](const std::vector<Tensor>& x) {
-             return linear(x[0], transpose(x[1], 0, 1), x[2]);
-           }},
+           [](auto& x) { return linear(x[0], transpose(x[1], 0, 1), x[2]); }},
       };
     },
 });
@@ -475,9 +410,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (weight.dim() != 2) throw ShapeError(fmt::format("{}: weight must be (out, in), got {}", op, weight.shape()));
   if (x.dim() == 0) throw ShapeError(fmt::format("{}: input must have at least 1 dimension, got ()", op));
   const int64_t in = weight.shape()[1], out_features = weight.shape()[0];
-  if (x.shape()[x.dim() - 1] != in)
-    throw ShapeError(fmt::format("{}: input {} has {} features, weight {} expects {}", op, x.shape(),
-                                 x.shape()[x.dim() - 1], weight.shape(), in));
+  if (x.shape().back() != in)
+    throw ShapeError(fmt::format("{}: input {} has {} features, weight {} expects {}", op, x.shape(), x.shape().back(),
+                                 weight.shape(), in));
   if (bias.defined()) {
     if (bias.dtype() != x.dtype())
       throw DTypeError(fmt::format("{}: bias is {}, input is {}", op, dtype_name(bias.dtype()), dtype_name(x.dtype())));
@@ -485,29 +420,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       throw ShapeError(fmt::format("{}: bias {} does not match weight {}: expected ({})", op, bias.shape(),
                                    weight.shape(), out_features));
   }
-  Shape batch;
-  for (int d = 0; d + 2 < x.dim(); ++d) batch.push_back(x.shape()[d]);
-  Shape out_shape = x.shape();
-  out_shape[out_shape.size() - 1] = out_features;
-  Tensor out = empty(out_shape, x.dtype());
-  const bool x_rows = x.dim() >= 2;
-  if (bias.defined() && out.numel() > 0) {
-    Tensor bc = bias.contiguous();
-    dispatch_float(x.dtype(), op, [&](auto tag) {
-      using scalar_t = decltype(tag);
-      const scalar_t* pb = bc.data<scalar_t>();
-      scalar_t* po = out.data<scalar_t>();
-      // Each row starts as the bias (the GEMM adds into it), on the pool:
-      // one thread writing a (B,T,4C) output is a tenth of a forward step.
-      parallel_for(out.numel() / out_features, detail::row_grain(out_features), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) std::memcpy(po + r * out_features, pb, sizeof(scalar_t) * out_features);
-      });
-    });
-  }
-  run_product(batch, {x, x_rows, true}, {weight, true, true}, {out, x_rows, true}, false, true, bias.defined());
-  if (Node* n = record(linear_op, out, x, weight, bias)) {
-    n->save(LinearSaved{.x = x, .weight = weight});
-  }
+  Tensor out = product(op, x, weight.transpose(0, 1), bias);
+  if (Node* n = record(linear_op, out, x, weight, bias)) n->save(LinearSaved{.x = x, .weight = weight});
   return out;
 }
 

@@ -1,14 +1,9 @@
 // layer_norm: one node on the tape whose backward reuses the mean and rstd
-// forward saved; under create_graph it takes the same formulas in tensor ops
-// instead, so the gradient is recorded and differentiable again. mean and
-// rstd are side outputs of the node: the recorded backward reads them, and
-// what a later pass sends into them comes back to this op's backward (see
-// d mean and d rstd below). Kernels work on contiguous rows, split over
-// threads by rows.
+// forward saved, side outputs of the node. Kernels work on contiguous rows,
+// split over threads by rows.
 #include "autograd/ops/norm.h"
 
 #include <cmath>
-#include <vector>
 
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
@@ -21,8 +16,7 @@
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum, detail::tangent_add;
-using detail::tangent_or_zeros;
+using detail::check_floating, detail::dense, detail::row_grain, detail::row_sum, detail::tangent_or_zeros;
 
 // y = (x - mean) * rstd * w + b over the last axis (C), rstd = 1/sqrt(var + eps)
 // with the biased variance. Backward (llm.c / PyTorch), per row with
@@ -74,155 +68,99 @@ static void layer_norm_backward_recorded(const Node& n, const Tensor& g, std::sp
   if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape);
 }
 
-// Forward over reverse (OpSpec::backward_with_tangents), with a weight and
-// nothing sent into mean and rstd: the gradients and their tangents in one
-// pass like the backward's. Per row, from the tangents tx, tw, tg of x, w, g:
+// The backward's kernel (per row a pass for the sums, one for the outputs); with
+// kTangents forward over reverse's, the gradients' tangents in the same passes
+// from the tangents tx, tw, tg of x, w, g (zeros where missing):
 //   nt = rstd (tx - mean(tx) - n mean(n tx)),  rstd_t = -rstd^2 mean(n tx),
 //   dnt = tg w + g tw,  A = mean(dn), Bn = mean(dn n), and their tangents
 //   At = mean(dnt), Bnt = mean(dnt n + dn nt);
 //   dx = rstd (dn - A - n Bn)  has tangent  rstd_t (dn - A - n Bn) + rstd (dnt - At - nt Bn - n Bnt),
-//   dw = sum_rows g n  has  sum_rows (tg n + g nt),  db = sum_rows g  has  sum_rows tg.
-// The row sums all come from one pass over the row (mean(dn nt) expands to
-// rstd (mean(dn tx) - mean(tx) A - mean(n tx) Bn)), the outputs from a second.
-// A missing tangent is taken as zeros. For the affine, non-empty op where no
-// gradient reached mean or rstd; elsewhere the recorded form serves.
-static bool layer_norm_backward_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
-                                         std::span<Tensor> gin_tangents) {
+//   dw = sum_rows g n  has  sum_rows (tg n + g nt),  db = sum_rows g  has  sum_rows tg,
+// where mean(dn nt) = rstd (mean(dn tx) - mean(tx) A - mean(n tx) Bn). False
+// (the recorded form serves) after a gradient reached mean or rstd, or for
+// tangents without a weight or elements.
+template <bool kTangents>
+static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> gin, std::span<Tensor> gin_t) {
   const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
-  if (!w.defined() || x.numel() == 0 || n.side_grad(&LayerNormSaved::mean).defined() ||
-      n.side_grad(&LayerNormSaved::rstd).defined())
+  if (n.side_grad(&LayerNormSaved::mean).defined() || n.side_grad(&LayerNormSaved::rstd).defined() ||
+      (kTangents && (!w.defined() || x.numel() == 0)))
     return false;
-  const Tensor tx = tangent_or_zeros(x), tw = tangent_or_zeros(w), tg = tangent_or_zeros(g), gc = dense(g);
-  const Tensor xc = x.contiguous(), wc = w.contiguous();
-  const Tensor mean = n.saved_tensor(&LayerNormSaved::mean).contiguous();
-  const Tensor rstd = n.saved_tensor(&LayerNormSaved::rstd).contiguous();
-  const int64_t C = x.shape().back(), R = x.numel() / C;
+  const Tensor mean = n.saved_tensor(&LayerNormSaved::mean), rstd = n.saved_tensor(&LayerNormSaved::rstd);
+  const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
   const int64_t blocks = (R + kLayerNormBlock - 1) / kLayerNormBlock;
-  Tensor gx = empty(x.shape(), x.dtype()), tgx = empty(x.shape(), x.dtype());
-  Tensor pw = zeros({4, blocks, C}, x.dtype());  // per block: dw, db and their tangents
+  const Tensor gc = dense(g), wc = w.defined() ? w : ones({C}, x.dtype());
+  Tensor gx = empty_like(x), pw = zeros({kTangents ? 4 : 2, blocks, C}, x.dtype());  // per block: dw, db, tangents
+  Tensor tx = x, tw = wc, tg = gc, tgx = gx;  // read with kTangents only
+  if constexpr (kTangents) {
+    tx = tangent_or_zeros(x);
+    tw = tangent_or_zeros(w);
+    tg = tangent_or_zeros(g);
+    tgx = empty_like(x);
+  }
   dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
     using T = decltype(tag);
-    const T *xp = xc.data<T>(), *gp = gc.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>(), *wp = wc.data<T>();
+    const T *xp = x.data<T>(), *gp = gc.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>(), *wp = wc.data<T>();
     const T *txp = tx.data<T>(), *twp = tw.data<T>(), *tgp = tg.data<T>();
     T *gxp = gx.data<T>(), *tgxp = tgx.data<T>(), *pp = pw.data<T>();
     const T inv_c = T(1) / static_cast<T>(C);
     parallel_for(blocks, std::max<int64_t>(1, row_grain(C) / kLayerNormBlock), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
-        T *dw = pp + b * C, *db = dw + blocks * C, *tdw = db + blocks * C, *tdb = tdw + blocks * C;
+        T *dw = pp + b * C, *db = dw + blocks * C, *tdw = kTangents ? db + blocks * C : db, *tdb = tdw + (tdw - db);
         for (int64_t r = b * kLayerNormBlock; r < std::min(R, (b + 1) * kLayerNormBlock); ++r) {
           const T *xr = xp + r * C, *gr = gp + r * C, *txr = txp + r * C, *tgr = tgp + r * C;
+          const T *wr = wp, *twr = twp;  // locals: GCC reloads captured ones per element (a gather)
           const T mu = mp[r], rs = rp[r];
-          T s_tx = 0, s_ntx = 0, s_dn = 0, s_dnn = 0, s_dnt = 0, s_dntn = 0, s_dntx = 0;
-#pragma omp simd reduction(+ : s_tx, s_ntx, s_dn, s_dnn, s_dnt, s_dntn, s_dntx)
+          T s_dn = 0, s_dnn = 0, s_tx = 0, s_ntx = 0, s_dnt = 0, s_dntn = 0, s_dntx = 0;
+#pragma omp simd reduction(+ : s_dn, s_dnn, s_tx, s_ntx, s_dnt, s_dntn, s_dntx)
           for (int64_t c = 0; c < C; ++c) {
-            const T nc = (xr[c] - mu) * rs, dn = gr[c] * wp[c], dnt = tgr[c] * wp[c] + gr[c] * twp[c];
-            s_tx += txr[c];
-            s_ntx += nc * txr[c];
+            const T nc = (xr[c] - mu) * rs, dn = gr[c] * wr[c];
             s_dn += dn;
             s_dnn += dn * nc;
-            s_dnt += dnt;
-            s_dntn += dnt * nc;
-            s_dntx += dn * txr[c];
+            if constexpr (kTangents) {
+              const T dnt = tgr[c] * wr[c] + gr[c] * twr[c];
+              s_tx += txr[c];
+              s_ntx += nc * txr[c];
+              s_dnt += dnt;
+              s_dntn += dnt * nc;
+              s_dntx += dn * txr[c];
+            }
           }
           const T m_tx = s_tx * inv_c, m_ntx = s_ntx * inv_c, A = s_dn * inv_c, Bn = s_dnn * inv_c;
-          const T At = s_dnt * inv_c;
-          const T Bnt = s_dntn * inv_c + rs * (s_dntx * inv_c - m_tx * A - m_ntx * Bn);
+          const T At = s_dnt * inv_c, Bnt = s_dntn * inv_c + rs * (s_dntx * inv_c - m_tx * A - m_ntx * Bn);
           const T rst = -rs * rs * m_ntx;
           T *o = gxp + r * C, *ot = tgxp + r * C;
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) {
-            const T nc = (xr[c] - mu) * rs, dn = gr[c] * wp[c], dnt = tgr[c] * wp[c] + gr[c] * twp[c];
-            const T nt = rs * (txr[c] - m_tx - nc * m_ntx), inner = dn - A - nc * Bn;
+            const T nc = (xr[c] - mu) * rs, inner = gr[c] * wr[c] - A - nc * Bn;
             o[c] = rs * inner;
-            ot[c] = rst * inner + rs * (dnt - At - nt * Bn - nc * Bnt);
             dw[c] += gr[c] * nc;
             db[c] += gr[c];
-            tdw[c] += tgr[c] * nc + gr[c] * nt;
-            tdb[c] += tgr[c];
+            if constexpr (kTangents) {
+              const T dnt = tgr[c] * wr[c] + gr[c] * twr[c], nt = rs * (txr[c] - m_tx - nc * m_ntx);
+              ot[c] = rst * inner + rs * (dnt - At - nt * Bn - nc * Bnt);
+              tdw[c] += tgr[c] * nc + gr[c] * nt;
+              tdb[c] += tgr[c];
+            }
           }
         }
       }
     });
   });
   NoGradGuard plain;  // the sums over blocks: plain kernels, their tangents given to the engine
-  const Tensor sums = sum(pw, {1});  // (4, C)
-  gin[0] = gx, gin_tangents[0] = tgx;
-  gin[1] = select(sums, 0, 0), gin_tangents[1] = select(sums, 0, 2);
-  gin[2] = select(sums, 0, 1), gin_tangents[2] = select(sums, 0, 3);
+  const Tensor sums = sum(pw, {1});  // (2 or 4, C)
+  if (kTangents || n.needs(0)) gin[0] = gx;
+  if (kTangents || n.needs(1)) gin[1] = select(sums, 0, 0);
+  if (kTangents || n.needs(2)) gin[2] = select(sums, 0, 1);
+  if constexpr (kTangents) {
+    gin_t[0] = tgx;
+    gin_t[1] = select(sums, 0, 2);
+    gin_t[2] = select(sums, 0, 3);
+  }
   return true;
 }
 
 static void layer_norm_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
-  const Tensor mean = n.saved_tensor(&LayerNormSaved::mean), rstd = n.saved_tensor(&LayerNormSaved::rstd);
-  const int64_t C = x.shape().back(), R = x.numel() / std::max<int64_t>(C, 1);
-  Tensor gc = dense(g);
-  const Tensor& gm = n.side_grad(&LayerNormSaved::mean);
-  const Tensor& gr = n.side_grad(&LayerNormSaved::rstd);
-  const Tensor gmc = gm.defined() ? dense(gm) : Tensor(), grc = gr.defined() ? dense(gr) : Tensor();
-  const bool need_dx = n.needs(0), need_dw = n.needs(1), need_db = n.needs(2);
-  const int64_t blocks = (R + kLayerNormBlock - 1) / kLayerNormBlock;
-  Tensor gx = need_dx ? empty(x.shape(), x.dtype()) : Tensor();
-  Tensor pw = need_dw ? zeros({blocks, C}, x.dtype()) : Tensor();
-  Tensor pb = need_db ? zeros({blocks, C}, x.dtype()) : Tensor();
-  dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
-    using T = decltype(tag);
-    const T *xp = x.data<T>(), *gp = gc.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>();
-    const T* wp = w.defined() ? w.data<T>() : nullptr;
-    const T* gmp = gmc.defined() ? gmc.data<T>() : nullptr;
-    const T* grp = grc.defined() ? grc.data<T>() : nullptr;
-    T* gxp = need_dx ? gx.data<T>() : nullptr;
-    parallel_for(blocks, std::max<int64_t>(1, row_grain(C) / kLayerNormBlock), [&](int64_t b0, int64_t b1) {
-      std::vector<T> dn(C);
-      for (int64_t b = b0; b < b1; ++b) {
-        T* dw = need_dw ? pw.data<T>() + b * C : nullptr;
-        T* db = need_db ? pb.data<T>() + b * C : nullptr;
-        for (int64_t r = b * kLayerNormBlock; r < std::min(R, (b + 1) * kLayerNormBlock); ++r) {
-          const T *xr = xp + r * C, *gr = gp + r * C;
-          const T mu = mp[r], rs = rp[r];
-          if (dw && db) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) {
-              dw[c] += gr[c] * (xr[c] - mu) * rs;
-              db[c] += gr[c];
-            }
-          } else if (dw) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) dw[c] += gr[c] * (xr[c] - mu) * rs;
-          } else if (db) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) db[c] += gr[c];
-          }
-          if (!need_dx) continue;
-          const T* d = gr;  // dn = g * w, or g itself without a weight
-          if (wp) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) dn[c] = gr[c] * wp[c];
-            d = dn.data();
-          }
-          T sum_dn = 0, sum_dn_n = 0;
-#pragma omp simd reduction(+ : sum_dn, sum_dn_n)
-          for (int64_t c = 0; c < C; ++c) {
-            sum_dn += d[c];
-            sum_dn_n += d[c] * (xr[c] - mu);
-          }
-          const T a = sum_dn / static_cast<T>(C), bb = sum_dn_n * rs / static_cast<T>(C);
-          T* o = gxp + r * C;
-#pragma omp simd
-          for (int64_t c = 0; c < C; ++c) o[c] = rs * (d[c] - a - (xr[c] - mu) * rs * bb);
-          if (gmp || grp) {  // what reached the side outputs mean and rstd
-            const T am = gmp ? gmp[r] / static_cast<T>(C) : T(0);
-            const T ar = grp ? grp[r] * rs * rs * rs / static_cast<T>(C) : T(0);
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) o[c] += am - ar * (xr[c] - mu);
-          }
-        }
-      }
-    });
-  });
-  if (need_dx) gin[0] = gx;
-  if (need_dw) gin[1] = sum(pw, {0});
-  if (need_db) gin[2] = sum(pb, {0});
+  if (!layer_norm_grads<false>(n, g, gin, {})) layer_norm_backward_recorded(n, g, gin);
 }
 
 // The same forward on the saved input: the output bit for bit.
@@ -234,59 +172,48 @@ static Tensor layer_norm_recompute(const Node& n) {
 //   d mean = mean(tx),  d rstd = -rstd^2 mean(xhat tx),
 //   d xhat = rstd (tx - mean(tx) - xhat mean(xhat tx))  (backward's dx formula: the Jacobian is symmetric),
 //   d y = d xhat * w + xhat * tw + tb; mean and rstd get their tangents as side outputs.
-// One pass over the rows: the tangent of y and of mean and rstd, no (..., C)
-// temporary. Recorded, the engine derives the tangent from the backward.
+// One pass per row, no (..., C) temporary; recorded, the engine derives it.
 static void layer_norm_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   if (n.out_shape.numel() == 0) return;  // an empty tangent: zero
-  auto dense_or_none = [](const Tensor& v) { return v.defined() ? v.contiguous() : v; };
-  const Tensor x = n.saved_tensor(&LayerNormSaved::x).contiguous();
-  const Tensor w = dense_or_none(n.saved_tensor(&LayerNormSaved::weight));
-  const Tensor mean = n.saved_tensor(&LayerNormSaved::mean).contiguous();
-  const Tensor rstd = n.saved_tensor(&LayerNormSaved::rstd).contiguous();
-  const Tensor tx = dense_or_none(t[0]), tw = dense_or_none(t[1]), tb = dense_or_none(t[2]);
+  const Tensor x = n.saved_tensor(&LayerNormSaved::x), w = n.saved_tensor(&LayerNormSaved::weight);
+  const Tensor mean = n.saved_tensor(&LayerNormSaved::mean), rstd = n.saved_tensor(&LayerNormSaved::rstd);
   const int64_t C = x.shape().back(), R = x.numel() / C;
-  Tensor y = empty(x.shape(), x.dtype());
-  Tensor d_mean = tx.defined() ? empty(mean.shape(), mean.dtype()) : Tensor();
-  Tensor d_rstd = tx.defined() ? empty(rstd.shape(), rstd.dtype()) : Tensor();
+  // A missing weight is ones, a missing tangent zeros: one loop for every case.
+  auto dense_or = [&](const Tensor& v, Shape s, double k) { return v.defined() ? dense(v) : full(s, k, x.dtype()); };
+  const Tensor wc = dense_or(w, {C}, 1), tx = dense_or(t[0], x.shape(), 0);
+  const Tensor tw = dense_or(t[1], {C}, 0), tb = dense_or(t[2], {C}, 0);
+  Tensor y = empty_like(x);
+  Tensor d_mean = empty({R}, x.dtype()), d_rstd = empty({R}, x.dtype());
   dispatch_float(x.dtype(), n.op->name, [&](auto tag) {
     using T = decltype(tag);
-    auto at = [](const Tensor& v) { return v.defined() ? v.data<T>() : nullptr; };
-    const T *xp = x.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>(), *wp = at(w);
-    const T *txp = at(tx), *twp = at(tw), *tbp = at(tb);
-    T *yp = y.data<T>(), *dmp = at(d_mean), *drp = at(d_rstd);
+    const T *xp = x.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>(), *wp = wc.data<T>();
+    const T *txp = tx.data<T>(), *twp = tw.data<T>(), *tbp = tb.data<T>();
+    T *yp = y.data<T>(), *dmp = d_mean.data<T>(), *drp = d_rstd.data<T>();
     parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const T *xr = xp + r * C, *tr = txp ? txp + r * C : nullptr;
+        const T *xr = xp + r * C, *tr = txp + r * C;
         const T mu = mp[r], rs = rp[r];
         T a = 0, b = 0;  // mean(tx), mean(xhat tx)
-        if (tr) {
 #pragma omp simd reduction(+ : a, b)
-          for (int64_t c = 0; c < C; ++c) {
-            a += tr[c];
-            b += (xr[c] - mu) * rs * tr[c];
-          }
-          a /= static_cast<T>(C), b /= static_cast<T>(C);
-          dmp[r] = a;
-          drp[r] = -rs * rs * b;
+        for (int64_t c = 0; c < C; ++c) {
+          a += tr[c];
+          b += (xr[c] - mu) * rs * tr[c];
         }
+        a /= static_cast<T>(C), b /= static_cast<T>(C);
+        dmp[r] = a;
+        drp[r] = -rs * rs * b;
         T* o = yp + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
           const T xh = (xr[c] - mu) * rs;
-          T v = tr ? rs * (tr[c] - a - xh * b) : T(0);
-          if (wp) v *= wp[c];
-          if (twp) v += xh * twp[c];
-          if (tbp) v += tbp[c];
-          o[c] = v;
+          o[c] = rs * (tr[c] - a - xh * b) * wp[c] + xh * twp[c] + tbp[c];
         }
       }
     });
   });
   out[0] = y;
-  if (tx.defined()) {
-    out[side_output(&LayerNormSaved::mean)] = d_mean;
-    out[side_output(&LayerNormSaved::rstd)] = d_rstd;
-  }
+  out[side_output(&LayerNormSaved::mean)] = d_mean;
+  out[side_output(&LayerNormSaved::rstd)] = d_rstd;
 }
 
 static const OpDef layer_norm_op({
@@ -296,27 +223,30 @@ static const OpDef layer_norm_op({
     .saves = saves_of<LayerNormSaved>(),
     .backward = layer_norm_backward,
     .recorded_backward = layer_norm_backward_recorded,
-    .backward_with_tangents = layer_norm_backward_tangents,
+    .backward_with_tangents = layer_norm_grads<true>,
     .tangent = layer_norm_tangent,
     .tangent_once_differentiable = true,
     .samples = [] {
       using samples::uniform;
-      auto ln = [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); };
+      auto ln = [](auto& x) {
+        return layer_norm(x[0], x.size() > 1 ? x[1] : Tensor(), x.size() > 2 ? x[2] : Tensor());
+      };
+      auto in = [](Shape s, uint64_t seed, int params) {  // x, then as many of weight and bias
+        std::vector<Tensor> v{uniform(s, seed, -2, 2)};
+        if (params > 0) v.push_back(uniform({s.back()}, seed + 1, 0.5, 1.5));
+        if (params > 1) v.push_back(uniform({s.back()}, seed + 2));
+        return v;
+      };
       return std::vector<OpSample>{
-          {"(3,5) affine", {uniform({3, 5}, 321, -2, 2), uniform({5}, 322, 0.5, 1.5), uniform({5}, 323)}, ln},
-          {"(2,3,4) affine", {uniform({2, 3, 4}, 324, -2, 2), uniform({4}, 325, 0.5, 1.5), uniform({4}, 326)}, ln},
-          {"(4,6) no affine", {uniform({4, 6}, 327, -2, 2)},
-           [](const std::vector<Tensor>& x) { return layer_norm(x[0], Tensor(), Tensor()); }},
-          {"(3,4) weight only", {uniform({3, 4}, 328, -2, 2), uniform({4}, 329, 0.5, 1.5)},
-           [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], Tensor()); }},
+          {"(3,5) affine", in({3, 5}, 321, 2), ln},
+          {"(2,3,4) affine", in({2, 3, 4}, 324, 2), ln},
+          {"(4,6) no affine", in({4, 6}, 327, 0), ln},
+          {"(3,4) weight only", in({3, 4}, 328, 1), ln},
           {"non-contiguous (3,4) affine", {samples::strided({3, 4}, 330, -2, 2), uniform({4}, 331), uniform({4}, 332)},
            ln},
-          {"(70,3) affine, more rows than a block",
-           {uniform({70, 3}, 333, -2, 2), uniform({3}, 334, 0.5, 1.5), uniform({3}, 335)}, ln},
-          {"(3,5) affine, squared: mul saves the output by reference",
-           {uniform({3, 5}, 336, -2, 2), uniform({5}, 337, 0.5, 1.5), uniform({5}, 338)},
-           [](const std::vector<Tensor>& x) {
-             Tensor y = layer_norm(x[0], x[1], x[2]);
+          {"(70,3) affine, more rows than a block", in({70, 3}, 333, 2), ln},
+          {"(3,5) affine, squared: mul saves the output by reference", in({3, 5}, 336, 2), [ln](auto& x) {
+             Tensor y = ln(x);
              return mul(y, y);
            }},
       };
@@ -341,18 +271,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
       throw DTypeError(fmt::format("{}: {} is {}, input {} is {}", op, what, dtype_name(p->dtype()), x.shape(),
                                    dtype_name(x.dtype())));
   }
-  // x and weight are saved: a copy of a strided one is recorded (a clone
-  // node off the backward path), so that a recorded backward differentiates
-  // through it back to the original.
+  // x and weight are saved: a strided one's copy is recorded (a clone node), so
+  // that a recorded backward differentiates through it back to the original.
   Tensor xc = x.contiguous(), wc = weight.defined() ? weight.contiguous() : Tensor();
   Tensor bc = bias.defined() ? dense(bias) : Tensor();
-  Tensor out = empty(x.shape(), x.dtype());
+  const Tensor wk = wc.defined() ? wc : ones({C}, x.dtype()), bk = bc.defined() ? bc : zeros({C}, x.dtype());
+  Tensor out = empty_like(x);
   Tensor mean = empty({R}, x.dtype()), rstd = empty({R}, x.dtype());
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    const T* xp = xc.data<T>();
-    const T* wp = wc.defined() ? wc.data<T>() : nullptr;
-    const T* bp = bc.defined() ? bc.data<T>() : nullptr;
+    const T *xp = xc.data<T>(), *wp = wk.data<T>(), *bp = bk.data<T>();
     T *yp = out.data<T>(), *mp = mean.data<T>(), *rp = rstd.data<T>();
     parallel_for(R, row_grain(C), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
@@ -365,19 +293,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         const T rs = T(1) / std::sqrt(ss / static_cast<T>(C) + static_cast<T>(eps));
         mp[r] = mu;
         rp[r] = rs;
-        if (wp && bp) {
 #pragma omp simd
-          for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * wp[c] + bp[c];
-        } else {  // separate passes: a select on a null pointer would not vectorise
-#pragma omp simd
-          for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs;
-          if (wp)
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) yr[c] *= wp[c];
-          if (bp)
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) yr[c] += bp[c];
-        }
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * wp[c] + bp[c];
       }
     });
   });
