@@ -1,7 +1,5 @@
-// Copying shape ops: concat, stack, pad, flip, triu, tril; split and chunk
-// return views through narrow (view.cpp), so their backward is slice's.
-// Forward copies go through Tensor::copy_ (the strided loop of loop.h, which
-// vectorises and threads); each backward is the matching copy the other way.
+// Copying shape ops (shape.h): copies go through Tensor::copy_ (loop.h's strided
+// loop, vectorised and threaded); each backward is the matching copy back.
 #include "autograd/ops/shape.h"
 
 #include <algorithm>
@@ -9,9 +7,8 @@
 #include "autograd/op.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/tangent.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/view.h"
-#include "autograd/parallel.h"
 #include "autograd/profiler.h"
 
 namespace tg {
@@ -37,10 +34,19 @@ std::string check_list(const std::vector<Tensor>& xs, std::string_view op) {
   return all;
 }
 
-// concat and stack: the axis they join along (normalised); stack's is new.
+// concat's and stack's axis (normalised); stack's is new.
 struct JoinAttrs {
   int64_t axis;
   bool stacked;
+};
+struct PadAttrs {
+  Shape before;  // per input axis (< 0 crops); after follows from the shapes
+};
+struct FlipAttrs {
+  Shape axes;  // normalised
+};
+struct TriangleAttrs {
+  int64_t diagonal;
 };
 
 // Copies xs into out (of the joined shape) along axis a, concat's inputs
@@ -104,7 +110,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
   ProfileScope prof(op);
   const std::string all = check_list(xs, op);
   const Shape& first = xs[0].shape();
-  if (first.size() == 0) throw ShapeError(fmt::format("{}: cannot concatenate 0-d tensors: {}", op, all));
+  if (first.empty()) throw ShapeError(fmt::format("{}: cannot concatenate 0-d tensors: {}", op, all));
   const int a = normalize_axis(axis, first.size(), "concat");
   Shape shape = first;
   shape[a] = 0;
@@ -149,7 +155,7 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
     throw IndexError(fmt::format("{}: axis {} is out of range for tensors of rank {} ({})", op, axis, r, all));
   const int a = static_cast<int>(axis < 0 ? axis + r + 1 : axis);
   Shape shape = first;
-  shape.insert(a, static_cast<int64_t>(xs.size()));
+  shape.insert(a, xs.size());
   return join(stack_op, xs, a, shape, true);
 }
 
@@ -159,7 +165,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   const int a = normalize_axis(axis, x.dim(), "split");
   if (x.dim() == 0) throw ShapeError("split: cannot split a 0-d tensor");
   std::vector<Tensor> out;
-  int64_t start = 0;  // the views are slices (narrow's, unchecked): a wrong sum throws below
+  int64_t start = 0;  // slices, unchecked: a wrong sum throws below
   for (int64_t s : sizes) {
     if (s < 0)
       throw ShapeError(fmt::format("split: negative size {} in ({}) for {}", s, fmt::join(sizes, ","), x.shape()));
@@ -178,8 +184,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis) {
     throw ValueError(fmt::format("chunk: number of chunks must be positive, got {} for {}", chunks, x.shape()));
   const int a = normalize_axis(axis, x.dim(), "chunk");
   if (x.dim() == 0) throw ShapeError("chunk: cannot chunk a 0-d tensor");
-  // As torch.chunk: pieces of ceil(n / chunks), the last one smaller, so
-  // there may be fewer than `chunks` pieces.
+  // As torch.chunk: pieces of ceil(n / chunks), the last smaller (maybe fewer pieces).
   const int64_t n = x.shape()[a], step = std::max<int64_t>(1, (n + chunks - 1) / chunks);
   std::vector<int64_t> sizes;
   for (int64_t start = 0; start < n; start += step) sizes.push_back(std::min(step, n - start));
@@ -188,18 +193,9 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis) {
 }
 
 // ============================ pad ============================
-// The node keeps the padding before each axis (negative crops); the padding
-// after follows from the input and output shapes.
-namespace {
-struct PadAttrs {
-  Shape before;  // per axis of the input, outermost first
-};
-}  // namespace
-
-// The node's pads, innermost axis first: sign 1 gives the pad itself (the
-// tangent is the same pad of the input's tangent), sign -1 its adjoint, the
-// opposite pad (value 0), which crops what was padded and zero-fills what was
-// cropped. Being a pad again, it is recorded under create_graph.
+// The node's pads, innermost axis first (sign 1: the tangent's), or (sign -1)
+// the adjoint's: the opposite pad crops what was padded and zero-fills what was
+// cropped, and is recorded under create_graph like any pad.
 static std::vector<int64_t> node_pads(const Node& n, int64_t sign) {
   const Shape& in = n.edges[0].shape;
   std::vector<int64_t> pads;
@@ -209,7 +205,9 @@ static std::vector<int64_t> node_pads(const Node& n, int64_t sign) {
   }
   return pads;
 }
-static void pad_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = pad(g, node_pads(n, -1)); }
+static void pad_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
+  gin[0] = pad(g, node_pads(n, -1));
+}
 static const OpDef pad_op({
     .name = "pad",
     .arity = 1,
@@ -254,11 +252,12 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
                                    x.shape(), shape[d]));
   }
   Tensor out = full(shape, value, x.dtype());
-  Shape len = shape;  // x's kept part, at src in x and dst in out (views that record nothing)
+  Shape len = shape;  // x's kept part, at src in x and dst in out
   int64_t src = x.offset(), dst = 0;
   for (int d = 0; d < r; ++d) {
-    const int64_t lo = std::max<int64_t>(0, -before[d]), hi = std::max<int64_t>(0, before[d] + x.shape()[d] - shape[d]);
-    len[d] = std::max<int64_t>(0, x.shape()[d] - lo - hi);  // lo and hi: what is cropped before and after
+    const int64_t lo = std::max<int64_t>(0, -before[d]);  // cropped before
+    const int64_t hi = std::max<int64_t>(0, before[d] + x.shape()[d] - shape[d]);  // cropped after
+    len[d] = std::max<int64_t>(0, x.shape()[d] - lo - hi);
     src += lo * x.strides()[d];
     dst += std::max<int64_t>(0, before[d]) * out.strides()[d];
   }
@@ -269,11 +268,6 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
 
 // ============================ flip ============================
 // A permutation that is its own inverse, so its own adjoint (self_adjoint).
-namespace {
-struct FlipAttrs {
-  Shape axes;  // normalised
-};
-}  // namespace
 static void flip_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = flip(g, n.attrs<FlipAttrs>().axes.vec());
 }
@@ -298,7 +292,7 @@ Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
   ProfileScope prof(op);
   detail::check_defined(op, x, "tensor");
   Shape norm, strides = x.strides();
-  int64_t offset = x.offset();  // of a view with negated strides on the flipped axes, copied out
+  int64_t offset = x.offset();  // of x seen with negated strides on the flipped axes
   for (int64_t a : axes) {
     const int d = normalize_axis(a, x.dim(), "flip");
     if (std::find(norm.begin(), norm.end(), d) != norm.end())
@@ -315,14 +309,8 @@ Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
 }
 
 // ============================ triu / tril ============================
-// Keeps x[..., i, j] where j - i >= diagonal (triu) or j - i <= diagonal
-// (tril), zero elsewhere. A mask is its own adjoint (self_adjoint): backward
-// and tangent apply it again.
-namespace {
-struct TriangleAttrs {
-  int64_t diagonal;
-};
-}  // namespace
+// Keeps x[..., i, j] where j - i >= diagonal (triu) or <= diagonal (tril), zero
+// elsewhere: a mask, so its own adjoint (self_adjoint).
 template <bool Upper>
 static void triangle_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = (Upper ? triu : tril)(g, n.attrs<TriangleAttrs>().diagonal);
@@ -352,26 +340,12 @@ static Tensor triangle(const OpDef& op, const Tensor& x, int64_t diagonal) {
   ProfileScope prof(op.name);
   detail::check_defined(op.name, x, "tensor");
   if (x.dim() < 2) throw ShapeError(fmt::format("{}: needs at least 2 dimensions, got {}", op.name, x.shape()));
-  Tensor out = empty(x.shape(), x.dtype());
-  const int64_t R = x.shape()[x.dim() - 2], C = x.shape().back(), M = R * C;
-  const int64_t mats = M == 0 ? 0 : x.numel() / M;
+  const int64_t R = x.shape()[x.dim() - 2], C = x.shape().back();
+  Tensor out;
   {
-    NoGradGuard ng;
-    const Tensor xc = x.contiguous();
-    TG_DISPATCH_ALL(x.dtype(), op.name, [&] {
-      const scalar_t* src = xc.data<scalar_t>();
-      scalar_t* dst = out.data<scalar_t>();
-      parallel_for(mats * R, detail::row_grain(C), [&](int64_t r0, int64_t r1) {
-        for (int64_t row = r0; row < r1; ++row) {
-          const int64_t i = row % R;
-          // Columns [0, split) and [split, C): one side kept, the other zeroed.
-          const int64_t split = std::clamp<int64_t>(Upper ? i + diagonal : i + diagonal + 1, 0, C);
-          const scalar_t* s = src + row * C;
-          scalar_t* d = dst + row * C;
-          for (int64_t j = 0; j < C; ++j) d[j] = (j < split) != Upper ? s[j] : scalar_t(0);
-        }
-      });
-    });
+    NoGradGuard ng;  // j - i, (R, C), broadcast over the leading axes
+    const Tensor j_i = sub(arange(C), arange(R).reshape({R, 1})), d = scalar(diagonal, DType::i64);
+    out = masked_fill(x, Upper ? lt(j_i, d) : gt(j_i, d), 0.0);
   }
   if (Node* n = record(op, out, x)) n->attrs<TriangleAttrs>() = {.diagonal = diagonal};
   return out;

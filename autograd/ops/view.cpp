@@ -1,6 +1,4 @@
-// View ops: the output shares the input's storage (no copy); only shape,
-// strides and offset change. Each backward maps the gradient back to the
-// input's geometry. Copying shape ops (concat, pad, flip, ...) are in shape.cpp.
+// View ops (view.h); each backward maps the gradient back to the input's geometry.
 #include "autograd/ops/view.h"
 
 #include "autograd/op.h"
@@ -22,7 +20,6 @@ struct SliceAttrs {
   int64_t axis, start, stop, step;  // normalised: 0 <= start <= stop <= the axis' size
 };
 
-// x, after checking that it is defined.
 const Tensor& defined(const Tensor& x, std::string_view op) {
   detail::check_defined(op, x, "tensor");
   return x;
@@ -32,14 +29,19 @@ const Tensor& defined(const Tensor& x, std::string_view op) {
 Shape infer_shape(const Tensor& x, const Shape& shape, const char* op) {
   Shape out = shape;
   int infer = -1;
+  int64_t known = 1;
   for (int d = 0; d < out.size(); ++d) {
-    if (out[d] < -1) throw ShapeError(fmt::format("{}: invalid dimension {} in {}", op, out[d], shape));
-    if (out[d] == -1 && infer >= 0) throw ShapeError(fmt::format("{}: only one dimension can be -1 in {}", op, shape));
-    if (out[d] == -1) infer = d;
+    if (out[d] == -1) {
+      if (infer >= 0) throw ShapeError(fmt::format("{}: only one dimension can be -1 in {}", op, shape));
+      infer = d;
+    } else if (out[d] < 0) {
+      throw ShapeError(fmt::format("{}: invalid dimension {} in {}", op, out[d], shape));
+    } else {
+      known *= out[d];
+    }
   }
-  // -1: the count over the others (a remainder fails the check below); kept if they hold none.
-  if (infer >= 0 && out.numel() != 0) out[infer] = x.numel() / -out.numel();
-  if (out.numel() != x.numel() || (infer >= 0 && out[infer] < 0))
+  if (infer >= 0 && known > 0) out[infer] = x.numel() / known;  // a remainder fails the count below
+  if (out.numel() != x.numel() || (infer >= 0 && known == 0))
     throw ShapeError(fmt::format("{}: cannot reshape {} ({} elements) into {}", op, x.shape(), x.numel(), shape));
   return out;
 }
@@ -48,7 +50,7 @@ Shape infer_shape(const Tensor& x, const Shape& shape, const char* op) {
 // computeStride: walk chunks of old dims that are contiguous among themselves).
 bool view_strides(const Tensor& x, const Shape& to, Shape& strides) {
   const Shape &from = x.shape(), &old_st = x.strides();
-  strides = contiguous_strides(to);  // an empty tensor's; the walk below sets all of any other's
+  strides = contiguous_strides(to);  // kept only when empty: the walk sets every stride
   if (x.numel() == 0) return true;
   int view_d = to.size() - 1;
   int64_t chunk_base = old_st.empty() ? 1 : old_st.back();
@@ -64,7 +66,8 @@ bool view_strides(const Tensor& x, const Shape& to, Shape& strides) {
       if (view_numel != tensor_numel) return false;
       if (d > 0) {
         chunk_base = old_st[d - 1];
-        tensor_numel = view_numel = 1;
+        tensor_numel = 1;
+        view_numel = 1;
       }
     }
   }
@@ -87,7 +90,7 @@ static const OpDef reshape_op({
     .signature = "reshape(x, shape) / view(x, shape)",
     .saves = saves_of<NoSaved>(),
     .backward = reshape_backward,
-    // A view's tangent is the same view of the input's tangent.
+    // A view's tangent: the same view of the input's.
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
       out[0] = reshape(t[0], n.out_shape);
     },
@@ -102,7 +105,8 @@ static const OpDef reshape_op({
 
 Tensor view(const Tensor& x, const Shape& shape) {
   ProfileScope prof(reshape_op.name);
-  Shape to = infer_shape(defined(x, "view"), shape, "view"), strides;
+  Shape to = infer_shape(defined(x, "view"), shape, "view");
+  Shape strides;
   if (!view_strides(x, to, strides))
     throw ShapeError(fmt::format("view: a tensor of shape {} with strides {} cannot be viewed as {}; use reshape()",
                                  x.shape(), x.strides(), to));
@@ -112,7 +116,8 @@ Tensor view(const Tensor& x, const Shape& shape) {
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  Shape to = infer_shape(defined(x, "reshape"), shape, "reshape"), strides;
+  Shape to = infer_shape(defined(x, "reshape"), shape, "reshape");
+  Shape strides;
   return view(view_strides(x, to, strides) ? x : clone(x), to);
 }
 
@@ -156,14 +161,14 @@ static const OpDef permute_op({
 });
 Tensor permute(const Tensor& x, const Shape& order) {
   ProfileScope prof(permute_op.name);
-  const int r = defined(x, permute_op.name).dim();
+  const int r = defined(x, "permute").dim();
   if (order.size() != r)
-    throw ShapeError(fmt::format("{}: order {} for a tensor of shape {}", permute_op.name, order, x.shape()));
+    throw ShapeError(fmt::format("permute: order {} for a tensor of shape {}", order, x.shape()));
   Shape shape, strides, norm;
   bool seen[kMaxDims] = {};
   for (int d = 0; d < r; ++d) {
     int a = normalize_axis(order[d], r, "permute");
-    if (seen[a]) throw ShapeError(fmt::format("{}: axis {} repeated in {}", permute_op.name, a, order));
+    if (seen[a]) throw ShapeError(fmt::format("permute: axis {} repeated in {}", a, order));
     seen[a] = true;
     norm.push_back(a);
     shape.push_back(x.shape()[a]);
@@ -184,15 +189,15 @@ Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
 }
 
 // ============================ slice / narrow / select ============================
-// Backward pads the gradient to the input's shape, so it is recorded like any
-// pad: with step > 1, each entry along the axis is followed by step - 1 zeros
-// ((.., L, ..) -> (.., L, step, ..) -> (.., L * step, ..)), then the axis is
-// padded before and after (after < 0 crops zeros past the input's end). When
-// the input's gradient is already accumulating (q, k and v sliced from one
-// projection), a plain pass adds into it through the slice (slice_accumulate).
-static void slice_accumulate(const Node& n, const Tensor& g, Tensor& gx) {
+// Backward pads the gradient to the input's shape (step > 1: each entry then
+// step - 1 zeros, (.., L, step, ..) reshaped). A plain pass adds into an input
+// gradient already accumulating (q, k, v of one projection) through reslice.
+static Tensor reslice(const Node& n, const Tensor& t) {
   const SliceAttrs& s = n.attrs<SliceAttrs>();
-  slice(gx, s.axis, s.start, s.stop, s.step).add_(g);
+  return slice(t, s.axis, s.start, s.stop, s.step);
+}
+static void slice_accumulate(const Node& n, const Tensor& g, Tensor& gx) {
+  reslice(n, gx).add_(g);
 }
 static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const SliceAttrs& s = n.attrs<SliceAttrs>();
@@ -217,8 +222,7 @@ static const OpDef slice_op({
     .saves = saves_of<NoSaved>(),
     .backward = slice_backward,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      const SliceAttrs& s = n.attrs<SliceAttrs>();
-      out[0] = slice(t[0], s.axis, s.start, s.stop, s.step);
+      out[0] = reslice(n, t[0]);
     },
     .samples = [] {
       return std::vector<OpSample>{
@@ -231,9 +235,9 @@ static const OpDef slice_op({
 });
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step) {
   ProfileScope prof(slice_op.name);
-  const int a = normalize_axis(axis, defined(x, slice_op.name).dim(), "slice");
-  if (x.dim() == 0) throw ShapeError(fmt::format("{}: cannot slice a 0-d tensor", slice_op.name));
-  if (step <= 0) throw ValueError(fmt::format("{}: step must be positive, got {}", slice_op.name, step));
+  const int a = normalize_axis(axis, defined(x, "slice").dim(), "slice");
+  if (x.dim() == 0) throw ShapeError("slice: cannot slice a 0-d tensor");
+  if (step <= 0) throw ValueError(fmt::format("slice: step must be positive, got {}", step));
   const int64_t n = x.shape()[a];
   auto clampi = [n](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n); };
   int64_t s = clampi(start), e = std::max(clampi(stop), s);
@@ -286,20 +290,26 @@ static const OpDef expand_op({
     },
 });
 Tensor expand(const Tensor& x, const Shape& shape) {
-  const std::string_view op = expand_op.name;
-  ProfileScope prof(op);
-  const int r = defined(x, op).dim(), n = shape.size();
-  if (n < r) throw ShapeError(fmt::format("{}: cannot expand {} to fewer dimensions {}", op, x.shape(), shape));
+  ProfileScope prof(expand_op.name);
+  const int r = defined(x, "expand").dim(), n = shape.size();
+  if (n < r) throw ShapeError(fmt::format("expand: cannot expand {} to fewer dimensions {}", x.shape(), shape));
   Shape out_shape, strides;
   for (int d = 0; d < n; ++d) {
-    const int xd = d - (n - r);  // x's axis, < 0 for a new leading one (size 1, stride 0)
-    const int64_t have = xd < 0 ? 1 : x.shape()[xd], want = shape[d] == -1 && xd >= 0 ? have : shape[d];
-    if (xd < 0 && want < 0) throw ShapeError(fmt::format("{}: -1 for a new leading dimension in {}", op, shape));
+    int xd = d - (n - r);
+    int64_t want = shape[d];
+    if (xd < 0) {
+      if (want < 0) throw ShapeError(fmt::format("expand: -1 for a new leading dimension in {}", shape));
+      out_shape.push_back(want);
+      strides.push_back(0);
+      continue;
+    }
+    int64_t have = x.shape()[xd];
+    if (want == -1) want = have;
     if (have != want && have != 1)
-      throw ShapeError(fmt::format("{}: cannot expand {} to {} (dimension {} is {}, not 1)", op, x.shape(), shape,
-                                   xd, have));
+      throw ShapeError(fmt::format("expand: cannot expand {} to {} (dimension {} is {}, not 1)", x.shape(), shape, xd,
+                                   have));
     out_shape.push_back(want);
-    strides.push_back(xd >= 0 && have == want ? x.strides()[xd] : 0);
+    strides.push_back(have == want ? x.strides()[xd] : 0);
   }
   Tensor out = make_view(x, out_shape, strides, x.offset());
   record(expand_op, out, x);
