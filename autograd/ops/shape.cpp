@@ -23,15 +23,14 @@ void copy_into(const Tensor& out, const Tensor& src) {
 }
 
 // Shared checks of concat and stack: a non-empty list of defined tensors of
-// one dtype. Returns the list's shapes for error messages.
-std::string check_list(const std::vector<Tensor>& xs, std::string_view op) {
+// one dtype. Their errors describe(xs), the list's shapes, only when thrown.
+void check_list(const std::vector<Tensor>& xs, std::string_view op) {
   if (xs.empty()) throw ValueError(fmt::format("{}: needs at least one tensor, got an empty list", op));
   for (size_t k = 0; k < xs.size(); ++k)
     if (!xs[k].defined()) throw ValueError(fmt::format("{}: tensor {} of the list is undefined", op, k));
-  const std::string all = describe(xs);
   for (const Tensor& x : xs)
-    if (x.dtype() != xs[0].dtype()) throw DTypeError(fmt::format("{}: tensors have different dtypes: {}", op, all));
-  return all;
+    if (x.dtype() != xs[0].dtype())
+      throw DTypeError(fmt::format("{}: tensors have different dtypes: {}", op, describe(xs)));
 }
 
 // concat's and stack's axis (normalised); stack's is new.
@@ -95,7 +94,7 @@ static const OpDef concat_op({
     .backward = join_backward,
     .tangent = join_tangent,
     .samples = [] {
-      auto on = [](int64_t axis) { return [axis](const std::vector<Tensor>& x) { return concat(x, axis); }; };
+      auto on = [](int64_t axis) { return [axis](auto& x) { return concat(x, axis); }; };
       return std::vector<OpSample>{
           {"(2,3) and (4,3) axis 0", {uniform({2, 3}, 401), uniform({4, 3}, 402)}, on(0)},
           {"three (2,1,3), (2,2,3), (2,3,3) axis 1",
@@ -108,9 +107,9 @@ static const OpDef concat_op({
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
   const std::string_view op = concat_op.name;
   ProfileScope prof(op);
-  const std::string all = check_list(xs, op);
+  check_list(xs, op);
   const Shape& first = xs[0].shape();
-  if (first.empty()) throw ShapeError(fmt::format("{}: cannot concatenate 0-d tensors: {}", op, all));
+  if (first.empty()) throw ShapeError(fmt::format("{}: cannot concatenate 0-d tensors: {}", op, describe(xs)));
   const int a = normalize_axis(axis, first.size(), "concat");
   Shape shape = first;
   shape[a] = 0;
@@ -118,7 +117,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
     bool same = x.dim() == first.size();
     for (int d = 0; same && d < first.size(); ++d) same = d == a || x.shape()[d] == first[d];
     if (!same)
-      throw ShapeError(fmt::format("{}: along axis {} every other dimension must match, got {}", op, a, all));
+      throw ShapeError(fmt::format("{}: along axis {} every other dimension must match, got {}", op, a, describe(xs)));
     shape[a] += x.shape()[a];
   }
   return join(concat_op, xs, a, shape, false);
@@ -133,7 +132,7 @@ static const OpDef stack_op({
     .backward = join_backward,
     .tangent = join_tangent,
     .samples = [] {
-      auto on = [](int64_t axis) { return [axis](const std::vector<Tensor>& x) { return stack(x, axis); }; };
+      auto on = [](int64_t axis) { return [axis](auto& x) { return stack(x, axis); }; };
       return std::vector<OpSample>{
           {"two (2,3) axis 0", {uniform({2, 3}, 411), uniform({2, 3}, 412)}, on(0)},
           {"three (3,2) axis -1", {uniform({3, 2}, 413), strided({3, 2}, 414), uniform({3, 2}, 415)}, on(-1)},
@@ -145,14 +144,14 @@ static const OpDef stack_op({
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
   const std::string_view op = stack_op.name;
   ProfileScope prof(op);
-  const std::string all = check_list(xs, op);
+  check_list(xs, op);
   const Shape& first = xs[0].shape();
   for (const Tensor& x : xs)
     if (!(x.shape() == first))
-      throw ShapeError(fmt::format("{}: every tensor must have the same shape, got {}", op, all));
+      throw ShapeError(fmt::format("{}: every tensor must have the same shape, got {}", op, describe(xs)));
   const int r = first.size();
   if (axis < -(r + 1) || axis > r)
-    throw IndexError(fmt::format("{}: axis {} is out of range for tensors of rank {} ({})", op, axis, r, all));
+    throw IndexError(fmt::format("{}: axis {} is out of range for tensors of rank {} ({})", op, axis, r, describe(xs)));
   const int a = static_cast<int>(axis < 0 ? axis + r + 1 : axis);
   Shape shape = first;
   shape.insert(a, xs.size());
@@ -219,7 +218,7 @@ static const OpDef pad_op({
     },
     .samples = [] {
       auto on = [](std::vector<int64_t> pads, double value = 0.0) {
-        return [=](const std::vector<Tensor>& x) { return pad(x[0], pads, value); };
+        return [=](auto& x) { return pad(x[0], pads, value); };
       };
       return std::vector<OpSample>{
           {"(2,3) pads (1,2)", {uniform({2, 3}, 421)}, on({1, 2})},
@@ -251,7 +250,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
       throw ShapeError(fmt::format("{}: pads ({}) make axis {} of {} negative ({})", op, fmt::join(pads, ","), d,
                                    x.shape(), shape[d]));
   }
-  Tensor out = full(shape, value, x.dtype());
+  Tensor out = value == 0 ? zeros(shape, x.dtype()) : full(shape, value, x.dtype());  // zeros: parallel
   Shape len = shape;  // x's kept part, at src in x and dst in out
   int64_t src = x.offset(), dst = 0;
   for (int d = 0; d < r; ++d) {
@@ -292,7 +291,7 @@ Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
   ProfileScope prof(op);
   detail::check_defined(op, x, "tensor");
   Shape norm, strides = x.strides();
-  int64_t offset = x.offset();  // of x seen with negated strides on the flipped axes
+  int64_t offset = x.offset();  // of x with negated strides on the flipped axes
   for (int64_t a : axes) {
     const int d = normalize_axis(a, x.dim(), "flip");
     if (std::find(norm.begin(), norm.end(), d) != norm.end())
