@@ -12,9 +12,9 @@ namespace tg {
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
 /// The tensors (all of one shape) joined along a new axis.
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis);
-/// Views of x along axis (through narrow), of the given sizes.
+/// Views of x along axis (slices), of the given sizes.
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis);
-/// Views of x along axis (through narrow), `chunks` of them as torch.chunk.
+/// Views of x along axis (slices), `chunks` of them as torch.chunk.
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis);
 /// Constant padding: pads = {before, after} pairs for the last axes, innermost
 /// first (torch.nn.functional.pad's order).

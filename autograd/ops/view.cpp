@@ -1,20 +1,25 @@
-// View ops: the output shares the input's storage (no copy); only shape,
-// strides and offset change. Each backward maps the gradient back to the
-// input's geometry. Copying shape ops (concat, pad, flip, ...) are in shape.cpp.
+// View ops (view.h); each backward maps the gradient back to the input's geometry.
 #include "autograd/ops/view.h"
 
 #include "autograd/op.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/tangent.h"
 #include "autograd/ops/shape.h"
 #include "autograd/profiler.h"
 
 namespace tg {
 namespace {
 
-// x, after checking that it is defined.
+using samples::strided, samples::uniform;
+
+struct PermuteAttrs {
+  Shape order;  // normalised: output axis d is input axis order[d]
+};
+struct SliceAttrs {
+  int64_t axis, start, stop, step;  // normalised: 0 <= start <= stop <= the axis' size
+};
+
 const Tensor& defined(const Tensor& x, std::string_view op) {
   detail::check_defined(op, x, "tensor");
   return x;
@@ -35,12 +40,8 @@ Shape infer_shape(const Tensor& x, const Shape& shape, const char* op) {
       known *= out[d];
     }
   }
-  if (infer >= 0) {
-    if (known == 0 || x.numel() % known != 0)
-      throw ShapeError(fmt::format("{}: cannot reshape {} ({} elements) into {}", op, x.shape(), x.numel(), shape));
-    out[infer] = x.numel() / known;
-  }
-  if (out.numel() != x.numel())
+  if (infer >= 0 && known > 0) out[infer] = x.numel() / known;  // a remainder fails the count below
+  if (out.numel() != x.numel() || (infer >= 0 && known == 0))
     throw ShapeError(fmt::format("{}: cannot reshape {} ({} elements) into {}", op, x.shape(), x.numel(), shape));
   return out;
 }
@@ -49,13 +50,10 @@ Shape infer_shape(const Tensor& x, const Shape& shape, const char* op) {
 // computeStride: walk chunks of old dims that are contiguous among themselves).
 bool view_strides(const Tensor& x, const Shape& to, Shape& strides) {
   const Shape &from = x.shape(), &old_st = x.strides();
-  strides = to;
-  if (x.numel() == 0) {
-    strides = contiguous_strides(to);
-    return true;
-  }
+  strides = contiguous_strides(to);  // kept only when empty: the walk sets every stride
+  if (x.numel() == 0) return true;
   int view_d = to.size() - 1;
-  int64_t chunk_base = old_st.size() ? old_st[old_st.size() - 1] : 1;
+  int64_t chunk_base = old_st.empty() ? 1 : old_st.back();
   int64_t tensor_numel = 1, view_numel = 1;
   for (int d = from.size() - 1; d >= 0; --d) {
     tensor_numel *= from[d];
@@ -73,17 +71,11 @@ bool view_strides(const Tensor& x, const Shape& to, Shape& strides) {
       }
     }
   }
-  if (view_d != -1) {
-    for (; view_d >= 0; --view_d) {  // leading size-1 dims of a scalar-like view
-      if (to[view_d] != 1) return false;
-      strides[view_d] = 1;
-    }
+  for (; view_d >= 0; --view_d) {  // leading size-1 dims of a scalar-like view
+    if (to[view_d] != 1) return false;
+    strides[view_d] = 1;
   }
   return true;
-}
-
-Tensor view_like(const Tensor& x, const Shape& shape, const Shape& strides, int64_t offset) {
-  return make_view(x, shape, strides, offset);
 }
 
 }  // namespace
@@ -92,22 +84,21 @@ Tensor view_like(const Tensor& x, const Shape& shape, const Shape& strides, int6
 static void reshape_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = reshape(g, n.edges[0].shape);
 }
-// A view's tangent is the same view of the input's tangent.
-static void reshape_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  out[0] = reshape(t[0], n.out_shape);
-}
 static const OpDef reshape_op({
     .name = "reshape",
     .arity = 1,
     .signature = "reshape(x, shape) / view(x, shape)",
     .saves = saves_of<NoSaved>(),
     .backward = reshape_backward,
-    .tangent = reshape_tangent,
+    // A view's tangent: the same view of the input's.
+    .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
+      out[0] = reshape(t[0], n.out_shape);
+    },
     .samples = [] {
       return std::vector<OpSample>{
-          {"(3,4) -> (2,-1,3)", {samples::uniform({3, 4}, 101)}, [](auto& x) { return reshape(x[0], {2, -1, 3}); }},
-          {"non-contiguous (2,3) -> (6)", {samples::strided({2, 3}, 102)}, [](auto& x) { return reshape(x[0], {6}); }},
-          {"view (2,3,4) -> (6,4)", {samples::uniform({2, 3, 4}, 103)}, [](auto& x) { return view(x[0], {6, 4}); }},
+          {"(3,4) -> (2,-1,3)", {uniform({3, 4}, 101)}, [](auto& x) { return reshape(x[0], {2, -1, 3}); }},
+          {"non-contiguous (2,3) -> (6)", {strided({2, 3}, 102)}, [](auto& x) { return reshape(x[0], {6}); }},
+          {"view (2,3,4) -> (6,4)", {uniform({2, 3, 4}, 103)}, [](auto& x) { return view(x[0], {6, 4}); }},
       };
     },
 });
@@ -119,7 +110,7 @@ Tensor view(const Tensor& x, const Shape& shape) {
   if (!view_strides(x, to, strides))
     throw ShapeError(fmt::format("view: a tensor of shape {} with strides {} cannot be viewed as {}; use reshape()",
                                  x.shape(), x.strides(), to));
-  Tensor out = view_like(x, to, strides, x.offset());
+  Tensor out = make_view(x, to, strides, x.offset());
   record(reshape_op, out, x);
   return out;
 }
@@ -127,8 +118,7 @@ Tensor view(const Tensor& x, const Shape& shape) {
 Tensor reshape(const Tensor& x, const Shape& shape) {
   Shape to = infer_shape(defined(x, "reshape"), shape, "reshape");
   Shape strides;
-  if (view_strides(x, to, strides)) return view(x, to);
-  return view(clone(x), to);
+  return view(view_strides(x, to, strides) ? x : clone(x), to);
 }
 
 Tensor flatten(const Tensor& x, int64_t start, int64_t end) {
@@ -136,25 +126,15 @@ Tensor flatten(const Tensor& x, int64_t start, int64_t end) {
   if (r == 0) return reshape(x, {1});
   int s = normalize_axis(start, r, "flatten"), e = normalize_axis(end, r, "flatten");
   if (s > e) throw IndexError(fmt::format("flatten: start axis {} is after end axis {}", start, end));
-  Shape to;
-  int64_t merged = 1;
-  for (int d = 0; d < r; ++d) {
-    if (d < s || d > e) {
-      to.push_back(x.shape()[d]);
-    } else {
-      merged *= x.shape()[d];
-      if (d == e) to.push_back(merged);
-    }
+  Shape to = x.shape();
+  for (int d = e; d > s; --d) {
+    to[s] *= to[d];
+    to.erase(d);
   }
   return reshape(x, to);
 }
 
 // ============================ transpose / permute ============================
-namespace {
-struct PermuteAttrs {
-  Shape order;  // normalised: output axis d is input axis order[d]
-};
-}  // namespace
 Tensor detail::unpermute(const Tensor& y, const Shape& order) {
   Shape inverse = order;
   for (int d = 0; d < order.size(); ++d) inverse[static_cast<int>(order[d])] = d;
@@ -174,27 +154,27 @@ static const OpDef permute_op({
     },
     .samples = [] {
       return std::vector<OpSample>{
-          {"(2,3,4) -> (2,0,1)", {samples::uniform({2, 3, 4}, 104)}, [](auto& x) { return permute(x[0], {2, 0, 1}); }},
-          {"transpose (3,4) 0 1", {samples::uniform({3, 4}, 105)}, [](auto& x) { return transpose(x[0], 0, 1); }},
+          {"(2,3,4) -> (2,0,1)", {uniform({2, 3, 4}, 104)}, [](auto& x) { return permute(x[0], {2, 0, 1}); }},
+          {"transpose (3,4) 0 1", {uniform({3, 4}, 105)}, [](auto& x) { return transpose(x[0], 0, 1); }},
       };
     },
 });
 Tensor permute(const Tensor& x, const Shape& order) {
   ProfileScope prof(permute_op.name);
-  const int r = defined(x, permute_op.name).dim();
+  const int r = defined(x, "permute").dim();
   if (order.size() != r)
-    throw ShapeError(fmt::format("{}: order {} for a tensor of shape {}", permute_op.name, order, x.shape()));
+    throw ShapeError(fmt::format("permute: order {} for a tensor of shape {}", order, x.shape()));
   Shape shape, strides, norm;
   bool seen[kMaxDims] = {};
   for (int d = 0; d < r; ++d) {
     int a = normalize_axis(order[d], r, "permute");
-    if (seen[a]) throw ShapeError(fmt::format("{}: axis {} repeated in {}", permute_op.name, a, order));
+    if (seen[a]) throw ShapeError(fmt::format("permute: axis {} repeated in {}", a, order));
     seen[a] = true;
     norm.push_back(a);
     shape.push_back(x.shape()[a]);
     strides.push_back(x.strides()[a]);
   }
-  Tensor out = view_like(x, shape, strides, x.offset());
+  Tensor out = make_view(x, shape, strides, x.offset());
   if (Node* n = record(permute_op, out, x)) n->attrs<PermuteAttrs>() = {.order = norm};
   return out;
 }
@@ -204,50 +184,36 @@ Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
   Shape order;
   for (int d = 0; d < r; ++d) order.push_back(d);
   int na = normalize_axis(a, r, "transpose"), nb = normalize_axis(b, r, "transpose");
-  if (r == 0) return permute(x, order);
-  std::swap(order[na], order[nb]);
+  if (r > 0) std::swap(order[na], order[nb]);
   return permute(x, order);
 }
 
 // ============================ slice / narrow / select ============================
-// Backward writes the gradient into a zero tensor of the input's shape
-// through the same slice; when the input's gradient is already accumulating
-// (q, k and v sliced from one projection), a plain pass adds into it through
-// the slice instead (slice_accumulate). Recorded (create_graph), that tensor
-// is built from pads instead: with step > 1, each gradient entry along the axis is followed
-// by step - 1 zeros ((.., L, ..) -> (.., L, step, ..) -> (.., L * step, ..)),
-// then the axis is padded to the input's extent before and after (after may
-// be negative: it crops trailing zeros past the input's end).
-namespace {
-struct SliceAttrs {
-  int64_t axis, start, stop, step;  // normalised: 0 <= start <= stop <= the axis' size
-};
-}  // namespace
-static void slice_accumulate(const Node& n, const Tensor& g, Tensor& gx) {
+// Backward pads the gradient to the input's shape (step > 1: each entry then
+// step - 1 zeros, (.., L, step, ..) reshaped). A plain pass adds into an input
+// gradient already accumulating (q, k, v of one projection) through reslice.
+static Tensor reslice(const Node& n, const Tensor& t) {
   const SliceAttrs& s = n.attrs<SliceAttrs>();
-  slice(gx, s.axis, s.start, s.stop, s.step).add_(g);
+  return slice(t, s.axis, s.start, s.stop, s.step);
 }
-static void slice_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const SliceAttrs& s = n.attrs<SliceAttrs>();
-  const Shape& in = n.edges[0].shape;
-  const int a = static_cast<int>(s.axis), r = in.size();
-  const int64_t start = s.start, step = s.step;
-  Tensor spread = g;
-  if (step > 1) {
-    std::vector<int64_t> pads(2 * (r - a), 0);  // axes r .. a+1 of the unsqueezed gradient
-    pads.back() = step - 1;
-    Shape to = g.shape();
-    to[a] *= step;
-    spread = reshape(pad(unsqueeze(g, a + 1), pads), to);
-  }
-  std::vector<int64_t> pads(2 * (r - a), 0);  // axes r-1 .. a
-  pads[pads.size() - 2] = start;
-  pads.back() = in[a] - start - spread.shape()[a];
-  gin[0] = pad(spread, pads);
+static void slice_accumulate(const Node& n, const Tensor& g, Tensor& gx) {
+  reslice(n, gx).add_(g);
 }
 static void slice_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  gin[0] = zeros(n.edges[0].shape, g.dtype());
-  slice_accumulate(n, g, gin[0]);
+  const SliceAttrs& s = n.attrs<SliceAttrs>();
+  const Shape& in = n.edges[0].shape;
+  const int a = static_cast<int>(s.axis);
+  std::vector<int64_t> pads(2 * (in.size() - a), 0);  // axes r-1 .. a (r .. a+1 of g unsqueezed at a+1)
+  Tensor spread = g;
+  if (s.step > 1) {
+    pads.back() = s.step - 1;
+    Shape to = g.shape();
+    to[a] *= s.step;
+    spread = reshape(pad(unsqueeze(g, a + 1), pads), to);
+  }
+  pads.end()[-2] = s.start;
+  pads.back() = in[a] - s.start - spread.shape()[a];
+  gin[0] = pad(spread, pads);
 }
 static const OpDef slice_op({
     .name = "slice",
@@ -255,32 +221,30 @@ static const OpDef slice_op({
     .signature = "slice(x, axis, start, stop, step) -> x[start:stop:step] on axis",
     .saves = saves_of<NoSaved>(),
     .backward = slice_backward,
-    .recorded_backward = slice_backward_recorded,
     .tangent = [](const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-      const SliceAttrs& s = n.attrs<SliceAttrs>();
-      out[0] = slice(t[0], s.axis, s.start, s.stop, s.step);
+      out[0] = reslice(n, t[0]);
     },
     .samples = [] {
       return std::vector<OpSample>{
-          {"(5,4) axis 0 [1:5:2]", {samples::uniform({5, 4}, 106)}, [](auto& x) { return slice(x[0], 0, 1, 5, 2); }},
-          {"(3,6) axis -1 [-4:]", {samples::uniform({3, 6}, 107)}, [](auto& x) { return slice(x[0], -1, -4, 100); }},
-          {"non-contiguous narrow", {samples::strided({4, 3}, 108)}, [](auto& x) { return narrow(x[0], 1, 1, 2); }},
+          {"(5,4) axis 0 [1:5:2]", {uniform({5, 4}, 106)}, [](auto& x) { return slice(x[0], 0, 1, 5, 2); }},
+          {"(3,6) axis -1 [-4:]", {uniform({3, 6}, 107)}, [](auto& x) { return slice(x[0], -1, -4, 100); }},
+          {"non-contiguous narrow", {strided({4, 3}, 108)}, [](auto& x) { return narrow(x[0], 1, 1, 2); }},
       };
     },
     .accumulate = slice_accumulate,
 });
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step) {
   ProfileScope prof(slice_op.name);
-  const int a = normalize_axis(axis, defined(x, slice_op.name).dim(), "slice");
-  if (x.dim() == 0) throw ShapeError(fmt::format("{}: cannot slice a 0-d tensor", slice_op.name));
-  if (step <= 0) throw ValueError(fmt::format("{}: step must be positive, got {}", slice_op.name, step));
+  const int a = normalize_axis(axis, defined(x, "slice").dim(), "slice");
+  if (x.dim() == 0) throw ShapeError("slice: cannot slice a 0-d tensor");
+  if (step <= 0) throw ValueError(fmt::format("slice: step must be positive, got {}", step));
   const int64_t n = x.shape()[a];
   auto clampi = [n](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n); };
   int64_t s = clampi(start), e = std::max(clampi(stop), s);
   Shape shape = x.shape(), strides = x.strides();
   shape[a] = (e - s + step - 1) / step;
   strides[a] *= step;
-  Tensor out = view_like(x, shape, strides, x.offset() + s * x.strides()[a]);
+  Tensor out = make_view(x, shape, strides, x.offset() + s * x.strides()[a]);
   if (Node* node = record(slice_op, out, x))
     node->attrs<SliceAttrs>() = {.axis = a, .start = s, .stop = e, .step = step};
   return out;
@@ -320,22 +284,21 @@ static const OpDef expand_op({
     },
     .samples = [] {
       return std::vector<OpSample>{
-          {"(3,1) -> (2,3,4)", {samples::uniform({3, 1}, 109)}, [](auto& x) { return expand(x[0], {2, 3, 4}); }},
-          {"() -> (3)", {samples::uniform({}, 110)}, [](auto& x) { return expand(x[0], {3}); }},
+          {"(3,1) -> (2,3,4)", {uniform({3, 1}, 109)}, [](auto& x) { return expand(x[0], {2, 3, 4}); }},
+          {"() -> (3)", {uniform({}, 110)}, [](auto& x) { return expand(x[0], {3}); }},
       };
     },
 });
 Tensor expand(const Tensor& x, const Shape& shape) {
-  const std::string_view op = expand_op.name;
-  ProfileScope prof(op);
-  const int r = defined(x, op).dim(), n = shape.size();
-  if (n < r) throw ShapeError(fmt::format("{}: cannot expand {} to fewer dimensions {}", op, x.shape(), shape));
+  ProfileScope prof(expand_op.name);
+  const int r = defined(x, "expand").dim(), n = shape.size();
+  if (n < r) throw ShapeError(fmt::format("expand: cannot expand {} to fewer dimensions {}", x.shape(), shape));
   Shape out_shape, strides;
   for (int d = 0; d < n; ++d) {
     int xd = d - (n - r);
     int64_t want = shape[d];
     if (xd < 0) {
-      if (want < 0) throw ShapeError(fmt::format("{}: -1 for a new leading dimension in {}", op, shape));
+      if (want < 0) throw ShapeError(fmt::format("expand: -1 for a new leading dimension in {}", shape));
       out_shape.push_back(want);
       strides.push_back(0);
       continue;
@@ -343,12 +306,12 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     int64_t have = x.shape()[xd];
     if (want == -1) want = have;
     if (have != want && have != 1)
-      throw ShapeError(fmt::format("{}: cannot expand {} to {} (dimension {} is {}, not 1)", op, x.shape(), shape,
-                                   xd, have));
+      throw ShapeError(fmt::format("expand: cannot expand {} to {} (dimension {} is {}, not 1)", x.shape(), shape, xd,
+                                   have));
     out_shape.push_back(want);
     strides.push_back(have == want ? x.strides()[xd] : 0);
   }
-  Tensor out = view_like(x, out_shape, strides, x.offset());
+  Tensor out = make_view(x, out_shape, strides, x.offset());
   record(expand_op, out, x);
   return out;
 }
@@ -382,10 +345,10 @@ static const OpDef clone_op({
     .signature = "clone(x) / x.contiguous() -> a contiguous copy",
     .saves = saves_of<NoSaved>(),
     .backward = clone_backward,
-    .tangent = [](const Node&, std::span<const Tensor> t, std::span<Tensor> out) { out[0] = t[0]; },
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{
-          {"non-contiguous (3,4)", {samples::strided({3, 4}, 111)}, [](auto& x) { return clone(x[0]); }},
+          {"non-contiguous (3,4)", {strided({3, 4}, 111)}, [](auto& x) { return clone(x[0]); }},
       };
     },
 });
