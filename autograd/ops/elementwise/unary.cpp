@@ -52,28 +52,11 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
 // Each unary op: forward kernel, its derivative d(s) once (common.h: a fused
 // pass on a plain backward, tensor ops when recorded), OpDef, samples. The
 // gradient is g d(s) and the tangent t d(s): an elementwise Jacobian is
-// diagonal (self_adjoint). SAVED is what it saves and d reads:
-// UnaryInputSaved (x) or UnaryOutputSaved (the output).
-namespace {
-// The tensor a unary op's derivative reads, saved as S: x or the output.
-template <class S>
-void unary_save(Node& n, const Tensor& x, const Tensor& out) {
-  if constexpr (std::is_same_v<S, UnaryInputSaved>)
-    n.save(UnaryInputSaved{.x = x});
-  else
-    n.save(UnaryOutputSaved{.output = out});
-}
-template <class S>
-Tensor unary_saved(const Node& n) {
-  if constexpr (std::is_same_v<S, UnaryInputSaved>)
-    return n.saved_tensor(&UnaryInputSaved::x);
-  else
-    return n.saved_tensor(&UnaryOutputSaved::output);
-}
-}  // namespace
-#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, SAMPLES, FORWARD, DERIVATIVE)                                \
+// diagonal (self_adjoint). d reads SAVED::S, x (UnaryInputSaved) or the
+// output (UnaryOutputSaved).
+#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, S, SAMPLES, FORWARD, DERIVATIVE)                              \
   static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
-    gin[0] = times_derivative(g, unary_saved<SAVED>(n), DERIVATIVE);                                    \
+    gin[0] = times_derivative(g, n.saved_tensor(&SAVED::S), DERIVATIVE);                                \
   }                                                                                                     \
   static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE,                      \
                                 .saves = saves_of<SAVED>(), .backward = NAME##_backward,                \
@@ -81,37 +64,37 @@ Tensor unary_saved(const Node& n) {
                                 .samples = [] { return SAMPLES; }});                                    \
   Tensor NAME(const Tensor& x) {                                                                        \
     ProfileScope prof(NAME##_op.name);                                                                  \
-    Tensor out = unary(NAME##_op.name, x, FORWARD);                                                     \
-    if (Node* n = record(NAME##_op, out, x)) unary_save<SAVED>(*n, x, out);                             \
-    return out;                                                                                         \
+    Tensor output = unary(NAME##_op.name, x, FORWARD);                                                  \
+    if (Node* n = record(NAME##_op, output, x)) n->save(SAVED{.S = S});                                 \
+    return output;                                                                                      \
   }
 
 template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
 using math::lit;
 
-TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); },
+TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, output, unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); },
             [](auto y) { return y; })
-TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); },
+TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, x, unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); },
             [](auto x) { return 1 / x; })
-TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, unary_samples(sqrt, 0.2, 3), [](auto x) { return std::sqrt(x); },
-            [](auto y) { return 1 / (y + y); })
-TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, unary_samples(rsqrt, 0.2, 3),
+TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, output, unary_samples(sqrt, 0.2, 3),
+            [](auto x) { return std::sqrt(x); }, [](auto y) { return 1 / (y + y); })
+TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, output, unary_samples(rsqrt, 0.2, 3),
             [](auto x) { return decltype(x)(1) / std::sqrt(x); }, [](auto y) { return lit(y, -0.5) * y * y * y; })
-TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, kinked_unary_samples(abs), [](auto x) { return std::abs(x); },
+TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, x, kinked_unary_samples(abs), [](auto x) { return std::abs(x); },
             [](auto x) { return math::step(x, [](auto v) { return (v > 0) - (v < 0); }); })  // sign(x)
-TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); },
+TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, output, unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); },
             [](auto y) { return 1 - y * y; })
-TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, unary_samples(sigmoid, -3, 3),
+TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, output, unary_samples(sigmoid, -3, 3),
             [](auto x) { return math::sigmoid(x); }, [](auto y) { return y * (1 - y); })
-TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, kinked_unary_samples(relu),
+TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, output, kinked_unary_samples(relu),
             [](auto x) { return x > 0 ? x : decltype(x)(0); },
             [](auto y) { return math::step(y, [](auto v) { return v > 0; }); })
-TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", UnaryInputSaved, unary_samples(softplus, -3, 3),
+TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", UnaryInputSaved, x, unary_samples(softplus, -3, 3),
             [](auto x) { return softplus_of(x); }, [](auto x) { return math::sigmoid(x); })
-TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", UnaryInputSaved, unary_samples(log_sigmoid, -3, 3),
+TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", UnaryInputSaved, x, unary_samples(log_sigmoid, -3, 3),
             [](auto x) { return -softplus_of(-x); }, [](auto x) { return math::sigmoid(-x); })
 // erf(x), derivative 2/sqrt(pi) exp(-x^2).
-TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); },
+TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, x, unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); },
             [](auto x) { return lit(x, 2 * std::numbers::inv_sqrtpi) * math::exp(-(x * x)); })
 #undef TG_UNARY_OP
 
