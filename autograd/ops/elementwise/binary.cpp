@@ -18,7 +18,6 @@ using detail::broadcast_tangent;
 using detail::tangent_add;
 using detail::elementwise::times_derivative;
 using detail::math::lit;
-using detail::elementwise::unary;
 using detail::elementwise::UnaryInputSaved;
 
 namespace {
@@ -55,20 +54,31 @@ Tensor binary(const OpDef& op, const Tensor& a, const Tensor& b, F f, bool float
   return out;
 }
 
-// --- sample helpers shared by this family's OpDefs
 using samples::uniform;
 std::vector<OpSample> binary_samples(Tensor (*op)(const Tensor&, const Tensor&), double low, double high) {
   auto fn = [op](const std::vector<Tensor>& x) { return op(x[0], x[1]); };
+  auto u = [low, high](const Shape& shape, uint64_t seed) { return uniform(shape, seed, low, high); };
   return {
-      {"same shape (3,4)", {uniform({3, 4}, 1, low, high), uniform({3, 4}, 2, low, high)}, fn},
-      {"broadcast (2,1,3) with (4,1)", {uniform({2, 1, 3}, 3, low, high), uniform({4, 1}, 4, low, high)}, fn},
-      {"row broadcast (3,4) with (4)", {uniform({3, 4}, 5, low, high), uniform({4}, 6, low, high)}, fn},
-      {"scalar () with (5)", {uniform({}, 7, low, high), uniform({5}, 8, low, high)}, fn},
-      {"non-contiguous (2,3)", {samples::strided({2, 3}, 9, low, high), uniform({2, 3}, 10, low, high)}, fn},
+      {"same shape (3,4)", {u({3, 4}, 1), u({3, 4}, 2)}, fn},
+      {"broadcast (2,1,3) with (4,1)", {u({2, 1, 3}, 3), u({4, 1}, 4)}, fn},
+      {"row broadcast (3,4) with (4)", {u({3, 4}, 5), u({4}, 6)}, fn},
+      {"scalar () with (5)", {u({}, 7), u({5}, 8)}, fn},
+      {"non-contiguous (2,3)", {samples::strided({2, 3}, 9, low, high), u({2, 3}, 10)}, fn},
   };
 }
 
 }  // namespace
+
+// Each broadcasting op but pow: its OpDef, with the rules given as
+// __VA_ARGS__ and samples in [LOW, HIGH), and its forward, EXPR of elements
+// x and y.
+#define TG_BINARY_OP(NAME, SIGNATURE, SAVED, LOW, HIGH, EXPR, ...)                                  \
+  static const OpDef NAME##_op({.name = #NAME, .arity = 2, .signature = SIGNATURE ", broadcasting", \
+                                .saves = saves_of<SAVED>(), __VA_ARGS__,                            \
+                                .samples = [] { return binary_samples(NAME, LOW, HIGH); }});        \
+  Tensor NAME(const Tensor& a, const Tensor& b) {                                                   \
+    return binary<SAVED>(NAME##_op, a, b, [](auto x, auto y) { return EXPR; });                     \
+  }
 
 // ============================ add / sub ============================
 // Sub: b's gradient and tangent are negated.
@@ -81,18 +91,10 @@ template <bool Sub>
 static void add_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   out[0] = broadcast_tangent(tangent_add(t[0], Sub && t[1].defined() ? neg(t[1]) : t[1]), n.out_shape);
 }
-static const OpDef add_op({.name = "add", .arity = 2, .signature = "add(a, b) -> a + b, broadcasting",
-                           .saves = saves_of<NoSaved>(), .backward = add_backward<false>,
-                           .tangent = add_tangent<false>, .samples = [] { return binary_samples(add, -1, 1); }});
-static const OpDef sub_op({.name = "sub", .arity = 2, .signature = "sub(a, b) -> a - b, broadcasting",
-                           .saves = saves_of<NoSaved>(), .backward = add_backward<true>,
-                           .tangent = add_tangent<true>, .samples = [] { return binary_samples(sub, -1, 1); }});
-Tensor add(const Tensor& a, const Tensor& b) {
-  return binary<NoSaved>(add_op, a, b, [](auto x, auto y) { return x + y; });
-}
-Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary<NoSaved>(sub_op, a, b, [](auto x, auto y) { return x - y; });
-}
+TG_BINARY_OP(add, "add(a, b) -> a + b", NoSaved, -1, 1, x + y, .backward = add_backward<false>,
+             .tangent = add_tangent<false>)
+TG_BINARY_OP(sub, "sub(a, b) -> a - b", NoSaved, -1, 1, x - y, .backward = add_backward<true>,
+             .tangent = add_tangent<true>)
 
 // ============================ mul / div ============================
 static void mul_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
@@ -117,13 +119,8 @@ static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tens
     detail::map3<S, S, S, S>(out[0], out[0], a, t[1], [](auto acc, auto x, auto y) { return acc + x * y; });
   });
 }
-static const OpDef mul_op({.name = "mul", .arity = 2, .signature = "mul(a, b) -> a * b, broadcasting",
-                           .saves = saves_of<BinarySaved>(), .backward = mul_backward, .tangent = mul_tangent,
-                           .recorded_tangent = mul_tangent_recorded,
-                           .samples = [] { return binary_samples(mul, -1, 1); }});
-Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary<BinarySaved>(mul_op, a, b, [](auto x, auto y) { return x * y; });
-}
+TG_BINARY_OP(mul, "mul(a, b) -> a * b", BinarySaved, -1, 1, x * y, .backward = mul_backward,
+             .tangent = mul_tangent, .recorded_tangent = mul_tangent_recorded)
 
 // The tangents of div, pow, minimum and maximum: derived from the backward.
 static void div_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
@@ -132,12 +129,7 @@ static void div_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) 
   if (n.needs(1))  // -g * out / b
     gin[1] = sum_to(neg(div(mul(g, n.saved_tensor(&BinaryOutputSaved::output)), b)), n.edges[1].shape);
 }
-static const OpDef div_op({.name = "div", .arity = 2, .signature = "div(a, b) -> a / b, broadcasting",
-                           .saves = saves_of<BinaryOutputSaved>(), .backward = div_backward,
-                           .samples = [] { return binary_samples(div, 0.5, 2); }});
-Tensor div(const Tensor& a, const Tensor& b) {
-  return binary<BinaryOutputSaved>(div_op, a, b, [](auto x, auto y) { return x / y; });
-}
+TG_BINARY_OP(div, "div(a, b) -> a / b", BinaryOutputSaved, 0.5, 2, x / y, .backward = div_backward)
 
 // ============================ pow ============================
 // The partials of a ** b, in tensor ops: b a^(b-1), 0 where b == 0 (a ** 0 is
@@ -189,18 +181,9 @@ static void minmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   if (n.needs(0)) gin[0] = sum_to(mul(g, wa), n.edges[0].shape);
   if (n.needs(1)) gin[1] = sum_to(mul(g, rsub(1.0, wa)), n.edges[1].shape);
 }
-static const OpDef minimum_op({.name = "minimum", .arity = 2, .signature = "minimum(a, b), broadcasting",
-                               .saves = saves_of<BinarySaved>(), .backward = minmax_backward<false>,
-                               .samples = [] { return binary_samples(minimum, -1, 1); }});
-static const OpDef maximum_op({.name = "maximum", .arity = 2, .signature = "maximum(a, b), broadcasting",
-                               .saves = saves_of<BinarySaved>(), .backward = minmax_backward<true>,
-                               .samples = [] { return binary_samples(maximum, -1, 1); }});
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary<BinarySaved>(minimum_op, a, b, [](auto x, auto y) { return y < x ? y : x; });
-}
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary<BinarySaved>(maximum_op, a, b, [](auto x, auto y) { return y > x ? y : x; });
-}
+TG_BINARY_OP(minimum, "minimum(a, b)", BinarySaved, -1, 1, y < x ? y : x, .backward = minmax_backward<false>)
+TG_BINARY_OP(maximum, "maximum(a, b)", BinarySaved, -1, 1, y > x ? y : x, .backward = minmax_backward<true>)
+#undef TG_BINARY_OP
 
 // ============================ with a scalar ============================
 namespace {
@@ -208,53 +191,52 @@ namespace {
 struct ScalarAttrs {
   double c;
 };
-// f(a, c) elementwise, c in a's dtype (any arithmetic one), recorded as op
-// with c; errors name the public op.
-template <class F>
+// f(a, c) elementwise, c in a's dtype, recorded as op with c; errors name the
+// public op. S: NoSaved (any arithmetic dtype), or UnaryInputSaved (a float
+// a, saved: pow, rdiv).
+template <class S, class F>
 Tensor with_scalar(const OpDef& op, const char* name, const Tensor& a, double c, F f) {
   ProfileScope prof(op.name);
   Tensor out;
-  TG_DISPATCH_ARITH(a.dtype(), name, [&] {
+  auto run = [&]<class T>(T) {
     out = empty(a.shape(), a.dtype());
-    detail::map1<scalar_t, scalar_t>(out, a, [v = static_cast<scalar_t>(c), f](scalar_t x) { return f(x, v); });
-  });
-  if (Node* n = record(op, out, a)) n->attrs<ScalarAttrs>() = {.c = c};
+    detail::map1<T, T>(out, a, [v = static_cast<T>(c), f](T x) { return f(x, v); });
+  };
+  if constexpr (std::is_same_v<S, NoSaved>) {
+    TG_DISPATCH_ARITH(a.dtype(), name, [&] { run(scalar_t{}); });
+  } else {
+    detail::check_defined(name, a, "tensor");
+    dispatch_float(a.dtype(), name, run);
+  }
+  if (Node* n = record(op, out, a)) {
+    n->attrs<ScalarAttrs>() = {.c = c};
+    if constexpr (!std::is_same_v<S, NoSaved>) n->save(S{.x = a});
+  }
   return out;
 }
 }  // namespace
 
+// Each op of a tensor and a constant: one input, a diagonal Jacobian
+// (self_adjoint), NAME##_backward; its samples are __VA_ARGS__.
+#define TG_SCALAR_OP(NAME, SIGNATURE, SAVED, ...)                                                              \
+  static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE, .saves = saves_of<SAVED>(), \
+                                .backward = NAME##_backward, .self_adjoint = true,                             \
+                                .samples = [] { return std::vector<OpSample>{__VA_ARGS__}; }});
+
 static void add_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
-static const OpDef add_scalar_op({
-    .name = "add_scalar",
-    .arity = 1,
-    .signature = "add(a, c) -> a + c",
-    .saves = saves_of<NoSaved>(),
-    .backward = add_scalar_backward,
-    .self_adjoint = true,
-    .samples = [] {
-      return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
-    },
-});
+TG_SCALAR_OP(add_scalar, "add(a, c) -> a + c", NoSaved,
+             {"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }})
 Tensor add(const Tensor& a, double c) {
-  return with_scalar(add_scalar_op, "add", a, c, [](auto x, auto v) { return x + v; });
+  return with_scalar<NoSaved>(add_scalar_op, "add", a, c, [](auto x, auto v) { return x + v; });
 }
 
 static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = mul(g, n.attrs<ScalarAttrs>().c);
 }
-static const OpDef mul_scalar_op({
-    .name = "mul_scalar",
-    .arity = 1,
-    .signature = "mul(a, c) -> a * c",
-    .saves = saves_of<NoSaved>(),
-    .backward = mul_scalar_backward,
-    .self_adjoint = true,
-    .samples = [] {
-      return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
-    },
-});
+TG_SCALAR_OP(mul_scalar, "mul(a, c) -> a * c", NoSaved,
+             {"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }})
 Tensor mul(const Tensor& a, double c) {
-  return with_scalar(mul_scalar_op, "mul", a, c, [](auto x, auto v) { return x * v; });
+  return with_scalar<NoSaved>(mul_scalar_op, "mul", a, c, [](auto x, auto v) { return x * v; });
 }
 
 static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
@@ -265,75 +247,30 @@ static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
                     : times_derivative(g, n.saved_tensor(&UnaryInputSaved::x),
                                        [c](auto x) { return lit(x, c) * detail::math::pow(x, lit(x, c - 1)); });
 }
-static const OpDef pow_scalar_op({
-    .name = "pow_scalar",
-    .arity = 1,
-    .signature = "pow(a, c) -> a ** c",
-    .saves = saves_of<UnaryInputSaved>(),
-    .backward = pow_scalar_backward,
-    .self_adjoint = true,
-    .samples = [] {
-      return std::vector<OpSample>{
-          {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
-          {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }},
-      };
-    },
-});
+TG_SCALAR_OP(pow_scalar, "pow(a, c) -> a ** c", UnaryInputSaved,
+             {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
+             {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }})
 Tensor pow(const Tensor& a, double c) {
-  ProfileScope prof(pow_scalar_op.name);
-  Tensor out = c == 2.0 ? unary("pow", a, [](auto x) { return x * x; })
-                        : unary("pow", a, [c](auto x) { return std::pow(x, static_cast<decltype(x)>(c)); });
-  if (Node* n = record(pow_scalar_op, out, a)) {
-    n->attrs<ScalarAttrs>() = {.c = c};
-    n->save(UnaryInputSaved{.x = a});
-  }
-  return out;
+  if (c == 2.0) return with_scalar<UnaryInputSaved>(pow_scalar_op, "pow", a, c, [](auto x, auto) { return x * x; });
+  return with_scalar<UnaryInputSaved>(pow_scalar_op, "pow", a, c, [](auto x, auto v) { return std::pow(x, v); });
 }
 
 static void rsub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
-static const OpDef rsub_op({
-    .name = "rsub",
-    .arity = 1,
-    .signature = "rsub(c, b) -> c - b",
-    .saves = saves_of<NoSaved>(),
-    .backward = rsub_backward,
-    .self_adjoint = true,
-    .samples = [] {
-      return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
-    },
-});
+TG_SCALAR_OP(rsub, "rsub(c, b) -> c - b", NoSaved,
+             {"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }})
 Tensor rsub(double c, const Tensor& b) {
-  return with_scalar(rsub_op, "rsub", b, c, [](auto x, auto v) { return v - x; });
+  return with_scalar<NoSaved>(rsub_op, "rsub", b, c, [](auto x, auto v) { return v - x; });
 }
 
-namespace {
-struct RdivSaved {
-  Tensor b, output;
-  static constexpr std::tuple fields{saved_field("b", &RdivSaved::b), saved_field("output", &RdivSaved::output)};
-};
-}  // namespace
 static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  // d(c/b)/db = -c/b^2 = -out/b
-  const Tensor ratio = div(n.saved_tensor(&RdivSaved::output), n.saved_tensor(&RdivSaved::b));
-  gin[0] = times_derivative(g, ratio, [](auto r) { return -r; });
+  const double c = n.attrs<ScalarAttrs>().c;  // d(c/x)/dx = -c/x^2
+  gin[0] = times_derivative(g, n.saved_tensor(&UnaryInputSaved::x), [c](auto x) { return lit(x, -c) / (x * x); });
 }
-static const OpDef rdiv_op({
-    .name = "rdiv",
-    .arity = 1,
-    .signature = "rdiv(c, b) -> c / b",
-    .saves = saves_of<RdivSaved>(),
-    .backward = rdiv_backward,
-    .self_adjoint = true,
-    .samples = [] {
-      return std::vector<OpSample>{
-          {"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
-    },
-});
+TG_SCALAR_OP(rdiv, "rdiv(c, b) -> c / b", UnaryInputSaved,
+             {"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }})
 Tensor rdiv(double c, const Tensor& b) {
-  ProfileScope prof(rdiv_op.name);
-  Tensor out = unary("rdiv", b, [c](auto x) { return static_cast<decltype(x)>(c) / x; });
-  if (Node* n = record(rdiv_op, out, b)) n->save(RdivSaved{.b = b, .output = out});
-  return out;
+  return with_scalar<UnaryInputSaved>(rdiv_op, "rdiv", b, c, [](auto x, auto v) { return v / x; });
 }
+#undef TG_SCALAR_OP
 
 }  // namespace tg

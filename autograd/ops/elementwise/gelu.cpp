@@ -2,13 +2,11 @@
 // side by side, one OpDef each.
 #include "autograd/ops/elementwise.h"
 
-#include <cmath>
 #include <numbers>
 
 #include "autograd/op.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise/common.h"
-#include "autograd/ops/nn_kernels.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/tangent.h"
 #include "autograd/profiler.h"
@@ -36,7 +34,7 @@ constexpr double kGeluK = std::numbers::sqrt2 * std::numbers::inv_sqrtpi, kGeluC
 struct GeluExact {
   static auto cdf(auto x) { return lit(x, 0.5) * (1 + detail::math::erf(x * lit(x, std::numbers::sqrt2 / 2))); }
   static auto density(auto x) { return detail::math::exp(lit(x, -0.5) * x * x) * lit(x, kGeluK / 2); }
-  static auto value(auto x) { return lit(x, 0.5) * x * (1 + detail::math::erf(x * lit(x, std::numbers::sqrt2 / 2))); }
+  static auto value(auto x) { return x * cdf(x); }
   static auto slope(auto x) { return cdf(x) + x * density(x); }
   static auto curvature(auto x) { return density(x) * (2 - x * x); }
 };
@@ -56,7 +54,6 @@ struct GeluTanh {
     return (1 - tx * tx) * (dux + lit(x, 0.5) * x * (lit(x, 6 * kGeluK * kGeluC) * x - 2 * tx * dux * dux));
   }
 };
-// f(GeluTanh{}) or f(GeluExact{}).
 template <class F>
 auto with_form(bool tanh_approximation, F f) {
   return tanh_approximation ? f(GeluTanh{}) : f(GeluExact{});

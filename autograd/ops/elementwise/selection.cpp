@@ -31,9 +31,6 @@ Tensor mask_where(const Tensor& mask, const Tensor& a, const Tensor& b, const ch
   });
   return out;
 }
-}  // namespace
-
-namespace {
 // where, masked_fill: the mask (any dtype, nonzero = true).
 struct MaskSaved {
   Tensor mask;
@@ -98,15 +95,15 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 }
 
 // ============================ comparisons (no gradient) ============================
-#define TG_COMPARE(NAME, EXPR)                                                                       \
-  Tensor NAME(const Tensor& a, const Tensor& b) {                                                    \
-    check_same_dtype(#NAME, a, b);                                                                   \
-    Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), #NAME), DType::i64);                   \
-    TG_DISPATCH_ALL(a.dtype(), #NAME, [&] {                                                          \
-      detail::map2<int64_t, scalar_t, scalar_t>(out, a, b,                                           \
-                                                [](scalar_t x, scalar_t y) { return int64_t(EXPR); }); \
-    });                                                                                              \
-    return out;                                                                                      \
+#define TG_COMPARE(NAME, EXPR)                                                         \
+  Tensor NAME(const Tensor& a, const Tensor& b) {                                      \
+    check_same_dtype(#NAME, a, b);                                                     \
+    Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), #NAME), DType::i64);     \
+    TG_DISPATCH_ALL(a.dtype(), #NAME, [&] {                                            \
+      using T = scalar_t;                                                              \
+      detail::map2<int64_t, T, T>(out, a, b, [](T x, T y) { return int64_t(EXPR); }); \
+    });                                                                                \
+    return out;                                                                        \
   }
 TG_COMPARE(eq, x == y)
 TG_COMPARE(ne, x != y)

@@ -1,7 +1,6 @@
-// The unary elementwise ops of one saved tensor, each a line of TG_UNARY_OP
-// (neg, exp, log, sqrt, rsqrt, abs, and the activations tanh, sigmoid, relu,
-// softplus, log_sigmoid; erf), then clamp and cast: forward and backward side
-// by side, one OpDef each. gelu is in gelu.cpp.
+// The unary elementwise ops, each of one saved tensor a line of TG_UNARY_OP,
+// then neg, clamp and cast: forward and backward side by side, one OpDef
+// each. gelu is in gelu.cpp.
 #include "autograd/ops/elementwise.h"
 
 #include <cmath>
@@ -22,7 +21,6 @@ using detail::elementwise::UnaryOutputSaved;
 
 namespace {
 
-// --- sample helpers shared by this family's OpDefs
 using samples::uniform;
 std::vector<OpSample> unary_samples(Tensor (*op)(const Tensor&), double low, double high) {
   auto fn = [op](const std::vector<Tensor>& x) { return op(x[0]); };
@@ -39,8 +37,7 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
       {"non-contiguous", {[] {
          Tensor t = samples::strided({2, 3}, 15);
          NoGradGuard ng;
-         double* p = static_cast<double*>(t.storage()->data);
-         for (int64_t i = 0; i < 12; ++i) p[i] = std::copysign(0.1 + std::abs(p[i]), p[i]);
+         t.copy_(samples::away_from_zero({2, 3}, 15));
          return t;
        }()}, fn},
   };
@@ -49,53 +46,46 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
 }  // namespace
 
 // ============================ unary ============================
-// Each unary op: forward kernel, its derivative d(s) once (common.h: a fused
-// pass on a plain backward, tensor ops when recorded), OpDef, samples. The
-// gradient is g d(s) and the tangent t d(s): an elementwise Jacobian is
-// diagonal (self_adjoint). d reads SAVED::S, x (UnaryInputSaved) or the
-// output (UnaryOutputSaved).
-#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, S, SAMPLES, FORWARD, DERIVATIVE)                              \
-  static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
-    gin[0] = times_derivative(g, n.saved_tensor(&SAVED::S), DERIVATIVE);                                \
-  }                                                                                                     \
-  static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE,                      \
-                                .saves = saves_of<SAVED>(), .backward = NAME##_backward,                \
-                                .self_adjoint = true,                                                   \
-                                .samples = [] { return SAMPLES; }});                                    \
-  Tensor NAME(const Tensor& x) {                                                                        \
-    ProfileScope prof(NAME##_op.name);                                                                  \
-    Tensor output = unary(NAME##_op.name, x, FORWARD);                                                  \
-    if (Node* n = record(NAME##_op, output, x)) n->save(SAVED{.S = S});                                 \
-    return output;                                                                                      \
+// Each unary op: forward kernel (FORWARD, of the element x), its derivative
+// once (DERIVATIVE, of S, common.h: a fused pass on a plain backward, tensor
+// ops when recorded), OpDef, samples. The gradient is g d(s) and the tangent
+// t d(s): an elementwise Jacobian is diagonal (self_adjoint). S is what d
+// reads and SAVED saves: x (UnaryInputSaved) or the output y (UnaryOutputSaved).
+#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, S, SAMPLES, FORWARD, DERIVATIVE)                      \
+  static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {            \
+    gin[0] = times_derivative(g, n.saved_tensor(&SAVED::S), [](auto S) { return DERIVATIVE; }); \
+  }                                                                                               \
+  static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE,                \
+                                .saves = saves_of<SAVED>(), .backward = NAME##_backward,          \
+                                .self_adjoint = true, .samples = [] { return SAMPLES; }});        \
+  Tensor NAME(const Tensor& x) {                                                                  \
+    ProfileScope prof(NAME##_op.name);                                                            \
+    Tensor y = unary(NAME##_op.name, x, [](auto x) { return FORWARD; });                          \
+    if (Node* n = record(NAME##_op, y, x)) n->save(SAVED{.S = S});                                \
+    return y;                                                                                     \
   }
 
 template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
 using math::lit;
 
-TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, output, unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); },
-            [](auto y) { return y; })
-TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, x, unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); },
-            [](auto x) { return 1 / x; })
-TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, output, unary_samples(sqrt, 0.2, 3),
-            [](auto x) { return std::sqrt(x); }, [](auto y) { return 1 / (y + y); })
-TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, output, unary_samples(rsqrt, 0.2, 3),
-            [](auto x) { return decltype(x)(1) / std::sqrt(x); }, [](auto y) { return lit(y, -0.5) * y * y * y; })
-TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, x, kinked_unary_samples(abs), [](auto x) { return std::abs(x); },
-            [](auto x) { return math::step(x, [](auto v) { return (v > 0) - (v < 0); }); })  // sign(x)
-TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, output, unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); },
-            [](auto y) { return 1 - y * y; })
-TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, output, unary_samples(sigmoid, -3, 3),
-            [](auto x) { return math::sigmoid(x); }, [](auto y) { return y * (1 - y); })
-TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, output, kinked_unary_samples(relu),
-            [](auto x) { return x > 0 ? x : decltype(x)(0); },
-            [](auto y) { return math::step(y, [](auto v) { return v > 0; }); })
+TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, y, unary_samples(exp, -2, 2), std::exp(x), y)
+TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, x, unary_samples(log, 0.2, 3), std::log(x), 1 / x)
+TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, y, unary_samples(sqrt, 0.2, 3), std::sqrt(x), 1 / (y + y))
+TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, y, unary_samples(rsqrt, 0.2, 3),
+            decltype(x)(1) / std::sqrt(x), lit(y, -0.5) * y * y * y)
+TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, x, kinked_unary_samples(abs), std::abs(x),
+            math::step(x, [](auto v) { return (v > 0) - (v < 0); }))  // sign(x)
+TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, y, unary_samples(tanh, -2, 2), std::tanh(x), 1 - y * y)
+TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, y, unary_samples(sigmoid, -3, 3), math::sigmoid(x), y * (1 - y))
+TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, y, kinked_unary_samples(relu), x > 0 ? x : decltype(x)(0),
+            math::step(y, [](auto v) { return v > 0; }))
 TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", UnaryInputSaved, x, unary_samples(softplus, -3, 3),
-            [](auto x) { return softplus_of(x); }, [](auto x) { return math::sigmoid(x); })
+            softplus_of(x), math::sigmoid(x))
 TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", UnaryInputSaved, x, unary_samples(log_sigmoid, -3, 3),
-            [](auto x) { return -softplus_of(-x); }, [](auto x) { return math::sigmoid(-x); })
+            -softplus_of(-x), math::sigmoid(-x))
 // erf(x), derivative 2/sqrt(pi) exp(-x^2).
-TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, x, unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); },
-            [](auto x) { return lit(x, 2 * std::numbers::inv_sqrtpi) * math::exp(-(x * x)); })
+TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, x, unary_samples(erf, -2, 2), std::erf(x),
+            lit(x, 2 * std::numbers::inv_sqrtpi) * math::exp(-(x * x)))
 #undef TG_UNARY_OP
 
 // neg saves nothing: its derivative is the constant -1.
