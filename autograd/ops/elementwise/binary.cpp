@@ -69,9 +69,8 @@ std::vector<OpSample> binary_samples(Tensor (*op)(const Tensor&, const Tensor&),
 
 }  // namespace
 
-// Each broadcasting op but pow: its OpDef, with the rules given as
-// __VA_ARGS__ and samples in [LOW, HIGH), and its forward, EXPR of elements
-// x and y.
+// Each broadcasting op but pow: OpDef (rules in __VA_ARGS__, samples in
+// [LOW, HIGH)) and forward, EXPR of the elements x and y.
 #define TG_BINARY_OP(NAME, SIGNATURE, SAVED, LOW, HIGH, EXPR, ...)                                  \
   static const OpDef NAME##_op({.name = #NAME, .arity = 2, .signature = SIGNATURE ", broadcasting", \
                                 .saves = saves_of<SAVED>(), __VA_ARGS__,                            \
@@ -174,7 +173,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 template <bool Max>
 static void minmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   const Tensor a = n.saved_tensor(&BinarySaved::a), b = n.saved_tensor(&BinarySaved::b);
-  Tensor wa = empty(broadcast_shapes(a.shape(), b.shape(), Max ? "maximum" : "minimum"), a.dtype());
+  Tensor wa = empty(broadcast_shapes(a.shape(), b.shape(), n.op->name.data()), a.dtype());
   dispatch_float(a.dtype(), n.op->name, [&]<class T>(T) {
     detail::map2<T, T, T>(wa, a, b, [](T x, T y) { return x == y ? T(0.5) : T((Max ? x > y : x < y) ? 1 : 0); });
   });
@@ -191,9 +190,8 @@ namespace {
 struct ScalarAttrs {
   double c;
 };
-// f(a, c) elementwise, c in a's dtype, recorded as op with c; errors name the
-// public op. S: NoSaved (any arithmetic dtype), or UnaryInputSaved (a float
-// a, saved: pow, rdiv).
+// f(a, c) elementwise, c in a's dtype, recorded as op with c (errors name
+// `name`); S = UnaryInputSaved: a float a only, saved (pow, rdiv).
 template <class S, class F>
 Tensor with_scalar(const OpDef& op, const char* name, const Tensor& a, double c, F f) {
   ProfileScope prof(op.name);
@@ -216,16 +214,19 @@ Tensor with_scalar(const OpDef& op, const char* name, const Tensor& a, double c,
 }
 }  // namespace
 
-// Each op of a tensor and a constant: one input, a diagonal Jacobian
-// (self_adjoint), NAME##_backward; its samples are __VA_ARGS__.
-#define TG_SCALAR_OP(NAME, SIGNATURE, SAVED, ...)                                                              \
-  static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE, .saves = saves_of<SAVED>(), \
-                                .backward = NAME##_backward, .self_adjoint = true,                             \
-                                .samples = [] { return std::vector<OpSample>{__VA_ARGS__}; }});
-
+// The ops of a tensor and a constant: one input, a diagonal Jacobian (self_adjoint).
 static void add_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
-TG_SCALAR_OP(add_scalar, "add(a, c) -> a + c", NoSaved,
-             {"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }})
+static const OpDef add_scalar_op({
+    .name = "add_scalar",
+    .arity = 1,
+    .signature = "add(a, c) -> a + c",
+    .saves = saves_of<NoSaved>(),
+    .backward = add_scalar_backward,
+    .self_adjoint = true,
+    .samples = [] {
+      return std::vector<OpSample>{{"(3,4) + 0.5", {uniform({3, 4}, 21)}, [](auto& x) { return add(x[0], 0.5); }}};
+    },
+});
 Tensor add(const Tensor& a, double c) {
   return with_scalar<NoSaved>(add_scalar_op, "add", a, c, [](auto x, auto v) { return x + v; });
 }
@@ -233,8 +234,17 @@ Tensor add(const Tensor& a, double c) {
 static void mul_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = mul(g, n.attrs<ScalarAttrs>().c);
 }
-TG_SCALAR_OP(mul_scalar, "mul(a, c) -> a * c", NoSaved,
-             {"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }})
+static const OpDef mul_scalar_op({
+    .name = "mul_scalar",
+    .arity = 1,
+    .signature = "mul(a, c) -> a * c",
+    .saves = saves_of<NoSaved>(),
+    .backward = mul_scalar_backward,
+    .self_adjoint = true,
+    .samples = [] {
+      return std::vector<OpSample>{{"(3,4) * -1.5", {uniform({3, 4}, 22)}, [](auto& x) { return mul(x[0], -1.5); }}};
+    },
+});
 Tensor mul(const Tensor& a, double c) {
   return with_scalar<NoSaved>(mul_scalar_op, "mul", a, c, [](auto x, auto v) { return x * v; });
 }
@@ -247,17 +257,37 @@ static void pow_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor
                     : times_derivative(g, n.saved_tensor(&UnaryInputSaved::x),
                                        [c](auto x) { return lit(x, c) * detail::math::pow(x, lit(x, c - 1)); });
 }
-TG_SCALAR_OP(pow_scalar, "pow(a, c) -> a ** c", UnaryInputSaved,
-             {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
-             {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }})
+static const OpDef pow_scalar_op({
+    .name = "pow_scalar",
+    .arity = 1,
+    .signature = "pow(a, c) -> a ** c",
+    .saves = saves_of<UnaryInputSaved>(),
+    .backward = pow_scalar_backward,
+    .self_adjoint = true,
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"(3,4) ** 3", {uniform({3, 4}, 23)}, [](auto& x) { return pow(x[0], 3.0); }},
+          {"(3,4) ** -0.5, positive", {uniform({3, 4}, 24, 0.5, 2)}, [](auto& x) { return pow(x[0], -0.5); }},
+      };
+    },
+});
 Tensor pow(const Tensor& a, double c) {
   if (c == 2.0) return with_scalar<UnaryInputSaved>(pow_scalar_op, "pow", a, c, [](auto x, auto) { return x * x; });
   return with_scalar<UnaryInputSaved>(pow_scalar_op, "pow", a, c, [](auto x, auto v) { return std::pow(x, v); });
 }
 
 static void rsub_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = neg(g); }
-TG_SCALAR_OP(rsub, "rsub(c, b) -> c - b", NoSaved,
-             {"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }})
+static const OpDef rsub_op({
+    .name = "rsub",
+    .arity = 1,
+    .signature = "rsub(c, b) -> c - b",
+    .saves = saves_of<NoSaved>(),
+    .backward = rsub_backward,
+    .self_adjoint = true,
+    .samples = [] {
+      return std::vector<OpSample>{{"2 - (3,4)", {uniform({3, 4}, 25)}, [](auto& x) { return rsub(2.0, x[0]); }}};
+    },
+});
 Tensor rsub(double c, const Tensor& b) {
   return with_scalar<NoSaved>(rsub_op, "rsub", b, c, [](auto x, auto v) { return v - x; });
 }
@@ -266,11 +296,20 @@ static void rdiv_backward(const Node& n, const Tensor& g, std::span<Tensor> gin)
   const double c = n.attrs<ScalarAttrs>().c;  // d(c/x)/dx = -c/x^2
   gin[0] = times_derivative(g, n.saved_tensor(&UnaryInputSaved::x), [c](auto x) { return lit(x, -c) / (x * x); });
 }
-TG_SCALAR_OP(rdiv, "rdiv(c, b) -> c / b", UnaryInputSaved,
-             {"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }})
+static const OpDef rdiv_op({
+    .name = "rdiv",
+    .arity = 1,
+    .signature = "rdiv(c, b) -> c / b",
+    .saves = saves_of<UnaryInputSaved>(),
+    .backward = rdiv_backward,
+    .self_adjoint = true,
+    .samples = [] {
+      return std::vector<OpSample>{
+          {"3 / (3,4)", {uniform({3, 4}, 26, 0.5, 2)}, [](auto& x) { return rdiv(3.0, x[0]); }}};
+    },
+});
 Tensor rdiv(double c, const Tensor& b) {
   return with_scalar<UnaryInputSaved>(rdiv_op, "rdiv", b, c, [](auto x, auto v) { return v / x; });
 }
-#undef TG_SCALAR_OP
 
 }  // namespace tg

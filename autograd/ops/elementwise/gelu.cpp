@@ -143,8 +143,7 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
 // ============================ gelu_grad ============================
 // g * gelu'(x): gelu's backward as an op of its own, so that a recorded
 // backward through gelu is one node, not a dozen, and differentiates again
-// through gelu''(x), in tensor ops when recorded. Its tangent is derived
-// from its backward (forward over reverse runs gelu's fused rule instead).
+// through gelu''(x); its tangent is derived (forward over reverse runs gelu's backward_with_tangents).
 namespace {
 struct GeluGradSaved {
   Tensor grad, x;

@@ -108,8 +108,7 @@ struct ClampAttrs {
 // The slope is 1 inside [low, high] (torch passes the gradient at the
 // bounds), 0 outside: gradient and tangent alike.
 static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
-  const auto inside = [lo, hi](auto v) { return v >= lo && v <= hi; };
+  const auto inside = [a = n.attrs<ClampAttrs>()](auto v) { return v >= a.low && v <= a.high; };
   gin[0] = times_derivative(g, n.saved_tensor(&UnaryInputSaved::x), [inside](auto x) { return math::step(x, inside); });
 }
 static const OpDef clamp_op({
