@@ -106,16 +106,15 @@ static void mul_tangent_recorded(const Node& n, std::span<const Tensor> t, std::
   out[0] = broadcast_tangent(tangent_add(ta, t[1].defined() ? mul(t[1], n.saved_tensor(&BinarySaved::a)) : Tensor()),
                              n.out_shape);
 }
-// Not recorded, with both tangents: into one buffer of the output's shape,
-// without the two products as temporaries (forward over reverse runs this for
-// every product of a backward).
+// Not recorded, with both tangents: one pass into a buffer of the output's
+// shape, without the two products as temporaries (forward over reverse runs
+// this for every product of a backward).
 static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   if (!t[0].defined() || !t[1].defined()) return mul_tangent_recorded(n, t, out);
   const Tensor a = n.saved_tensor(&BinarySaved::a), b = n.saved_tensor(&BinarySaved::b);
   out[0] = empty(n.out_shape, n.out_dtype);
   dispatch_float(n.out_dtype, n.op->name, [&]<class S>(S) {
-    detail::map2<S, S, S>(out[0], t[0], b, [](auto x, auto y) { return x * y; });
-    detail::map3<S, S, S, S>(out[0], out[0], a, t[1], [](auto acc, auto x, auto y) { return acc + x * y; });
+    detail::map_n<S, S, S, S, S>(out[0], [](S ta, S y, S x, S tb) { return ta * y + x * tb; }, t[0], b, a, t[1]);
   });
 }
 TG_BINARY_OP(mul, "mul(a, b) -> a * b", BinarySaved, -1, 1, x * y, .backward = mul_backward,
