@@ -119,8 +119,8 @@ static const OpDef clamp_op({
     .backward = clamp_backward,
     .self_adjoint = true,
     .samples = [] {
-      return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
-                                    [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
+      return std::vector<OpSample>{
+          {"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)}, [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
     },
 });
 Tensor clamp(const Tensor& x, double low, double high) {
@@ -150,8 +150,8 @@ static const OpDef cast_op({
     .backward = cast_backward,
     .tangent = cast_tangent,
     .samples = [] {
-      return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
-                                    [](auto& x) { return cast(x[0], DType::f64); }}};
+      return std::vector<OpSample>{
+          {"float64 -> float64 copy", {uniform({3}, 35)}, [](auto& x) { return cast(x[0], DType::f64); }}};
     },
 });
 Tensor cast(const Tensor& x, DType dtype) {
