@@ -61,10 +61,9 @@ StridedLoop<N> make_loop(const Shape& shape, const std::array<const Tensor*, N>&
   return L;
 }
 
-// Calls run(offsets, inner_strides, n) for consecutive runs of the innermost
-// dimension covering elements [begin, end) of the loop, in row-major order.
-// offsets[k] is operand k's element offset (from its data pointer) at the
-// start of the run; operands may have different element types.
+// Calls run(offsets, inner_strides, n) for the runs of the innermost dimension
+// covering elements [begin, end) in row-major order; offsets[k] is operand k's
+// element offset (from its data pointer, whatever its type) at a run's start.
 template <int N, class F>
 void run_range(const StridedLoop<N>& L, int64_t begin, int64_t end, F& run) {
   std::array<int64_t, N> off{};
@@ -115,8 +114,7 @@ void for_each_run(const StridedLoop<N>& L, F run, int64_t grain = kElementwiseGr
   parallel_for(L.numel, grain, [&](int64_t b, int64_t e) { run_range<N>(L, b, e, run); });
 }
 
-// Element i of a run's operand: v, a broadcast scalar's value hoisted out of
-// the loop, or p[i].
+// A run's operand at i: p[i], or v, a broadcast scalar hoisted out of the loop.
 template <bool Hoisted, class V, class P>
 inline auto operand(V v, P p, int64_t i) {
   if constexpr (Hoisted) return v;

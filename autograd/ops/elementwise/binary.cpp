@@ -106,9 +106,8 @@ static void mul_tangent_recorded(const Node& n, std::span<const Tensor> t, std::
   out[0] = broadcast_tangent(tangent_add(ta, t[1].defined() ? mul(t[1], n.saved_tensor(&BinarySaved::a)) : Tensor()),
                              n.out_shape);
 }
-// Not recorded, with both tangents: one pass into a buffer of the output's
-// shape, without the two products as temporaries (forward over reverse runs
-// this for every product of a backward).
+// Not recorded, with both tangents: one pass, no temporaries (forward over
+// reverse runs this for every product of a backward).
 static void mul_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
   if (!t[0].defined() || !t[1].defined()) return mul_tangent_recorded(n, t, out);
   const Tensor a = n.saved_tensor(&BinarySaved::a), b = n.saved_tensor(&BinarySaved::b);
@@ -152,9 +151,8 @@ static const OpDef pow_op({
     .backward = pow_backward,
     .samples = [] {
       std::vector<OpSample> s = binary_samples(pow, 0.5, 2);
-      // A learnable exponent over a constant base with a zero: d/db there is 0
-      // (0 * log 0 would be NaN). The base is constant: finite differences would
-      // step it below 0, where a^b log a is undefined.
+      // A learnable exponent over a constant base with a zero: d/db there is 0, not
+      // NaN; a varying base would step below 0, where a^b log a is undefined.
       Tensor b = from_vector(std::vector<double>{2.0}, Shape{});
       b.requires_grad_();
       s.push_back({"a (3) with a 0, learnable b () = 2",

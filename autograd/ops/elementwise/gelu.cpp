@@ -90,9 +90,8 @@ static bool gelu_backward_tangents(const Node& n, const Tensor& g, std::span<Ten
   return true;
 }
 
-// Plain: into the incoming gradient's buffer where nothing else holds it
-// (fused_grad), which the op gelu_grad, a public op, cannot do; recorded:
-// gelu_grad, which differentiates again.
+// Plain: into g's buffer where nothing else holds it (fused_grad), which the
+// public op gelu_grad cannot do; recorded: gelu_grad, which differentiates again.
 static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = with_form(n.attrs<GeluAttrs>().tanh_approximation, [&]<class G>(G) {
     return fused_grad(g, n.saved_tensor(&UnaryInputSaved::x), [](auto gy, auto v) { return gy * G::slope(v); });

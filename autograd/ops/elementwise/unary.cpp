@@ -46,11 +46,10 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
 }  // namespace
 
 // ============================ unary ============================
-// Each unary op: forward kernel (FORWARD, of the element x), its derivative
-// once (DERIVATIVE, of S, common.h: a fused pass on a plain backward, tensor
-// ops when recorded), OpDef, samples. The gradient is g d(s) and the tangent
-// t d(s): an elementwise Jacobian is diagonal (self_adjoint). S is what d
-// reads and SAVED saves: x (UnaryInputSaved) or the output y (UnaryOutputSaved).
+// Each unary op: OpDef, samples, forward FORWARD (of the element x) and its
+// derivative d = DERIVATIVE (of S, saved by SAVED: x or the output y) written
+// once (common.h: fused on a plain backward, tensor ops when recorded). The
+// gradient g d and tangent t d alike: the Jacobian is diagonal (self_adjoint).
 #define TG_UNARY_OP(NAME, SIGNATURE, SAVED, S, SAMPLES, FORWARD, DERIVATIVE)                      \
   static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {            \
     gin[0] = times_derivative(g, n.saved_tensor(&SAVED::S), [](auto S) { return DERIVATIVE; }); \
