@@ -57,7 +57,7 @@ Tensor binary(const OpDef& op, const Tensor& a, const Tensor& b, F f, bool float
 using samples::uniform;
 std::vector<OpSample> binary_samples(Tensor (*op)(const Tensor&, const Tensor&), double low, double high) {
   auto fn = [op](const std::vector<Tensor>& x) { return op(x[0], x[1]); };
-  auto u = [low, high](const Shape& shape, uint64_t seed) { return uniform(shape, seed, low, high); };
+  auto u = [=](const Shape& s, uint64_t seed) { return uniform(s, seed, low, high); };
   return {
       {"same shape (3,4)", {u({3, 4}, 1), u({3, 4}, 2)}, fn},
       {"broadcast (2,1,3) with (4,1)", {u({2, 1, 3}, 3), u({4, 1}, 4)}, fn},
@@ -67,6 +67,32 @@ std::vector<OpSample> binary_samples(Tensor (*op)(const Tensor&, const Tensor&),
   };
 }
 
+// The scalar ops' constant c.
+struct ScalarAttrs {
+  double c;
+};
+// f(a, c) elementwise, c in a's dtype, recorded as op with c (errors name
+// `name`); S = UnaryInputSaved: a float a only, saved (pow, rdiv).
+template <class S, class F>
+Tensor with_scalar(const OpDef& op, const char* name, const Tensor& a, double c, F f) {
+  ProfileScope prof(op.name);
+  Tensor out;
+  auto run = [&]<class T>(T) {
+    out = empty(a.shape(), a.dtype());
+    detail::map1<T, T>(out, a, [v = static_cast<T>(c), f](T x) { return f(x, v); });
+  };
+  if constexpr (std::is_same_v<S, NoSaved>) {
+    TG_DISPATCH_ARITH(a.dtype(), name, [&] { run(scalar_t{}); });
+  } else {
+    detail::check_defined(name, a, "tensor");
+    dispatch_float(a.dtype(), name, run);
+  }
+  if (Node* n = record(op, out, a)) {
+    n->attrs<ScalarAttrs>() = {.c = c};
+    if constexpr (!std::is_same_v<S, NoSaved>) n->save(S{.x = a});
+  }
+  return out;
+}
 }  // namespace
 
 // Each broadcasting op but pow: OpDef (rules in __VA_ARGS__, samples in
@@ -172,7 +198,7 @@ static void minmax_backward(const Node& n, const Tensor& g, std::span<Tensor> gi
   const Tensor a = n.saved_tensor(&BinarySaved::a), b = n.saved_tensor(&BinarySaved::b);
   Tensor wa = empty(broadcast_shapes(a.shape(), b.shape(), n.op->name.data()), a.dtype());
   dispatch_float(a.dtype(), n.op->name, [&]<class T>(T) {
-    detail::map2<T, T, T>(wa, a, b, [](T x, T y) { return x == y ? T(0.5) : T((Max ? x > y : x < y) ? 1 : 0); });
+    detail::map2<T, T, T>(wa, a, b, [](T x, T y) { return x == y ? T(0.5) : T(Max ? x > y : x < y); });
   });
   if (n.needs(0)) gin[0] = sum_to(mul(g, wa), n.edges[0].shape);
   if (n.needs(1)) gin[1] = sum_to(mul(g, rsub(1.0, wa)), n.edges[1].shape);
@@ -182,35 +208,6 @@ TG_BINARY_OP(maximum, "maximum(a, b)", BinarySaved, -1, 1, y > x ? y : x, .backw
 #undef TG_BINARY_OP
 
 // ============================ with a scalar ============================
-namespace {
-// The constant c.
-struct ScalarAttrs {
-  double c;
-};
-// f(a, c) elementwise, c in a's dtype, recorded as op with c (errors name
-// `name`); S = UnaryInputSaved: a float a only, saved (pow, rdiv).
-template <class S, class F>
-Tensor with_scalar(const OpDef& op, const char* name, const Tensor& a, double c, F f) {
-  ProfileScope prof(op.name);
-  Tensor out;
-  auto run = [&]<class T>(T) {
-    out = empty(a.shape(), a.dtype());
-    detail::map1<T, T>(out, a, [v = static_cast<T>(c), f](T x) { return f(x, v); });
-  };
-  if constexpr (std::is_same_v<S, NoSaved>) {
-    TG_DISPATCH_ARITH(a.dtype(), name, [&] { run(scalar_t{}); });
-  } else {
-    detail::check_defined(name, a, "tensor");
-    dispatch_float(a.dtype(), name, run);
-  }
-  if (Node* n = record(op, out, a)) {
-    n->attrs<ScalarAttrs>() = {.c = c};
-    if constexpr (!std::is_same_v<S, NoSaved>) n->save(S{.x = a});
-  }
-  return out;
-}
-}  // namespace
-
 // The ops of a tensor and a constant: one input, a diagonal Jacobian (self_adjoint).
 static void add_scalar_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) { gin[0] = g; }
 static const OpDef add_scalar_op({

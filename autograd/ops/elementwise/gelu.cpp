@@ -58,6 +58,10 @@ template <class F>
 auto with_form(bool tanh_approximation, F f) {
   return tanh_approximation ? f(GeluTanh{}) : f(GeluExact{});
 }
+struct GeluGradSaved {
+  Tensor grad, x;
+  static constexpr std::tuple fields{saved_field("grad", &GeluGradSaved::grad), saved_field("x", &GeluGradSaved::x)};
+};
 }  // namespace
 
 // Forward over reverse (OpSpec::backward_with_tangents): the gradient
@@ -142,13 +146,7 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
 // ============================ gelu_grad ============================
 // g * gelu'(x): gelu's backward as an op of its own, so that a recorded
 // backward through gelu is one node, not a dozen, and differentiates again
-// through gelu''(x); its tangent is derived (forward over reverse runs gelu's backward_with_tangents).
-namespace {
-struct GeluGradSaved {
-  Tensor grad, x;
-  static constexpr std::tuple fields{saved_field("grad", &GeluGradSaved::grad), saved_field("x", &GeluGradSaved::x)};
-};
-}  // namespace
+// through gelu''(x); its tangent is derived (forward over reverse runs gelu's fused rule).
 static void gelu_grad_backward(const Node& n, const Tensor& gg, std::span<Tensor> gin) {
   const Tensor g = n.saved_tensor(&GeluGradSaved::grad), x = n.saved_tensor(&GeluGradSaved::x);
   const bool tanh_approximation = n.attrs<GeluAttrs>().tanh_approximation;

@@ -43,6 +43,9 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
   };
 }
 
+struct ClampAttrs {
+  double low, high;
+};
 }  // namespace
 
 // ============================ unary ============================
@@ -99,11 +102,6 @@ Tensor neg(const Tensor& x) {
   return out;
 }
 // ============================ clamp ============================
-namespace {
-struct ClampAttrs {
-  double low, high;
-};
-}  // namespace
 // The slope is 1 inside [low, high] (torch passes the gradient at the
 // bounds), 0 outside: gradient and tangent alike.
 static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
