@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 
 #include "../parallel.h"
 #include "../tensor.h"
@@ -59,10 +61,9 @@ StridedLoop<N> make_loop(const Shape& shape, const std::array<const Tensor*, N>&
   return L;
 }
 
-// Calls run(offsets, inner_strides, n) for consecutive runs of the innermost
-// dimension covering elements [begin, end) of the loop, in row-major order.
-// offsets[k] is operand k's element offset (from its data pointer) at the
-// start of the run; operands may have different element types.
+// Calls run(offsets, inner_strides, n) for the runs of the innermost dimension
+// covering elements [begin, end) in row-major order; offsets[k] is operand k's
+// element offset (from its data pointer, whatever its type) at a run's start.
 template <int N, class F>
 void run_range(const StridedLoop<N>& L, int64_t begin, int64_t end, F& run) {
   std::array<int64_t, N> off{};
@@ -113,71 +114,50 @@ void for_each_run(const StridedLoop<N>& L, F run, int64_t grain = kElementwiseGr
   parallel_for(L.numel, grain, [&](int64_t b, int64_t e) { run_range<N>(L, b, e, run); });
 }
 
-// out = f(a) elementwise; a is broadcast to out's shape.
+// A run's operand at i: p[i], or v, a broadcast scalar hoisted out of the loop.
+template <bool Hoisted, class V, class P>
+inline auto operand(V v, P p, int64_t i) {
+  if constexpr (Hoisted) return v;
+  else return p[i];
+}
+template <class>
+using TensorArg = const Tensor&;
+
+// out = f(in...) elementwise, each input (of element type TI) broadcast to
+// out's shape. Contiguous runs, and runs with one input a broadcast scalar
+// (held in a register) and the rest contiguous, get loops that vectorise.
+template <class TO, class... TI, class F>
+void map_n(const Tensor& out, F f, TensorArg<TI>... in) {
+  constexpr int N = 1 + sizeof...(TI);
+  auto L = make_loop<N>(out.shape(), {&out, &in...});
+  TO* const po = out.data<TO>();
+  const std::tuple<const TI*...> pin{in.template data<TI>()...};
+  for_each_run<N>(L, [&](const std::array<int64_t, N>& off, const std::array<int64_t, N>& s, int64_t n) TG_KERNEL_LOOP {
+    [&]<size_t... K>(std::index_sequence<K...>) {
+      TO* o = po + off[0];
+      const std::tuple<const TI*...> p{std::get<K>(pin) + off[K + 1]...};
+      auto scalar_input = [&]<size_t J>(std::integral_constant<size_t, J>) {
+        if (s[0] != 1 || s[J + 1] != 0 || !((K == J || s[K + 1] == 1) && ...)) return false;
+        const auto v = std::get<J>(p)[0];
+        for (int64_t i = 0; i < n; ++i) o[i] = f(operand<K == J>(v, std::get<K>(p), i)...);
+        return true;
+      };
+      if (s[0] == 1 && ((s[K + 1] == 1) && ...)) {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<K>(p)[i]...);
+      } else if (!(scalar_input(std::integral_constant<size_t, K>{}) || ...)) {
+        for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(std::get<K>(p)[i * s[K + 1]]...);
+      }
+    }(std::index_sequence_for<TI...>{});
+  });
+}
+// The fixed arities the kernels call: out = f(a), f(a, b), f(a, b, c).
 template <class TO, class TA, class F>
-void map1(const Tensor& out, const Tensor& a, F f) {
-  auto L = make_loop<2>(out.shape(), {&out, &a});
-  TO* po = out.data<TO>();
-  const TA* pa = a.data<TA>();
-  for_each_run<2>(L, [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& s, int64_t n) TG_KERNEL_LOOP {
-    TO* o = po + off[0];
-    const TA* x = pa + off[1];
-    if (s[0] == 1 && s[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
-    } else if (s[0] == 1 && s[1] == 0) {
-      const TO v = f(x[0]);
-      for (int64_t i = 0; i < n; ++i) o[i] = v;
-    } else {
-      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]]);
-    }
-  });
-}
-
-// out = f(a, b) elementwise; a and b are broadcast to out's shape. The
-// contiguous and scalar-broadcast cases get their own vectorisable loops.
+void map1(const Tensor& out, const Tensor& a, F f) { map_n<TO, TA>(out, f, a); }
 template <class TO, class TA, class TB, class F>
-void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
-  auto L = make_loop<3>(out.shape(), {&out, &a, &b});
-  TO* po = out.data<TO>();
-  const TA* pa = a.data<TA>();
-  const TB* pb = b.data<TB>();
-  for_each_run<3>(L, [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& s, int64_t n) TG_KERNEL_LOOP {
-    TO* o = po + off[0];
-    const TA* x = pa + off[1];
-    const TB* y = pb + off[2];
-    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
-    } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {
-      const TB v = y[0];
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], v);
-    } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {
-      const TA v = x[0];
-      for (int64_t i = 0; i < n; ++i) o[i] = f(v, y[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]]);
-    }
-  });
-}
-
-// out = f(a, b, c) elementwise with broadcasting (where, clamp-style ops).
+void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) { map_n<TO, TA, TB>(out, f, a, b); }
 template <class TO, class TA, class TB, class TC, class F>
 void map3(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, F f) {
-  auto L = make_loop<4>(out.shape(), {&out, &a, &b, &c});
-  TO* po = out.data<TO>();
-  const TA* pa = a.data<TA>();
-  const TB* pb = b.data<TB>();
-  const TC* pc = c.data<TC>();
-  for_each_run<4>(L, [&](const std::array<int64_t, 4>& off, const std::array<int64_t, 4>& s, int64_t n) TG_KERNEL_LOOP {
-    TO* o = po + off[0];
-    const TA* x = pa + off[1];
-    const TB* y = pb + off[2];
-    const TC* z = pc + off[3];
-    if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i], z[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]], z[i * s[3]]);
-    }
-  });
+  map_n<TO, TA, TB, TC>(out, f, a, b, c);
 }
 
 }  // namespace tg::detail

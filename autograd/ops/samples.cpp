@@ -22,11 +22,9 @@ Tensor strided(const Shape& shape, uint64_t seed, double low, double high) {
 }
 
 Tensor away_from_zero(const Shape& shape, uint64_t seed, double gap) {
-  Generator g(seed);
-  Tensor t = rand(shape, DType::f64, &g, -1.0, 1.0);
+  Tensor t = uniform(shape, seed);
   double* p = t.data<double>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::copysign(gap + std::abs(p[i]), p[i]);
-  t.requires_grad_();
   return t;
 }
 

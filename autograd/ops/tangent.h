@@ -27,7 +27,5 @@ inline Tensor tangent_or_zeros(const Tensor& x) {
   const Tensor t = tangent(x);
   return t.defined() ? t.contiguous() : zeros(x.shape(), x.dtype());
 }
-// t * slope, or undefined when t is.
-inline Tensor scaled_tangent(const Tensor& t, const Tensor& slope) { return t.defined() ? mul(t, slope) : Tensor(); }
 
 }  // namespace tg::detail

@@ -1,8 +1,7 @@
 #pragma once
-// What the elementwise ops (autograd/ops/elementwise/*.cpp, declared in
-// ../elementwise.h) share: the forward loop of a unary op, and its gradient
-// and tangent from its derivative written once (times_derivative). Internal
-// to autograd/ops/elementwise/ (not installed).
+// What autograd/ops/elementwise/*.cpp share: a unary op's forward loop, and
+// its gradient and tangent from its derivative written once
+// (times_derivative). Internal (not installed).
 #include <string_view>
 
 #include "autograd/dtype.h"
@@ -14,12 +13,9 @@ namespace tg::detail::elementwise {
 
 template <class F>
 Tensor unary(std::string_view op, const Tensor& x, F f) {
-  detail::check_defined(op, x, "tensor");
+  check_defined(op, x, "tensor");
   Tensor out = empty(x.shape(), x.dtype());
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    detail::map1<scalar_t, scalar_t>(out, x, f);
-  });
+  dispatch_float(x.dtype(), op, [&]<class T>(T) { map1<T, T>(out, x, f); });
   return out;
 }
 
@@ -32,10 +28,7 @@ Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
   const bool only_reference = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
                               g.shape() == s.shape();
   Tensor out = only_reference ? g : empty(g.shape(), g.dtype());
-  dispatch_float(g.dtype(), "backward", [&](auto tag) {
-    using scalar_t = decltype(tag);
-    detail::map2<scalar_t, scalar_t, scalar_t>(out, g, s, f);
-  });
+  dispatch_float(g.dtype(), "backward", [&]<class T>(T) { map2<T, T, T>(out, g, s, f); });
   return out;
 }
 
@@ -54,10 +47,10 @@ struct UnaryInputSaved {
   Tensor x;
   static constexpr std::tuple fields{saved_field("x", &UnaryInputSaved::x)};
 };
-// The unary ops whose backward reads their output.
+// The unary ops whose backward reads their output y.
 struct UnaryOutputSaved {
-  Tensor output;
-  static constexpr std::tuple fields{saved_field("output", &UnaryOutputSaved::output)};
+  Tensor y;
+  static constexpr std::tuple fields{saved_field("output", &UnaryOutputSaved::y)};
 };
 
 }  // namespace tg::detail::elementwise

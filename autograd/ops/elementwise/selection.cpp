@@ -11,11 +11,9 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/samples.h"
-#include "autograd/ops/tangent.h"
 #include "autograd/profiler.h"
 
 namespace tg {
-using detail::broadcast_tangent;
 using detail::check_same_dtype;
 using samples::uniform;
 
@@ -33,9 +31,6 @@ Tensor mask_where(const Tensor& mask, const Tensor& a, const Tensor& b, const ch
   });
   return out;
 }
-}  // namespace
-
-namespace {
 // where, masked_fill: the mask (any dtype, nonzero = true).
 struct MaskSaved {
   Tensor mask;
@@ -49,20 +44,12 @@ static void where_backward(const Node& n, const Tensor& g, std::span<Tensor> gin
   if (n.needs(1)) gin[1] = sum_to(where(mask, g, zero), n.edges[1].shape);
   if (n.needs(2)) gin[2] = sum_to(where(mask, zero, g), n.edges[2].shape);
 }
-static void where_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  if (!t[1].defined() && !t[2].defined()) return;
-  const Tensor zero = zeros({}, n.out_dtype);
-  out[0] = broadcast_tangent(where(n.saved_tensor(&MaskSaved::mask), t[1].defined() ? t[1] : zero,
-                                   t[2].defined() ? t[2] : zero),
-                             n.out_shape);
-}
 static const OpDef where_op({
     .name = "where",
     .arity = 3,
     .signature = "where(mask, a, b) -> mask ? a : b, broadcasting",
     .saves = saves_of<MaskSaved>(),
     .backward = where_backward,
-    .tangent = where_tangent,
     .samples = [] {
       auto fn = [](const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
       return std::vector<OpSample>{
@@ -78,13 +65,10 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// Linear, and its Jacobian diagonal: gradient and tangent are both the
-// input's zeroed where the mask is set (g has x's shape; the mask broadcasts).
+// Linear, and its Jacobian diagonal (self_adjoint): gradient and tangent are
+// both the input's zeroed where the mask is set (the mask broadcasts to x).
 static void masked_fill_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = masked_fill(g, n.saved_tensor(&MaskSaved::mask), 0.0);
-}
-static void masked_fill_tangent(const Node& n, std::span<const Tensor> t, std::span<Tensor> out) {
-  masked_fill_backward(n, t[0], out);
 }
 static const OpDef masked_fill_op({
     .name = "masked_fill",
@@ -92,7 +76,7 @@ static const OpDef masked_fill_op({
     .signature = "masked_fill(x, mask, value)",
     .saves = saves_of<MaskSaved>(),
     .backward = masked_fill_backward,
-    .tangent = masked_fill_tangent,
+    .self_adjoint = true,
     .samples = [] {
       return std::vector<OpSample>{{"(3,4) with mask (4)", {uniform({3, 4}, 47)}, [](auto& x) {
                                       return masked_fill(x[0], samples::indices({4}, 2, 48), -1e9);
@@ -111,15 +95,15 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 }
 
 // ============================ comparisons (no gradient) ============================
-#define TG_COMPARE(NAME, EXPR)                                                                       \
-  Tensor NAME(const Tensor& a, const Tensor& b) {                                                    \
-    check_same_dtype(#NAME, a, b);                                                                   \
-    Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), #NAME), DType::i64);                   \
-    TG_DISPATCH_ALL(a.dtype(), #NAME, [&] {                                                          \
-      detail::map2<int64_t, scalar_t, scalar_t>(out, a, b,                                           \
-                                                [](scalar_t x, scalar_t y) { return int64_t(EXPR); }); \
-    });                                                                                              \
-    return out;                                                                                      \
+#define TG_COMPARE(NAME, EXPR)                                                         \
+  Tensor NAME(const Tensor& a, const Tensor& b) {                                      \
+    check_same_dtype(#NAME, a, b);                                                     \
+    Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), #NAME), DType::i64);     \
+    TG_DISPATCH_ALL(a.dtype(), #NAME, [&] {                                            \
+      using T = scalar_t;                                                              \
+      detail::map2<int64_t, T, T>(out, a, b, [](T x, T y) { return int64_t(EXPR); }); \
+    });                                                                                \
+    return out;                                                                        \
   }
 TG_COMPARE(eq, x == y)
 TG_COMPARE(ne, x != y)

@@ -1,7 +1,6 @@
-// The unary elementwise ops of one saved tensor, each a line of TG_UNARY_OP
-// (neg, exp, log, sqrt, rsqrt, abs, and the activations tanh, sigmoid, relu,
-// softplus, log_sigmoid; erf), then clamp and cast: forward and backward side
-// by side, one OpDef each. gelu is in gelu.cpp.
+// The unary elementwise ops, each of one saved tensor a line of TG_UNARY_OP,
+// then neg, clamp and cast: forward and backward side by side, one OpDef
+// each. gelu is in gelu.cpp.
 #include "autograd/ops/elementwise.h"
 
 #include <cmath>
@@ -22,7 +21,6 @@ using detail::elementwise::UnaryOutputSaved;
 
 namespace {
 
-// --- sample helpers shared by this family's OpDefs
 using samples::uniform;
 std::vector<OpSample> unary_samples(Tensor (*op)(const Tensor&), double low, double high) {
   auto fn = [op](const std::vector<Tensor>& x) { return op(x[0]); };
@@ -39,80 +37,57 @@ std::vector<OpSample> kinked_unary_samples(Tensor (*op)(const Tensor&)) {
       {"non-contiguous", {[] {
          Tensor t = samples::strided({2, 3}, 15);
          NoGradGuard ng;
-         double* p = static_cast<double*>(t.storage()->data);
-         for (int64_t i = 0; i < 12; ++i) p[i] = std::copysign(0.1 + std::abs(p[i]), p[i]);
+         t.copy_(samples::away_from_zero({2, 3}, 15));
          return t;
        }()}, fn},
   };
 }
 
+struct ClampAttrs {
+  double low, high;
+};
 }  // namespace
 
 // ============================ unary ============================
-// Each unary op: forward kernel, its derivative d(s) once (common.h: a fused
-// pass on a plain backward, tensor ops when recorded), OpDef, samples. The
-// gradient is g d(s) and the tangent t d(s): an elementwise Jacobian is
-// diagonal (self_adjoint). SAVED is what it saves and d reads:
-// UnaryInputSaved (x) or UnaryOutputSaved (the output).
-namespace {
-// The tensor a unary op's derivative reads, saved as S: x or the output.
-template <class S>
-void unary_save(Node& n, const Tensor& x, const Tensor& out) {
-  if constexpr (std::is_same_v<S, UnaryInputSaved>)
-    n.save(UnaryInputSaved{.x = x});
-  else
-    n.save(UnaryOutputSaved{.output = out});
-}
-template <class S>
-Tensor unary_saved(const Node& n) {
-  if constexpr (std::is_same_v<S, UnaryInputSaved>)
-    return n.saved_tensor(&UnaryInputSaved::x);
-  else
-    return n.saved_tensor(&UnaryOutputSaved::output);
-}
-}  // namespace
-#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, SAMPLES, FORWARD, DERIVATIVE)                                \
-  static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {                  \
-    gin[0] = times_derivative(g, unary_saved<SAVED>(n), DERIVATIVE);                                    \
-  }                                                                                                     \
-  static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE,                      \
-                                .saves = saves_of<SAVED>(), .backward = NAME##_backward,                \
-                                .self_adjoint = true,                                                   \
-                                .samples = [] { return SAMPLES; }});                                    \
-  Tensor NAME(const Tensor& x) {                                                                        \
-    ProfileScope prof(NAME##_op.name);                                                                  \
-    Tensor out = unary(NAME##_op.name, x, FORWARD);                                                     \
-    if (Node* n = record(NAME##_op, out, x)) unary_save<SAVED>(*n, x, out);                             \
-    return out;                                                                                         \
+// Each unary op: OpDef, samples, forward FORWARD (of the element x) and its
+// derivative d = DERIVATIVE (of S, saved by SAVED: x or the output y) written
+// once (common.h: fused on a plain backward, tensor ops when recorded). The
+// gradient g d and tangent t d alike: the Jacobian is diagonal (self_adjoint).
+#define TG_UNARY_OP(NAME, SIGNATURE, SAVED, S, SAMPLES, FORWARD, DERIVATIVE)                      \
+  static void NAME##_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {            \
+    gin[0] = times_derivative(g, n.saved_tensor(&SAVED::S), [](auto S) { return DERIVATIVE; }); \
+  }                                                                                               \
+  static const OpDef NAME##_op({.name = #NAME, .arity = 1, .signature = SIGNATURE,                \
+                                .saves = saves_of<SAVED>(), .backward = NAME##_backward,          \
+                                .self_adjoint = true, .samples = [] { return SAMPLES; }});        \
+  Tensor NAME(const Tensor& x) {                                                                  \
+    ProfileScope prof(NAME##_op.name);                                                            \
+    Tensor y = unary(NAME##_op.name, x, [](auto x) { return FORWARD; });                          \
+    if (Node* n = record(NAME##_op, y, x)) n->save(SAVED{.S = S});                                \
+    return y;                                                                                     \
   }
 
 template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
 using math::lit;
 
-TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, unary_samples(exp, -2, 2), [](auto x) { return std::exp(x); },
-            [](auto y) { return y; })
-TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, unary_samples(log, 0.2, 3), [](auto x) { return std::log(x); },
-            [](auto x) { return 1 / x; })
-TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, unary_samples(sqrt, 0.2, 3), [](auto x) { return std::sqrt(x); },
-            [](auto y) { return 1 / (y + y); })
-TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, unary_samples(rsqrt, 0.2, 3),
-            [](auto x) { return decltype(x)(1) / std::sqrt(x); }, [](auto y) { return lit(y, -0.5) * y * y * y; })
-TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, kinked_unary_samples(abs), [](auto x) { return std::abs(x); },
-            [](auto x) { return math::step(x, [](auto v) { return (v > 0) - (v < 0); }); })  // sign(x)
-TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, unary_samples(tanh, -2, 2), [](auto x) { return std::tanh(x); },
-            [](auto y) { return 1 - y * y; })
-TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, unary_samples(sigmoid, -3, 3),
-            [](auto x) { return math::sigmoid(x); }, [](auto y) { return y * (1 - y); })
-TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, kinked_unary_samples(relu),
-            [](auto x) { return x > 0 ? x : decltype(x)(0); },
-            [](auto y) { return math::step(y, [](auto v) { return v > 0; }); })
-TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", UnaryInputSaved, unary_samples(softplus, -3, 3),
-            [](auto x) { return softplus_of(x); }, [](auto x) { return math::sigmoid(x); })
-TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", UnaryInputSaved, unary_samples(log_sigmoid, -3, 3),
-            [](auto x) { return -softplus_of(-x); }, [](auto x) { return math::sigmoid(-x); })
+TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, y, unary_samples(exp, -2, 2), std::exp(x), y)
+TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, x, unary_samples(log, 0.2, 3), std::log(x), 1 / x)
+TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, y, unary_samples(sqrt, 0.2, 3), std::sqrt(x), 1 / (y + y))
+TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, y, unary_samples(rsqrt, 0.2, 3),
+            decltype(x)(1) / std::sqrt(x), lit(y, -0.5) * y * y * y)
+TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, x, kinked_unary_samples(abs), std::abs(x),
+            math::step(x, [](auto v) { return (v > 0) - (v < 0); }))  // sign(x)
+TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, y, unary_samples(tanh, -2, 2), std::tanh(x), 1 - y * y)
+TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, y, unary_samples(sigmoid, -3, 3), math::sigmoid(x), y * (1 - y))
+TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, y, kinked_unary_samples(relu), x > 0 ? x : decltype(x)(0),
+            math::step(y, [](auto v) { return v > 0; }))
+TG_UNARY_OP(softplus, "softplus(x) -> log(1 + exp(x))", UnaryInputSaved, x, unary_samples(softplus, -3, 3),
+            softplus_of(x), math::sigmoid(x))
+TG_UNARY_OP(log_sigmoid, "log_sigmoid(x) -> -softplus(-x)", UnaryInputSaved, x, unary_samples(log_sigmoid, -3, 3),
+            -softplus_of(-x), math::sigmoid(-x))
 // erf(x), derivative 2/sqrt(pi) exp(-x^2).
-TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, unary_samples(erf, -2, 2), [](auto x) { return std::erf(x); },
-            [](auto x) { return lit(x, 2 * std::numbers::inv_sqrtpi) * math::exp(-(x * x)); })
+TG_UNARY_OP(erf, "erf(x)", UnaryInputSaved, x, unary_samples(erf, -2, 2), std::erf(x),
+            lit(x, 2 * std::numbers::inv_sqrtpi) * math::exp(-(x * x)))
 #undef TG_UNARY_OP
 
 // neg saves nothing: its derivative is the constant -1.
@@ -127,16 +102,10 @@ Tensor neg(const Tensor& x) {
   return out;
 }
 // ============================ clamp ============================
-namespace {
-struct ClampAttrs {
-  double low, high;
-};
-}  // namespace
 // The slope is 1 inside [low, high] (torch passes the gradient at the
 // bounds), 0 outside: gradient and tangent alike.
 static void clamp_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  const double lo = n.attrs<ClampAttrs>().low, hi = n.attrs<ClampAttrs>().high;
-  const auto inside = [lo, hi](auto v) { return v >= lo && v <= hi; };
+  const auto inside = [a = n.attrs<ClampAttrs>()](auto v) { return v >= a.low && v <= a.high; };
   gin[0] = times_derivative(g, n.saved_tensor(&UnaryInputSaved::x), [inside](auto x) { return math::step(x, inside); });
 }
 static const OpDef clamp_op({
@@ -147,8 +116,8 @@ static const OpDef clamp_op({
     .backward = clamp_backward,
     .self_adjoint = true,
     .samples = [] {
-      return std::vector<OpSample>{{"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)},
-                                    [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
+      return std::vector<OpSample>{
+          {"(4,5) to [-0.55, 0.45]", {uniform({4, 5}, 34)}, [](auto& x) { return clamp(x[0], -0.55, 0.45); }}};
     },
 });
 Tensor clamp(const Tensor& x, double low, double high) {
@@ -178,8 +147,8 @@ static const OpDef cast_op({
     .backward = cast_backward,
     .tangent = cast_tangent,
     .samples = [] {
-      return std::vector<OpSample>{{"float64 -> float64 copy", {uniform({3}, 35)},
-                                    [](auto& x) { return cast(x[0], DType::f64); }}};
+      return std::vector<OpSample>{
+          {"float64 -> float64 copy", {uniform({3}, 35)}, [](auto& x) { return cast(x[0], DType::f64); }}};
     },
 });
 Tensor cast(const Tensor& x, DType dtype) {
