@@ -120,7 +120,8 @@ void forward_by_units(const Dims& d, int64_t Q, const Tensor& w, bool in_place, 
   });
 }
 
-// Runs bwd(units, c) for the calls c = 0..T of every part (see the kernels).
+// Runs bwd(units, c) for the calls c = 0..T of every part: first, for c > 0, the units' GEMM of step
+// t = T - c into the gradient reaching h_{t-1} (or dh0); then, for c < T, the pointwise pass of step t - 1.
 template <class F>
 void backward_by_units(const Dims& d, int64_t Q, F&& bwd) {
   const UnitSplit split(d, Q);

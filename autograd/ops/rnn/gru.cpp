@@ -27,9 +27,8 @@ struct GruSaved {
 };
 }  // namespace
 
-// Step t of units u (see UnitSplit): w their rows of W_hh (3n,H), hp the
-// part's (B,3n) for h_{t-1} W_hh^T (the bias is added in the pointwise pass).
-// zero (>= B H and 3H elements) stands in for a missing h0 or bias.
+// Step t of units u (see forward_by_units), hp the part's (B,3n) for h_{t-1} W_hh^T (the bias is added
+// in the pointwise pass); zero (>= B H and 3H elements) stands in for a missing h0 or bias.
 template <class S>
 static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* bias, const S* h0,
                              const S* zero, S* hp, S* act, S* hs) {
@@ -64,10 +63,8 @@ static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, con
 
 // Fills dX (T,B,3H), the gradient of xp, and dP (T,B,3H), that of the hidden
 // projection h W_hh^T + b_hh (they differ in the n gate: dP_n = r dX_n).
-// Call c = 0..T of units u: first, for c > 0, the GEMM of step t = T - c,
-// which adds these units' share of dP_t W to the gradient reaching h_{t-1}
-// (rec, or dh0 at t = 0); then, for c < T, the pointwise pass of step t - 1.
-// rec (2,B,H) is zero on entry: the gradient reaching h_t, and h_{-1} = 0.
+// Call c of units u (see backward_by_units; the GEMM adds dP_t W to the direct
+// path). rec (2,B,H) is zero on entry: the gradient reaching h_t, and h_{-1} = 0.
 template <class S>
 static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* h0, const S* act,
                               const S* hs, S* dX, S* dP, S* rec, S* dh0) {

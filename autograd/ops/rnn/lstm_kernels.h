@@ -18,9 +18,8 @@ struct LstmSaved {
       saved_field("gates", &LstmSaved::gates), saved_field("output", &LstmSaved::output)};
 };
 
-// Step t of units u (see UnitSplit): w their rows of W_hh (4n,H), z the
-// part's scratch (B,4n), nullptr for all units (the step's act itself then).
-// zero (B,H) stands in for a missing c0.
+// Step t of units u (see forward_by_units; z nullptr: the step's act itself); zero (B,H) stands in for a
+// missing c0.
 template <class S>
 static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
                               const S* zero, S* z, S* act, S* hs, S* cs) {
@@ -55,9 +54,7 @@ static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, co
 
 // gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
 // gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
-// Call c = 0..T of units u: first, for c > 0, the GEMM of step t = T - c,
-// these units of the gradient reaching h_{t-1} (or dh0); then, for c < T, the
-// pointwise pass of step t - 1. rec (3,B,H) is zero on entry: the gradients
+// Call c of units u (see backward_by_units). rec (3,B,H) is zero on entry: the gradients
 // reaching h_t and c_t from step t+1, and c_{-1} = 0. gact (T,B,4H), when
 // given, the gradient that reached the activations, joins dG_t through the
 // gates' slopes.

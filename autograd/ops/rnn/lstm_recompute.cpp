@@ -153,24 +153,22 @@ static const OpDef lstm_recompute_op({
     .samples = [] {
       using samples::uniform;
       const int64_t B = 2, H = 3, I = 2, G = 4 * H;
-      auto fn = [](bool bias, bool state) {
-        return [=](const std::vector<Tensor>& v) {
-          const size_t w = bias ? 3 : 2;
-          return lstm_recompute(v[0], v[1], bias ? v[2] : Tensor(), v[w], state ? v[w + 1] : Tensor(),
-                                state ? v[w + 2] : Tensor());
-        };
+      auto fn = [](const std::vector<Tensor>& v) {  // v = [x, w_ih, bias (unless 3 inputs), w_hh, h0, c0 (if 6)]
+        const size_t w = v.size() == 3 ? 2 : 3;
+        return lstm_recompute(v[0], v[1], w == 3 ? v[2] : Tensor(), v[w], v.size() == 6 ? v[4] : Tensor(),
+                              v.size() == 6 ? v[5] : Tensor());
       };
       return std::vector<OpSample>{
           {"T=5 (chunks of 3 and 2) B=2 H=3 I=2, bias and initial state",
            {uniform({5, B, I}, 251, -2, 2), uniform({G, I}, 252), uniform({G}, 253), uniform({G, H}, 254),
             uniform({B, H}, 255), uniform({B, H}, 256)},
-           fn(true, true)},
+           fn},
           {"T=4 (chunks of 2), no bias, zero initial state, non-contiguous x",
            {samples::strided({4, B, I}, 257, -2, 2), uniform({G, I}, 258), uniform({G, H}, 259)},
-           fn(false, false)},
+           fn},
           {"one step",
            {uniform({1, B, I}, 260, -2, 2), uniform({G, I}, 261), uniform({G}, 262), uniform({G, H}, 263)},
-           fn(true, false)},
+           fn},
       };
     },
 });

@@ -23,8 +23,7 @@ struct RnnTanhSaved {
       saved_field("output", &RnnTanhSaved::output)};
 };
 }  // namespace
-// Step t of units u (see UnitSplit): w their rows of W_hh (n,H), z the
-// part's scratch (B,n), nullptr for all units (h_t itself then).
+// Step t of units u (see forward_by_units; z nullptr: h_t itself).
 template <class S>
 static void rnn_tanh_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, S* z,
                                   S* hs) {
@@ -44,10 +43,7 @@ static void rnn_tanh_forward_step(const Dims& d, Units u, int64_t t, const S* xp
   });
 }
 
-// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
-// step t = T - c, these units of the gradient reaching h_{t-1} (rec, or dh0
-// at t = 0) from all of da_t; then, for c < T, the pointwise pass of step
-// t - 1 on these units. rec (B,H) is zero on entry.
+// Call c of units u (see backward_by_units); rec (B,H) is zero on entry.
 template <class S>
 static void rnn_tanh_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* hs,
                                    S* dA, S* rec, S* dh0) {
