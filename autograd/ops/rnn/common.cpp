@@ -1,5 +1,4 @@
-// The fused recurrences' shared argument checks, recorded-backward pieces and
-// op-table samples (see common.h).
+// The fused recurrences' shared checks, recorded-backward pieces and samples (see common.h).
 #include "autograd/ops/rnn/common.h"
 
 #include <fmt/format.h>

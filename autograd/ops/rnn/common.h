@@ -1,10 +1,6 @@
 #pragma once
-// What the fused recurrences (autograd/ops/rnn/*.cpp, declared in
-// ../rnn_ops.h) share: the gate nonlinearities, the batch and unit splits
-// over the pool, argument checks, and the pieces of the recorded backwards.
-// G is the gate width (H, 4H or 3H); every buffer is row-major time-major,
-// step t of a (T,B,K) buffer at t*B*K. Internal to autograd/ops/rnn/ (not
-// installed).
+// What the fused recurrences (../rnn_ops.h) share; not installed. G is the gate
+// width (H, 4H or 3H); every buffer is time-major, step t of a (T,B,K) at t*B*K.
 #include <algorithm>
 #include <array>
 #include <cmath>

@@ -1,5 +1,4 @@
-// gated_recurrence_grad (see ../rnn_ops.h): the backward recursion of the tanh
-// RNN and the GRU as a differentiable op, what their recorded backwards build on.
+// gated_recurrence_grad (see ../rnn_ops.h): the tanh RNN's and the GRU's backward recursion as an op.
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"

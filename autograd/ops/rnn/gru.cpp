@@ -1,5 +1,4 @@
-// gru_recurrence (see ../rnn_ops.h): the GRU's forward and backward kernels,
-// its recorded backward and its OpDef side by side.
+// gru_recurrence (see ../rnn_ops.h): the GRU's kernels, recorded backward and OpDef.
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"

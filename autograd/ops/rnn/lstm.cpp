@@ -1,5 +1,4 @@
-// lstm_recurrence (see ../rnn_ops.h): the LSTM's forward and backward kernels,
-// its recorded backward and its OpDef side by side.
+// lstm_recurrence (see ../rnn_ops.h): the LSTM's tangent kernel, recorded backward and OpDef.
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"

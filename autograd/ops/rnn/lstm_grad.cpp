@@ -1,5 +1,4 @@
-// lstm_gate_slopes and lstm_recurrence_grad (see ../rnn_ops.h): what the LSTM's
-// recorded backward builds on, each op a fused kernel with its own backward.
+// lstm_gate_slopes, lstm_recurrence_grad (see ../rnn_ops.h) and lstm_recurrence's forward over reverse.
 #include "autograd/ops/rnn_ops.h"
 
 #include <array>

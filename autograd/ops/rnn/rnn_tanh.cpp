@@ -1,5 +1,4 @@
-// rnn_tanh_recurrence (see ../rnn_ops.h): the tanh RNN's forward and backward
-// kernels and its OpDef side by side.
+// rnn_tanh_recurrence (see ../rnn_ops.h): the tanh RNN's kernels, recorded backward and OpDef.
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"
