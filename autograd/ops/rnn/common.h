@@ -49,11 +49,9 @@ struct Rows {
 };
 using Units = Rows;
 
-// Runs body(rows) over the batch split into one part per thread, each carried
-// through all T steps by one thread with one-thread GEMMs (a step's is too
-// small for OpenBLAS to thread well), for the backward-recursion ops. A part
-// has >= 4 rows and ~2^16 multiply-adds; the parts depend only on B and the
-// thread count, so a busy pool (parts run here in turn) gives the same results.
+// Runs body(rows) over the batch split into one part per thread, each carried through all T steps with
+// one-thread GEMMs (a step's is too small to thread well), for the backward-recursion ops. A part has >= 4
+// rows and ~2^16 multiply-adds; the parts depend only on B and the thread count (same results when busy).
 template <class F>
 void for_batch_rows(const Dims& d, int64_t G, F&& body) {
   const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 16) / std::max<int64_t>(1, d.T * d.H * G));

@@ -15,9 +15,8 @@ namespace tg {
 using detail::row_grain;
 using namespace detail::rnn;
 
-// Going t = T-1 .. 0, with P_t = u_t j_t (B,G), u_t spread over the Q gate blocks of j_t:
-//   u_t = g_t + a_{t+1} u_{t+1} + P_{t+1} W
-// Its backward, t = 0 .. T-1, with U_t the total gradient of u_t and R_t = U_{t-1} W^T (zero at t = 0):
+// The backward of u_t = g_t + a_{t+1} u_{t+1} + P_{t+1} W, P_t = u_t j_t (B,G), runs t = 0 .. T-1:
+// with U_t the total gradient of u_t and R_t = U_{t-1} W^T (zero at t = 0),
 //   U_t = du_t + a_t U_{t-1} + sum_q R_t,q j_t,q
 // gives d g_t = U_t, d a_t = U_{t-1} u_t, d j_t,q = R_t,q u_t, dW = sum_{t>0} P_t^T U_{t-1}.
 namespace {

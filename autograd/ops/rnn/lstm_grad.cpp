@@ -17,8 +17,6 @@ using detail::row_grain;
 using detail::tangent_or_zeros;
 using namespace detail::rnn;
 
-// lstm_gate_slopes: s = [f, k, j_i, j_f, j_g, j_o] (T,B,6H) in one pointwise pass, tc = tanh(c_t),
-//   k = o (1-tc^2), j_i = g i(1-i), j_f = c_{t-1} f(1-f), j_g = i (1-g^2), j_o = tc o(1-o).
 namespace {
 struct LstmSlopesSaved {
   Tensor act, c, c_prev;

@@ -1,7 +1,6 @@
 #pragma once
-// The LSTM's node and step kernels, shared by lstm_recurrence (lstm.cpp) and
-// lstm_recompute (lstm_recompute.cpp), which runs them chunk by chunk. Static:
-// each file inlines its own copy into its loops.
+// The LSTM's node and step kernels, shared by lstm.cpp, lstm_grad.cpp and lstm_recompute.cpp (chunk by
+// chunk). Static: each file inlines its own copy into its loops.
 #include "autograd/ops/rnn/common.h"
 
 namespace tg::detail::rnn {
@@ -54,10 +53,8 @@ static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, co
 
 // gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
 // gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
-// Call c of units u (see backward_by_units). rec (3,B,H) is zero on entry: the gradients
-// reaching h_t and c_t from step t+1, and c_{-1} = 0. gact (T,B,4H), when
-// given, the gradient that reached the activations, joins dG_t through the
-// gates' slopes.
+// Call c of units u (see backward_by_units). rec (3,B,H) is zero on entry: the gradients reaching h_t and
+// c_t from step t+1, and c_{-1} = 0. gact (T,B,4H), the gradient that reached the activations, joins dG_t.
 template <class S>
 static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
                                const S* c0, const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {

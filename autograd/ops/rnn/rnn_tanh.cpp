@@ -61,10 +61,8 @@ static void rnn_tanh_backward_call(const Dims& d, Units u, int64_t c, const S* g
   });
 }
 
-// Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T; with k = 1 - h_t^2
-// for all steps at once, the gradient u_t reaching h_t is one
-// gated_recurrence_grad node (u_t = g_t + (u_{t+1} k_{t+1}) W), and
-// da = u k, dW = sum_t da_t^T h_{t-1} (one GEMM), dh0 = da_0 W.
+// Recorded: with k = 1 - h_t^2, u_t = g_t + (u_{t+1} k_{t+1}) W is one gated_recurrence_grad node,
+// and da = u k, dW = sum_t da_t^T h_{t-1} (one GEMM), dh0 = da_0 W.
 static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(&RnnTanhSaved::weight), h0 = n.saved_tensor(&RnnTanhSaved::h0);
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
