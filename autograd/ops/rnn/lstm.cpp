@@ -56,10 +56,8 @@ static void lstm_tangent_step(const Dims& d, Units u, int64_t t, const S* drive,
   });
 }
 
-// Recorded: the slopes from the activations (the side output) in one
-// lstm_gate_slopes node, the recursion one lstm_recurrence_grad node. A
-// gradient gact that reached the activations adds P = gact * slope to dA_t
-// and P_t W to the gradient of h_{t-1}.
+// Recorded: one lstm_gate_slopes node (from the side output act) and one lstm_recurrence_grad node; a
+// gradient gact that reached act adds P = gact * slope to dA_t and P_t W to the gradient of h_{t-1}.
 static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(&LstmSaved::weight), h0 = n.saved_tensor(&LstmSaved::h0);
   const Tensor c0 = n.saved_tensor(&LstmSaved::c0), out = n.saved_tensor(&LstmSaved::output);

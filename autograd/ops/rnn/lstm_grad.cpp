@@ -181,8 +181,7 @@ Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& 
 //   ut = tgh_t + et,  vt = tgc_t + vt_{t+1} f_{t+1} + v_{t+1} df_{t+1} + ut k_t + u dk_t,
 //   Dt_t = [vt j_i + v dj_i, .., ut j_o + u dj_o]
 //   e = D_t W,  et = Dt_t W + D_t Wt      ([D_t; Dt_t] W one GEMM of twice the rows)
-// and after step 0: dh0 = e, dc0 = v_0 f_0 and their tangents. dW and its
-// tangent are three GEMMs over all steps after.
+// and after step 0: dh0 = e, dc0 = v_0 f_0 and their tangents; dW and its tangent after, as the RNN's.
 bool detail::rnn::lstm_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin,
                                          std::span<Tensor> gin_tangents) {
   if (n.side_grad(&LstmSaved::gates).defined()) return false;  // a second-order pass: the recorded form
@@ -282,8 +281,7 @@ struct LstmGradSaved {
 };
 }  // namespace
 
-// gh and gc (T,B,H) are the two halves of gout; s (T,B,6H) row r holds f at
-// r*6H, k at +H and j at +2H.
+// gh and gc (T,B,H), the halves of gout; s (T,B,6H) row r holds f at r*6H, k at +H and j at +2H.
 template <class S>
 static void lstm_grad_forward(const Dims& d, Rows rows, const S* ghs, const S* gcs, const S* s, const S* w, S* out,
                               S* us, S* eh) {

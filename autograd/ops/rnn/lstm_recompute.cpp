@@ -66,8 +66,7 @@ static void chunk_cells(int64_t n, int64_t B, int64_t H, int64_t b0, int64_t b1,
     }
 }
 
-// Recorded (create_graph): the layer rebuilt from differentiable ops and
-// differentiated, as a checkpoint's rerun is: one more forward.
+// Recorded (create_graph): the layer rebuilt from differentiable ops and differentiated, as a checkpoint.
 static Tensor lstm_from_ops(const Tensor& x, const Tensor& w_ih, const Tensor& bias, const Tensor& w_hh,
                             const Tensor& h0, const Tensor& c0) {
   const int64_t T = x.size(0), B = x.size(1), G = w_ih.size(0);
@@ -78,8 +77,7 @@ static Tensor lstm_from_ops(const Tensor& x, const Tensor& w_ih, const Tensor& b
 }
 
 static void lstm_recompute_backward_recorded(const Node& n, const Tensor& grad_out, std::span<Tensor> gin) {
-  // Under forward over reverse the rebuilt layer and its pass are linked like
-  // any forward at the level, so the gradients carry their tangents.
+  // Under forward over reverse, linked like any forward at the level: the gradients carry tangents.
   detail::TangentsOnlySuspended linked;
   using Saved = LstmRecomputeSaved;
   const std::vector<Tensor> in{n.saved_tensor(&Saved::x),    n.saved_tensor(&Saved::w_ih), n.saved_tensor(&Saved::bias),
@@ -97,8 +95,7 @@ static void lstm_recompute_backward_recorded(const Node& n, const Tensor& grad_o
   for (size_t i = 0; i < at.size(); ++i) gin[at[i]] = g[i];
 }
 
-// Chunks last to first: rec (3,B,H) carries the gradients reaching h and c at
-// a chunk's start into the chunk before; the weights' gradients add up.
+// Chunks last to first: rec (3,B,H) carries the gradients reaching h and c into the chunk before.
 static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::span<Tensor> gin) {
   using Saved = LstmRecomputeSaved;
   const auto [x, w_ih, bias, w, h0] = saved_contig(n, &Saved::x, &Saved::w_ih, &Saved::bias, &Saved::w_hh, &Saved::h0);

@@ -77,9 +77,8 @@ static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::s
 // k_t = 1 - h_t^2 and kt_t = -2 h_t ht_t, going t = T-1 .. 0 from e = et = 0:
 //   u = g_t + e,  dA_t = u k_t,  dAt_t = (gt_t + et) k_t + u kt_t,
 //   e = dA_t W,  et = dAt_t W + dA_t Wt      (into step t-1; dh0 and its tangent after step 0)
-// [dA_t; dAt_t] W is one GEMM of twice the rows: the two recursions share W.
-// Then dW = sum_t dA_t^T h_{t-1} and its tangent sum_t dAt_t^T h_{t-1} +
-// dA_t^T ht_{t-1}, three GEMMs over all steps.
+// ([dA_t; dAt_t] W one GEMM of twice the rows). dW's tangent sum_t dAt_t^T h_{t-1} + dA_t^T ht_{t-1}
+// takes two GEMMs over all steps.
 static bool rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin,
                                        std::span<Tensor> gin_tangents) {
   const Tensor w = n.saved_tensor(&RnnTanhSaved::weight), h0 = n.saved_tensor(&RnnTanhSaved::h0);
