@@ -4,19 +4,12 @@
 /// op on the tape, with backpropagation through time written by hand.
 ///
 /// The input projection xp = x W_ih^T + b stays outside (tg::linear: one GEMM
-/// for all steps), but for lstm_recompute, which rebuilds it in backward.
-/// Inside, the forward runs one GEMM h_{t-1} W_hh^T per step and one fused
-/// pointwise pass; the backward one GEMM dG_t W_hh per step, and
-/// dW_hh = sum_t dG_t^T h_{t-1} as one GEMM over all steps at the end.
-/// Why one op and not one per step: a step reads row block t of xp, and on
-/// this tape the gradient of a slice has its input's full shape, so per-step
-/// slices would cost O(T^2) in backward.
-/// A recorded backward (create_graph) is written in differentiable ops
-/// instead, so the gradients are differentiable again: for every cell type
-/// the recursion through time is an op of its own (gated_recurrence_grad,
-/// lstm_recurrence_grad), everything else is computed for all steps at once
-/// (the LSTM's gate slopes in one op, lstm_gate_slopes); the LSTM and the
-/// GRU read their gate activations, a side output of their node.
+/// for all steps), but for lstm_recompute. Per step, the forward runs one GEMM
+/// h_{t-1} W_hh^T and one fused pointwise pass, the backward one GEMM dG_t W_hh;
+/// dW_hh is one GEMM over all steps. One op, not one per step: on this tape
+/// the gradient of a slice has its input's full shape, so per-step slices of
+/// xp would cost O(T^2) in backward. A recorded backward (create_graph) is
+/// written in differentiable ops, the recursion through time an op of its own.
 ///
 /// Everything is time-major (T,B,...); gate order as torch.nn. A missing
 /// (undefined) initial state means zeros.

@@ -1,5 +1,4 @@
-// The fused recurrences' shared argument checks, recorded-backward pieces and
-// op-table samples (see common.h).
+// The fused recurrences' shared checks, recorded-backward pieces and samples (see common.h).
 #include "autograd/ops/rnn/common.h"
 
 #include <fmt/format.h>
@@ -14,24 +13,29 @@
 namespace tg::detail::rnn {
 
 Dims check_recurrence(std::string_view op, int64_t gates, const Tensor& xp, const Tensor& w_hh, const Tensor& b_hh,
-                      const Tensor& h0, const Tensor& c0) {
-  detail::check_floating(op, xp, "xp");
+                      const Tensor& h0, const Tensor& c0, const Tensor& w_ih) {
+  const bool in = w_ih.defined();  // lstm_recompute: xp is the input x (T,B,I), b_hh the bias
+  const char* x = in ? "x" : "xp";
+  detail::check_floating(op, xp, x);
   detail::check_defined(op, w_hh, "w_hh");
   if (w_hh.dim() != 2 || w_hh.size(0) != gates * w_hh.size(1))
     throw ShapeError(fmt::format("{}: w_hh {} must be ({}H,H)", op, w_hh.shape(), gates));
-  const int64_t H = w_hh.size(1);
-  if (xp.dim() != 3 || xp.size(2) != gates * H)
-    throw ShapeError(fmt::format("{}: xp {} must be (T,B,{}) for w_hh {}", op, xp.shape(), gates * H, w_hh.shape()));
+  const int64_t H = w_hh.size(1), I = in && xp.dim() == 3 ? xp.size(2) : gates * H;
+  if (xp.dim() != 3 || xp.size(2) != I)
+    throw ShapeError(fmt::format("{}: {} {} must be (T,B,{}) for w_hh {}", op, x, xp.shape(),
+                                 in ? "I" : std::to_string(I), w_hh.shape()));
   const int64_t T = xp.size(0), B = xp.size(1);
-  if (T < 1) throw ShapeError(fmt::format("{}: xp {} has no time step", op, xp.shape()));
+  if (T < 1) throw ShapeError(fmt::format("{}: {} {} has no time step (T >= 1)", op, x, xp.shape()));
   auto check = [&](const Tensor& t, const char* name, const Shape& want) {
     if (!t.defined()) return;
-    if (t.dtype() != xp.dtype())
-      throw DTypeError(fmt::format("{}: {} is {}, xp is {}", op, name, dtype_name(t.dtype()), dtype_name(xp.dtype())));
-    if (!(t.shape() == want)) throw ShapeError(fmt::format("{}: {} {} must be {}", op, name, t.shape(), want));
+    check_same_dtypes(op, xp, x, {{&t, name}});
+    if (!(t.shape() == want))
+      throw ShapeError(fmt::format("{}: {} {} must be {} for {} {} and w_hh {}", op, name, t.shape(), want, x,
+                                   xp.shape(), w_hh.shape()));
   };
   check(w_hh, "w_hh", w_hh.shape());
-  check(b_hh, "b_hh", Shape{gates * H});
+  check(w_ih, "w_ih", Shape{gates * H, I});
+  check(b_hh, in ? "bias" : "b_hh", Shape{gates * H});
   check(h0, "h0", Shape{B, H});
   check(c0, "c0", Shape{B, H});
   return {T, B, H};
@@ -59,11 +63,6 @@ Tensor into_previous_states(const Tensor& D, const Tensor& w) {
   return concat({reshape(matmul(reshape(narrow(D, 0, 1, T - 1), {(T - 1) * B, D.size(2)}), w), {T - 1, B, H}), last},
                 0);
 }
-Tensor next_steps(const Tensor& x) {
-  const int64_t T = x.size(0);
-  const Tensor last = zeros({1, x.size(1), x.size(2)}, x.dtype());
-  return T == 1 ? last : concat({narrow(x, 0, 1, T - 1), last}, 0);
-}
 Tensor sigmoid_slope(const Tensor& s) { return mul(s, rsub(1.0, s)); }
 Tensor weight_grad_recorded(const Tensor& dG, const Tensor& hprev) {
   return matmul(transpose(reshape(dG, {-1, dG.size(2)}), 0, 1), reshape(hprev, {-1, hprev.size(2)}));
@@ -79,13 +78,11 @@ Tensor spread_mul(const Tensor& u, const Tensor& j) {
 std::vector<OpSample> recurrence_samples(int gates, bool bias_input, bool cell_state) {
   using samples::uniform;
   const int64_t T = 3, B = 2, H = 3, G = gates * H;
-  auto fn = [bias_input, cell_state](bool with_state) {
-    return [=](const std::vector<Tensor>& x) {
-      Tensor h0 = with_state ? x[bias_input ? 3 : 2] : Tensor();
-      if (cell_state) return lstm_recurrence(x[0], x[1], h0, with_state ? x[3] : Tensor());
-      if (bias_input) return gru_recurrence(x[0], x[1], x[2], h0);
-      return rnn_tanh_recurrence(x[0], x[1], h0);
-    };
+  // x = [xp, w_hh, then b_hh (GRU), h0, c0 (LSTM) as given]: the missing trailing ones are undefined.
+  auto fn = [=](const std::vector<Tensor>& x) {
+    auto at = [&](size_t k) { return k < x.size() ? x[k] : Tensor(); };
+    if (cell_state) return lstm_recurrence(x[0], x[1], at(2), at(3));
+    return bias_input ? gru_recurrence(x[0], x[1], at(2), at(3)) : rnn_tanh_recurrence(x[0], x[1], at(2));
   };
   std::vector<Tensor> with_state = {uniform({T, B, G}, 201, -2, 2), uniform({G, H}, 202)};
   std::vector<Tensor> zero_state = {samples::strided({T, B, G}, 203, -2, 2), uniform({G, H}, 204)};
@@ -95,17 +92,9 @@ std::vector<OpSample> recurrence_samples(int gates, bool bias_input, bool cell_s
   }
   with_state.push_back(uniform({B, H}, 207));
   if (cell_state) with_state.push_back(uniform({B, H}, 208));
-  return {
-      {"T=3 B=2 H=3 with initial state", with_state, fn(true)},
-      {"zero initial state, non-contiguous xp", zero_state, fn(false)},
-      {"one step",
-       {uniform({1, B, G}, 209, -2, 2), uniform({G, H}, 210)},
-       [=](const std::vector<Tensor>& x) {
-         if (cell_state) return lstm_recurrence(x[0], x[1]);
-         if (bias_input) return gru_recurrence(x[0], x[1]);
-         return rnn_tanh_recurrence(x[0], x[1]);
-       }},
-  };
+  return {{"T=3 B=2 H=3 with initial state", with_state, fn},
+          {"zero initial state, non-contiguous xp", zero_state, fn},
+          {"one step", {uniform({1, B, G}, 209, -2, 2), uniform({G, H}, 210)}, fn}};
 }
 
 }  // namespace tg::detail::rnn

@@ -1,11 +1,8 @@
 #pragma once
-// What the fused recurrences (autograd/ops/rnn/*.cpp, declared in
-// ../rnn_ops.h) share: the gate nonlinearities, the batch and unit splits
-// over the pool, argument checks, and the pieces of the recorded backwards.
-// G is the gate width (H, 4H or 3H); every buffer is row-major time-major,
-// step t of a (T,B,K) buffer at t*B*K. Internal to autograd/ops/rnn/ (not
-// installed).
+// What the fused recurrences (../rnn_ops.h) share; not installed. G is the gate
+// width (H, 4H or 3H); every buffer is time-major, step t of a (T,B,K) at t*B*K.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -36,35 +33,25 @@ inline float tanh_gate(float x) {
 }
 inline double tanh_gate(double x) { return std::tanh(x); }
 
-// Elements per parallel chunk of a step's pointwise pass: fewer than
-// kElementwiseGrain, since each gate value costs an exp or two. The passes
-// split over the batch rows (row_grain(G, kGateGrain) rows of G gates).
+// Elements per parallel chunk of a step's pointwise pass (split over batch
+// rows): fewer than kElementwiseGrain, since each gate costs an exp or two.
 constexpr int64_t kGateGrain = 8192;
 
 struct Dims {
   int64_t T, B, H;
 };
 
-// Rows [first, first + n) of the batch. Batch rows never mix in a recurrence,
-// so the kernels below take a range of rows and carry it through every step;
-// step t of a (T,B,K) buffer holds the range's rows at (t*B + first)*K, n*K
-// elements, one after another.
+// Rows [first, first + n) of the batch (batch rows never mix in a recurrence;
+// step t of a (T,B,K) buffer holds them at (t*B + first)*K), or hidden units
+// [first, first + n) of the state.
 struct Rows {
   int64_t first, n;
 };
+using Units = Rows;
 
-// Runs body(rows) over the batch split into one part per thread, each part
-// carried through all T steps by one thread with one-thread GEMMs, no barrier
-// between steps: for the backward-recursion ops of higher-order gradients
-// (the recurrences themselves split their units, UnitSplit below). A step's
-// GEMM (B x H by H x G) is
-// too small for OpenBLAS to thread well, and threading each of the T steps
-// would wake the threads twice a step. A part
-// has at least 4 rows (a GEMM's rows) and ~2^16 multiply-adds; with one part,
-// the whole batch runs on this thread, OpenBLAS threading its GEMMs and the
-// pointwise passes splitting over rows. The parts depend only on B and the
-// thread count: when the pool is busy (another thread of the program uses
-// it), they run one after another here, with the same results.
+// Runs body(rows) over the batch split into one part per thread, each carried through all T steps with
+// one-thread GEMMs (a step's is too small to thread well), for the backward-recursion ops. A part has >= 4
+// rows and ~2^16 multiply-adds; the parts depend only on B and the thread count (same results when busy).
 template <class F>
 void for_batch_rows(const Dims& d, int64_t G, F&& body) {
   const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 16) / std::max<int64_t>(1, d.T * d.H * G));
@@ -83,26 +70,11 @@ void for_batch_rows(const Dims& d, int64_t G, F&& body) {
     for (int64_t c = 0; c < parts; ++c) part(c);
 }
 
-// Hidden units [first, first + n) of the state.
-struct Units {
-  int64_t first, n;
-};
-
-// The split of the recurrences (RNN, LSTM, GRU) over the pool: the hidden
-// units in one part per thread, each step's parts run at once and a barrier
-// between steps (parallel_steps), since a step reads all of the one before.
-// Forward, a part computes its units' Q gate blocks with one (B, Q n) GEMM
-// against its own Q n rows of W_hh (rows_by_part) into a (B, Q n) scratch,
-// then its units of h_t; backward, its units of the gradient reaching h_{t-1}
-// with one GEMM against its n columns of W_hh. Splitting the batch instead
-// (as the backward-recursion ops do) has every thread read and
-// pack all of W_hh at every step -- 1 MiB for the LSTM LM's in float32, a
-// core's L2 -- and run GEMMs of half the rows. A part has >= 16 units (a
-// multiple of 16 but the last: whole vectors in the pointwise passes) and
-// >= 2^17 multiply-adds a step, ~10 microseconds against a barrier's one: so
-// one sequence of the study's H = 576 RNN (3.3e5 a step) splits (it trains
-// 1.9x faster at 2 threads than at 1; unsplit, 1.1x).
-// With one part the RNN and the LSTM work in place, as without a split.
+// The split of the recurrences over the pool: the hidden units in one part per thread, a barrier between
+// steps. A part's GEMM runs against its Q n rows of W_hh (rows_by_part) forward, its n columns backward;
+// splitting the batch instead has every thread pack all of W_hh every step (1 MiB for the LSTM LM's, a
+// core's L2). A part has >= 16 units (whole vectors) and >= 2^17 multiply-adds a step, ~10 us against a
+// barrier's 1: the study's H = 576 RNN trains 1.9x faster at 2 threads than at 1 (unsplit, 1.1x).
 struct UnitSplit {
   UnitSplit(const Dims& d, int64_t Q)
       : H(d.H), parts(std::max<int64_t>(1, std::min<int64_t>({num_threads(), d.H / 16, (d.B * d.H * Q * d.H) >> 17}))) {}
@@ -113,8 +85,7 @@ struct UnitSplit {
   int64_t first(int64_t k) const { return k == parts ? H : H * k / parts / 16 * 16; }
 };
 
-// W_hh (QH,H) with each part's Q blocks of n rows next to each other, part
-// k's from row Q first; W_hh itself with one part.
+// W_hh (QH,H) with each part's Q blocks of n rows next to each other; W_hh itself with one part.
 template <class S>
 Tensor rows_by_part(const Tensor& w, int64_t Q, const UnitSplit& split) {
   if (split.parts == 1) return w;
@@ -129,9 +100,8 @@ Tensor rows_by_part(const Tensor& w, int64_t Q, const UnitSplit& split) {
   return out;
 }
 
-// Runs fwd(units, t, w, z) for the steps t = 0..T-1 of every part: w the
-// part's rows of W_hh (Q n, H), z its scratch (B, Q n); with one part and
-// in_place, z is nullptr (the kernel works in its output).
+// Runs fwd(units, t, w, z) for the steps t of every part: w the part's rows of W_hh (Q n, H), z its
+// scratch (B, Q n), nullptr with one part and in_place (the kernel works in its output).
 template <class S, class F>
 void forward_by_units(const Dims& d, int64_t Q, const Tensor& w, bool in_place, F&& fwd) {
   const UnitSplit split(d, Q);
@@ -144,7 +114,8 @@ void forward_by_units(const Dims& d, int64_t Q, const Tensor& w, bool in_place, 
   });
 }
 
-// Runs bwd(units, c) for the calls c = 0..T of every part (see the kernels).
+// Runs bwd(units, c) for the calls c = 0..T of every part: first, for c > 0, the units' GEMM of step
+// t = T - c into the gradient reaching h_{t-1} (or dh0); then, for c < T, the pointwise pass of step t - 1.
 template <class F>
 void backward_by_units(const Dims& d, int64_t Q, F&& bwd) {
   const UnitSplit split(d, Q);
@@ -154,26 +125,38 @@ void backward_by_units(const Dims& d, int64_t Q, F&& bwd) {
   });
 }
 
-// Checks the arguments of `op` (gates = G / H) and returns (T, B, H).
+// Checks the arguments of `op` (gates = G / H; w_ih for lstm_recompute) and returns (T, B, H).
 Dims check_recurrence(std::string_view op, int64_t gates, const Tensor& xp, const Tensor& w_hh, const Tensor& b_hh,
-                      const Tensor& h0, const Tensor& c0);
+                      const Tensor& h0, const Tensor& c0, const Tensor& w_ih = Tensor());
 
-// Each of `others` (a tensor and its name) is defined and has the dtype of first (named first_name).
+// Each of `others` (a tensor and its name) is defined and has first's dtype.
 void check_same_dtypes(std::string_view op, const Tensor& first, const char* first_name,
                        std::initializer_list<std::pair<const Tensor*, const char*>> others);
 inline Tensor contig(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
+// The contiguous inputs of a forward, unrecorded (it saves the inputs as given).
+template <class... Ts>
+std::array<Tensor, sizeof...(Ts)> contig_all(const Ts&... t) {
+  NoGradGuard ng;
+  return {contig(t)...};
+}
+// contig() of the node's saved tensors in `fields`.
+template <class... F>
+std::array<Tensor, sizeof...(F)> saved_contig(const Node& n, F... fields) {
+  return {contig(n.saved_tensor(fields))...};
+}
+// gin[k] = grads[k] for each input k that needs a gradient.
+inline void set_needed(const Node& n, std::span<Tensor> gin, std::initializer_list<Tensor> grads) {
+  size_t k = 0;
+  for (const Tensor& g : grads)
+    if (n.needs(k++)) gin[k - 1] = g;
+}
 template <class S>
 S* ptr(const Tensor& t) {
   return t.defined() ? t.data<S>() : nullptr;
 }
 
-// The products with the previous states h_{t-1} of the n steps from t0: rows
-// t0-1.. of hs (T,B,H), and h0 (nullptr: zero) before step 0. One GEMM over
-// the steps whose previous state is in hs, plus step 0's term when h0 is given.
-//   add_previous_states_times: out (n,B,G) += h_{t-1} w^T, w (G,H) -- the
-//     recurrent term of the pre-activations, or (w a weight's tangent) the
-//     drive of a tangent recurrence;
-//   add_weight_grad, its transpose: dW (G,H) += sum_t dG_t^T h_{t-1}, dG (n,B,G).
+// Products with h_{t-1} of the n steps from t0 (rows t0-1.. of hs (T,B,H), h0 or nullptr before step 0):
+// out (n,B,G) += h_{t-1} w^T, w (G,H), and its transpose dW (G,H) += sum_t dG_t^T h_{t-1}, dG (n,B,G).
 template <class S>
 void add_previous_states_times(const Dims& d, int64_t G, int64_t t0, int64_t n, const S* w, const S* hs,
                                const S* h0, S* out) {
@@ -198,32 +181,17 @@ Tensor weight_grad(const Dims& d, int64_t G, const S* dG, const S* hs, const S* 
   return dW;
 }
 
-// ---- Recorded backward (create_graph). Each backward also has a form in
-// differentiable ops, taken when it is recorded, with h_t (and c_t) read from
-// the output, which is then attached to this node, and the gates from the
-// activations, a side output of the node (tanh's slope needs only h_t).
-// Whatever does not depend on the incoming gradient is computed for all
-// steps at once; the recursion through time is one op of its
-// own (gated_recurrence_grad, lstm_recurrence_grad) with a fused kernel for its
-// backward, so a Hessian-vector product costs a few fused passes. Every op
-// used is differentiable again, so the gradients are, to any order. Forward
-// saves the inputs themselves, not its contiguous copies, so that they carry
-// their graph into it; the plain backward makes them contiguous (a no-op for
-// the usual contiguous weights and states).
+// ---- Recorded backwards (create_graph): differentiable ops, what does not
+// depend on the incoming gradient computed for all steps at once.
 
-// The states before every step, (T,B,H): the initial state (zeros when not
-// given), then rows 0..T-2 of states.
+// The states before every step, (T,B,H): init (zeros when not given), then rows 0..T-2 of states.
 Tensor previous_states(const Tensor& states, const Tensor& init);
-// What a gradient D (T,B,G) of the pre-activations sends through
-// h_{t-1} W^T to the previous states, one row early: row t is D_{t+1} W, the
-// last row zero, (T,B,H).
+// What a gradient D (T,B,G) of the pre-activations sends to the previous states: row t is D_{t+1} W, the last 0.
 Tensor into_previous_states(const Tensor& D, const Tensor& w);
 // Input k's tangent in a tangent rule's tangent_in (undefined: zero).
 inline Tensor tangent_at(std::span<const Tensor> tangent_in, size_t k) {
   return k < tangent_in.size() ? tangent_in[k] : Tensor();
 }
-// x (T,B,K) one step early: row t is x_{t+1}, the last row zero.
-Tensor next_steps(const Tensor& x);
 // The derivative of the sigmoid from its value s: s (1 - s).
 Tensor sigmoid_slope(const Tensor& s);
 // dW (G,H) = sum_t dG_t^T h_{t-1} from dG (T,B,G) and the previous states (T,B,H).
@@ -231,25 +199,15 @@ Tensor weight_grad_recorded(const Tensor& dG, const Tensor& hprev);
 // u (...,H) spread over the Q = G/H gate blocks of j (...,G), times j.
 Tensor spread_mul(const Tensor& u, const Tensor& j);
 
-// gated_recurrence_grad's transpose in g, its adjoint recursion run forward
-// in time (raw kernels, not recorded): U (T,B,H) with
+// gated_recurrence_grad's transpose in g, run forward in time (not recorded): U (T,B,H) with
 //   U_t = du_t + a_t U_{t-1} + sum_q (U_{t-1} W^T)_q j_t,q,  U_{-1} = 0,
-// a (T,B,H) or undefined, j (T,B,QH), w (QH,H). Driven by du, the part of a
-// tangent that does not come through the previous state, U is the tangent
-// of the states of the recurrence whose backward recursion
-// gated_recurrence_grad is: the tanh RNN's and the GRU's forward mode.
+// a (T,B,H) or undefined, j (T,B,QH), w (QH,H): the tanh RNN's tangent, driven by du.
 Tensor gated_recurrence_transpose(const Tensor& du, const Tensor& a, const Tensor& j, const Tensor& w);
 
-// Forward over reverse (OpSpec::backward_with_tangents): lstm_recurrence's
-// gradients gin = [dxp, dW, dh0, dc0] (dW only with need_weight), and their
-// tangents in gin_tangents, from the incoming gradient and what forward saved:
-// w_hh, h0 and c0 (either may be undefined), the gate activations act and the output out.
-void lstm_backward_tangents(const Tensor& grad, const Tensor& w, const Tensor& h0, const Tensor& c0,
-                            const Tensor& act, const Tensor& out, bool need_weight, std::span<Tensor> gin,
-                            std::span<Tensor> gin_tangents);
+// lstm_recurrence's backward_with_tangents (lstm_grad.cpp), fused; not where a gradient reached the gates.
+bool lstm_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin, std::span<Tensor> gin_tangents);
 
-// The op table's samples of rnn_tanh_recurrence (gates 1), lstm_recurrence
-// (gates 4, cell_state) and gru_recurrence (gates 3, bias_input).
+// The samples of rnn_tanh_recurrence (gates 1), lstm_recurrence (4, cell_state) and gru_recurrence (3, bias_input).
 std::vector<OpSample> recurrence_samples(int gates, bool bias_input, bool cell_state);
 
 }  // namespace tg::detail::rnn

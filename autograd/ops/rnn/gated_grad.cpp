@@ -1,5 +1,4 @@
-// gated_recurrence_grad (see ../rnn_ops.h): the backward recursion of the tanh
-// RNN and the GRU as a differentiable op, what their recorded backwards build on.
+// gated_recurrence_grad (see ../rnn_ops.h): the tanh RNN's and the GRU's backward recursion as an op.
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"
@@ -16,16 +15,8 @@ namespace tg {
 using detail::row_grain;
 using namespace detail::rnn;
 
-// ============================ gated_recurrence_grad ============================
-// The backward recursion through time of a recurrence with one state, the
-// tanh RNN's and the GRU's, as an op of its own (see lstm_recurrence_grad for
-// why). With g (T,B,H) the gradient of the output, a (T,B,H) the state's
-// direct carry (the GRU's z; none for the RNN) and j (T,B,G) the slopes of the
-// G = Q H projected pre-activations, going t = T-1 .. 0:
-//   u_t = g_t + a_{t+1} u_{t+1} + P_{t+1} W,  P_t = u_t j_t  (B,G)
-// u_t spread over the Q gate blocks of j_t. The output is u (T,B,H), the
-// gradient reaching h_t. Its backward, t = 0 .. T-1, with U_t the total
-// gradient of u_t and R_t = U_{t-1} W^T (B,G) (both zero at t = 0):
+// The backward of u_t = g_t + a_{t+1} u_{t+1} + P_{t+1} W, P_t = u_t j_t (B,G), runs t = 0 .. T-1:
+// with U_t the total gradient of u_t and R_t = U_{t-1} W^T (zero at t = 0),
 //   U_t = du_t + a_t U_{t-1} + sum_q R_t,q j_t,q
 // gives d g_t = U_t, d a_t = U_{t-1} u_t, d j_t,q = R_t,q u_t, dW = sum_{t>0} P_t^T U_{t-1}.
 namespace {
@@ -64,27 +55,8 @@ static void gated_grad_forward(const Dims& d, int64_t G, Rows rows, const S* g, 
   }
 }
 
-// The recursion over all batch rows from contiguous g, a, j, w (a may be
-// undefined): u (T,B,H), and P (T,B,G) when keep_p, else one step's scratch.
-static void run_gated_grad(const Tensor& g, const Tensor& a, const Tensor& j, const Tensor& w, bool keep_p, Tensor& u,
-                           Tensor& P) {
-  const Dims d{g.size(0), g.size(1), g.size(2)};
-  const int64_t G = j.size(2);
-  u = empty({d.T, d.B, d.H}, g.dtype());
-  P = keep_p ? empty({d.T, d.B, G}, g.dtype()) : empty({d.B, G}, g.dtype());
-  Tensor eh = zeros({d.B, d.H}, g.dtype());
-  dispatch_float(g.dtype(), "gated_recurrence_grad", [&](auto tag) {
-    using S = decltype(tag);
-    for_batch_rows(d, G, [&](Rows rows) {
-      gated_grad_forward<S>(d, G, rows, g.data<S>(), ptr<S>(a), j.data<S>(), w.data<S>(), u.data<S>(), P.data<S>(),
-                            keep_p, eh.data<S>());
-    });
-  });
-}
-
-// rt (B,G) is scratch. da and dj may be nullptr (not wanted; us is read
-// only for them), a too (no carry): U alone is the transpose of the forward
-// in g, gated_recurrence_transpose.
+// rt (B,G) is scratch. da, dj and a may be nullptr (us is read only for da, dj):
+// U alone is gated_recurrence_transpose.
 template <class S>
 static void gated_grad_adjoint(const Dims& d, int64_t G, Rows rows, const S* gy, const S* a, const S* j, const S* w,
                                const S* us, S* dg, S* da, S* dj, S* rt) {
@@ -138,16 +110,6 @@ Tensor detail::rnn::gated_recurrence_transpose(const Tensor& du, const Tensor& a
   return U;
 }
 
-namespace {
-// sum_q R_q j_q over the Q gate blocks of R, j (...,G) -> (...,H).
-Tensor gate_sum(const Tensor& R, const Tensor& j, int64_t H) {
-  Shape s = R.shape();  // (...,Q,H)
-  s[s.size() - 1] = R.size(-1) / H;
-  s.push_back(H);
-  return sum(reshape(mul(R, j), s), {static_cast<int64_t>(s.size()) - 2});
-}
-}  // namespace
-
 // Recorded (third and higher derivatives): the adjoint above in tensor ops,
 // step by step; P recomputed from the output.
 static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
@@ -165,7 +127,7 @@ static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std:
       continue;
     }
     const Tensor R = matmul(dg[t - 1], wt);
-    dg[t] = add(select(grad, 0, t), gate_sum(R, jt, H));
+    dg[t] = add(select(grad, 0, t), sum(reshape(mul(R, jt), {R.size(0), -1, H}), {1}));  // sum_q R_q j_q
     if (a.defined()) dg[t] = add(dg[t], mul(select(a, 0, t), dg[t - 1]));
     da[t] = mul(dg[t - 1], ut);
     dj[t] = spread_mul(ut, R);
@@ -181,34 +143,24 @@ static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std:
 }
 
 static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor a = contig(n.saved_tensor(&GatedGradSaved::carry)), j = contig(n.saved_tensor(&GatedGradSaved::slopes));
-  const Tensor w = contig(n.saved_tensor(&GatedGradSaved::weight)), u = n.saved_tensor(&GatedGradSaved::output);
-  const Tensor P = n.saved_tensor(&GatedGradSaved::p);
+  const auto [a, j, w, u, P] = saved_contig(n, &GatedGradSaved::carry, &GatedGradSaved::slopes,
+                                            &GatedGradSaved::weight, &GatedGradSaved::output, &GatedGradSaved::p);
   const Dims d{u.size(0), u.size(1), u.size(2)};
   const int64_t G = j.size(2);
-  const Tensor gy = grad.contiguous();
-  Tensor dg = empty(u.shape(), u.dtype()), dj = empty(j.shape(), u.dtype());
-  Tensor da = a.defined() ? empty(u.shape(), u.dtype()) : Tensor();
-  Tensor scratch = empty({d.B, G}, u.dtype());
+  const Tensor gy = grad.contiguous(), dg = empty(u.shape(), u.dtype()), dj = empty(j.shape(), u.dtype());
+  const Tensor da = a.defined() ? empty(u.shape(), u.dtype()) : Tensor(), scratch = empty({d.B, G}, u.dtype());
+  Tensor dW = n.needs(3) ? zeros({G, d.H}, u.dtype()) : Tensor();
   dispatch_float(u.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
+    using S = decltype(tag);
     for_batch_rows(d, G, [&](Rows rows) {
-      gated_grad_adjoint<scalar_t>(d, G, rows, gy.data<scalar_t>(), ptr<scalar_t>(a), j.data<scalar_t>(),
-                                   w.data<scalar_t>(), u.data<scalar_t>(), dg.data<scalar_t>(), ptr<scalar_t>(da),
-                                   dj.data<scalar_t>(), scratch.data<scalar_t>());
+      gated_grad_adjoint<S>(d, G, rows, gy.data<S>(), ptr<S>(a), j.data<S>(), w.data<S>(), u.data<S>(), dg.data<S>(),
+                            ptr<S>(da), dj.data<S>(), scratch.data<S>());
     });
-    if (n.needs(3)) {
-      // dW (G,H) = sum_{t>0} P_t^T U_{t-1}.
-      Tensor dW = zeros({G, d.H}, u.dtype());
-      if (d.T > 1)
-        gemm(true, false, G, d.H, (d.T - 1) * d.B, scalar_t(1), P.data<scalar_t>() + d.B * G, G,
-             dg.data<scalar_t>(), d.H, scalar_t(0), dW.data<scalar_t>(), d.H);
-      gin[3] = dW;
-    }
+    if (dW.defined() && d.T > 1)  // dW (G,H) = sum_{t>0} P_t^T U_{t-1}
+      gemm(true, false, G, d.H, (d.T - 1) * d.B, S(1), P.data<S>() + d.B * G, G, dg.data<S>(), d.H, S(0),
+           dW.data<S>(), d.H);
   });
-  if (n.needs(0)) gin[0] = dg;
-  if (n.needs(1)) gin[1] = da;
-  if (n.needs(2)) gin[2] = dj;
+  set_needed(n, gin, {dg, da, dj, dW});
 }
 static const OpDef gated_recurrence_grad_op({
     .name = "gated_recurrence_grad",
@@ -220,18 +172,21 @@ static const OpDef gated_recurrence_grad_op({
     .samples = [] {
       using samples::uniform;
       const int64_t T = 3, B = 2, H = 3;
+      auto fn = [](const std::vector<Tensor>& x) {  // x = [g, a (none: no carry), j, w_hh]
+        return x.size() == 4 ? gated_recurrence_grad(x[0], x[1], x[2], x[3])
+                             : gated_recurrence_grad(x[0], Tensor(), x[1], x[2]);
+      };
       return std::vector<OpSample>{
           {"GRU-shaped, Q=3",
            {uniform({T, B, H}, 221), uniform({T, B, H}, 222, 0, 1), uniform({T, B, 3 * H}, 223),
             uniform({3 * H, H}, 224)},
-           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], x[1], x[2], x[3]); }},
+           fn},
           {"RNN-shaped, no carry, Q=1",
-           {uniform({T, B, H}, 225), uniform({T, B, H}, 226, 0, 1), uniform({H, H}, 227)},
-           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], Tensor(), x[1], x[2]); }},
+           {uniform({T, B, H}, 225), uniform({T, B, H}, 226, 0, 1), uniform({H, H}, 227)}, fn},
           {"one step, non-contiguous j",
            {uniform({1, B, H}, 228), uniform({1, B, H}, 229, 0, 1), samples::strided({1, B, 2 * H}, 230),
             uniform({2 * H, H}, 231)},
-           [](const std::vector<Tensor>& x) { return gated_recurrence_grad(x[0], x[1], x[2], x[3]); }},
+           fn},
       };
     },
 });
@@ -250,18 +205,20 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
       j_in.size(1) != B || G < H || G % H != 0 || !(w_in.shape() == Shape{G, H}))
     throw ShapeError(fmt::format("{}: for g {}, a {} must be (T,B,H), j {} (T,B,QH) and w_hh {} (QH,H)", op,
                                  g_in.shape(), a_in.defined() ? a_in.shape() : Shape{}, j_in.shape(), w_in.shape()));
-  Tensor g, a, j, w;
-  {
-    NoGradGuard ng;
-    g = g_in.contiguous(), a = contig(a_in), j = j_in.contiguous(), w = w_in.contiguous();
-  }
-  // P is saved for the backward only when a node may be recorded; under
-  // no_grad one step's rows are scratch.
-  Tensor u, P;
-  run_gated_grad(g, a, j, w, may_record(g_in, a_in, j_in, w_in), u, P);
-  if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in)) {
+  const auto [g, a, j, w] = contig_all(g_in, a_in, j_in, w_in);
+  // P (T,B,G) is saved for the backward only when a node may be recorded; else one step's is scratch.
+  const bool keep_p = may_record(g_in, a_in, j_in, w_in);
+  Tensor u = empty({T, B, H}, g.dtype()), eh = zeros({B, H}, g.dtype());
+  const Tensor P = keep_p ? empty({T, B, G}, g.dtype()) : empty({B, G}, g.dtype());
+  dispatch_float(g.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    for_batch_rows({T, B, H}, G, [&](Rows rows) {
+      gated_grad_forward<S>({T, B, H}, G, rows, g.data<S>(), ptr<S>(a), j.data<S>(), w.data<S>(), u.data<S>(),
+                            P.data<S>(), keep_p, eh.data<S>());
+    });
+  });
+  if (Node* n = record(gated_recurrence_grad_op, u, g_in, a_in, j_in, w_in))
     n->save(GatedGradSaved{.carry = a_in, .slopes = j_in, .weight = w_in, .output = u, .p = P});
-  }
   return u;
 }
 

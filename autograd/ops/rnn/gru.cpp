@@ -1,5 +1,4 @@
-// gru_recurrence (see ../rnn_ops.h): the GRU's forward and backward kernels,
-// its recorded backward and its OpDef side by side.
+// gru_recurrence (see ../rnn_ops.h): the GRU's kernels, recorded backward and OpDef.
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"
@@ -14,13 +13,9 @@ namespace tg {
 using detail::row_grain;
 using namespace detail::rnn;
 
-// ============================ gru_recurrence ============================
-// act (T,B,4H) keeps r, z, n and hn = h W_hn^T + b_hn (needed for dr). It
-// is a side output of the node: the recorded backward computes its slopes
-// from it, and what a second-order pass sends into it comes back to the
-// fused backward, which adds it to dX and dP before the step's GEMM.
+// Saves w_hh, h0 as given, the output and act (T,B,4H): r, z, n and hn = h W_hn^T + b_hn (needed for dr), a
+// side output of the node, from which the recorded backward computes its slopes.
 namespace {
-// w_hh, h0 as given; gates r, z, n and h W_hn^T + b_hn (T,B,4H)
 struct GruSaved {
   Tensor weight, h0;
   SideOutput gates;
@@ -31,9 +26,8 @@ struct GruSaved {
 };
 }  // namespace
 
-// Step t of units u (see UnitSplit): w their rows of W_hh (3n,H), hp the
-// part's (B,3n) for h_{t-1} W_hh^T (the bias is added in the pointwise pass).
-// zero (>= B H and 3H elements) stands in for a missing h0 or bias.
+// Step t of units u (see forward_by_units), hp the part's (B,3n) for h_{t-1} W_hh^T (the bias is added
+// in the pointwise pass); zero (>= B H and 3H elements) stands in for a missing h0 or bias.
 template <class S>
 static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* bias, const S* h0,
                              const S* zero, S* hp, S* act, S* hs) {
@@ -68,15 +62,11 @@ static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, con
 
 // Fills dX (T,B,3H), the gradient of xp, and dP (T,B,3H), that of the hidden
 // projection h W_hh^T + b_hh (they differ in the n gate: dP_n = r dX_n).
-// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
-// step t = T - c, which adds these units' share of dP_t W to the gradient
-// reaching h_{t-1} (rec, or dh0 at t = 0); then, for c < T, the pointwise
-// pass of step t - 1 on these units. rec (2,B,H) is zero on entry: the
-// gradient reaching h_t from step t+1, and h_{-1} = 0. gact (T,B,4H), when
-// given, is the gradient that reached the activations [r, z, n, hn].
+// Call c of units u (see backward_by_units; the GEMM adds dP_t W to the direct
+// path). rec (2,B,H) is zero on entry: the gradient reaching h_t, and h_{-1} = 0.
 template <class S>
-static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
-                              const S* h0, const S* act, const S* hs, S* dX, S* dP, S* rec, S* dh0) {
+static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* h0, const S* act,
+                              const S* hs, S* dX, S* dP, S* rec, S* dh0) {
   const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 3 * H;
   S* dh = rec;
   const S* zero = rec + B * H;
@@ -109,35 +99,17 @@ static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, 
         dpn[j] = dan * r;
         dhb[j] = dht * z;  // the direct path z h_{t-1}; the next call's GEMM adds the rest
       }
-      if (!gact) continue;
-      const S *gr = gact + (t * B + b) * 4 * H + u.first, *gz = gr + H, *gn = gz + H, *ghn = gn + H;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) {
-        const S r = ar[j], z = az[j], nn = an[j];
-        const S dan = gn[j] * (S(1) - nn * nn);
-        const S dar = (gr[j] + dan * ahn[j]) * r * (S(1) - r);
-        const S daz = gz[j] * z * (S(1) - z);
-        dxr[j] += dar, dpr[j] += dar;
-        dxz[j] += daz, dpz[j] += daz;
-        dxn[j] += dan;
-        dpn[j] += ghn[j] + dan * r;
-      }
     }
   });
 }
 
-// Recorded: p = h_{t-1} W^T + b_hh = [p_r p_z p_n], r, z = sig(xp_rz + p_rz),
-// n = tanh(xp_n + r p_n), h_t = (1 - z) n + z h_{t-1}, with r, z, n and
-// hn = p_n read from the activations (the side output); with
-// c = (1 - z)(1 - n^2) and the slopes of p,
-//   j = [c hn r(1-r), (h_{t-1} - n) z(1-z), c r],
-// the gradient u_t reaching h_t is one gated_recurrence_grad node
-// (u_t = g_t + z_{t+1} u_{t+1} + (u_{t+1} j_{t+1}) W), and
-// dp = u j, dxp = [dp_r, dp_z, u c], dW = sum_t dp_t^T h_{t-1}, db_hh = sum dp,
-// dh0 = z_0 u_0 + dp_0 W. When this backward is itself differentiated with
-// create_graph, a gradient gact = [g_r, g_z, g_n, g_hn] has reached the
-// activations: with A_n = g_n (1-n^2), A_r = (g_r + A_n hn) r(1-r),
-// A_z = g_z z(1-z), it adds [A_r, A_z, A_n] to dxp, Q = [A_r, A_z, g_hn + A_n r]
+// Recorded: with p = h_{t-1} W^T + b_hh (hn = p_n), c = (1 - z)(1 - n^2) and
+// the slopes of p, j = [c hn r(1-r), (h_{t-1} - n) z(1-z), c r], the gradient
+// u_t reaching h_t is one gated_recurrence_grad node (carry z), and dp = u j,
+// dxp = [dp_r, dp_z, u c], dW = sum_t dp_t^T h_{t-1}, db_hh = sum dp,
+// dh0 = z_0 u_0 + dp_0 W. A gradient gact = [g_r, g_z, g_n, g_hn] that reached
+// the activations, with A_n = g_n (1-n^2), A_r = (g_r + A_n hn) r(1-r),
+// A_z = g_z z(1-z), adds [A_r, A_z, A_n] to dxp, Q = [A_r, A_z, g_hn + A_n r]
 // to dp, and Q_t W to the gradient of h_{t-1}.
 static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(&GruSaved::weight), h0 = n.saved_tensor(&GruSaved::h0);
@@ -168,95 +140,46 @@ static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<T
 }
 
 static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = contig(n.saved_tensor(&GruSaved::weight)), h0 = contig(n.saved_tensor(&GruSaved::h0));
-  const Tensor act = n.saved_tensor(&GruSaved::gates), out = n.saved_tensor(&GruSaved::output);
-  const Tensor& side = n.side_grad(&GruSaved::gates);
-  const Tensor gact = side.defined() ? side.contiguous() : Tensor();
+  // A gradient that reached the gates (second order, off the hot paths): the tensor-op form takes it.
+  if (n.side_grad(&GruSaved::gates).defined()) return gru_backward_recorded(n, grad, gin);
+  const auto [w, h0, act, out] = saved_contig(n, &GruSaved::weight, &GruSaved::h0, &GruSaved::gates, &GruSaved::output);
+  const Tensor g = grad.contiguous();
   const Dims d{out.size(0), out.size(1), out.size(2)};
   const int64_t G = 3 * d.H;
-  Tensor g = grad.contiguous();
-  Tensor dX = empty({d.T, d.B, G}, out.dtype());
-  Tensor dP = empty({d.T, d.B, G}, out.dtype());
-  Tensor dh0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  Tensor dX = empty({d.T, d.B, G}, out.dtype()), dP = empty({d.T, d.B, G}, out.dtype()), dW, db;
+  Tensor dh0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor(), rec = zeros({2, d.B, d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* hs = out.data<scalar_t>();
-    Tensor rec = zeros({2, d.B, d.H}, out.dtype());
+    using S = decltype(tag);
     backward_by_units(d, 3, [&](Units u, int64_t c) {
-      gru_backward_call(d, u, c, g.data<scalar_t>(), ptr<scalar_t>(gact), w.data<scalar_t>(), ptr<scalar_t>(h0),
-                        act.data<scalar_t>(),
-                        hs, dX.data<scalar_t>(), dP.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
+      gru_backward_call(d, u, c, g.data<S>(), w.data<S>(), ptr<S>(h0), act.data<S>(), out.data<S>(), dX.data<S>(),
+                        dP.data<S>(), rec.data<S>(), ptr<S>(dh0));
     });
-    if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, G, dP.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
+    if (n.needs(1)) dW = weight_grad<S>(d, G, dP.data<S>(), out.data<S>(), ptr<S>(h0), out.dtype());
   });
-  if (n.needs(2)) gin[2] = sum(dP.view({d.T * d.B, G}), {0});
-  if (n.needs(0)) gin[0] = dX;
-  if (n.needs(3)) gin[3] = dh0;
-}
-// Tangent: with dp_t = dh_{t-1} W^T + pd_t (pd = h_{t-1} dW^T + db, the
-// weight's and bias's tangents) and dx the tangent of xp,
-//   dr = r(1-r)(dx_r + dp_r),  dz = z(1-z)(dx_z + dp_z),  dhn = dp_n,
-//   dn = (1-n^2)(dx_n + dr hn + r dhn),  dh_t = dz (h_{t-1} - n) + (1-z) dn + z dh_{t-1},
-// that is dh_t = z dh_{t-1} + sum_q j_q (dh_{t-1} W^T)_q + du_t with the
-// backward's slopes j (see the recorded backward) and du = j_r (dx_r + pd_r)
-// + j_z (dx_z + pd_z) + c dx_n + j_n pd_n: the transpose of the backward
-// recursion (gated_recurrence_grad, carry z) applied to du, dh0 joining
-// step 0 (z_0 dh0 in du, dh0 W^T in pd). The activations' tangents follow
-// for all steps at once. Recorded, the engine derives it from the backward.
-static void gru_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
-  const Tensor dxp = tangent_at(tin, 0), dw = tangent_at(tin, 1), db = tangent_at(tin, 2), dh0 = tangent_at(tin, 3);
-  if (!dxp.defined() && !dw.defined() && !db.defined() && !dh0.defined()) return;
-  const Tensor w = n.saved_tensor(&GruSaved::weight), h0 = n.saved_tensor(&GruSaved::h0);
-  const Tensor act = n.saved_tensor(&GruSaved::gates), out = n.saved_tensor(&GruSaved::output);
-  const Tensor hprev = previous_states(out, h0), wt = transpose(w, 0, 1);
-  const std::vector<Tensor> a = chunk(act, 4, 2);
-  const Tensor &r = a[0], &z = a[1], &nn = a[2], &hn = a[3];
-  const Tensor c = mul(rsub(1.0, z), rsub(1.0, mul(nn, nn)));
-  const Tensor j = concat({mul(mul(c, hn), sigmoid_slope(r)), mul(sub(hprev, nn), sigmoid_slope(z)), mul(c, r)}, 2);
-  Tensor pd = zeros(j.shape(), j.dtype());  // (T,B,3H)
-  if (dw.defined()) pd = add(pd, matmul(hprev, transpose(dw, 0, 1)));
-  if (db.defined()) pd = add(pd, db);
-  if (dh0.defined()) select(pd, 0, 0).add_(matmul(dh0, wt));
-  const std::vector<Tensor> x = chunk(dxp.defined() ? dxp : zeros(j.shape(), j.dtype()), 3, 2);
-  const std::vector<Tensor> p = chunk(pd, 3, 2), js = chunk(j, 3, 2);
-  const Tensor du = add(add(mul(js[0], add(x[0], p[0])), mul(js[1], add(x[1], p[1]))), add(mul(c, x[2]), mul(js[2], p[2])));
-  if (dh0.defined()) select(du, 0, 0).add_(mul(select(z, 0, 0), dh0));
-  const Tensor dh = gated_recurrence_transpose(du, z, j, w);
-  const std::vector<Tensor> dp = chunk(add(matmul(previous_states(dh, Tensor()), wt), pd), 3, 2);
-  const Tensor dr = mul(sigmoid_slope(r), add(x[0], dp[0])), dz = mul(sigmoid_slope(z), add(x[1], dp[1]));
-  const Tensor dn = mul(rsub(1.0, mul(nn, nn)), add(x[2], add(mul(dr, hn), mul(r, dp[2]))));
-  tout[0] = dh;
-  tout[1] = concat({dr, dz, dn, dp[2]}, 2);
+  if (n.needs(2)) db = sum(dP.view({d.T * d.B, G}), {0});
+  set_needed(n, gin, {dX, dW, db, dh0});
 }
 static const OpDef gru_recurrence_op({.name = "gru_recurrence", .arity = 4,
                                       .signature = "gru_recurrence(xp (T,B,3H), w_hh (3H,H), b_hh (3H), h0 (B,H)) -> (T,B,H)",
                                       .saves = saves_of<GruSaved>(), .backward = gru_recurrence_backward,
                                       .recorded_backward = gru_backward_recorded,
-                                      .tangent = gru_recurrence_tangent,
-                                      .tangent_once_differentiable = true,
                                       .samples = [] { return recurrence_samples(3, true, false); }});
 
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
   ProfileScope prof(gru_recurrence_op.name);
   const Dims d = check_recurrence(gru_recurrence_op.name, 3, xp_in, w_in, b_in, h0_in, Tensor());
-  Tensor xp, w, b, h0;
-  {
-    NoGradGuard ng;
-    xp = contig(xp_in), w = contig(w_in), b = contig(b_in), h0 = contig(h0_in);
-  }
-  Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
-  Tensor act = empty({d.T, d.B, 4 * d.H}, xp.dtype());
+  const auto [xp, w, b, h0] = contig_all(xp_in, w_in, b_in, h0_in);
+  Tensor out = empty({d.T, d.B, d.H}, xp.dtype()), act = empty({d.T, d.B, 4 * d.H}, xp.dtype());
   dispatch_float(xp.dtype(), gru_recurrence_op.name, [&](auto tag) {
-    using scalar_t = decltype(tag);
+    using S = decltype(tag);
     const Tensor zero = zeros({std::max(d.B, int64_t{3}) * d.H}, xp.dtype());
-    forward_by_units<scalar_t>(d, 3, w, false, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* hp) {
-      gru_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(b), ptr<scalar_t>(h0), zero.data<scalar_t>(),
-                       hp, act.data<scalar_t>(), out.data<scalar_t>());
+    forward_by_units<S>(d, 3, w, false, [&](Units u, int64_t t, const S* wu, S* hp) {
+      gru_forward_step(d, u, t, xp.data<S>(), wu, ptr<S>(b), ptr<S>(h0), zero.data<S>(), hp, act.data<S>(),
+                       out.data<S>());
     });
   });
-  if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in)) {
+  if (Node* n = record(gru_recurrence_op, out, xp_in, w_in, b_in, h0_in))
     n->save(GruSaved{.weight = w_in, .h0 = h0_in, .gates = act, .output = out});
-  }
   return out;
 }
 

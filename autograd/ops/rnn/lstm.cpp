@@ -1,5 +1,4 @@
-// lstm_recurrence (see ../rnn_ops.h): the LSTM's forward and backward kernels,
-// its recorded backward and its OpDef side by side.
+// lstm_recurrence (see ../rnn_ops.h): the LSTM's tangent kernel, recorded backward and OpDef.
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"
@@ -13,31 +12,11 @@ namespace tg {
 using detail::row_grain;
 using namespace detail::rnn;
 
-// ============================ lstm_recurrence ============================
-// act (T,B,4H) keeps the gate activations sig(i), sig(f), tanh(g), sig(o);
-// out (2,T,B,H) holds h_t then c_t, so backward finds c_{t-1} there. act is
-// a side output of the node: the recorded backward computes its slopes from
-// it, and a second-order pass sends their gradient back here, where the
-// fused backward adds it to the gates' gradient before the step's GEMM.
-namespace {
-// w_hh, h0, c0 as given; the gate activations (T,B,4H)
-struct LstmSaved {
-  Tensor weight, h0, c0;
-  SideOutput gates;
-  Tensor output;
-  static constexpr std::tuple fields{
-      saved_field("weight", &LstmSaved::weight), saved_field("h0", &LstmSaved::h0), saved_field("c0", &LstmSaved::c0),
-      saved_field("gates", &LstmSaved::gates), saved_field("output", &LstmSaved::output)};
-};
-}  // namespace
 
-// Tangent, step t of units u: da_t = [da_i da_f da_g da_o] = drive_t +
-// dh_{t-1} W^T, the drive (T,B,4H) holding the tangents of xp and W's term
-// h_{t-1} dW^T; then the activations' tangents di = i(1-i) da_i, df, dg =
-// (1-g^2) da_g, do alike, dc_t = df c_{t-1} + f dc_{t-1} + di g + i dg and
-// dh_t = do tanh(c_t) + o (1 - tanh^2 c_t) dc_t. dh_{-1} = dh0 (nullptr:
-// zero), dc_{-1} = dc0 (zero when missing); w, z as in the forward step, z
-// nullptr for the step's dact itself.
+// Tangent, step t of units u: da_t = drive_t + dh_{t-1} W^T (the drive (T,B,4H)
+// holds dxp + h_{t-1} dW^T), di = i(1-i) da_i, df, do alike, dg = (1-g^2) da_g,
+// dc_t = df c_{t-1} + f dc_{t-1} + di g + i dg, dh_t = do tanh(c_t) + o (1 - tanh^2 c_t) dc_t.
+// dh0 nullptr: zero; w, z as in the forward step, z nullptr for dact itself.
 template <class S>
 static void lstm_tangent_step(const Dims& d, Units u, int64_t t, const S* drive, const S* w, const S* dh0,
                               const S* dc0, const S* c0, const S* zero, const S* act, const S* cs, S* z, S* dact,
@@ -77,15 +56,8 @@ static void lstm_tangent_step(const Dims& d, Units u, int64_t t, const S* drive,
   });
 }
 
-// Recorded: a_t = xp_t + h_{t-1} W^T = [a_i a_f a_g a_o], i f o = sig(a_i a_f a_o),
-// g = tanh(a_g), c_t = f c_{t-1} + i g, h_t = o tanh(c_t). Everything that
-// does not depend on the gradient flowing back is computed for all steps at
-// once: the slopes, from the activations (the side output, so their
-// gradient in the next pass comes back to this node's fused backward) in
-// one lstm_gate_slopes node; the recursion through time itself is one
-// lstm_recurrence_grad node. When this backward is itself differentiated
-// with create_graph, a gradient gact has reached the activations: it adds
-// P = gact * slope to dA_t and P_t W to the gradient of h_{t-1}.
+// Recorded: one lstm_gate_slopes node (from the side output act) and one lstm_recurrence_grad node; a
+// gradient gact that reached act adds P = gact * slope to dA_t and P_t W to the gradient of h_{t-1}.
 static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(&LstmSaved::weight), h0 = n.saved_tensor(&LstmSaved::h0);
   const Tensor c0 = n.saved_tensor(&LstmSaved::c0), out = n.saved_tensor(&LstmSaved::output);
@@ -109,80 +81,54 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
   if (n.needs(3)) gin[3] = mul(narrow(select(e, 0, 0), 1, 4 * H, H), narrow(select(s, 0, 0), 1, 0, H));
 }
 
-// Forward over reverse, fused; not where a gradient reached the gates (a
-// second-order pass through them), which the recorded form handles.
-static bool lstm_recurrence_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin,
-                                              std::span<Tensor> gin_tangents) {
-  if (n.side_grad(&LstmSaved::gates).defined()) return false;
-  lstm_backward_tangents(grad, n.saved_tensor(&LstmSaved::weight), n.saved_tensor(&LstmSaved::h0),
-                         n.saved_tensor(&LstmSaved::c0), n.saved_tensor(&LstmSaved::gates),
-                         n.saved_tensor(&LstmSaved::output), n.needs(1), gin, gin_tangents);
-  return true;
-}
-
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = contig(n.saved_tensor(&LstmSaved::weight)), h0 = contig(n.saved_tensor(&LstmSaved::h0));
-  const Tensor c0 = contig(n.saved_tensor(&LstmSaved::c0));
-  const Tensor act = n.saved_tensor(&LstmSaved::gates), out = n.saved_tensor(&LstmSaved::output);
-  const Tensor& side = n.side_grad(&LstmSaved::gates);
-  const Tensor gact = side.defined() ? side.contiguous() : Tensor();
+  const auto [w, h0, c0, act, out] =
+      saved_contig(n, &LstmSaved::weight, &LstmSaved::h0, &LstmSaved::c0, &LstmSaved::gates, &LstmSaved::output);
+  const Tensor gact = contig(n.side_grad(&LstmSaved::gates));
   const Dims d{out.size(1), out.size(2), out.size(3)};
-  const int64_t BH = d.B * d.H;
-  Tensor g = grad.contiguous();
-  Tensor dG = empty(act.shape(), act.dtype());
-  Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
+  const Tensor g = grad.contiguous(), dG = empty(act.shape(), act.dtype()), rec = zeros({3, d.B, d.H}, out.dtype());
+  Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor(), dW;
   Tensor dc0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
-  Tensor rec = zeros({3, d.B, d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* hs = out.data<scalar_t>();
+    using S = decltype(tag);
+    const S* hs = out.data<S>();
     backward_by_units(d, 4, [&](Units u, int64_t c) {
-      lstm_backward_call(d, u, c, g.data<scalar_t>(), ptr<scalar_t>(gact), w.data<scalar_t>(), ptr<scalar_t>(c0),
-                         act.data<scalar_t>(),
-                         hs + d.T * BH, dG.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0),
-                         ptr<scalar_t>(dc0));
+      lstm_backward_call(d, u, c, g.data<S>(), ptr<S>(gact), w.data<S>(), ptr<S>(c0), act.data<S>(),
+                         hs + d.T * d.B * d.H, dG.data<S>(), rec.data<S>(), ptr<S>(dh0), ptr<S>(dc0));
     });
-    if (n.needs(1)) gin[1] = weight_grad<scalar_t>(d, 4 * d.H, dG.data<scalar_t>(), hs, ptr<scalar_t>(h0), out.dtype());
+    if (n.needs(1)) dW = weight_grad<S>(d, 4 * d.H, dG.data<S>(), hs, ptr<S>(h0), out.dtype());
   });
-  if (n.needs(0)) gin[0] = dG;
-  if (n.needs(2)) gin[2] = dh0;
-  if (n.needs(3)) gin[3] = dc0;
+  set_needed(n, gin, {dG, dW, dh0, dc0});
 }
-// Tangent: a linear recurrence driven by the saved activations and states
-// (lstm_tangent_step), run like the forward, W's term for all steps at once
-// by one GEMM; the side output act gets its tangent dact. Recorded, the
-// engine derives it from the backward instead.
+// Tangent: lstm_tangent_step run like the forward, W's term by one GEMM; act gets its tangent dact.
 static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
   const Tensor dxp = tangent_at(tin, 0), dw = contig(tangent_at(tin, 1));
   const Tensor dh0 = contig(tangent_at(tin, 2)), dc0 = contig(tangent_at(tin, 3));
   if (!dxp.defined() && !dw.defined() && !dh0.defined() && !dc0.defined()) return;
-  const Tensor w = contig(n.saved_tensor(&LstmSaved::weight)), h0 = contig(n.saved_tensor(&LstmSaved::h0));
-  const Tensor c0 = contig(n.saved_tensor(&LstmSaved::c0));
-  const Tensor act = n.saved_tensor(&LstmSaved::gates), out = n.saved_tensor(&LstmSaved::output);
+  const auto [w, h0, c0, act, out] =
+      saved_contig(n, &LstmSaved::weight, &LstmSaved::h0, &LstmSaved::c0, &LstmSaved::gates, &LstmSaved::output);
   const Dims d{out.size(1), out.size(2), out.size(3)};
-  const int64_t G = 4 * d.H, BH = d.B * d.H;
+  const int64_t BH = d.B * d.H;
   Tensor drive = dxp.defined() ? dxp.clone() : zeros(act.shape(), act.dtype());
   Tensor dact = empty(act.shape(), act.dtype()), dout = empty(out.shape(), out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    scalar_t* dr = drive.data<scalar_t>();
-    const scalar_t* hs = out.data<scalar_t>();
-    if (dw.defined()) add_previous_states_times(d, G, 0, d.T, dw.data<scalar_t>(), hs, ptr<scalar_t>(h0), dr);
+    using S = decltype(tag);
+    S *dr = drive.data<S>(), *dhs = dout.data<S>();
+    const S* hs = out.data<S>();
+    if (dw.defined()) add_previous_states_times(d, 4 * d.H, 0, d.T, dw.data<S>(), hs, ptr<S>(h0), dr);
     const Tensor zero = c0.defined() && dc0.defined() ? Tensor() : zeros({d.B, d.H}, out.dtype());
-    scalar_t* dhs = dout.data<scalar_t>();
-    forward_by_units<scalar_t>(d, 4, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
-      lstm_tangent_step(d, u, t, dr, wu, ptr<scalar_t>(dh0), ptr<scalar_t>(dc0), ptr<scalar_t>(c0), ptr<scalar_t>(zero),
-                        act.data<scalar_t>(), hs + d.T * BH, z, dact.data<scalar_t>(), dhs, dhs + d.T * BH);
+    forward_by_units<S>(d, 4, w, true, [&](Units u, int64_t t, const S* wu, S* z) {
+      lstm_tangent_step(d, u, t, dr, wu, ptr<S>(dh0), ptr<S>(dc0), ptr<S>(c0), ptr<S>(zero), act.data<S>(),
+                        hs + d.T * BH, z, dact.data<S>(), dhs, dhs + d.T * BH);
     });
   });
-  tout[0] = dout;
-  tout[1] = dact;
+  tout[0] = dout, tout[1] = dact;
 }
 static const OpDef lstm_recurrence_op({.name = "lstm_recurrence", .arity = 4,
                                        .signature = "lstm_recurrence(xp (T,B,4H), w_hh (4H,H), h0 (B,H), c0 (B,H)) -> (2,T,B,H) [h_t; c_t]",
                                        .saves = saves_of<LstmSaved>(), .backward = lstm_recurrence_backward,
                                        .recorded_backward = lstm_backward_recorded,
-                                       .backward_with_tangents = lstm_recurrence_backward_tangents,
+                                       .backward_with_tangents = lstm_backward_tangents,
                                        .tangent = lstm_recurrence_tangent,
                                        .tangent_once_differentiable = true,
                                        .samples = [] { return recurrence_samples(4, false, true); }});
@@ -190,25 +136,19 @@ static const OpDef lstm_recurrence_op({.name = "lstm_recurrence", .arity = 4,
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
   ProfileScope prof(lstm_recurrence_op.name);
   const Dims d = check_recurrence(lstm_recurrence_op.name, 4, xp_in, w_in, Tensor(), h0_in, c0_in);
-  Tensor xp, w, h0, c0;
-  {
-    NoGradGuard ng;
-    xp = contig(xp_in), w = contig(w_in), h0 = contig(h0_in), c0 = contig(c0_in);
-  }
-  Tensor out = empty({2, d.T, d.B, d.H}, xp.dtype());
-  Tensor act = empty(xp.shape(), xp.dtype());
+  const auto [xp, w, h0, c0] = contig_all(xp_in, w_in, h0_in, c0_in);
+  Tensor out = empty({2, d.T, d.B, d.H}, xp.dtype()), act = empty(xp.shape(), xp.dtype());
   dispatch_float(xp.dtype(), lstm_recurrence_op.name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    scalar_t* hs = out.data<scalar_t>();
+    using S = decltype(tag);
+    S* hs = out.data<S>();
     const Tensor zero = c0.defined() ? Tensor() : zeros({d.B, d.H}, xp.dtype());
-    forward_by_units<scalar_t>(d, 4, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
-      lstm_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(h0), ptr<scalar_t>(c0), ptr<scalar_t>(zero),
-                        z, act.data<scalar_t>(), hs, hs + d.T * d.B * d.H);
+    forward_by_units<S>(d, 4, w, true, [&](Units u, int64_t t, const S* wu, S* z) {
+      lstm_forward_step(d, u, t, xp.data<S>(), wu, ptr<S>(h0), ptr<S>(c0), ptr<S>(zero), z, act.data<S>(), hs,
+                        hs + d.T * d.B * d.H);
     });
   });
-  if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in)) {
+  if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in))
     n->save(LstmSaved{.weight = w_in, .h0 = h0_in, .c0 = c0_in, .gates = act, .output = out});
-  }
   return out;
 }
 

@@ -1,12 +1,11 @@
-// lstm_gate_slopes and lstm_recurrence_grad (see ../rnn_ops.h): what the LSTM's
-// recorded backward builds on, each op a fused kernel with its own backward.
+// lstm_gate_slopes, lstm_recurrence_grad (see ../rnn_ops.h) and lstm_recurrence's forward over reverse.
 #include "autograd/ops/rnn_ops.h"
 
 #include <array>
 
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
-#include "autograd/ops/rnn/common.h"
+#include "autograd/ops/rnn/lstm_kernels.h"
 #include "autograd/ops/tangent.h"
 #include "autograd/ops/samples.h"
 #include "autograd/ops/shape.h"
@@ -18,12 +17,6 @@ using detail::row_grain;
 using detail::tangent_or_zeros;
 using namespace detail::rnn;
 
-// ============================ lstm_gate_slopes ============================
-// What the LSTM's backward recursion reads of each step, for all steps at
-// once in one pointwise pass (not a dozen ops on (T,B,4H) tensors), from the
-// gate activations act = [i, f, g, o] and tc = tanh(c_t):
-//   s = [f, k, j_i, j_f, j_g, j_o] (T,B,6H),
-//   k = o (1-tc^2), j_i = g i(1-i), j_f = c_{t-1} f(1-f), j_g = i (1-g^2), j_o = tc o(1-o).
 namespace {
 struct LstmSlopesSaved {
   Tensor act, c, c_prev;
@@ -32,9 +25,8 @@ struct LstmSlopesSaved {
       saved_field("c_prev", &LstmSlopesSaved::c_prev)};
 };
 
-// The slopes' local Jacobian, written once: the ten partials of s in
-// (i, f, g, o, c, c_prev) besides ds_f/df = 1, at tc = tanh(c). T is a
-// scalar (the fused kernels) or a Tensor (the recorded backward).
+// The slopes' local Jacobian, written once: the ten partials of s in (i, f, g, o, c, c_prev) besides
+// ds_f/df = 1, at tc = tanh(c), T a scalar (the fused kernels) or a Tensor (the recorded backward).
 template <class T>
 struct SlopePartials {
   T k_o, k_c, ji_i, ji_g, jf_f, jf_cp, jg_i, jg_g, jo_o, jo_c;
@@ -45,8 +37,7 @@ SlopePartials<T> slope_partials(const T& i, const T& f, const T& g, const T& o, 
   return {tcc,         -2 * o * tc * tcc, g * (1 - 2 * i), i * (1 - i),     cp * (1 - 2 * f),
           f * (1 - f), 1 - g * g,         -2 * i * g,      tc * (1 - 2 * o), tcc * o * (1 - o)};
 }
-// Its transpose applied to ds = [df, dk, dji, djf, djg, djo]: the gradients
-// of (i, f, g, o, c, c_prev), the backward.
+// Its transpose applied to ds = [df, dk, dji, djf, djg, djo]: the gradients of (i, f, g, o, c, c_prev).
 template <class T>
 std::array<T, 6> slopes_transpose(const SlopePartials<T>& p, const T& df, const T& dk, const T& dji, const T& djf,
                                   const T& djg, const T& djo) {
@@ -92,8 +83,7 @@ static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds,
   }
 }
 
-// The tangent, rows [r0, r1): the Jacobian applied to dact (.,4H), dc and dcp
-// (.,H) -> ds (.,6H), for the LSTM's fused forward over reverse.
+// The tangent, rows [r0, r1): dact (.,4H), dc and dcp (.,H) -> ds (.,6H), for the LSTM's forward over reverse.
 template <class S>
 static void lstm_slopes_tangent(int64_t H, int64_t r0, int64_t r1, const S* dact, const S* dc, const S* dcp,
                                 const S* act, const S* c, const S* cp, S* ds) {
@@ -115,8 +105,7 @@ static void lstm_slopes_tangent(int64_t H, int64_t r0, int64_t r1, const S* dact
   }
 }
 
-// Recorded (third and higher derivatives of the LSTM): the same partials and
-// transpose in tensor ops.
+// Recorded (third and higher derivatives): the same partials in tensor ops.
 static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor act = n.saved_tensor(&LstmSlopesSaved::act), c = n.saved_tensor(&LstmSlopesSaved::c);
   const std::vector<Tensor> z = chunk(act, 4, 2), d = chunk(grad, 6, 2);
@@ -128,23 +117,19 @@ static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std
 }
 
 static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor act = contig(n.saved_tensor(&LstmSlopesSaved::act)), c = contig(n.saved_tensor(&LstmSlopesSaved::c));
-  const Tensor cp = contig(n.saved_tensor(&LstmSlopesSaved::c_prev));
+  const auto [act, c, cp] = saved_contig(n, &LstmSlopesSaved::act, &LstmSlopesSaved::c, &LstmSlopesSaved::c_prev);
   const Tensor ds = grad.contiguous();
   const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
   // All three in one pass (the LSTM's recorded backward needs them all).
   Tensor dact = empty(act.shape(), act.dtype()), dc = empty(c.shape(), c.dtype()), dcp = empty(cp.shape(), cp.dtype());
   dispatch_float(act.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
+    using S = decltype(tag);
     parallel_for(rows, row_grain(6 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
-      lstm_slopes_backward<scalar_t>(H, r0, r1, ds.data<scalar_t>(), act.data<scalar_t>(), c.data<scalar_t>(),
-                                     cp.data<scalar_t>(), dact.data<scalar_t>(), dc.data<scalar_t>(),
-                                     dcp.data<scalar_t>());
+      lstm_slopes_backward<S>(H, r0, r1, ds.data<S>(), act.data<S>(), c.data<S>(), cp.data<S>(), dact.data<S>(),
+                              dc.data<S>(), dcp.data<S>());
     });
   });
-  if (n.needs(0)) gin[0] = dact;
-  if (n.needs(1)) gin[1] = dc;
-  if (n.needs(2)) gin[2] = dcp;
+  set_needed(n, gin, {dact, dc, dcp});
 }
 static const OpDef lstm_gate_slopes_op({
     .name = "lstm_gate_slopes",
@@ -175,103 +160,36 @@ Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& 
       !(act_in.shape() == Shape{c_in.size(0), c_in.size(1), 4 * c_in.size(2)}))
     throw ShapeError(fmt::format("{}: c {} and c_prev {} must be (T,B,H) and act {} (T,B,4H)", op, c_in.shape(),
                                  cp_in.shape(), act_in.shape()));
-  Tensor act, c, cp;
-  {
-    NoGradGuard ng;
-    act = act_in.contiguous(), c = c_in.contiguous(), cp = cp_in.contiguous();
-  }
+  const auto [act, c, cp] = contig_all(act_in, c_in, cp_in);
   const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
   Tensor out = empty({c.size(0), c.size(1), 6 * H}, act.dtype());
   dispatch_float(act.dtype(), op, [&](auto tag) {
-    using scalar_t = decltype(tag);
+    using S = decltype(tag);
     parallel_for(rows, row_grain(6 * H, kGateGrain), [&](int64_t r0, int64_t r1) {
-      lstm_slopes_forward<scalar_t>(H, r0, r1, act.data<scalar_t>(), c.data<scalar_t>(), cp.data<scalar_t>(),
-                                    out.data<scalar_t>());
+      lstm_slopes_forward<S>(H, r0, r1, act.data<S>(), c.data<S>(), cp.data<S>(), out.data<S>());
     });
   });
-  if (Node* n = record(lstm_gate_slopes_op, out, act_in, c_in, cp_in)) {
+  if (Node* n = record(lstm_gate_slopes_op, out, act_in, c_in, cp_in))
     n->save(LstmSlopesSaved{.act = act_in, .c = c_in, .c_prev = cp_in});
-  }
   return out;
 }
 
-// ======================= lstm_recurrence, forward over reverse =======================
-// The LSTM's gradients and their tangents in one recursion (see
-// lstm_backward_tangents in common.h). Per step, the slopes s_t and their
-// tangents ds_t of the step's rows (lstm_slopes_forward / _tangent), then
-// with u, v the gradients of h_t, c_t (as in lstm_recurrence_grad) and ut,
-// vt their tangents:
+// lstm_recurrence's forward over reverse: the gradients and their tangents in
+// one recursion. Per step, the slopes s_t and their tangents ds_t of the
+// step's rows, then with u, v the gradients of h_t, c_t and ut, vt their tangents:
 //   u = gh_t + e,  v = gc_t + v_{t+1} f_{t+1} + u k_t,  D_t = [v j_i, v j_f, v j_g, u j_o]
 //   ut = tgh_t + et,  vt = tgc_t + vt_{t+1} f_{t+1} + v_{t+1} df_{t+1} + ut k_t + u dk_t,
 //   Dt_t = [vt j_i + v dj_i, .., ut j_o + u dj_o]
 //   e = D_t W,  et = Dt_t W + D_t Wt      ([D_t; Dt_t] W one GEMM of twice the rows)
-// and after step 0: dh0 = e, dc0 = v_0 f_0 and their tangents. dW and its
-// tangent are three GEMMs over all steps after. Rows [first, first + n).
-template <class S>
-struct LstmTangentPointers {
-  const S *g, *gt;      // the incoming gradient and its tangent, (2,T,B,H)
-  const S *act, *dact;  // gate activations and tangents, (T,B,4H)
-  const S *out, *dout;  // [h; c] and tangents, (2,T,B,H)
-  const S *c0, *dc0;    // (B,H), zeros when not given
-  const S *w, *wt;      // (4H,H)
-  S *dA, *dAt;          // (T,B,4H)
-};
-template <class S>
-static void lstm_grad_tangent_rows(const Dims& d, Rows rows, const LstmTangentPointers<S>& p, S* dh0, S* dh0t, S* dc0,
-                                   S* dc0t) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = rows.n, G = 4 * H, L = 6 * H, TBH = T * B * H;
-  std::vector<S> s(n * L), ds(n * L), P(2 * n * G), E(2 * n * H, S(0)), V(n * H), Vt(n * H);
-  for (int64_t t = T; t-- > 0;) {
-    const int64_t r = t * B + rows.first;
-    const S *c = p.out + TBH + r * H, *ct = p.dout + TBH + r * H;
-    const S *cp = t > 0 ? c - B * H : p.c0 + rows.first * H, *cpt = t > 0 ? ct - B * H : p.dc0 + rows.first * H;
-    lstm_slopes_forward<S>(H, 0, n, p.act + r * G, c, cp, s.data());
-    lstm_slopes_tangent<S>(H, 0, n, p.dact + r * G, ct, cpt, p.act + r * G, c, cp, ds.data());
-    const bool next = t + 1 < T;
-    for (int64_t b = 0; b < n; ++b) {
-      const int64_t x = (r + b) * H;
-      const S *gh = p.g + x, *gc = p.g + TBH + x, *tgh = p.gt + x, *tgc = p.gt + TBH + x;
-      const S *fn = next ? p.act + (r + B + b) * G + H : nullptr, *dfn = next ? p.dact + (r + B + b) * G + H : nullptr;
-      const S *sb = s.data() + b * L, *dsb = ds.data() + b * L, *e = E.data() + b * H, *et = E.data() + (n + b) * H;
-      S *D = P.data() + b * G, *Dt = P.data() + (n + b) * G, *vb = V.data() + b * H, *vtb = Vt.data() + b * H;
-#pragma omp simd
-      for (int64_t q = 0; q < H; ++q) {
-        const S k = sb[H + q], dk = dsb[H + q];
-        const S u = gh[q] + e[q], ut = tgh[q] + et[q];
-        const S v = gc[q] + (fn ? vb[q] * fn[q] : S(0)) + u * k;
-        const S vt = tgc[q] + (fn ? vtb[q] * fn[q] + vb[q] * dfn[q] : S(0)) + ut * k + u * dk;
-        for (int64_t j = 0; j < 3; ++j) {
-          D[j * H + q] = v * sb[(2 + j) * H + q];
-          Dt[j * H + q] = vt * sb[(2 + j) * H + q] + v * dsb[(2 + j) * H + q];
-        }
-        D[3 * H + q] = u * sb[5 * H + q];
-        Dt[3 * H + q] = ut * sb[5 * H + q] + u * dsb[5 * H + q];
-        vb[q] = v;
-        vtb[q] = vt;
-      }
-    }
-    std::copy_n(P.data(), n * G, p.dA + r * G);
-    std::copy_n(P.data() + n * G, n * G, p.dAt + r * G);
-    gemm(false, false, 2 * n, H, G, S(1), P.data(), G, p.w, H, S(0), E.data(), H);
-    gemm(false, false, n, H, G, S(1), P.data(), G, p.wt, H, S(1), E.data() + n * H, H);
-  }
-  // After step 0: E = [dh0; dh0t], V and Vt hold v_0 and vt_0, s and ds step 0's slopes.
-  const int64_t at = rows.first * H;
-  std::copy_n(E.data(), n * H, dh0 + at);
-  std::copy_n(E.data() + n * H, n * H, dh0t + at);
-  for (int64_t i = 0; i < n * H; ++i) {
-    const int64_t b = i / H, q = i % H;
-    const S f = s[b * L + q], df = ds[b * L + q];
-    dc0[at + i] = V[i] * f;
-    dc0t[at + i] = Vt[i] * f + V[i] * df;
-  }
-}
-
-void detail::rnn::lstm_backward_tangents(const Tensor& grad, const Tensor& w, const Tensor& h0, const Tensor& c0,
-                                         const Tensor& act, const Tensor& out, bool need_weight,
-                                         std::span<Tensor> gin, std::span<Tensor> gin_tangents) {
+// and after step 0: dh0 = e, dc0 = v_0 f_0 and their tangents; dW and its tangent after, as the RNN's.
+bool detail::rnn::lstm_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin,
+                                         std::span<Tensor> gin_tangents) {
+  if (n.side_grad(&LstmSaved::gates).defined()) return false;  // a second-order pass: the recorded form
+  const Tensor w = n.saved_tensor(&LstmSaved::weight), h0 = n.saved_tensor(&LstmSaved::h0);
+  const Tensor c0 = n.saved_tensor(&LstmSaved::c0), act = n.saved_tensor(&LstmSaved::gates);
+  const Tensor out = n.saved_tensor(&LstmSaved::output);
   const Dims d{out.size(1), out.size(2), out.size(3)};
-  const int64_t G = 4 * d.H;
+  const int64_t T = d.T, B = d.B, H = d.H, G = 4 * H, L = 6 * H, TBH = T * B * H;
   const Tensor g = grad.contiguous(), gt = tangent_or_zeros(grad), a = act.contiguous(), at = tangent_or_zeros(act);
   const Tensor o = out.contiguous(), ot = tangent_or_zeros(out), wc = w.contiguous(), wt = tangent_or_zeros(w);
   const Tensor h0c = contig(h0), h0t = h0.defined() ? tangent_or_zeros(h0) : Tensor();
@@ -283,28 +201,70 @@ void detail::rnn::lstm_backward_tangents(const Tensor& grad, const Tensor& w, co
   Tensor dW, dWt;
   dispatch_float(out.dtype(), "lstm_recurrence", [&](auto tag) {
     using S = decltype(tag);
-    const LstmTangentPointers<S> p{g.data<S>(),   gt.data<S>(),  a.data<S>(),  at.data<S>(),
-                                   o.data<S>(),   ot.data<S>(),  c0c.data<S>(), c0t.data<S>(),
-                                   wc.data<S>(),  wt.data<S>(),  dA.data<S>(), dAt.data<S>()};
+    // the gradient and [h; c] (2,T,B,H), the gate activations (T,B,4H), and their tangents
+    const S *pg = g.data<S>(), *pgt = gt.data<S>(), *pa = a.data<S>(), *pat = at.data<S>(), *po = o.data<S>();
+    const S *pot = ot.data<S>(), *w = wc.data<S>(), *wd = wt.data<S>();
     for_batch_rows(d, G, [&](Rows rows) {
-      lstm_grad_tangent_rows(d, rows, p, dh0.data<S>(), dh0t.data<S>(), dc0.data<S>(), dc0t.data<S>());
+      const int64_t n = rows.n;
+      std::vector<S> s(n * L), ds(n * L), P(2 * n * G), E(2 * n * H, S(0)), V(n * H), Vt(n * H);
+      for (int64_t t = T; t-- > 0;) {
+        const int64_t r = t * B + rows.first;
+        const S *c = po + TBH + r * H, *ct = pot + TBH + r * H;
+        const S *cp = t > 0 ? c - B * H : c0c.data<S>() + rows.first * H;
+        const S *cpt = t > 0 ? ct - B * H : c0t.data<S>() + rows.first * H;
+        lstm_slopes_forward<S>(H, 0, n, pa + r * G, c, cp, s.data());
+        lstm_slopes_tangent<S>(H, 0, n, pat + r * G, ct, cpt, pa + r * G, c, cp, ds.data());
+        const bool next = t + 1 < T;
+        for (int64_t b = 0; b < n; ++b) {
+          const int64_t x = (r + b) * H;
+          const S *gh = pg + x, *gc = pg + TBH + x, *tgh = pgt + x, *tgc = pgt + TBH + x;
+          const S *fn = next ? pa + (r + B + b) * G + H : nullptr, *dfn = next ? pat + (r + B + b) * G + H : nullptr;
+          const S *sb = s.data() + b * L, *dsb = ds.data() + b * L, *e = E.data() + b * H, *et = E.data() + (n + b) * H;
+          S *D = P.data() + b * G, *Dt = P.data() + (n + b) * G, *vb = V.data() + b * H, *vtb = Vt.data() + b * H;
+#pragma omp simd
+          for (int64_t q = 0; q < H; ++q) {
+            const S k = sb[H + q], dk = dsb[H + q];
+            const S u = gh[q] + e[q], ut = tgh[q] + et[q];
+            const S v = gc[q] + (fn ? vb[q] * fn[q] : S(0)) + u * k;
+            const S vt = tgc[q] + (fn ? vtb[q] * fn[q] + vb[q] * dfn[q] : S(0)) + ut * k + u * dk;
+            for (int64_t j = 0; j < 3; ++j) {
+              D[j * H + q] = v * sb[(2 + j) * H + q];
+              Dt[j * H + q] = vt * sb[(2 + j) * H + q] + v * dsb[(2 + j) * H + q];
+            }
+            D[3 * H + q] = u * sb[5 * H + q];
+            Dt[3 * H + q] = ut * sb[5 * H + q] + u * dsb[5 * H + q];
+            vb[q] = v;
+            vtb[q] = vt;
+          }
+        }
+        std::copy_n(P.data(), n * G, dA.data<S>() + r * G);
+        std::copy_n(P.data() + n * G, n * G, dAt.data<S>() + r * G);
+        gemm(false, false, 2 * n, H, G, S(1), P.data(), G, w, H, S(0), E.data(), H);
+        gemm(false, false, n, H, G, S(1), P.data(), G, wd, H, S(1), E.data() + n * H, H);
+      }
+      // After step 0: E = [dh0; dh0t], V and Vt hold v_0 and vt_0, s and ds step 0's slopes.
+      const int64_t at0 = rows.first * H;
+      std::copy_n(E.data(), n * H, dh0.data<S>() + at0);
+      std::copy_n(E.data() + n * H, n * H, dh0t.data<S>() + at0);
+      for (int64_t i = 0; i < n * H; ++i) {
+        const S f = s[i / H * L + i % H], df = ds[i / H * L + i % H];
+        dc0.data<S>()[at0 + i] = V[i] * f;
+        dc0t.data<S>()[at0 + i] = Vt[i] * f + V[i] * df;
+      }
     });
-    if (need_weight) {  // the h part of out (and of its tangent) holds h_t
-      dW = weight_grad<S>(d, G, dA.data<S>(), o.data<S>(), ptr<S>(h0c), out.dtype());
-      dWt = weight_grad<S>(d, G, dAt.data<S>(), o.data<S>(), ptr<S>(h0c), out.dtype());
-      add_weight_grad<S>(d, G, 0, d.T, dA.data<S>(), ot.data<S>(), ptr<S>(h0t), dWt.data<S>());
+    if (n.needs(1)) {  // the h part of out (and of its tangent) holds h_t
+      dW = weight_grad<S>(d, G, dA.data<S>(), po, ptr<S>(h0c), out.dtype());
+      dWt = weight_grad<S>(d, G, dAt.data<S>(), po, ptr<S>(h0c), out.dtype());
+      add_weight_grad<S>(d, G, 0, d.T, dA.data<S>(), pot, ptr<S>(h0t), dWt.data<S>());
     }
   });
   gin[0] = dA, gin[1] = dW, gin[2] = dh0, gin[3] = dc0;
   gin_tangents[0] = dAt, gin_tangents[1] = dWt, gin_tangents[2] = dh0t, gin_tangents[3] = dc0t;
+  return true;
 }
 
-// ============================ lstm_recurrence_grad ============================
-// The LSTM's backward recursion through time as an op of its own, so that a
-// recorded LSTM backward is one node for the recursion (not a dozen per
-// step) and its own backward is one fused kernel. With gh_t, gc_t the
-// gradients of h_t, c_t (gout (2,T,B,H)), and the slopes s_t = [f_t, k_t, j_t]
-// of lstm_gate_slopes, going t = T-1 .. 0 with e_h = e_c = 0:
+// lstm_recurrence_grad: one node for the recursion, not a dozen per step. With gout = [gh; gc] and
+// s_t = [f_t, k_t, j_t], going t = T-1 .. 0 with e_h = e_c = 0:
 //   u_t = gh_t + e_h,  v_t = gc_t + e_c + u_t k_t             (dh_t, dc_t)
 //   D_t = [v_t j_i, v_t j_f, v_t j_g, u_t j_o]                (dA_t, (B,4H))
 //   e_h = D_t W,  e_c = v_t f_t                               (into step t-1)
@@ -321,8 +281,7 @@ struct LstmGradSaved {
 };
 }  // namespace
 
-// gh and gc (T,B,H) are the two halves of gout; s (T,B,6H) row r holds f at
-// r*6H, k at +H and j at +2H.
+// gh and gc (T,B,H), the halves of gout; s (T,B,6H) row r holds f at r*6H, k at +H and j at +2H.
 template <class S>
 static void lstm_grad_forward(const Dims& d, Rows rows, const S* ghs, const S* gcs, const S* s, const S* w, S* out,
                               S* us, S* eh) {
@@ -352,23 +311,6 @@ static void lstm_grad_forward(const Dims& d, Rows rows, const S* ghs, const S* g
     }
     if (t > 0) gemm(false, false, n, H, G, S(1), ot, O, w, H, S(0), e, H);
   }
-}
-
-// The recursion over all batch rows, from contiguous gh, gc (T,B,H), s and
-// w: out (T,B,5H) and u (T,B,H).
-static void run_lstm_grad(const Tensor& gh, const Tensor& gc, const Tensor& s, const Tensor& w, Tensor& out,
-                          Tensor& us) {
-  const Dims d{gh.size(0), gh.size(1), gh.size(2)};
-  out = empty({d.T, d.B, 5 * d.H}, gh.dtype());
-  us = empty({d.T, d.B, d.H}, gh.dtype());
-  Tensor eh = zeros({d.B, d.H}, gh.dtype());
-  dispatch_float(gh.dtype(), "lstm_recurrence_grad", [&](auto tag) {
-    using S = decltype(tag);
-    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
-      lstm_grad_forward<S>(d, rows, gh.data<S>(), gc.data<S>(), s.data<S>(), w.data<S>(), out.data<S>(),
-                           us.data<S>(), eh.data<S>());
-    });
-  });
 }
 
 // The adjoint, t = 0 .. T-1, given the output's gradient [dD_t; dv_t]; with
@@ -446,31 +388,24 @@ static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::
 }
 
 static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor s = contig(n.saved_tensor(&LstmGradSaved::slopes)), w = contig(n.saved_tensor(&LstmGradSaved::weight));
-  const Tensor out = n.saved_tensor(&LstmGradSaved::output), us = n.saved_tensor(&LstmGradSaved::u);
+  const auto [s, w, out, us] = saved_contig(n, &LstmGradSaved::slopes, &LstmGradSaved::weight, &LstmGradSaved::output,
+                                            &LstmGradSaved::u);
   const Dims d{out.size(0), out.size(1), out.size(2) / 5};
-  const Tensor gy = grad.contiguous();
-  Tensor dgout = empty({2, d.T, d.B, d.H}, out.dtype()), ds = empty(s.shape(), out.dtype());
-  Tensor scratch = empty({d.B, 4 * d.H}, out.dtype());
+  const int64_t G = 4 * d.H, O = 5 * d.H;
+  const Tensor gy = grad.contiguous(), dgout = empty({2, d.T, d.B, d.H}, out.dtype()), ds = empty(s.shape(), s.dtype());
+  const Tensor scratch = empty({d.B, G}, s.dtype()), dW = n.needs(2) ? zeros({G, d.H}, s.dtype()) : Tensor();
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    for_batch_rows(d, 4 * d.H, [&](Rows rows) {
-      lstm_grad_adjoint<scalar_t>(d, rows, gy.data<scalar_t>(), s.data<scalar_t>(), w.data<scalar_t>(),
-                                  out.data<scalar_t>(), us.data<scalar_t>(), dgout.data<scalar_t>(),
-                                  ds.data<scalar_t>(), scratch.data<scalar_t>());
+    using S = decltype(tag);
+    for_batch_rows(d, G, [&](Rows rows) {
+      lstm_grad_adjoint<S>(d, rows, gy.data<S>(), s.data<S>(), w.data<S>(), out.data<S>(), us.data<S>(),
+                           dgout.data<S>(), ds.data<S>(), scratch.data<S>());
     });
-    if (n.needs(2)) {
-      // dW (4H,H) = sum_{t>0} D_t^T U_{t-1}: D_t rows of the output (stride 5H), U the first half of dgout.
-      const int64_t G = 4 * d.H;
-      Tensor dW = zeros({G, d.H}, out.dtype());
-      if (d.T > 1)
-        gemm(true, false, G, d.H, (d.T - 1) * d.B, scalar_t(1), out.data<scalar_t>() + d.B * 5 * d.H, 5 * d.H,
-             dgout.data<scalar_t>(), d.H, scalar_t(0), dW.data<scalar_t>(), d.H);
-      gin[2] = dW;
-    }
+    // dW (4H,H) = sum_{t>0} D_t^T U_{t-1}: D_t rows of the output (stride 5H), U the first half of dgout.
+    if (dW.defined() && d.T > 1)
+      gemm(true, false, G, d.H, (d.T - 1) * d.B, S(1), out.data<S>() + d.B * O, O, dgout.data<S>(), d.H, S(0),
+           dW.data<S>(), d.H);
   });
-  if (n.needs(0)) gin[0] = dgout;
-  if (n.needs(1)) gin[1] = ds;
+  set_needed(n, gin, {dgout, ds, dW});
 }
 static const OpDef lstm_recurrence_grad_op({
     .name = "lstm_recurrence_grad",
@@ -503,16 +438,17 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Ten
   if (!(s_in.shape() == Shape{T, B, 6 * H}) || !(w_in.shape() == Shape{4 * H, H}))
     throw ShapeError(fmt::format("{}: for gout {}, s {} must be (T,B,6H) and w_hh {} (4H,H)", op, gout_in.shape(),
                                  s_in.shape(), w_in.shape()));
-  Tensor gout, s, w;
-  {
-    NoGradGuard ng;
-    gout = gout_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous();
-  }
-  Tensor out, us;
-  run_lstm_grad(select(gout, 0, 0), select(gout, 0, 1), s, w, out, us);
-  if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, s_in, w_in)) {
+  const auto [gout, s, w] = contig_all(gout_in, s_in, w_in);
+  Tensor out = empty({T, B, 5 * H}, s.dtype()), us = empty({T, B, H}, s.dtype()), eh = zeros({B, H}, s.dtype());
+  dispatch_float(s.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    for_batch_rows({T, B, H}, 4 * H, [&](Rows rows) {
+      lstm_grad_forward<S>({T, B, H}, rows, gout.data<S>(), gout.data<S>() + T * B * H, s.data<S>(), w.data<S>(),
+                           out.data<S>(), us.data<S>(), eh.data<S>());
+    });
+  });
+  if (Node* n = record(lstm_recurrence_grad_op, out, gout_in, s_in, w_in))
     n->save(LstmGradSaved{.gout = gout_in, .slopes = s_in, .weight = w_in, .output = out, .u = us});
-  }
   return out;
 }
 

@@ -1,16 +1,24 @@
 #pragma once
-// The LSTM's step kernels, shared by lstm_recurrence (lstm.cpp), which runs
-// them over the whole sequence, and lstm_recompute (lstm_recompute.cpp),
-// which runs them chunk by chunk. Internal to autograd/ops/rnn/ (not
-// installed). Static, as they were in lstm.cpp alone: each file inlines
-// its own copy into its loops.
+// The LSTM's node and step kernels, shared by lstm.cpp, lstm_grad.cpp and lstm_recompute.cpp (chunk by
+// chunk). Static: each file inlines its own copy into its loops.
 #include "autograd/ops/rnn/common.h"
 
 namespace tg::detail::rnn {
 
-// Step t of units u (see UnitSplit): w their rows of W_hh (4n,H), z the
-// part's scratch (B,4n), nullptr for all units (the step's act itself then).
-// zero (B,H) stands in for a missing c0.
+// lstm_recurrence's node: w_hh, h0, c0 as given, the output (2,T,B,H) [h_t; c_t] and act (T,B,4H), the
+// gate activations [sig(i), sig(f), tanh(g), sig(o)], a side output: the recorded backward computes its
+// slopes from it, and the fused backward adds a gradient a second-order pass sent into it.
+struct LstmSaved {
+  Tensor weight, h0, c0;
+  SideOutput gates;
+  Tensor output;
+  static constexpr std::tuple fields{
+      saved_field("weight", &LstmSaved::weight), saved_field("h0", &LstmSaved::h0), saved_field("c0", &LstmSaved::c0),
+      saved_field("gates", &LstmSaved::gates), saved_field("output", &LstmSaved::output)};
+};
+
+// Step t of units u (see forward_by_units; z nullptr: the step's act itself); zero (B,H) stands in for a
+// missing c0.
 template <class S>
 static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
                               const S* zero, S* z, S* act, S* hs, S* cs) {
@@ -45,14 +53,8 @@ static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, co
 
 // gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
 // gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
-// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
-// step t = T - c, these units of the gradient reaching h_{t-1} (or dh0) from
-// all of dG_t; then, for c < T, the pointwise pass of step t - 1 on these
-// units. rec (3,B,H) is zero on entry: the gradients reaching h_t and c_t
-// from step t+1, and c_{-1} = 0.
-//
-// gact (T,B,4H), when given, is the gradient that reached the activations
-// (the side output act); it joins dG_t through the gates' slopes.
+// Call c of units u (see backward_by_units). rec (3,B,H) is zero on entry: the gradients reaching h_t and
+// c_t from step t+1, and c_{-1} = 0. gact (T,B,4H), the gradient that reached the activations, joins dG_t.
 template <class S>
 static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
                                const S* c0, const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {

@@ -1,10 +1,6 @@
-// lstm_recompute (see ../rnn_ops.h): an LSTM layer, input projection
-// included, whose node keeps the hidden states h_t but not the gates. Its
-// backward goes over the sequence in chunks of ceil(sqrt(T)) steps, last
-// first: it rebuilds a chunk's pre-activations with two GEMMs over all its
-// steps at once (x_t W_ih^T + h_{t-1} W_hh^T: the h_{t-1} are saved), then its
-// gates and cell states with one pointwise pass, and runs lstm_recurrence's
-// backward kernel over the chunk. Forward, kernels and OpDef side by side.
+// lstm_recompute (see ../rnn_ops.h): its backward goes over chunks last first,
+// rebuilds a chunk's gates (two GEMMs and a pointwise pass) and runs
+// lstm_recurrence's backward kernel over it.
 #include "autograd/ops/rnn_ops.h"
 
 #include <cmath>
@@ -26,8 +22,7 @@ using namespace detail::rnn;
 
 namespace {
 // The inputs as given, the output (T+1,B,H), and the cell state entering
-// each chunk, (chunks,B,H): c0 (zeros when missing), then c at the end of
-// every chunk but the last.
+// each chunk (chunks,B,H): c0 (or zeros), then each chunk's last but the last.
 struct LstmRecomputeSaved {
   Tensor x, w_ih, bias, w_hh, h0, c0, output, entering;
   static constexpr std::tuple fields{
@@ -37,9 +32,8 @@ struct LstmRecomputeSaved {
       saved_field("output", &LstmRecomputeSaved::output), saved_field("entering", &LstmRecomputeSaved::entering)};
 };
 
-// Steps per chunk. A chunk's scratch is (k,B,4H) twice (gates and their
-// gradient) and the saved entering states (T/k,B,H): ceil(sqrt(T)) keeps
-// both small; at T = 4096, B = 8 a chunk's GEMMs have 512 rows.
+// Steps per chunk: ceil(sqrt(T)) keeps a chunk's scratch (k,B,4H) and the
+// saved states (T/k,B,H) small; at T = 4096, B = 8 a chunk's GEMMs have 512 rows.
 int64_t chunk_steps(int64_t T) { return static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(T)))); }
 }  // namespace
 
@@ -53,10 +47,8 @@ static void project_chunk(const Dims& d, int64_t I, int64_t t0, int64_t n, const
   gemm(false, true, rows, G, I, S(1), x + t0 * d.B * I, I, w_ih, I, S(bias ? 1 : 0), a, G);
 }
 
-// A chunk's gates and cell states from its pre-activations, batch rows
-// [b0, b1) through its n steps (rows never mix): a (n,B,4H) becomes [sig(i),
-// sig(f), tanh(g), sig(o)] in place, cs (n,B,H) gets c_t = f c_{t-1} + i g
-// from cin (B,H), with the forward's arithmetic (lstm_forward_step).
+// A chunk's gates (in place in a (n,B,4H)) and cell states cs (n,B,H) from its
+// pre-activations and cin (B,H), batch rows [b0, b1), as lstm_forward_step.
 template <class S>
 static void chunk_cells(int64_t n, int64_t B, int64_t H, int64_t b0, int64_t b1, const S* cin, S* a, S* cs) {
   const int64_t G = 4 * H;
@@ -74,10 +66,7 @@ static void chunk_cells(int64_t n, int64_t B, int64_t H, int64_t b0, int64_t b1,
     }
 }
 
-// Recorded (create_graph): the layer rebuilt from differentiable ops -- the
-// projection, lstm_recurrence (whose recorded backward is fused kernels) and
-// the output's rows -- and differentiated with create_graph, as a
-// checkpoint's rerun is. Higher derivatives thus cost one more forward.
+// Recorded (create_graph): the layer rebuilt from differentiable ops and differentiated, as a checkpoint.
 static Tensor lstm_from_ops(const Tensor& x, const Tensor& w_ih, const Tensor& bias, const Tensor& w_hh,
                             const Tensor& h0, const Tensor& c0) {
   const int64_t T = x.size(0), B = x.size(1), G = w_ih.size(0);
@@ -88,13 +77,11 @@ static Tensor lstm_from_ops(const Tensor& x, const Tensor& w_ih, const Tensor& b
 }
 
 static void lstm_recompute_backward_recorded(const Node& n, const Tensor& grad_out, std::span<Tensor> gin) {
-  // Under forward over reverse the rebuilt layer and its pass are linked like
-  // any forward at the level, so the gradients carry their tangents.
+  // Under forward over reverse, linked like any forward at the level: the gradients carry tangents.
   detail::TangentsOnlySuspended linked;
-  const std::vector<Tensor> in{
-      n.saved_tensor(&LstmRecomputeSaved::x),    n.saved_tensor(&LstmRecomputeSaved::w_ih),
-      n.saved_tensor(&LstmRecomputeSaved::bias), n.saved_tensor(&LstmRecomputeSaved::w_hh),
-      n.saved_tensor(&LstmRecomputeSaved::h0),   n.saved_tensor(&LstmRecomputeSaved::c0)};
+  using Saved = LstmRecomputeSaved;
+  const std::vector<Tensor> in{n.saved_tensor(&Saved::x),    n.saved_tensor(&Saved::w_ih), n.saved_tensor(&Saved::bias),
+                               n.saved_tensor(&Saved::w_hh), n.saved_tensor(&Saved::h0),   n.saved_tensor(&Saved::c0)};
   std::vector<Tensor> wrt;
   std::vector<size_t> at;
   for (size_t k = 0; k < in.size(); ++k)
@@ -108,14 +95,11 @@ static void lstm_recompute_backward_recorded(const Node& n, const Tensor& grad_o
   for (size_t i = 0; i < at.size(); ++i) gin[at[i]] = g[i];
 }
 
-// Chunks last to first. rec (3,B,H) carries the gradients reaching h and c
-// at a chunk's start into the chunk before (lstm_backward_call's dh0 and
-// the dc it keeps); the weights' and bias's gradients add up chunk by chunk.
+// Chunks last to first: rec (3,B,H) carries the gradients reaching h and c into the chunk before.
 static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::span<Tensor> gin) {
-  const Tensor x = contig(n.saved_tensor(&LstmRecomputeSaved::x)), w_ih = contig(n.saved_tensor(&LstmRecomputeSaved::w_ih));
-  const Tensor bias = contig(n.saved_tensor(&LstmRecomputeSaved::bias)), w = contig(n.saved_tensor(&LstmRecomputeSaved::w_hh));
-  const Tensor h0 = contig(n.saved_tensor(&LstmRecomputeSaved::h0));
-  const Tensor out = n.saved_tensor(&LstmRecomputeSaved::output), entering = n.saved_tensor(&LstmRecomputeSaved::entering);
+  using Saved = LstmRecomputeSaved;
+  const auto [x, w_ih, bias, w, h0] = saved_contig(n, &Saved::x, &Saved::w_ih, &Saved::bias, &Saved::w_hh, &Saved::h0);
+  const Tensor out = n.saved_tensor(&Saved::output), entering = n.saved_tensor(&Saved::entering);
   const Dims d{out.size(0) - 1, out.size(1), out.size(2)};
   const int64_t B = d.B, H = d.H, G = 4 * H, I = x.size(2), K = chunk_steps(d.T), chunks = entering.size(0);
   const DType dt = out.dtype();
@@ -153,12 +137,7 @@ static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::
       if (dx.defined()) gemm(false, false, rows, I, G, S(1), dg, G, wi, I, S(0), dx.data<S>() + t0 * B * I, I);
     }
   });
-  if (n.needs(0)) gin[0] = dx;
-  if (n.needs(1)) gin[1] = dw_ih;
-  if (n.needs(2)) gin[2] = db;
-  if (n.needs(3)) gin[3] = dw;
-  if (n.needs(4)) gin[4] = dh0;
-  if (n.needs(5)) gin[5] = dc0;
+  set_needed(n, gin, {dx, dw_ih, db, dw, dh0, dc0});
 }
 
 static const OpDef lstm_recompute_op({
@@ -171,66 +150,32 @@ static const OpDef lstm_recompute_op({
     .samples = [] {
       using samples::uniform;
       const int64_t B = 2, H = 3, I = 2, G = 4 * H;
-      auto fn = [](bool bias, bool state) {
-        return [=](const std::vector<Tensor>& v) {
-          const size_t w = bias ? 3 : 2;
-          return lstm_recompute(v[0], v[1], bias ? v[2] : Tensor(), v[w], state ? v[w + 1] : Tensor(),
-                                state ? v[w + 2] : Tensor());
-        };
+      auto fn = [](const std::vector<Tensor>& v) {  // v = [x, w_ih, bias (unless 3 inputs), w_hh, h0, c0 (if 6)]
+        const size_t w = v.size() == 3 ? 2 : 3;
+        return lstm_recompute(v[0], v[1], w == 3 ? v[2] : Tensor(), v[w], v.size() == 6 ? v[4] : Tensor(),
+                              v.size() == 6 ? v[5] : Tensor());
       };
       return std::vector<OpSample>{
           {"T=5 (chunks of 3 and 2) B=2 H=3 I=2, bias and initial state",
            {uniform({5, B, I}, 251, -2, 2), uniform({G, I}, 252), uniform({G}, 253), uniform({G, H}, 254),
             uniform({B, H}, 255), uniform({B, H}, 256)},
-           fn(true, true)},
+           fn},
           {"T=4 (chunks of 2), no bias, zero initial state, non-contiguous x",
            {samples::strided({4, B, I}, 257, -2, 2), uniform({G, I}, 258), uniform({G, H}, 259)},
-           fn(false, false)},
+           fn},
           {"one step",
            {uniform({1, B, I}, 260, -2, 2), uniform({G, I}, 261), uniform({G}, 262), uniform({G, H}, 263)},
-           fn(true, false)},
+           fn},
       };
     },
 });
 
-// Checks the arguments and returns (T, B, H).
-static Dims check_lstm_recompute(const Tensor& x, const Tensor& w_ih, const Tensor& bias, const Tensor& w_hh,
-                                 const Tensor& h0, const Tensor& c0) {
-  const std::string_view op = lstm_recompute_op.name;
-  detail::check_floating(op, x, "x");
-  check_same_dtypes(op, x, "x", {{&w_ih, "w_ih"}, {&w_hh, "w_hh"}});
-  if (w_hh.dim() != 2 || w_hh.size(0) != 4 * w_hh.size(1))
-    throw ShapeError(fmt::format("{}: w_hh {} must be (4H,H)", op, w_hh.shape()));
-  const int64_t H = w_hh.size(1);
-  if (x.dim() != 3 || x.size(0) < 1)
-    throw ShapeError(fmt::format("{}: x {} must be (T,B,I) with T >= 1", op, x.shape()));
-  const int64_t B = x.size(1);
-  if (!(w_ih.shape() == Shape{4 * H, x.size(2)}))
-    throw ShapeError(fmt::format("{}: w_ih {} must be (4H,I) for x {} and w_hh {}", op, w_ih.shape(), x.shape(),
-                                 w_hh.shape()));
-  auto check = [&](const Tensor& t, const char* name, const Shape& want) {
-    if (!t.defined()) return;
-    check_same_dtypes(op, x, "x", {{&t, name}});
-    if (!(t.shape() == want))
-      throw ShapeError(fmt::format("{}: {} {} must be {} for x {} and w_hh {}", op, name, t.shape(), want, x.shape(),
-                                   w_hh.shape()));
-  };
-  check(bias, "bias", Shape{4 * H});
-  check(h0, "h0", Shape{B, H});
-  check(c0, "c0", Shape{B, H});
-  return {x.size(0), B, H};
-}
-
 Tensor lstm_recompute(const Tensor& x_in, const Tensor& w_ih_in, const Tensor& bias_in, const Tensor& w_hh_in,
                       const Tensor& h0_in, const Tensor& c0_in) {
   ProfileScope prof(lstm_recompute_op.name);
-  const Dims d = check_lstm_recompute(x_in, w_ih_in, bias_in, w_hh_in, h0_in, c0_in);
-  Tensor x, w_ih, bias, w, h0, c0;
-  {
-    NoGradGuard ng;
-    x = contig(x_in), w_ih = contig(w_ih_in), bias = contig(bias_in), w = contig(w_hh_in), h0 = contig(h0_in);
-    c0 = contig(c0_in);
-  }
+  detail::check_defined(lstm_recompute_op.name, w_ih_in, "w_ih");
+  const Dims d = check_recurrence(lstm_recompute_op.name, 4, x_in, w_hh_in, bias_in, h0_in, c0_in, w_ih_in);
+  const auto [x, w_ih, bias, w, h0, c0] = contig_all(x_in, w_ih_in, bias_in, w_hh_in, h0_in, c0_in);
   const int64_t B = d.B, H = d.H, G = 4 * H, I = x.size(2), BH = B * H, K = chunk_steps(d.T);
   const int64_t chunks = (d.T + K - 1) / K;
   const DType dt = x.dtype();
@@ -243,10 +188,8 @@ Tensor lstm_recompute(const Tensor& x_in, const Tensor& w_ih_in, const Tensor& b
       const int64_t t0 = k * K, steps = std::min(K, d.T - t0);
       const Dims dk{steps, B, H};
       S* cin = entering.data<S>() + k * BH;
-      if (k > 0)
-        std::copy_n(c + (K - 1) * BH, BH, cin);  // the last cell state of the chunk before (K steps)
-      else if (c0.defined())
-        std::copy_n(c0.data<S>(), BH, cin);
+      if (k > 0 || c0.defined())  // the last cell state of the chunk before (K steps), or c0
+        std::copy_n(k > 0 ? c + (K - 1) * BH : c0.data<S>(), BH, cin);
       else
         std::fill_n(cin, BH, S(0));
       project_chunk(d, I, t0, steps, x.data<S>(), w_ih.data<S>(), ptr<S>(bias), xp.data<S>());
@@ -258,10 +201,9 @@ Tensor lstm_recompute(const Tensor& x_in, const Tensor& w_ih_in, const Tensor& b
       if (k == chunks - 1) std::copy_n(c + (steps - 1) * BH, BH, hs + d.T * BH);
     }
   });
-  if (Node* n = record(lstm_recompute_op, out, x_in, w_ih_in, bias_in, w_hh_in, h0_in, c0_in)) {
+  if (Node* n = record(lstm_recompute_op, out, x_in, w_ih_in, bias_in, w_hh_in, h0_in, c0_in))
     n->save(LstmRecomputeSaved{.x = x_in, .w_ih = w_ih_in, .bias = bias_in, .w_hh = w_hh_in, .h0 = h0_in,
                                .c0 = c0_in, .output = out, .entering = entering});
-  }
   return out;
 }
 

@@ -1,5 +1,4 @@
-// rnn_tanh_recurrence (see ../rnn_ops.h): the tanh RNN's forward and backward
-// kernels and its OpDef side by side.
+// rnn_tanh_recurrence (see ../rnn_ops.h): the tanh RNN's kernels, recorded backward and OpDef.
 #include "autograd/ops/rnn_ops.h"
 
 #include "autograd/ops/elementwise.h"
@@ -14,10 +13,8 @@ using detail::row_grain;
 using detail::tangent_or_zeros;
 using namespace detail::rnn;
 
-// ============================ rnn_tanh_recurrence ============================
-// Saves w_hh, h0 and the output (tanh' = 1 - h^2); the recorded backward needs nothing more.
+// Saves w_hh and h0 as given and the output (tanh' = 1 - h^2): the recorded backward needs nothing more.
 namespace {
-// w_hh and h0 as given (h0 may be undefined)
 struct RnnTanhSaved {
   Tensor weight, h0, output;
   static constexpr std::tuple fields{
@@ -25,8 +22,7 @@ struct RnnTanhSaved {
       saved_field("output", &RnnTanhSaved::output)};
 };
 }  // namespace
-// Step t of units u (see UnitSplit): w their rows of W_hh (n,H), z the
-// part's scratch (B,n), nullptr for all units (h_t itself then).
+// Step t of units u (see forward_by_units; z nullptr: h_t itself).
 template <class S>
 static void rnn_tanh_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, S* z,
                                   S* hs) {
@@ -46,10 +42,7 @@ static void rnn_tanh_forward_step(const Dims& d, Units u, int64_t t, const S* xp
   });
 }
 
-// Call c = 0..T of units u (see UnitSplit): first, for c > 0, the GEMM of
-// step t = T - c, these units of the gradient reaching h_{t-1} (rec, or dh0
-// at t = 0) from all of da_t; then, for c < T, the pointwise pass of step
-// t - 1 on these units. rec (B,H) is zero on entry.
+// Call c of units u (see backward_by_units); rec (B,H) is zero on entry.
 template <class S>
 static void rnn_tanh_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* hs,
                                    S* dA, S* rec, S* dh0) {
@@ -68,10 +61,8 @@ static void rnn_tanh_backward_call(const Dims& d, Units u, int64_t c, const S* g
   });
 }
 
-// Recorded: h_t = tanh(a_t), a_t = xp_t + h_{t-1} W^T; with k = 1 - h_t^2
-// for all steps at once, the gradient u_t reaching h_t is one
-// gated_recurrence_grad node (u_t = g_t + (u_{t+1} k_{t+1}) W), and
-// da = u k, dW = sum_t da_t^T h_{t-1} (one GEMM), dh0 = da_0 W.
+// Recorded: with k = 1 - h_t^2, u_t = g_t + (u_{t+1} k_{t+1}) W is one gated_recurrence_grad node,
+// and da = u k, dW = sum_t da_t^T h_{t-1} (one GEMM), dh0 = da_0 W.
 static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   const Tensor w = n.saved_tensor(&RnnTanhSaved::weight), h0 = n.saved_tensor(&RnnTanhSaved::h0);
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
@@ -82,37 +73,12 @@ static void rnn_tanh_backward_recorded(const Node& n, const Tensor& grad, std::s
   if (n.needs(2)) gin[2] = matmul(select(dA, 0, 0), w);
 }
 
-// Forward over reverse (OpSpec::backward_with_tangents): the gradients and
-// their tangents in one recursion. With k_t = 1 - h_t^2 and its tangent
-// kt_t = -2 h_t ht_t (ht the output's tangent), going t = T-1 .. 0 from
-// e = et = 0:
+// Forward over reverse: the gradients and their tangents in one recursion. With
+// k_t = 1 - h_t^2 and kt_t = -2 h_t ht_t, going t = T-1 .. 0 from e = et = 0:
 //   u = g_t + e,  dA_t = u k_t,  dAt_t = (gt_t + et) k_t + u kt_t,
 //   e = dA_t W,  et = dAt_t W + dA_t Wt      (into step t-1; dh0 and its tangent after step 0)
-// [dA_t; dAt_t] W is one GEMM of twice the rows: the two recursions share W.
-// Then dW = sum_t dA_t^T h_{t-1} and its tangent sum_t dAt_t^T h_{t-1} +
-// dA_t^T ht_{t-1}, three GEMMs over all steps. Rows [first, first + n) of the
-// batch; P and E (2n,H) are scratch, E zero on entry.
-template <class S>
-static void rnn_tanh_grad_tangent_rows(const Dims& d, Rows rows, const S* g, const S* gt, const S* hs, const S* hts,
-                                       const S* w, const S* wt, S* dA, S* dAt, S* P, S* E) {
-  const int64_t T = d.T, B = d.B, H = d.H, m = rows.n * H;
-  for (int64_t t = T; t-- > 0;) {
-    const int64_t r = (t * B + rows.first) * H;
-    const S *gr = g + r, *gtr = gt + r, *h = hs + r, *ht = hts + r, *e = E, *et = E + m;
-    S *a = P, *at = P + m;
-#pragma omp simd
-    for (int64_t i = 0; i < m; ++i) {
-      const S k = S(1) - h[i] * h[i], u = gr[i] + e[i];
-      a[i] = u * k;
-      at[i] = (gtr[i] + et[i]) * k - S(2) * u * h[i] * ht[i];
-    }
-    std::copy_n(a, m, dA + r);
-    std::copy_n(at, m, dAt + r);
-    gemm(false, false, 2 * rows.n, H, H, S(1), P, H, w, H, S(0), E, H);
-    gemm(false, false, rows.n, H, H, S(1), P, H, wt, H, S(1), E + m, H);
-  }
-}
-
+// ([dA_t; dAt_t] W one GEMM of twice the rows). dW's tangent sum_t dAt_t^T h_{t-1} + dA_t^T ht_{t-1}
+// takes two GEMMs over all steps.
 static bool rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::span<Tensor> gin,
                                        std::span<Tensor> gin_tangents) {
   const Tensor w = n.saved_tensor(&RnnTanhSaved::weight), h0 = n.saved_tensor(&RnnTanhSaved::h0);
@@ -127,12 +93,26 @@ static bool rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::s
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using S = decltype(tag);
     for_batch_rows(d, d.H, [&](Rows rows) {
-      std::vector<S> P(2 * rows.n * d.H), E(2 * rows.n * d.H, S(0));
-      rnn_tanh_grad_tangent_rows(d, rows, g.data<S>(), gt.data<S>(), hs.data<S>(), hts.data<S>(), wc.data<S>(),
-                                 wt.data<S>(), dA.data<S>(), dAt.data<S>(), P.data(), E.data());
-      const int64_t at = rows.first * d.H, m = rows.n * d.H;  // E holds dh0 and its tangent after step 0
-      std::copy_n(E.data(), m, dh0.data<S>() + at);
-      std::copy_n(E.data() + m, m, dh0t.data<S>() + at);
+      const int64_t H = d.H, m = rows.n * H;
+      std::vector<S> P(2 * m), E(2 * m, S(0));  // [dA_t; dAt_t] and [e; et]
+      for (int64_t t = d.T; t-- > 0;) {
+        const int64_t r = (t * d.B + rows.first) * H;
+        const S *gr = g.data<S>() + r, *gtr = gt.data<S>() + r, *h = hs.data<S>() + r, *ht = hts.data<S>() + r;
+        const S *e = E.data(), *et = E.data() + m;
+        S *a = P.data(), *at = P.data() + m;
+#pragma omp simd
+        for (int64_t i = 0; i < m; ++i) {
+          const S k = S(1) - h[i] * h[i], u = gr[i] + e[i];
+          a[i] = u * k;
+          at[i] = (gtr[i] + et[i]) * k - S(2) * u * h[i] * ht[i];
+        }
+        std::copy_n(a, m, dA.data<S>() + r);
+        std::copy_n(at, m, dAt.data<S>() + r);
+        gemm(false, false, 2 * rows.n, H, H, S(1), a, H, wc.data<S>(), H, S(0), E.data(), H);
+        gemm(false, false, rows.n, H, H, S(1), a, H, wt.data<S>(), H, S(1), E.data() + m, H);
+      }
+      std::copy_n(E.data(), m, dh0.data<S>() + rows.first * H);  // E holds dh0 and its tangent after step 0
+      std::copy_n(E.data() + m, m, dh0t.data<S>() + rows.first * H);
     });
     if (n.needs(1)) {
       dW = weight_grad<S>(d, d.H, dA.data<S>(), hs.data<S>(), ptr<S>(h0c), out.dtype());
@@ -146,33 +126,28 @@ static bool rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::s
 }
 
 static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const Tensor w = contig(n.saved_tensor(&RnnTanhSaved::weight)), h0 = contig(n.saved_tensor(&RnnTanhSaved::h0));
-  const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
+  const auto [w, h0] = saved_contig(n, &RnnTanhSaved::weight, &RnnTanhSaved::h0);
+  const Tensor out = n.saved_tensor(&RnnTanhSaved::output), g = grad.contiguous();
   const Dims d{out.size(0), out.size(1), out.size(2)};
-  Tensor g = grad.contiguous();
-  Tensor dA = empty(out.shape(), out.dtype());
-  Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor();
-  Tensor rec = zeros({d.B, d.H}, out.dtype());
+  Tensor dA = empty(out.shape(), out.dtype()), dW;
+  Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor(), rec = zeros({d.B, d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
-    using scalar_t = decltype(tag);
+    using S = decltype(tag);
     backward_by_units(d, 1, [&](Units u, int64_t c) {
-      rnn_tanh_backward_call(d, u, c, g.data<scalar_t>(), w.data<scalar_t>(), out.data<scalar_t>(),
-                             dA.data<scalar_t>(), rec.data<scalar_t>(), ptr<scalar_t>(dh0));
+      rnn_tanh_backward_call(d, u, c, g.data<S>(), w.data<S>(), out.data<S>(), dA.data<S>(), rec.data<S>(),
+                             ptr<S>(dh0));
     });
-    if (n.needs(1))
-      gin[1] = weight_grad<scalar_t>(d, d.H, dA.data<scalar_t>(), out.data<scalar_t>(), ptr<scalar_t>(h0), out.dtype());
+    if (n.needs(1)) dW = weight_grad<S>(d, d.H, dA.data<S>(), out.data<S>(), ptr<S>(h0), out.dtype());
   });
-  if (n.needs(0)) gin[0] = dA;
-  if (n.needs(2)) gin[2] = dh0;
+  set_needed(n, gin, {dA, dW, dh0});
 }
 // Tangent: dh_t = k_t (c_t + dh_{t-1} W^T), k_t = 1 - h_t^2, c_t = dxp_t +
 // h_{t-1} dW^T (and dh0 W^T at t = 0; one GEMM for all steps): the transpose
-// of the backward recursion (gated_recurrence_grad with j = k, no carry)
-// applied to k c. Recorded, the engine derives it from the backward instead.
+// of the backward recursion (gated_recurrence_grad with j = k, no carry) applied to k c.
 static void rnn_tanh_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
   const Tensor dxp = tangent_at(tin, 0), dw = contig(tangent_at(tin, 1)), dh0 = contig(tangent_at(tin, 2));
   if (!dxp.defined() && !dw.defined() && !dh0.defined()) return;
-  const Tensor w = contig(n.saved_tensor(&RnnTanhSaved::weight)), h0 = contig(n.saved_tensor(&RnnTanhSaved::h0));
+  const auto [w, h0] = saved_contig(n, &RnnTanhSaved::weight, &RnnTanhSaved::h0);
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
   const Dims d{out.size(0), out.size(1), out.size(2)};
   Tensor c = dxp.defined() ? dxp.clone() : zeros(out.shape(), out.dtype());
@@ -197,21 +172,16 @@ static const OpDef rnn_tanh_recurrence_op({.name = "rnn_tanh_recurrence", .arity
 Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
   ProfileScope prof(rnn_tanh_recurrence_op.name);
   const Dims d = check_recurrence(rnn_tanh_recurrence_op.name, 1, xp_in, w_in, Tensor(), h0_in, Tensor());
-  Tensor xp, w, h0;
-  {
-    NoGradGuard ng;
-    xp = contig(xp_in), w = contig(w_in), h0 = contig(h0_in);
-  }
+  const auto [xp, w, h0] = contig_all(xp_in, w_in, h0_in);
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
   dispatch_float(xp.dtype(), rnn_tanh_recurrence_op.name, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    forward_by_units<scalar_t>(d, 1, w, true, [&](Units u, int64_t t, const scalar_t* wu, scalar_t* z) {
-      rnn_tanh_forward_step(d, u, t, xp.data<scalar_t>(), wu, ptr<scalar_t>(h0), z, out.data<scalar_t>());
+    using S = decltype(tag);
+    forward_by_units<S>(d, 1, w, true, [&](Units u, int64_t t, const S* wu, S* z) {
+      rnn_tanh_forward_step(d, u, t, xp.data<S>(), wu, ptr<S>(h0), z, out.data<S>());
     });
   });
-  if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in)) {
+  if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in))
     n->save(RnnTanhSaved{.weight = w_in, .h0 = h0_in, .output = out});
-  }
   return out;
 }
 
