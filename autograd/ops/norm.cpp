@@ -147,14 +147,15 @@ static bool layer_norm_grads(const Node& n, const Tensor& g, std::span<Tensor> g
     });
   });
   NoGradGuard plain;  // the sums over blocks: plain kernels, their tangents given to the engine
-  const Tensor sums = sum(pw, {1});  // (2 or 4, C)
+  // (C) each, in storage of its own: the engine takes a leaf's gradient over only when nothing else holds it.
+  auto total = [&](int64_t k) { return sum(select(pw, 0, k), {0}); };
   if (kTangents || n.needs(0)) gin[0] = gx;
-  if (kTangents || n.needs(1)) gin[1] = select(sums, 0, 0);
-  if (kTangents || n.needs(2)) gin[2] = select(sums, 0, 1);
+  if (kTangents || n.needs(1)) gin[1] = total(0);
+  if (kTangents || n.needs(2)) gin[2] = total(1);
   if constexpr (kTangents) {
     gin_t[0] = tgx;
-    gin_t[1] = select(sums, 0, 2);
-    gin_t[2] = select(sums, 0, 3);
+    gin_t[1] = total(2);
+    gin_t[2] = total(3);
   }
   return true;
 }
