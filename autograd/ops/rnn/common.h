@@ -133,7 +133,8 @@ Dims check_recurrence(std::string_view op, int64_t gates, const Tensor& xp, cons
 void check_same_dtypes(std::string_view op, const Tensor& first, const char* first_name,
                        std::initializer_list<std::pair<const Tensor*, const char*>> others);
 inline Tensor contig(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
-// The contiguous inputs of a forward, unrecorded (it saves the inputs as given).
+// The contiguous inputs of a forward, unrecorded (it saves the inputs as given). Callers name the
+// elements by reference, not by structured binding: clang 14 lambdas cannot capture those.
 template <class... Ts>
 std::array<Tensor, sizeof...(Ts)> contig_all(const Ts&... t) {
   NoGradGuard ng;

@@ -143,8 +143,9 @@ static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std:
 }
 
 static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const auto [a, j, w, u, P] = saved_contig(n, &GatedGradSaved::carry, &GatedGradSaved::slopes,
+  const auto ins = saved_contig(n, &GatedGradSaved::carry, &GatedGradSaved::slopes,
                                             &GatedGradSaved::weight, &GatedGradSaved::output, &GatedGradSaved::p);
+  const Tensor &a = ins[0], &j = ins[1], &w = ins[2], &u = ins[3], &P = ins[4];
   const Dims d{u.size(0), u.size(1), u.size(2)};
   const int64_t G = j.size(2);
   const Tensor gy = grad.contiguous(), dg = empty(u.shape(), u.dtype()), dj = empty(j.shape(), u.dtype());
@@ -205,7 +206,8 @@ Tensor gated_recurrence_grad(const Tensor& g_in, const Tensor& a_in, const Tenso
       j_in.size(1) != B || G < H || G % H != 0 || !(w_in.shape() == Shape{G, H}))
     throw ShapeError(fmt::format("{}: for g {}, a {} must be (T,B,H), j {} (T,B,QH) and w_hh {} (QH,H)", op,
                                  g_in.shape(), a_in.defined() ? a_in.shape() : Shape{}, j_in.shape(), w_in.shape()));
-  const auto [g, a, j, w] = contig_all(g_in, a_in, j_in, w_in);
+  const auto ins = contig_all(g_in, a_in, j_in, w_in);
+  const Tensor &g = ins[0], &a = ins[1], &j = ins[2], &w = ins[3];
   // P (T,B,G) is saved for the backward only when a node may be recorded; else one step's is scratch.
   const bool keep_p = may_record(g_in, a_in, j_in, w_in);
   Tensor u = empty({T, B, H}, g.dtype()), eh = zeros({B, H}, g.dtype());

@@ -142,7 +142,8 @@ static void gru_backward_recorded(const Node& n, const Tensor& grad, std::span<T
 static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
   // A gradient that reached the gates (second order, off the hot paths): the tensor-op form takes it.
   if (n.side_grad(&GruSaved::gates).defined()) return gru_backward_recorded(n, grad, gin);
-  const auto [w, h0, act, out] = saved_contig(n, &GruSaved::weight, &GruSaved::h0, &GruSaved::gates, &GruSaved::output);
+  const auto ins = saved_contig(n, &GruSaved::weight, &GruSaved::h0, &GruSaved::gates, &GruSaved::output);
+  const Tensor &w = ins[0], &h0 = ins[1], &act = ins[2], &out = ins[3];
   const Tensor g = grad.contiguous();
   const Dims d{out.size(0), out.size(1), out.size(2)};
   const int64_t G = 3 * d.H;
@@ -168,7 +169,8 @@ static const OpDef gru_recurrence_op({.name = "gru_recurrence", .arity = 4,
 Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_in, const Tensor& h0_in) {
   ProfileScope prof(gru_recurrence_op.name);
   const Dims d = check_recurrence(gru_recurrence_op.name, 3, xp_in, w_in, b_in, h0_in, Tensor());
-  const auto [xp, w, b, h0] = contig_all(xp_in, w_in, b_in, h0_in);
+  const auto ins = contig_all(xp_in, w_in, b_in, h0_in);
+  const Tensor &xp = ins[0], &w = ins[1], &b = ins[2], &h0 = ins[3];
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype()), act = empty({d.T, d.B, 4 * d.H}, xp.dtype());
   dispatch_float(xp.dtype(), gru_recurrence_op.name, [&](auto tag) {
     using S = decltype(tag);

@@ -82,8 +82,9 @@ static void lstm_backward_recorded(const Node& n, const Tensor& grad, std::span<
 }
 
 static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const auto [w, h0, c0, act, out] =
+  const auto ins =
       saved_contig(n, &LstmSaved::weight, &LstmSaved::h0, &LstmSaved::c0, &LstmSaved::gates, &LstmSaved::output);
+  const Tensor &w = ins[0], &h0 = ins[1], &c0 = ins[2], &act = ins[3], &out = ins[4];
   const Tensor gact = contig(n.side_grad(&LstmSaved::gates));
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const Tensor g = grad.contiguous(), dG = empty(act.shape(), act.dtype()), rec = zeros({3, d.B, d.H}, out.dtype());
@@ -105,8 +106,9 @@ static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, 
   const Tensor dxp = tangent_at(tin, 0), dw = contig(tangent_at(tin, 1));
   const Tensor dh0 = contig(tangent_at(tin, 2)), dc0 = contig(tangent_at(tin, 3));
   if (!dxp.defined() && !dw.defined() && !dh0.defined() && !dc0.defined()) return;
-  const auto [w, h0, c0, act, out] =
+  const auto ins =
       saved_contig(n, &LstmSaved::weight, &LstmSaved::h0, &LstmSaved::c0, &LstmSaved::gates, &LstmSaved::output);
+  const Tensor &w = ins[0], &h0 = ins[1], &c0 = ins[2], &act = ins[3], &out = ins[4];
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t BH = d.B * d.H;
   Tensor drive = dxp.defined() ? dxp.clone() : zeros(act.shape(), act.dtype());
@@ -136,7 +138,8 @@ static const OpDef lstm_recurrence_op({.name = "lstm_recurrence", .arity = 4,
 Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in, const Tensor& c0_in) {
   ProfileScope prof(lstm_recurrence_op.name);
   const Dims d = check_recurrence(lstm_recurrence_op.name, 4, xp_in, w_in, Tensor(), h0_in, c0_in);
-  const auto [xp, w, h0, c0] = contig_all(xp_in, w_in, h0_in, c0_in);
+  const auto ins = contig_all(xp_in, w_in, h0_in, c0_in);
+  const Tensor &xp = ins[0], &w = ins[1], &h0 = ins[2], &c0 = ins[3];
   Tensor out = empty({2, d.T, d.B, d.H}, xp.dtype()), act = empty(xp.shape(), xp.dtype());
   dispatch_float(xp.dtype(), lstm_recurrence_op.name, [&](auto tag) {
     using S = decltype(tag);

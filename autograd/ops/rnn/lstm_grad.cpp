@@ -117,7 +117,8 @@ static void lstm_slopes_backward_recorded(const Node& n, const Tensor& grad, std
 }
 
 static void lstm_gate_slopes_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const auto [act, c, cp] = saved_contig(n, &LstmSlopesSaved::act, &LstmSlopesSaved::c, &LstmSlopesSaved::c_prev);
+  const auto ins = saved_contig(n, &LstmSlopesSaved::act, &LstmSlopesSaved::c, &LstmSlopesSaved::c_prev);
+  const Tensor &act = ins[0], &c = ins[1], &cp = ins[2];
   const Tensor ds = grad.contiguous();
   const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
   // All three in one pass (the LSTM's recorded backward needs them all).
@@ -160,7 +161,8 @@ Tensor lstm_gate_slopes(const Tensor& act_in, const Tensor& c_in, const Tensor& 
       !(act_in.shape() == Shape{c_in.size(0), c_in.size(1), 4 * c_in.size(2)}))
     throw ShapeError(fmt::format("{}: c {} and c_prev {} must be (T,B,H) and act {} (T,B,4H)", op, c_in.shape(),
                                  cp_in.shape(), act_in.shape()));
-  const auto [act, c, cp] = contig_all(act_in, c_in, cp_in);
+  const auto ins = contig_all(act_in, c_in, cp_in);
+  const Tensor &act = ins[0], &c = ins[1], &cp = ins[2];
   const int64_t H = c.size(2), rows = c.size(0) * c.size(1);
   Tensor out = empty({c.size(0), c.size(1), 6 * H}, act.dtype());
   dispatch_float(act.dtype(), op, [&](auto tag) {
@@ -388,8 +390,9 @@ static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::
 }
 
 static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const auto [s, w, out, us] = saved_contig(n, &LstmGradSaved::slopes, &LstmGradSaved::weight, &LstmGradSaved::output,
+  const auto ins = saved_contig(n, &LstmGradSaved::slopes, &LstmGradSaved::weight, &LstmGradSaved::output,
                                             &LstmGradSaved::u);
+  const Tensor &s = ins[0], &w = ins[1], &out = ins[2], &us = ins[3];
   const Dims d{out.size(0), out.size(1), out.size(2) / 5};
   const int64_t G = 4 * d.H, O = 5 * d.H;
   const Tensor gy = grad.contiguous(), dgout = empty({2, d.T, d.B, d.H}, out.dtype()), ds = empty(s.shape(), s.dtype());
@@ -438,7 +441,8 @@ Tensor lstm_recurrence_grad(const Tensor& gout_in, const Tensor& s_in, const Ten
   if (!(s_in.shape() == Shape{T, B, 6 * H}) || !(w_in.shape() == Shape{4 * H, H}))
     throw ShapeError(fmt::format("{}: for gout {}, s {} must be (T,B,6H) and w_hh {} (4H,H)", op, gout_in.shape(),
                                  s_in.shape(), w_in.shape()));
-  const auto [gout, s, w] = contig_all(gout_in, s_in, w_in);
+  const auto ins = contig_all(gout_in, s_in, w_in);
+  const Tensor &gout = ins[0], &s = ins[1], &w = ins[2];
   Tensor out = empty({T, B, 5 * H}, s.dtype()), us = empty({T, B, H}, s.dtype()), eh = zeros({B, H}, s.dtype());
   dispatch_float(s.dtype(), op, [&](auto tag) {
     using S = decltype(tag);

@@ -98,7 +98,8 @@ static void lstm_recompute_backward_recorded(const Node& n, const Tensor& grad_o
 // Chunks last to first: rec (3,B,H) carries the gradients reaching h and c into the chunk before.
 static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::span<Tensor> gin) {
   using Saved = LstmRecomputeSaved;
-  const auto [x, w_ih, bias, w, h0] = saved_contig(n, &Saved::x, &Saved::w_ih, &Saved::bias, &Saved::w_hh, &Saved::h0);
+  const auto ins = saved_contig(n, &Saved::x, &Saved::w_ih, &Saved::bias, &Saved::w_hh, &Saved::h0);
+  const Tensor &x = ins[0], &w_ih = ins[1], &bias = ins[2], &w = ins[3], &h0 = ins[4];
   const Tensor out = n.saved_tensor(&Saved::output), entering = n.saved_tensor(&Saved::entering);
   const Dims d{out.size(0) - 1, out.size(1), out.size(2)};
   const int64_t B = d.B, H = d.H, G = 4 * H, I = x.size(2), K = chunk_steps(d.T), chunks = entering.size(0);
@@ -175,7 +176,8 @@ Tensor lstm_recompute(const Tensor& x_in, const Tensor& w_ih_in, const Tensor& b
   ProfileScope prof(lstm_recompute_op.name);
   detail::check_defined(lstm_recompute_op.name, w_ih_in, "w_ih");
   const Dims d = check_recurrence(lstm_recompute_op.name, 4, x_in, w_hh_in, bias_in, h0_in, c0_in, w_ih_in);
-  const auto [x, w_ih, bias, w, h0, c0] = contig_all(x_in, w_ih_in, bias_in, w_hh_in, h0_in, c0_in);
+  const auto ins = contig_all(x_in, w_ih_in, bias_in, w_hh_in, h0_in, c0_in);
+  const Tensor &x = ins[0], &w_ih = ins[1], &bias = ins[2], &w = ins[3], &h0 = ins[4], &c0 = ins[5];
   const int64_t B = d.B, H = d.H, G = 4 * H, I = x.size(2), BH = B * H, K = chunk_steps(d.T);
   const int64_t chunks = (d.T + K - 1) / K;
   const DType dt = x.dtype();

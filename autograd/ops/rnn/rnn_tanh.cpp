@@ -126,7 +126,8 @@ static bool rnn_tanh_backward_tangents(const Node& n, const Tensor& grad, std::s
 }
 
 static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const auto [w, h0] = saved_contig(n, &RnnTanhSaved::weight, &RnnTanhSaved::h0);
+  const auto ins = saved_contig(n, &RnnTanhSaved::weight, &RnnTanhSaved::h0);
+  const Tensor &w = ins[0], &h0 = ins[1];
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output), g = grad.contiguous();
   const Dims d{out.size(0), out.size(1), out.size(2)};
   Tensor dA = empty(out.shape(), out.dtype()), dW;
@@ -147,7 +148,8 @@ static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std:
 static void rnn_tanh_recurrence_tangent(const Node& n, std::span<const Tensor> tin, std::span<Tensor> tout) {
   const Tensor dxp = tangent_at(tin, 0), dw = contig(tangent_at(tin, 1)), dh0 = contig(tangent_at(tin, 2));
   if (!dxp.defined() && !dw.defined() && !dh0.defined()) return;
-  const auto [w, h0] = saved_contig(n, &RnnTanhSaved::weight, &RnnTanhSaved::h0);
+  const auto ins = saved_contig(n, &RnnTanhSaved::weight, &RnnTanhSaved::h0);
+  const Tensor &w = ins[0], &h0 = ins[1];
   const Tensor out = n.saved_tensor(&RnnTanhSaved::output);
   const Dims d{out.size(0), out.size(1), out.size(2)};
   Tensor c = dxp.defined() ? dxp.clone() : zeros(out.shape(), out.dtype());
@@ -172,7 +174,8 @@ static const OpDef rnn_tanh_recurrence_op({.name = "rnn_tanh_recurrence", .arity
 Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0_in) {
   ProfileScope prof(rnn_tanh_recurrence_op.name);
   const Dims d = check_recurrence(rnn_tanh_recurrence_op.name, 1, xp_in, w_in, Tensor(), h0_in, Tensor());
-  const auto [xp, w, h0] = contig_all(xp_in, w_in, h0_in);
+  const auto ins = contig_all(xp_in, w_in, h0_in);
+  const Tensor &xp = ins[0], &w = ins[1], &h0 = ins[2];
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
   dispatch_float(xp.dtype(), rnn_tanh_recurrence_op.name, [&](auto tag) {
     using S = decltype(tag);
