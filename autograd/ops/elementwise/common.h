@@ -35,7 +35,8 @@ Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
 // g * d(s) elementwise, d a unary op's derivative written once (pointwise.h):
 // a gradient (g the output's gradient) or a tangent (g the input's tangent)
 // alike, an elementwise Jacobian being diagonal. Plain, the fused pass of
-// fused_grad (into g's buffer where it can); recorded, d in tensor ops.
+// fused_grad (into g's buffer where it can), about 3x the tensor ops' speed
+// (measured beside pointwise() in pointwise.h); recorded, d in tensor ops.
 template <class D>
 Tensor times_derivative(const Tensor& g, const Tensor& s, D d) {
   if (grad_enabled()) return g * d(s);
