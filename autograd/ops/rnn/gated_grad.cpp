@@ -143,8 +143,8 @@ static void gated_grad_backward_recorded(const Node& n, const Tensor& grad, std:
 }
 
 static void gated_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const auto ins = saved_contig(n, &GatedGradSaved::carry, &GatedGradSaved::slopes,
-                                            &GatedGradSaved::weight, &GatedGradSaved::output, &GatedGradSaved::p);
+  const auto ins = saved_contig(n, &GatedGradSaved::carry, &GatedGradSaved::slopes, &GatedGradSaved::weight,
+                                &GatedGradSaved::output, &GatedGradSaved::p);
   const Tensor &a = ins[0], &j = ins[1], &w = ins[2], &u = ins[3], &P = ins[4];
   const Dims d{u.size(0), u.size(1), u.size(2)};
   const int64_t G = j.size(2);

@@ -390,8 +390,8 @@ static void lstm_grad_backward_recorded(const Node& n, const Tensor& grad, std::
 }
 
 static void lstm_recurrence_grad_backward(const Node& n, const Tensor& grad, std::span<Tensor> gin) {
-  const auto ins = saved_contig(n, &LstmGradSaved::slopes, &LstmGradSaved::weight, &LstmGradSaved::output,
-                                            &LstmGradSaved::u);
+  const auto ins =
+      saved_contig(n, &LstmGradSaved::slopes, &LstmGradSaved::weight, &LstmGradSaved::output, &LstmGradSaved::u);
   const Tensor &s = ins[0], &w = ins[1], &out = ins[2], &us = ins[3];
   const Dims d{out.size(0), out.size(1), out.size(2) / 5};
   const int64_t G = 4 * d.H, O = 5 * d.H;
