@@ -312,15 +312,19 @@ void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 // C (M,N) split into parts of rows (A's rows: op(A) is (M,K), so a row offset
 // of A is m*lda, or m when A is stored transposed) or of columns (B's columns:
 // n, or n*ldb when B is stored transposed); each part is one OpenBLAS call.
+// Returns the number of parts.
 template <class S, class In>
-void split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const In* A, int64_t lda, const In* B,
+int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const In* A, int64_t lda, const In* B,
                 int64_t ldb, S beta, S* C, int64_t ldc) {
   constexpr int64_t kMinWork = int64_t{1} << 18, kMinSide = 16;
   const bool by_rows = M >= N;
   const int64_t side = by_rows ? M : N;
   const int threads = num_threads();  // first: its first call also sets OpenBLAS to one thread
   const int64_t parts = serial || M * N * K < kMinWork ? 1 : std::min<int64_t>(threads, side / kMinSide);
-  if (parts <= 1) return blas_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (parts <= 1) {
+    blas_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return 1;
+  }
   auto part = [&](int64_t p) {
     const int64_t i0 = side * p / parts, i1 = side * (p + 1) / parts;
     if (by_rows)
@@ -331,6 +335,7 @@ void split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, cons
   auto run = [](void* ctx, int64_t p) { (*static_cast<decltype(part)*>(ctx))(p); };
   if (!detail::run_chunks(parts, run, &part))
     for (int64_t p = 0; p < parts; ++p) part(p);
+  return static_cast<int>(parts);
 }
 
 // An operand of an autocast GEMM as bfloat16: a kept parameter's copy (same
@@ -350,35 +355,48 @@ Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, st
   return {out, cols};
 }
 
-void autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   thread_local std::vector<bfloat16> a_scratch, b_scratch;
   // Stored as (M,K), or (K,M) when transposed; B likewise.
   const Rounded a = round_operand(A, ta ? K : M, ta ? M : K, lda, a_scratch);
   const Rounded b = round_operand(B, tb ? N : K, tb ? K : N, ldb, b_scratch);
-  split_gemm(ta, tb, M, N, K, alpha, a.p, a.ld, b.p, b.ld, beta, C, ldc);
+  return split_gemm(ta, tb, M, N, K, alpha, a.p, a.ld, b.p, b.ld, beta, C, ldc);
+}
+
+// Runs one GEMM (run returns the threads it split it over). Its work goes
+// to the op being profiled; while the profiler is on, its time goes to its
+// shape's row too (profiler_gemm_shapes).
+template <class Run>
+void profiled(std::string_view precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, Run&& run) {
+  count_flops(M, N, K);
+  if (!profiler_enabled()) {
+    run();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int threads = run();
+  profiler_add_gemm(precision, ta, tb, M, N, K, threads,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc) {
-  count_flops(M, N, K);
   if (autocast_enabled() && M > 0 && N > 0 && K > 0)
-    return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return profiled("bf16", ta, tb, M, N, K, [&] { return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
+  profiled("f32", ta, tb, M, N, K, [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  count_flops(M, N, K);
-  split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  profiled("bf16", ta, tb, M, N, K, [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  count_flops(M, N, K);
-  split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  profiled("f64", ta, tb, M, N, K, [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
 }
 
 SerialGemm::SerialGemm() : saved_(serial) { serial = true; }

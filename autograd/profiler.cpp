@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -20,9 +21,13 @@ struct Entry {
   double seconds = 0, flops = 0;
 };
 
+// A GEMM shape: precision, transposes, M, N, K and the threads it ran on.
+using GemmKey = std::tuple<std::string, bool, bool, int64_t, int64_t, int64_t, int>;
+
 struct State {
   std::mutex mu;
   std::map<std::string, Entry> entries;  // "op" or "op (backward)"
+  std::map<GemmKey, Entry> gemms;
 };
 
 State& state() {
@@ -66,6 +71,7 @@ bool profiler_enabled() { return g_enabled; }
 void profiler_reset() {
   std::lock_guard lock(state().mu);
   state().entries.clear();
+  state().gemms.clear();
 }
 void profiler_add_flops(double flops) { g_flops.fetch_add(static_cast<uint64_t>(flops), std::memory_order_relaxed); }
 
@@ -137,6 +143,55 @@ std::string profiler_report(double gemm_peak_gflops) {
   if (gemm_peak_gflops > 0 && total > 0)
     out += fmt::format("MFU: {:.1f}% of the measured GEMM peak ({:.1f} GFLOP/s)\n",
                        100 * flops / total / 1e9 / gemm_peak_gflops, gemm_peak_gflops);
+  return out;
+}
+
+double GemmShapeStats::gflops_per_thread() const {
+  return seconds > 0 ? 2.0 * static_cast<double>(M) * N * K * calls / (seconds * threads) / 1e9 : 0.0;
+}
+
+void profiler_add_gemm(std::string_view precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int threads,
+                       double seconds) {
+  std::lock_guard lock(state().mu);  // GEMMs of a head-parallel op report from every worker
+  Entry& e = state().gemms[GemmKey{std::string(precision), ta, tb, M, N, K, threads}];
+  e.calls++;
+  e.seconds += seconds;
+}
+
+std::vector<GemmShapeStats> profiler_gemm_shapes() {
+  std::lock_guard lock(state().mu);
+  std::vector<GemmShapeStats> out;
+  for (const auto& [k, e] : state().gemms) {
+    const auto& [precision, ta, tb, M, N, K, threads] = k;
+    out.push_back({precision, ta, tb, M, N, K, threads, e.calls, e.seconds});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+std::string profiler_gemm_report(double core_peak_gflops, size_t max_rows) {
+  const std::vector<GemmShapeStats> shapes = profiler_gemm_shapes();
+  double total = 0;
+  for (const GemmShapeStats& g : shapes) total += g.seconds;
+  const bool peak = core_peak_gflops > 0;
+  std::string out = fmt::format("{:<5} {:<3} {:>16} {:>7} {:>7} {:>10} {:>6} {:>13}{}\n", "GEMM", "A B", "M x N x K",
+                                "threads", "calls", "total ms", "share", "GFLOP/s/thr", peak ? "  of peak" : "");
+  GemmShapeStats rest;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const GemmShapeStats& g = shapes[i];
+    if (i >= max_rows) {
+      rest.calls += g.calls, rest.seconds += g.seconds;
+      continue;
+    }
+    const double gf = g.gflops_per_thread();
+    out += fmt::format("{:<5} {}{} {:>16} {:>7} {:>7} {:>10.2f} {:>5.1f}% {:>13.1f}{}\n", g.precision,
+                       g.ta ? "T " : "N ", g.tb ? "T" : "N", fmt::format("{}x{}x{}", g.M, g.N, g.K), g.threads,
+                       g.calls, g.seconds * 1e3, total > 0 ? 100 * g.seconds / total : 0.0, gf,
+                       peak ? fmt::format("  {:>6.1f}%", 100 * gf / core_peak_gflops) : "");
+  }
+  if (rest.calls > 0)
+    out += fmt::format("{:<5} {:<3} {:>16} {:>7} {:>7} {:>10.2f} {:>5.1f}%\n", "", "", "(other shapes)", "",
+                       rest.calls, rest.seconds * 1e3, total > 0 ? 100 * rest.seconds / total : 0.0);
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tg {
 
@@ -30,6 +31,30 @@ struct ProfileTotals {
 ProfileTotals profiler_totals();
 /// Adds floating-point work to the op currently being timed (matmul reports 2*M*N*K).
 void profiler_add_flops(double flops);
+/// One GEMM shape's calls while the profiler was on (profiler_gemm_shapes).
+struct GemmShapeStats {
+  std::string precision;  ///< what it multiplied in: "f32", "bf16" (autocast or bfloat16 operands) or "f64"
+  bool ta = false;  ///< A transposed (row-major, as gemm() takes it)
+  bool tb = false;  ///< B transposed
+  int64_t M = 0;    ///< rows of C
+  int64_t N = 0;    ///< columns of C
+  int64_t K = 0;    ///< the inner dim
+  int threads = 1;  ///< the threads gemm() split it over (1 for a GEMM run inside a parallel op)
+  uint64_t calls = 0;  ///< calls of this shape
+  double seconds = 0;  ///< wall time of its calls, summed
+  /// GFLOP/s of each thread it ran on: 2 M N K calls / (seconds * threads).
+  double gflops_per_thread() const;
+};
+/// Adds one call of a GEMM shape (gemm() reports each while the profiler is on).
+void profiler_add_gemm(std::string_view precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int threads,
+                       double seconds);
+/// The GEMM shapes timed since the last reset, most time first.
+std::vector<GemmShapeStats> profiler_gemm_shapes();
+/// Table of profiler_gemm_shapes(): shape, calls, time, share of all GEMM
+/// time, GFLOP/s per thread and, given one core's peak (GFLOP/s) for the
+/// precision the shapes ran in, each one's fraction of it; the rows past
+/// `max_rows` are summed into one.
+std::string profiler_gemm_report(double core_peak_gflops = 0.0, size_t max_rows = 20);
 /// The OpenBLAS sgemm peak at the current thread count: best GFLOP/s of five
 /// square n x n x n products after a warm-up (what MFU is measured against).
 double measure_sgemm_peak_gflops(int64_t n = 1024);

@@ -242,6 +242,10 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
                                    : bench::PeakLoop::fma_f32;
   const double peak = bench::measure_core_peak(loop);
   const double cores = static_cast<double>(o.threads) * dist::world_size();
+  if (o.profile)
+    fmt::print(stderr, "GEMM shapes of the profiled steps, against one core's {} peak ({:.1f} GFLOP/s):\n{}\n",
+               loop == bench::PeakLoop::fma_f32 ? "float32 FMA" : "bfloat16 dot-product", peak / 1e9,
+               profiler_gemm_report(peak / 1e9));
   extra += fmt::format(
       ", \"model_flops_per_token\": {:.0f}, \"model_flops_per_s\": {:.4g}, \"peak_flops_per_core\": {:.4g}, "
       "\"peak_loop\": \"{}\", \"mfu\": {:.4f}, \"gemm_fraction_of_peak\": {:.4f}",

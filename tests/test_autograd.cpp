@@ -530,6 +530,49 @@ BOOST_AUTO_TEST_CASE(profiler_counts_the_work_of_every_gemm) {
   profiler_reset();
 }
 
+BOOST_AUTO_TEST_CASE(profiler_times_each_gemm_shape) {
+  const int threads = num_threads();
+  set_num_threads(2);
+  profiler_reset();
+  profiler_enable(true);
+  matmul(ones({4, 5}), ones({5, 6}));
+  matmul(ones({4, 5}), ones({5, 6}));
+  matmul(ones({4, 5}, DType::f64), ones({5, 6}, DType::f64));
+  {
+    AutocastGuard bf16(DType::bf16);
+    matmul(ones({4, 5}), ones({6, 5}).transpose(0, 1));
+  }
+  matmul(ones({256, 64}), ones({64, 64}));  // 2^20 multiply-adds: split over both threads
+  // Attention's per-head GEMMs run whole on the pool's workers: one thread each.
+  scaled_dot_product_attention(ones({2, 2, 16, 8}), ones({2, 2, 16, 8}), ones({2, 2, 16, 8}));
+  profiler_enable(false);
+  matmul(ones({4, 5}), ones({5, 6}));  // not timed: the profiler is off
+  auto find = [](std::string_view precision, bool tb, int64_t M, int64_t N, int64_t K) {
+    for (const GemmShapeStats& g : profiler_gemm_shapes())
+      if (g.precision == precision && !g.ta && g.tb == tb && g.M == M && g.N == N && g.K == K) return g;
+    BOOST_FAIL(fmt::format("no {} GEMM {}x{}x{} (tb {}) in\n{}", precision, M, N, K, tb, profiler_gemm_report()));
+    return GemmShapeStats{};
+  };
+  const GemmShapeStats f32 = find("f32", false, 4, 6, 5);
+  BOOST_TEST(f32.calls == 2u);
+  BOOST_TEST(f32.threads == 1);
+  BOOST_TEST(f32.seconds > 0.0);
+  BOOST_TEST(f32.gflops_per_thread() == 2.0 * 4 * 6 * 5 * 2 / f32.seconds / 1e9);
+  BOOST_TEST(find("f64", false, 4, 6, 5).calls == 1u);
+  BOOST_TEST(find("bf16", true, 4, 6, 5).calls == 1u);
+  BOOST_TEST(find("f32", false, 256, 64, 64).threads == 2);
+  const GemmShapeStats head = find("f32", true, 16, 16, 8);  // q k^T of each of the 4 heads
+  BOOST_TEST(head.calls == 4u);
+  BOOST_TEST(head.threads == 1);
+  const std::string report = profiler_gemm_report(100.0);
+  BOOST_TEST(report.find("4x6x5") != std::string::npos);
+  BOOST_TEST(report.find("of peak") != std::string::npos);
+  BOOST_TEST(profiler_gemm_report(0.0, 1).find("(other shapes)") != std::string::npos);
+  profiler_reset();
+  BOOST_TEST(profiler_gemm_shapes().empty());
+  set_num_threads(threads);
+}
+
 // pow with a learnable exponent and a zero base: d/db a^b = a^b log a -> 0 at a = 0.
 BOOST_AUTO_TEST_CASE(pow_gradient_at_a_zero_base) {
   const Tensor a = from_vector(std::vector<double>{0.0, 0.5, 2.0}, {3});
