@@ -1,5 +1,6 @@
 #include "autograd/autocast.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,7 +25,15 @@ struct Copy {
   const float* end = nullptr;
   uint64_t version = ~uint64_t{0};  // of the storage when rounded; ~0: not yet
   std::vector<bfloat16> values;     // nbytes / 4 of them
+  uint64_t generation = 0;          // names these values (next_generation) since they were rounded
 };
+
+// A number no rounding of any copy had before: (copy address, generation)
+// names one content, for those that keep something made from a copy.
+uint64_t next_generation() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
 
 struct Cache {
   std::mutex mutex;
@@ -78,7 +87,7 @@ void autocast_keep(const Tensor& leaf) {
   copy = Copy{s, begin + s->nbytes / sizeof(float), ~uint64_t{0}, {}};
 }
 
-const bfloat16* autocast_cached(const float* p) {
+const bfloat16* autocast_cached(const float* p, uint64_t* generation) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   auto it = c.copies.upper_bound(p);
@@ -93,8 +102,34 @@ const bfloat16* autocast_cached(const float* p) {
     copy.values.resize(n);
     round_into(it->first, copy.values.data(), n);
     copy.version = s->version;
+    copy.generation = next_generation();
   }
+  if (generation) *generation = copy.generation;
   return copy.values.data() + (p - it->first);
+}
+
+RoundOnce::RoundOnce(const Tensor& t) {
+  if (!autocast_enabled() || !t.defined() || t.dtype() != DType::f32 || t.numel() == 0) return;
+  const std::shared_ptr<Storage>& s = t.storage();
+  const auto* begin = static_cast<const float*>(s->data);
+  const int64_t n = static_cast<int64_t>(s->nbytes / sizeof(float));
+  Cache& c = cache();
+  {
+    std::lock_guard lock(c.mutex);
+    if (auto it = c.copies.find(begin); it != c.copies.end() && it->second.storage.lock() == s) return;  // kept
+  }
+  Copy copy{s, begin + n, s->version, std::vector<bfloat16>(n), next_generation()};
+  round_into(begin, copy.values.data(), n);  // outside the lock
+  std::lock_guard lock(c.mutex);
+  c.copies.insert_or_assign(begin, std::move(copy));
+  added_ = begin;
+}
+
+RoundOnce::~RoundOnce() {
+  if (!added_) return;
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  c.copies.erase(added_);
 }
 
 }  // namespace detail

@@ -63,8 +63,26 @@ namespace detail {
 void autocast_keep(const Tensor& leaf);
 // The bfloat16 copy of the float32 at p when p lies in a kept storage
 // (rounded again first if the storage's version moved on since), else null.
-// The copy mirrors the whole storage, so strides carry over unchanged.
-const bfloat16* autocast_cached(const float* p);
+// The copy mirrors the whole storage, so strides carry over unchanged. Given
+// `generation`, sets it to a number that changes whenever the copy's values
+// do, so what is made from them (oneDNN's packed weights) can be kept.
+const bfloat16* autocast_cached(const float* p, uint64_t* generation = nullptr);
+// For its lifetime, under autocast: GEMM operands that lie in t's storage
+// (float32) are read from one bfloat16 copy of that storage, rounded here,
+// rather than rounded again by every GEMM that reads them; gone with the
+// scope. For a temporary that many GEMMs multiply by, as a recurrence's
+// per-thread rows of W_hh are at every step. A storage kept already (a
+// parameter's) is left to its own copy.
+class RoundOnce {
+ public:
+  explicit RoundOnce(const Tensor& t);
+  ~RoundOnce();
+  RoundOnce(const RoundOnce&) = delete;
+  RoundOnce& operator=(const RoundOnce&) = delete;
+
+ private:
+  const float* added_ = nullptr;  // the storage this scope added a copy of
+};
 // Sets the precision without checks: the engine (a node's backward runs
 // under the precision it was recorded with) and the pool's workers (which
 // take their caller's) use it.

@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -297,9 +298,12 @@ const float* widen(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, st
   return out.data();
 }
 
+// b_generation: nonzero where B lies in a copy autocast keeps (the number
+// it gave those values: see autocast_cached), so oneDNN may keep B packed.
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-               const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (detail::onednn_has_bf16()) return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+               const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, uint64_t b_generation = 0) {
+  if (detail::onednn_has_bf16())
+    return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, b_generation);
   // No bfloat16 kernels on this CPU: the same products (exact in float32)
   // and float32 sums, by OpenBLAS on widened copies.
   thread_local std::vector<float> a32, b32;
@@ -312,25 +316,31 @@ void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 // C (M,N) split into parts of rows (A's rows: op(A) is (M,K), so a row offset
 // of A is m*lda, or m when A is stored transposed) or of columns (B's columns:
 // n, or n*ldb when B is stored transposed); each part is one OpenBLAS call.
-// Returns the number of parts.
+// Returns the number of parts. b_generation: as blas_gemm's (bfloat16 only).
 template <class S, class In>
 int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const In* A, int64_t lda, const In* B,
-                int64_t ldb, S beta, S* C, int64_t ldc) {
+               int64_t ldb, S beta, S* C, int64_t ldc, uint64_t b_generation = 0) {
+  auto one = [&](int64_t m, int64_t n, const In* a, const In* b, S* c) {
+    if constexpr (std::is_same_v<In, bfloat16>)
+      blas_gemm(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc, b_generation);
+    else
+      blas_gemm(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
   constexpr int64_t kMinWork = int64_t{1} << 18, kMinSide = 16;
   const bool by_rows = M >= N;
   const int64_t side = by_rows ? M : N;
   const int threads = num_threads();  // first: its first call also sets OpenBLAS to one thread
   const int64_t parts = serial || M * N * K < kMinWork ? 1 : std::min<int64_t>(threads, side / kMinSide);
   if (parts <= 1) {
-    blas_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    one(M, N, A, B, C);
     return 1;
   }
   auto part = [&](int64_t p) {
     const int64_t i0 = side * p / parts, i1 = side * (p + 1) / parts;
     if (by_rows)
-      blas_gemm(ta, tb, i1 - i0, N, K, alpha, A + (ta ? i0 : i0 * lda), lda, B, ldb, beta, C + i0 * ldc, ldc);
+      one(i1 - i0, N, A + (ta ? i0 : i0 * lda), B, C + i0 * ldc);
     else
-      blas_gemm(ta, tb, M, i1 - i0, K, alpha, A, lda, B + (tb ? i0 * ldb : i0), ldb, beta, C + i0, ldc);
+      one(M, i1 - i0, A, B + (tb ? i0 * ldb : i0), C + i0);
   };
   auto run = [](void* ctx, int64_t p) { (*static_cast<decltype(part)*>(ctx))(p); };
   if (!detail::run_chunks(parts, run, &part))
@@ -344,9 +354,11 @@ int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const
 struct Rounded {
   const bfloat16* p;
   int64_t ld;
+  uint64_t generation = 0;  // of a kept copy's values; 0 for this thread's buffer
 };
 Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<bfloat16>& scratch) {
-  if (const bfloat16* kept = detail::autocast_cached(x)) return {kept, ld};
+  uint64_t generation = 0;
+  if (const bfloat16* kept = detail::autocast_cached(x, &generation)) return {kept, ld, generation};
   detail::grow_scratch(scratch, rows * cols);
   bfloat16* out = scratch.data();
   parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
@@ -361,7 +373,7 @@ int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   // Stored as (M,K), or (K,M) when transposed; B likewise.
   const Rounded a = round_operand(A, ta ? K : M, ta ? M : K, lda, a_scratch);
   const Rounded b = round_operand(B, tb ? N : K, tb ? K : N, ldb, b_scratch);
-  return split_gemm(ta, tb, M, N, K, alpha, a.p, a.ld, b.p, b.ld, beta, C, ldc);
+  return split_gemm(ta, tb, M, N, K, alpha, a.p, a.ld, b.p, b.ld, beta, C, ldc, b.generation);
 }
 
 // Runs one GEMM (run returns the threads it split it over). Its work goes

@@ -28,15 +28,20 @@ namespace {
 // KV cache meets new ones at every token, so the caches start over past
 // kMaxKept entries rather than grow without bound.
 constexpr size_t kMaxKept = 1024;
+// Products of at most this many rows read B packed where it can be kept
+// (onednn_gemm's b_generation): a recurrence's per-step h W_hh^T (32 rows)
+// otherwise spends much of its time packing W_hh at every step. Larger
+// products amortise oneDNN's own packing.
+constexpr int64_t kPackedRows = 64;
 struct Key {
-  bool bf16, ta, tb;
+  bool bf16, ta, tb, packed_b;
   int64_t M, N, K, lda, ldb, ldc;
   uint32_t alpha, beta;  // bits
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
-    size_t h = k.bf16 | k.ta << 1 | k.tb << 2;
+    size_t h = k.bf16 | k.ta << 1 | k.tb << 2 | k.packed_b << 3;
     for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.alpha} << 32 | k.beta})
       h = h * 0x9e3779b97f4a7c15ull + static_cast<size_t>(v);
     return h;
@@ -46,6 +51,9 @@ struct Primitive {
   dnnl::matmul matmul;
   dnnl::memory::desc a, b, c, scratch;
   std::string kernel;  // oneDNN's name for the implementation it chose
+  // With packed_b: b is oneDNN's layout for B, b_plain B as the caller stores it.
+  dnnl::memory::desc b_plain;
+  dnnl::reorder pack;
 };
 
 dnnl::engine& engine() {
@@ -79,8 +87,9 @@ std::shared_ptr<const Primitive> make(const Key& k) {
   };
   auto p = std::make_shared<Primitive>();
   p->a = desc(k.M, k.K, k.lda, k.ta, in);
-  p->b = desc(k.K, k.N, k.ldb, k.tb, in);
+  p->b = p->b_plain = desc(k.K, k.N, k.ldb, k.tb, in);
   p->c = desc(k.M, k.N, k.ldc, false, dt::f32);
+  const dnnl::memory::desc b_any({k.K, k.N}, in, dnnl::memory::format_tag::any);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per thread, below: a primitive runs on many at once
   if (k.alpha != 0x3f800000u) attr.set_output_scales(0, {from_bits(k.alpha)});
@@ -89,10 +98,14 @@ std::shared_ptr<const Primitive> make(const Key& k) {
     ops.append_sum(from_bits(k.beta));
     attr.set_post_ops(ops);
   }
-  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), attr, engine());
+  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, k.packed_b ? b_any : p->b, p->c), attr, engine());
   p->scratch = pd.scratchpad_desc();
   p->matmul = dnnl::matmul(pd);
   p->kernel = pd.impl_info_str();
+  if (k.packed_b) {
+    p->b = pd.weights_desc();
+    p->pack = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p->b_plain, engine(), p->b));
+  }
   return p;
 }
 
@@ -118,6 +131,13 @@ struct ThreadState {
   struct Bound {
     std::shared_ptr<const Primitive> p;
     dnnl::memory a, b, c, s;
+    // A packed_b primitive's: what p->pack reads, the B (address and
+    // generation) of its last call, and B packed, if it is that B's.
+    dnnl::memory b_plain;
+    const void* last_b = nullptr;
+    uint64_t last_generation = 0;
+    bool packed_valid = false;
+    std::vector<std::byte> packed;  // 64 bytes over, to align the packed B
   };
   ThreadState() : stream(engine()) { omp_set_num_threads(1); }
   dnnl::stream stream;
@@ -127,7 +147,7 @@ struct ThreadState {
 
 template <class In>
 void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda, const In* B,
-         int64_t ldb, float beta, float* C, int64_t ldc) {
+         int64_t ldb, float beta, float* C, int64_t ldc, uint64_t b_generation = 0) {
   if (M == 0 || N == 0) return;
   if (K == 0) {  // oneDNN refuses empty reductions; C = beta * C
     for (int64_t i = 0; i < M; ++i)
@@ -137,27 +157,54 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
   uint32_t a_bits, b_bits;
   std::memcpy(&a_bits, &alpha, 4);
   std::memcpy(&b_bits, &beta, 4);
-  const Key key{std::is_same_v<In, bfloat16>, ta, tb, M, N, K, lda, ldb, ldc, a_bits, beta == 0 ? 0u : b_bits};
+  Key key{std::is_same_v<In, bfloat16>, ta, tb, false, M, N, K, lda, ldb, ldc, a_bits, beta == 0 ? 0u : b_bits};
   thread_local ThreadState state;
-  auto it = state.bound.find(key);
-  if (it == state.bound.end()) {
+  auto bind = [&](const Key& k) -> ThreadState::Bound& {
+    auto it = state.bound.find(k);
+    if (it != state.bound.end()) return it->second;
     std::shared_ptr<const Primitive> p;
     try {
-      p = primitive(key);
+      p = primitive(k);
     } catch (const dnnl::error& e) {
       throw ValueError(fmt::format("gemm: oneDNN has no matmul for {}x{}x{} (lda {}, ldb {}, ldc {}): {}", M, N, K,
                                    lda, ldb, ldc, e.what()));
     }
     const dnnl::engine& eng = engine();
     ThreadState::Bound b{p, dnnl::memory(p->a, eng, DNNL_MEMORY_NONE), dnnl::memory(p->b, eng, DNNL_MEMORY_NONE),
-                         dnnl::memory(p->c, eng, DNNL_MEMORY_NONE), dnnl::memory(p->scratch, eng, DNNL_MEMORY_NONE)};
+                         dnnl::memory(p->c, eng, DNNL_MEMORY_NONE), dnnl::memory(p->scratch, eng, DNNL_MEMORY_NONE),
+                         dnnl::memory(p->b_plain, eng, DNNL_MEMORY_NONE)};
     if (state.bound.size() >= kMaxKept) state.bound.clear();
-    it = state.bound.emplace(key, std::move(b)).first;
+    return state.bound.emplace(k, std::move(b)).first->second;
+  };
+  // B packed once and kept: only from the second call in a row with the same
+  // B, so calls that take turns between Bs of one shape (a model's layers,
+  // one row at a time) never pack more than oneDNN would.
+  ThreadState::Bound* packed = nullptr;
+  if (b_generation != 0 && M <= kPackedRows) {
+    Key pk = key;
+    pk.packed_b = true;
+    ThreadState::Bound& p = bind(pk);
+    if (p.last_b == B && p.last_generation == b_generation) {
+      packed = &p;
+    } else {
+      p.last_b = B, p.last_generation = b_generation, p.packed_valid = false;
+    }
   }
-  ThreadState::Bound& b = it->second;
+  ThreadState::Bound& b = packed ? *packed : bind(key);
   detail::grow_scratch(state.scratch, b.p->scratch.get_size());
   b.a.set_data_handle(const_cast<In*>(A));
-  b.b.set_data_handle(const_cast<In*>(B));
+  if (packed) {
+    detail::grow_scratch(b.packed, b.p->b.get_size() + 64);
+    void* at = b.packed.data() + (64 - reinterpret_cast<uintptr_t>(b.packed.data()) % 64) % 64;
+    b.b.set_data_handle(at);
+    if (!b.packed_valid) {
+      b.b_plain.set_data_handle(const_cast<In*>(B));
+      b.p->pack.execute(state.stream, b.b_plain, b.b);
+      b.packed_valid = true;
+    }
+  } else {
+    b.b.set_data_handle(const_cast<In*>(B));
+  }
   b.c.set_data_handle(C);
   b.s.set_data_handle(state.scratch.data());
   b.p->matmul.execute(state.stream,
@@ -168,8 +215,8 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
 }  // namespace
 
 void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, uint64_t b_generation) {
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, b_generation);
 }
 void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -179,7 +226,7 @@ void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 bool onednn_has_bf16() {
   static const bool has = [] {
     try {
-      primitive(Key{true, false, false, 16, 16, 16, 16, 16, 16, 0x3f800000u, 0});
+      primitive(Key{true, false, false, false, 16, 16, 16, 16, 16, 16, 0x3f800000u, 0});
       return true;
     } catch (const dnnl::error&) {
       return false;

@@ -12,8 +12,13 @@
 
 namespace tg::detail {
 
+// b_generation nonzero: B's values are named by it (see autocast_cached)
+// and stay as they are until it changes; for a product with few rows, the
+// calling thread keeps B packed in oneDNN's layout under (B, generation) and
+// packs it again only when the generation moves on.
 void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
-                 int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                 int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 uint64_t b_generation = 0);
 void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // Whether oneDNN has a bfloat16 matmul on this CPU (it needs AVX-512; with

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/blas.h"
 #include "autograd/op.h"
 #include "autograd/ops/nn_kernels.h"
@@ -106,6 +107,9 @@ template <class S, class F>
 void forward_by_units(const Dims& d, int64_t Q, const Tensor& w, bool in_place, F&& fwd) {
   const UnitSplit split(d, Q);
   const Tensor rows = rows_by_part<S>(w, Q, split);
+  // Split, the rows are a new tensor, not the parameter whose bfloat16 copy
+  // autocast keeps: rounded once here, not by every step's GEMM.
+  const detail::RoundOnce once(rows);
   const Tensor scratch = split.parts > 1 || !in_place ? empty({d.B, Q * d.H}, w.dtype()) : Tensor();
   parallel_steps(split.parts, d.T, [&](int64_t k, int64_t t) {
     SerialGemm whole;  // the part's GEMM on its own thread
