@@ -16,8 +16,10 @@
 /// Leaf tensors that require grad (parameters) are rounded once per version:
 /// once an op under autocast has recorded one, its bfloat16 copy is made at
 /// its next GEMM and reused until an in-place write (the optimizer's step)
-/// bumps the tensor's version. float64 GEMMs never change precision
-/// (gradcheck stays exact).
+/// bumps the tensor's version. A product of few rows by such a copy (a
+/// recurrence's per-step h W_hh^T) reads it packed in oneDNN's layout from
+/// its second call in a row, kept per thread until the copy changes.
+/// float64 GEMMs never change precision (gradcheck stays exact).
 #include <string>
 
 #include "dtype.h"
