@@ -51,8 +51,9 @@ struct Primitive {
   dnnl::matmul matmul;
   dnnl::memory::desc a, b, c, scratch;
   std::string kernel;  // oneDNN's name for the implementation it chose
-  // With packed_b: b is oneDNN's layout for B, b_plain B as the caller stores it.
-  dnnl::memory::desc b_plain;
+  // With packed_b: b is oneDNN's layout for B, b_plain B as the caller
+  // stores it, pack the reorder between them (its scratchpad the thread's too).
+  dnnl::memory::desc b_plain, pack_scratch;
   dnnl::reorder pack;
 };
 
@@ -104,7 +105,11 @@ std::shared_ptr<const Primitive> make(const Key& k) {
   p->kernel = pd.impl_info_str();
   if (k.packed_b) {
     p->b = pd.weights_desc();
-    p->pack = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), p->b_plain, engine(), p->b));
+    dnnl::primitive_attr pack_attr;
+    pack_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    auto pack_pd = dnnl::reorder::primitive_desc(engine(), p->b_plain, engine(), p->b, pack_attr);
+    p->pack_scratch = pack_pd.scratchpad_desc();
+    p->pack = dnnl::reorder(pack_pd);
   }
   return p;
 }
@@ -131,9 +136,9 @@ struct ThreadState {
   struct Bound {
     std::shared_ptr<const Primitive> p;
     dnnl::memory a, b, c, s;
-    // A packed_b primitive's: what p->pack reads, the B (address and
-    // generation) of its last call, and B packed, if it is that B's.
-    dnnl::memory b_plain;
+    // A packed_b primitive's: what p->pack reads and its scratchpad, the B
+    // (address and generation) of its last call, and B packed, if it is that B's.
+    dnnl::memory b_plain, pack_s;
     const void* last_b = nullptr;
     uint64_t last_generation = 0;
     bool packed_valid = false;
@@ -172,7 +177,8 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
     const dnnl::engine& eng = engine();
     ThreadState::Bound b{p, dnnl::memory(p->a, eng, DNNL_MEMORY_NONE), dnnl::memory(p->b, eng, DNNL_MEMORY_NONE),
                          dnnl::memory(p->c, eng, DNNL_MEMORY_NONE), dnnl::memory(p->scratch, eng, DNNL_MEMORY_NONE),
-                         dnnl::memory(p->b_plain, eng, DNNL_MEMORY_NONE)};
+                         dnnl::memory(p->b_plain, eng, DNNL_MEMORY_NONE),
+                         dnnl::memory(p->pack_scratch, eng, DNNL_MEMORY_NONE)};
     if (state.bound.size() >= kMaxKept) state.bound.clear();
     return state.bound.emplace(k, std::move(b)).first->second;
   };
@@ -198,8 +204,10 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
     void* at = b.packed.data() + (64 - reinterpret_cast<uintptr_t>(b.packed.data()) % 64) % 64;
     b.b.set_data_handle(at);
     if (!b.packed_valid) {
+      detail::grow_scratch(state.scratch, b.p->pack_scratch.get_size());
       b.b_plain.set_data_handle(const_cast<In*>(B));
-      b.p->pack.execute(state.stream, b.b_plain, b.b);
+      b.pack_s.set_data_handle(state.scratch.data());
+      b.p->pack.execute(state.stream, {{DNNL_ARG_FROM, b.b_plain}, {DNNL_ARG_TO, b.b}, {DNNL_ARG_SCRATCHPAD, b.pack_s}});
       b.packed_valid = true;
     }
   } else {
