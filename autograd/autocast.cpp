@@ -26,6 +26,7 @@ struct Copy {
   uint64_t version = ~uint64_t{0};  // of the storage when rounded; ~0: not yet
   std::vector<bfloat16> values;     // nbytes / 4 of them
   uint64_t generation = 0;          // names these values (next_generation) since they were rounded
+  bool scoped = false;              // a RoundOnce's: dropped at its scope's end unless kept meanwhile
 };
 
 // A number no rounding of any copy had before: (copy address, generation)
@@ -76,7 +77,10 @@ void autocast_keep(const Tensor& leaf) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   auto it = c.copies.find(begin);
-  if (it != c.copies.end() && it->second.storage.lock() == s) return;
+  if (it != c.copies.end() && it->second.storage.lock() == s) {
+    it->second.scoped = false;  // a RoundOnce's copy is kept from now on
+    return;
+  }
   // Sweep expired entries once the map has doubled since the last sweep.
   if (c.copies.size() >= 2 * c.pruned_at + 16) {
     std::erase_if(c.copies, [](const auto& kv) { return kv.second.storage.expired(); });
@@ -118,7 +122,7 @@ RoundOnce::RoundOnce(const Tensor& t) {
     std::lock_guard lock(c.mutex);
     if (auto it = c.copies.find(begin); it != c.copies.end() && it->second.storage.lock() == s) return;  // kept
   }
-  Copy copy{s, begin + n, s->version, std::vector<bfloat16>(n), next_generation()};
+  Copy copy{s, begin + n, s->version, std::vector<bfloat16>(n), next_generation(), true};
   round_into(begin, copy.values.data(), n);  // outside the lock
   std::lock_guard lock(c.mutex);
   c.copies.insert_or_assign(begin, std::move(copy));
@@ -129,7 +133,7 @@ RoundOnce::~RoundOnce() {
   if (!added_) return;
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  c.copies.erase(added_);
+  if (auto it = c.copies.find(added_); it != c.copies.end() && it->second.scoped) c.copies.erase(it);
 }
 
 }  // namespace detail

@@ -244,6 +244,26 @@ BOOST_AUTO_TEST_CASE(packed_parameter_follows_the_version) {
   }
 }
 
+// A RoundOnce's copy serves GEMMs for its scope only, unless autocast keeps
+// the storage meanwhile (a parameter recorded inside the scope): then the
+// copy stays, as the parameter's.
+BOOST_AUTO_TEST_CASE(round_once_copy_is_dropped_unless_kept) {
+  AutocastGuard bf16(DType::bf16);
+  Tensor t = random({8, 8}, 15), w = random({8, 8}, 16);
+  {
+    detail::RoundOnce once(t);
+    const bfloat16* copy = detail::autocast_cached(t.data<float>() + 3);
+    BOOST_REQUIRE(copy != nullptr);
+    BOOST_TEST(copy->bits == bfloat16(t.data<float>()[3]).bits);
+  }
+  BOOST_TEST(detail::autocast_cached(t.data<float>()) == nullptr);
+  {
+    detail::RoundOnce once(w);
+    detail::autocast_keep(w);
+  }
+  BOOST_TEST(detail::autocast_cached(w.data<float>()) != nullptr);
+}
+
 // GEMMs that run on the pool's workers (attention's heads, the recurrences'
 // parts) take the caller's precision: 2 threads give 1 thread's result, and
 // both differ from float32's.
