@@ -70,17 +70,16 @@ DType exchange_autocast_dtype(DType dtype) {
   return prev;
 }
 
-namespace {
-// Gives s an entry in c (the caller holds c's lock), rounded at its first
-// GEMM; a scoped one (RoundOnce's) is dropped at its scope's end. Returns
-// whether it added one: an entry s has already is left as it is, except that
-// keeping a scoped one makes it kept.
-bool add_copy(Cache& c, const std::shared_ptr<Storage>& s, bool scoped) {
+void autocast_keep(const Tensor& leaf) {
+  if (leaf.dtype() != DType::f32) return;
+  const std::shared_ptr<Storage>& s = leaf.storage();
   const auto* begin = static_cast<const float*>(s->data);
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
   auto it = c.copies.find(begin);
   if (it != c.copies.end() && it->second.storage.lock() == s) {
-    it->second.scoped &= scoped;
-    return false;
+    it->second.scoped = false;  // a RoundOnce's copy is kept from now on
+    return;
   }
   // Sweep expired entries once the map has doubled since the last sweep.
   if (c.copies.size() >= 2 * c.pruned_at + 16) {
@@ -89,16 +88,7 @@ bool add_copy(Cache& c, const std::shared_ptr<Storage>& s, bool scoped) {
     it = c.copies.find(begin);
   }
   Copy& copy = it != c.copies.end() ? it->second : c.copies[begin];
-  copy = Copy{s, begin + s->nbytes / sizeof(float), ~uint64_t{0}, {}, 0, scoped};
-  return true;
-}
-}  // namespace
-
-void autocast_keep(const Tensor& leaf) {
-  if (leaf.dtype() != DType::f32) return;
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
-  add_copy(c, leaf.storage(), false);
+  copy = Copy{s, begin + s->nbytes / sizeof(float), ~uint64_t{0}, {}};
 }
 
 const bfloat16* autocast_cached(const float* p, uint64_t* generation) {
@@ -124,9 +114,19 @@ const bfloat16* autocast_cached(const float* p, uint64_t* generation) {
 
 RoundOnce::RoundOnce(const Tensor& t) {
   if (!autocast_enabled() || !t.defined() || t.dtype() != DType::f32 || t.numel() == 0) return;
+  const std::shared_ptr<Storage>& s = t.storage();
+  const auto* begin = static_cast<const float*>(s->data);
+  const int64_t n = static_cast<int64_t>(s->nbytes / sizeof(float));
   Cache& c = cache();
+  {
+    std::lock_guard lock(c.mutex);
+    if (auto it = c.copies.find(begin); it != c.copies.end() && it->second.storage.lock() == s) return;  // kept
+  }
+  Copy copy{s, begin + n, s->version, std::vector<bfloat16>(n), next_generation(), true};
+  round_into(begin, copy.values.data(), n);  // outside the lock
   std::lock_guard lock(c.mutex);
-  if (add_copy(c, t.storage(), true)) added_ = static_cast<const float*>(t.storage()->data);
+  c.copies.insert_or_assign(begin, std::move(copy));
+  added_ = begin;
 }
 
 RoundOnce::~RoundOnce() {

@@ -70,9 +70,9 @@ void autocast_keep(const Tensor& leaf);
 // do, so what is made from them (oneDNN's packed weights) can be kept.
 const bfloat16* autocast_cached(const float* p, uint64_t* generation = nullptr);
 // For its lifetime, under autocast: GEMM operands that lie in t's storage
-// (float32) are read from one bfloat16 copy of that storage, rounded at the
-// first of them, rather than rounded again by every GEMM that reads them;
-// gone with the scope unless autocast keeps the storage meanwhile. For a temporary that many GEMMs multiply by, as a recurrence's
+// (float32) are read from one bfloat16 copy of that storage, rounded here,
+// rather than rounded again by every GEMM that reads them; gone with the
+// scope. For a temporary that many GEMMs multiply by, as a recurrence's
 // per-thread rows of W_hh are at every step. A storage kept already (a
 // parameter's) is left to its own copy.
 class RoundOnce {

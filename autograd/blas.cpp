@@ -37,6 +37,12 @@ blasint to_blasint(int64_t v, const char* what) {
   return static_cast<blasint>(v);
 }
 
+// Every GEMM reports its work to the op being profiled (matmul, linear,
+// attention, the fused recurrences alike), so GFLOP/s and MFU count them all.
+void count_flops(int64_t M, int64_t N, int64_t K) {
+  if (profiler_enabled()) profiler_add_flops(2.0 * static_cast<double>(M) * N * K);
+}
+
 thread_local bool serial = false;  // a SerialGemm lives on this thread
 
 void openblas_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -370,17 +376,16 @@ int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   return split_gemm(ta, tb, M, N, K, alpha, a.p, a.ld, b.p, b.ld, beta, C, ldc, b.generation);
 }
 
-// Runs one GEMM (run returns the threads it split it over). While the
-// profiler is on, every GEMM reports its work to the op being profiled
-// (matmul, linear, attention, the fused recurrences alike, so GFLOP/s and
-// MFU count them all) and its time to its shape's row (profiler_gemm_shapes).
+// Runs one GEMM (run returns the threads it split it over). Its work goes
+// to the op being profiled; while the profiler is on, its time goes to its
+// shape's row too (profiler_gemm_shapes).
 template <class Run>
 void profiled(std::string_view precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, Run&& run) {
+  count_flops(M, N, K);
   if (!profiler_enabled()) {
     run();
     return;
   }
-  profiler_add_flops(2.0 * static_cast<double>(M) * N * K);
   const auto t0 = std::chrono::steady_clock::now();
   const int threads = run();
   profiler_add_gemm(precision, ta, tb, M, N, K, threads,
@@ -392,8 +397,7 @@ void profiled(std::string_view precision, bool ta, bool tb, int64_t M, int64_t N
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc) {
   if (autocast_enabled() && M > 0 && N > 0 && K > 0)
-    return profiled("bf16", ta, tb, M, N, K,
-                    [&] { return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
+    return profiled("bf16", ta, tb, M, N, K, [&] { return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
   profiled("f32", ta, tb, M, N, K, [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
 }
 

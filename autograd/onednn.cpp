@@ -207,8 +207,7 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
       detail::grow_scratch(state.scratch, b.p->pack_scratch.get_size());
       b.b_plain.set_data_handle(const_cast<In*>(B));
       b.pack_s.set_data_handle(state.scratch.data());
-      b.p->pack.execute(state.stream,
-                        {{DNNL_ARG_FROM, b.b_plain}, {DNNL_ARG_TO, b.b}, {DNNL_ARG_SCRATCHPAD, b.pack_s}});
+      b.p->pack.execute(state.stream, {{DNNL_ARG_FROM, b.b_plain}, {DNNL_ARG_TO, b.b}, {DNNL_ARG_SCRATCHPAD, b.pack_s}});
       b.packed_valid = true;
     }
   } else {
