@@ -4,7 +4,8 @@
 ///
 /// Each op names the tensors its backward reads in one struct whose fields
 /// are Tensor (an input, a statistic, the op's own output), SideOutput (an
-/// intermediate that is a side output of the node, see tape.h) or, last, one
+/// intermediate that is a side output of the node, see tape.h), GemmOperand
+/// (an input read only by GEMMs, see below) or, last, one
 /// std::vector<Tensor> (a list of any length), plus a field list that gives
 /// each field its name and its place:
 ///
@@ -25,6 +26,10 @@
 /// `saves_of<LayerNormSaved>()`, which is what opcheck prints ("x, weight, mean
 /// (side output), rstd (side output), bias"): the description is the code. An
 /// op that saves nothing declares saves_of<NoSaved>() and never calls save.
+///
+/// A GemmOperand field is an input that backward reads only as a GEMM
+/// operand: under autocast the node keeps the bfloat16 copy the forward's
+/// GEMMs read instead (half the memory, and no rounding again in backward).
 ///
 /// The field list is checked at compile time: it names every field of the
 /// struct once, and a list field comes last. Slot k of Node::saved holds
@@ -53,6 +58,23 @@ struct SideOutput : Tensor {
   SideOutput(Tensor t) : Tensor(std::move(t)) {}  // NOLINT
 };
 
+/// A saved input that backward reads only as a GEMM operand (in its plain
+/// form; recorded and tangent forms read it as float32), with `rounded`, the
+/// bfloat16 copy of it that the forward's GEMMs read under autocast. The
+/// node keeps that copy in place of the float32 input where it may: when
+/// rounded is given, the input is not a leaf that requires grad, and no
+/// forward-mode level is open (its tangent would be lost). Read back (Node::saved_tensor), it is the
+/// bfloat16 copy in a plain backward and, in grad mode, its values as
+/// float32 attached to the input's producer, so that a recorded backward
+/// differentiates through it as through the input. Without `rounded` it is
+/// saved like a Tensor field.
+struct GemmOperand : Tensor {
+  GemmOperand() = default;
+  /// Implicit, so that a saved struct is written `.x = x` (nothing rounded).
+  GemmOperand(Tensor t, Tensor rounded = Tensor()) : Tensor(std::move(t)), rounded(std::move(rounded)) {}  // NOLINT
+  Tensor rounded;  ///< t as bfloat16 (contiguous), or undefined
+};
+
 /// One entry of a saved struct's field list: its name and its member.
 template <class S, class M>
 struct SavedField {
@@ -69,6 +91,7 @@ constexpr SavedField<S, M> saved_field(std::string_view name, M S::*member) {
 enum class SavedKind : uint8_t {
   tensor,       ///< a Tensor: one slot
   side_output,  ///< a SideOutput: one slot, and the node's next side output
+  gemm_operand, ///< a GemmOperand: one slot, its bfloat16 copy where it may
   list,         ///< a std::vector<Tensor>, the last field: one slot per element
 };
 /// A field as OpDef::saves describes it.
@@ -97,10 +120,12 @@ constexpr SavedKind saved_kind() {
     return SavedKind::tensor;
   else if constexpr (std::is_same_v<M, SideOutput>)
     return SavedKind::side_output;
+  else if constexpr (std::is_same_v<M, GemmOperand>)
+    return SavedKind::gemm_operand;
   else if constexpr (std::is_same_v<M, std::vector<Tensor>>)
     return SavedKind::list;
   else
-    static_assert(sizeof(M) == 0, "a saved field is a Tensor, a SideOutput or a std::vector<Tensor> (last)");
+    static_assert(sizeof(M) == 0, "a saved field is a Tensor, a SideOutput, a GemmOperand or a std::vector<Tensor> (last)");
   return SavedKind::tensor;
 }
 

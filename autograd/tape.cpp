@@ -159,12 +159,23 @@ NodeRef::~NodeRef() {
 }
 
 // ---------------------------------------------------------------- saving
+namespace {
+// A slot holding t itself, at its present version.
+SavedTensor held(const Tensor& t, int32_t output) {
+  SavedTensor s;
+  s.tensor = t;
+  s.version = t.defined() ? t.version() : 0;
+  s.output = output;
+  return s;
+}
+}  // namespace
+
 void Node::save_slot(const Tensor& t) {
   if (t.defined()) {
     Node* producer = t.impl()->grad_fn.get();
     if (producer == this) {
       // Our own output: held without grad_fn, or the node would own itself.
-      saved.push_back({t.detach(), t.version(), NodeRef(), static_cast<int32_t>(t.impl()->output_nr)});
+      saved.push_back(held(t.detach(), static_cast<int32_t>(t.impl()->output_nr)));
       return;
     }
     // Only while t still holds what its producer wrote: after an in-place
@@ -172,11 +183,23 @@ void Node::save_slot(const Tensor& t) {
     // recompute rebuilds the output, not a side output.
     if (producer && producer->output_by_reference && !producer->released && t.impl()->output_nr == 0 &&
         t.version() == producer->out_version) {
-      saved.push_back({Tensor(), 0, NodeRef(producer), -1});
+      SavedTensor& s = saved.emplace_back();
+      s.producer = NodeRef(producer);
       return;
     }
   }
-  saved.push_back({t, t.defined() ? t.version() : 0, NodeRef(), -1});
+  saved.push_back(held(t, -1));
+}
+
+void Node::save_operand_slot(const GemmOperand& t) {
+  // A leaf's gradient goes to the leaf itself, which a copy cannot stand
+  // for; under an open forward-AD level the input's tangent, which a
+  // backward over it reads, would be lost with the input.
+  const bool leaf = t.defined() && t.requires_grad() && !t.impl()->grad_fn;
+  if (!t.rounded.defined() || leaf || t_fw_level != 0) return save_slot(t);
+  SavedTensor& s = saved.emplace_back(held(t.rounded, static_cast<int32_t>(t.impl()->output_nr)));
+  s.rounded = true;
+  if (t.requires_grad()) s.source = t.impl()->grad_fn;
 }
 
 void Node::save_side_slot(const Tensor& t) {
@@ -185,7 +208,7 @@ void Node::save_side_slot(const Tensor& t) {
                                     "not requiring grad",
                                     op->name));
   ++side_outputs;
-  saved.push_back({t, t.version(), NodeRef(), static_cast<int32_t>(side_outputs)});
+  saved.push_back(held(t, static_cast<int32_t>(side_outputs)));
 }
 
 void Node::bad_attrs(const char* asked) const {
@@ -202,6 +225,12 @@ Tensor Node::read_slot(size_t k) const {
   if (k >= saved.size())
     throw AutogradError(fmt::format("backward of '{}': saved tensor {} of {} asked for", op->name, k, saved.size()));
   const SavedTensor& s = saved[k];
+  if (s.rounded) {
+    if (!grad_enabled()) return s.tensor;
+    NoGradGuard no_grad;  // the float32 values, exact, attached below
+    const Tensor values = s.tensor.to(DType::f32);
+    return s.source ? attached(values, s.source.get(), static_cast<uint32_t>(s.output)) : values;
+  }
   if (s.producer) {
     Node* p = s.producer.get();
     if (!s.tensor.defined()) {

@@ -76,8 +76,15 @@ struct SavedTensor {
   uint64_t version = 0;    ///< storage version when saved
   NodeRef producer;        ///< saved by reference: producer->op->recompute rebuilds it
   /// -1: an input or a stat; 0: the saving node's own output, k > 0: its
-  /// side output k; both held without grad_fn
+  /// side output k; both held without grad_fn. For a rounded slot: the
+  /// input's output number at its producer.
   int32_t output = -1;
+  /// A GemmOperand kept as its bfloat16 copy (tensor), read as float32 in grad mode.
+  bool rounded = false;
+  /// For a rounded slot: the input's producer (null for a constant or a
+  /// tensor that does not require grad), to which the float32 values read in
+  /// grad mode are attached.
+  NodeRef source;
 };
 
 /// One recorded op: what its backward needs (record() returns it to the
@@ -157,6 +164,12 @@ struct Node {
   Tensor saved_tensor(SideOutput S::*field) const {
     return read_slot(saved_slot(typeid(S), detail::saved_index(field)));
   }
+  /// Backward: the GEMM operand saved in field `field`: its bfloat16 copy
+  /// where the node kept one (see GemmOperand), read as saved_tensor's.
+  template <class S>
+  Tensor saved_tensor(GemmOperand S::*field) const {
+    return read_slot(saved_slot(typeid(S), detail::saved_index(field)));
+  }
   /// Backward: the tensors of list field `field`, each read like saved_tensor's.
   template <class S>
   SavedList saved_list(std::vector<Tensor> S::*field) const;
@@ -179,6 +192,7 @@ struct Node {
   void begin_save(const std::type_info& type);
   void save_field(const Tensor& t) { save_slot(t); }
   void save_field(const SideOutput& t) { save_side_slot(t); }
+  void save_field(const GemmOperand& t) { save_operand_slot(t); }
   void save_field(const std::vector<Tensor>& ts) {
     for (const Tensor& t : ts) save_slot(t);
   }
@@ -186,6 +200,8 @@ struct Node {
   void save_slot(const Tensor& t);
   // One slot holding t as the node's next side output.
   void save_side_slot(const Tensor& t);
+  // One slot holding t's bfloat16 copy where GemmOperand says, else t.
+  void save_operand_slot(const GemmOperand& t);
   // Slot k, read as saved_tensor says.
   Tensor read_slot(size_t k) const;
   // The slot of field `index` of the saved struct `type`: AutogradError if the

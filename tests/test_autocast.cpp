@@ -308,6 +308,71 @@ BOOST_AUTO_TEST_CASE(create_graph_under_autocast) {
   }
 }
 
+// Attention's q, k, v as views of one projection, as a transformer layer
+// makes them: (B,T,3,H,D) -> three (B,H,T,D).
+struct Projected {
+  Tensor qkv, q, k, v;
+};
+Projected project(const Tensor& x, const Tensor& w, int64_t H) {
+  Projected p;
+  const int64_t B = x.shape()[0], T = x.shape()[1], D = w.shape()[1] / (3 * H);
+  p.qkv = matmul(x, w);
+  Tensor heads = reshape(p.qkv, {B, T, 3, H, D});
+  p.q = permute(select(heads, 2, 0), {0, 2, 1, 3});
+  p.k = permute(select(heads, 2, 1), {0, 2, 1, 3});
+  p.v = permute(select(heads, 2, 2), {0, 2, 1, 3});
+  return p;
+}
+
+// Under autocast the attention node keeps bfloat16 copies of q, k, v (what
+// its GEMMs read), so the float32 projection they are views of is freed
+// once the forward is done with it: what the graph holds is a quarter of it
+// less than in float32.
+BOOST_AUTO_TEST_CASE(attention_under_autocast_keeps_bfloat16_copies_of_q_k_v) {
+  const int64_t B = 2, T = 16, H = 2, C = 32;
+  Tensor x = random({B, T, C}, 21), w = (random({C, 3 * C}, 22) * 0.2).requires_grad_();
+  auto held = [&](bool bf16) {  // bytes the graph holds after the forward, beyond out
+    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+    const int64_t before = static_cast<int64_t>(memory_stats().bytes_in_use);
+    Tensor out;
+    int64_t after = 0;
+    {
+      Projected p = project(x, w, H);
+      out = scaled_dot_product_attention(p.q, p.k, p.v, true);
+    }
+    after = static_cast<int64_t>(memory_stats().bytes_in_use);
+    Tensor loss = sum(out);
+    loss.backward();  // and the kept copies differentiate
+    BOOST_TEST(max(abs(w.grad())).item() > 0.0);
+    w.grad() = Tensor();
+    return after - before - static_cast<int64_t>(out.numel() * 4);
+  };
+  const int64_t qkv_bytes = B * T * 3 * C * 4;
+  const int64_t f32 = held(false), bf16 = held(true);
+  BOOST_TEST(f32 >= qkv_bytes);             // the float32 projection, held through q, k, v
+  BOOST_TEST(bf16 <= f32 - qkv_bytes / 2);  // three bfloat16 copies instead
+}
+
+// A Hessian-vector product through attention whose q, k, v come from a
+// projection: under autocast its node keeps bfloat16 copies, which a
+// recorded backward reads as float32 attached to the projection's graph, so
+// the second derivative reaches w as in float32 (within bfloat16's tolerance).
+BOOST_AUTO_TEST_CASE(create_graph_through_attention_under_autocast) {
+  Tensor x = random({2, 8, 16}, 31), w = (random({16, 48}, 32) * 0.3).requires_grad_(), v = random({16, 48}, 33);
+  auto hvp = [&](bool bf16) {
+    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+    Projected p = project(x, w, 2);
+    Tensor loss = sum(pow(scaled_dot_product_attention(p.q, p.k, p.v, true), 2.0));
+    Tensor g = grad({loss}, {w}, {}, {.create_graph = true})[0];
+    return grad({sum(mul(g, v))}, {w})[0];
+  };
+  const Tensor h16 = hvp(true), h32 = hvp(false);
+  const double scale = max(abs(h32)).item();
+  BOOST_TEST(scale > 0.0);
+  BOOST_TEST(max_abs_diff(h16, h32) < 3e-2 * scale);
+  BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
+}
+
 // ---------------------------------------------------------------- the op table
 
 // Every sample of every op, in float32 under autocast, against float64: the

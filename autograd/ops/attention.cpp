@@ -12,6 +12,11 @@
 // thread's scratch for P and dS is a (rows, Tk) block, not (Tq, Tk): 64 MiB
 // each at T = 4096; and under the causal mask a block's GEMMs stop at the
 // last key its last query sees.
+// Under autocast every GEMM here reads bfloat16 operands: q, k, v and g are
+// rounded once, whole, rather than by each per-head GEMM that reads them, and
+// the node keeps q, k, v as those bfloat16 copies (GemmOperand), half the
+// memory of the float32 projection they are views of; P and dS are rounded
+// once per block. The values are those autocast's GEMMs would round to.
 // Masked keys get probability exactly 0; a query that sees no key at all (a
 // fully padded row, or Tq > Tk under the causal mask) gets a zero row, so its
 // output and gradients are zero rather than NaN.
@@ -20,6 +25,7 @@
 #include <cmath>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/blas.h"
 #include "autograd/op.h"
 #include "autograd/ops/elementwise.h"
@@ -41,7 +47,7 @@ struct AttentionAttrs {
   bool causal;
 };
 struct AttentionSaved {
-  Tensor q, k, v;
+  GemmOperand q, k, v;      // (B,H,Tq,D), (B,H,Tk,D), (B,H,Tk,Dv); bfloat16 copies under autocast
   Tensor key_padding_mask;  // (B,Tk) bool, or undefined
   static constexpr std::tuple fields{
       saved_field("q", &AttentionSaved::q), saved_field("k", &AttentionSaved::k), saved_field("v", &AttentionSaved::v),
@@ -92,20 +98,23 @@ struct AttentionDims {
   template <class T> T scale() const { return static_cast<T>(1.0 / std::sqrt(static_cast<double>(D))); }
 };
 
-// Runs block(bh, i0, i1, kv, scratch) over the blocks of `rows` query rows
-// [i0, i1) of every head bh, kv = visible(i1 - 1) the keys they see; scratch
-// is the thread's nbuf buffers of rows * Tk values, one after another. Heads
+// Runs block(bh, i0, i1, kv, scratch, rounded) over the blocks of `rows`
+// query rows [i0, i1) of every head bh, kv = visible(i1 - 1) the keys they
+// see; scratch is the thread's nbuf buffers of rows * Tk values, one after
+// another, and rounded, where the GEMMs read In = bfloat16 operands, one
+// more of that size to round a block into (null where In is T). Heads
 // go to the pool's threads, each head's GEMMs whole on the thread that has it
 // (splitting them too would only add waits). With fewer heads than threads,
 // the heads run one after another and gemm() splits each GEMM that is worth it.
-template <class T, class F>
+template <class T, class In = T, class F>
 void for_each_block(const AttentionDims& a, int64_t rows, int nbuf, F&& block) {
   auto heads = [&](int64_t h0, int64_t h1) {
     std::vector<T> scratch(nbuf * rows * a.Tk);
+    std::vector<In> rounded(std::is_same_v<In, T> ? 0 : rows * a.Tk);
     for (int64_t bh = h0; bh < h1; ++bh)
       for (int64_t i0 = 0; i0 < a.Tq; i0 += rows) {
         const int64_t i1 = std::min(a.Tq, i0 + rows);
-        block(bh, i0, i1, a.visible(i1 - 1), scratch.data());
+        block(bh, i0, i1, a.visible(i1 - 1), scratch.data(), rounded.data());
       }
   };
   const int64_t n = a.B * a.H;
@@ -146,8 +155,8 @@ void masked_softmax_row(T* s, int64_t Tk, int64_t visible, const uint8_t* pad) {
 // scores of keys [0, kv) by GEMM, then the masked softmax of each row, zeros
 // in [kv, ld). kv must cover every key the rows see (visible(i1 - 1)).
 // Forward and backward share it, so both see the same P.
-template <class T>
-void head_probabilities(const AttentionDims& a, const HeadMatrices<T>& Q, const HeadMatrices<T>& K, int64_t bh,
+template <class T, class In>
+void head_probabilities(const AttentionDims& a, const HeadMatrices<In>& Q, const HeadMatrices<In>& K, int64_t bh,
                         const std::vector<uint8_t>& pad, int64_t i0, int64_t i1, int64_t kv, T* S, int64_t ld) {
   if (kv > 0) gemm(false, true, i1 - i0, kv, a.D, a.scale<T>(), Q.at(bh, i0), Q.ld, K.at(bh), K.ld, T(0), S, ld);
   const uint8_t* pb = pad.empty() ? nullptr : pad.data() + bh / a.H * a.Tk;
@@ -159,6 +168,46 @@ void head_probabilities(const AttentionDims& a, const HeadMatrices<T>& Q, const 
 template <class T>
 void softmax_jacobian_rows(const T* P, T* x, int64_t m, int64_t kv) {
   for (int64_t i = 0; i < m; ++i) detail::softmax_jacobian_row(P + i * kv, x + i * kv, x + i * kv, kv);
+}
+
+// n values of a block (P, dS) as a GEMM operand of type In: x itself, or
+// rounded to bfloat16 into buf.
+template <class In, class T>
+const In* block_operand(const T* x, int64_t n, In* buf) {
+  if constexpr (std::is_same_v<In, T>) {
+    return x;
+  } else {
+    float_to_bf16(x, buf, n);
+    return buf;
+  }
+}
+
+// x (float32) as a contiguous bfloat16 tensor, rounded to nearest even as
+// autocast's GEMMs round their operands; a bfloat16 x as it is.
+// Rows are read in place where the last dim is dense (q, k, v as views of
+// one projection, a permuted gradient): no float32 copy first.
+Tensor rounded(const Tensor& x) {
+  if (x.dtype() == DType::bf16) return x;
+  const Tensor d = x.dim() > 0 && x.strides().back() == 1 ? x : dense(x);
+  Tensor out = empty(d.shape(), DType::bf16);
+  const int64_t cols = d.dim() > 0 ? d.shape().back() : 1, rows = cols > 0 ? d.numel() / cols : 0;
+  const float* src = d.data<float>();
+  bfloat16* dst = out.data<bfloat16>();
+  parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t offset = 0;  // of row r: its index over the leading dims, by their strides
+      for (int64_t dim = d.dim() - 2, rest = r; dim >= 0; rest /= d.shape()[dim--])
+        offset += rest % d.shape()[dim] * d.strides()[dim];
+      float_to_bf16(src + offset, dst + r * cols, cols);
+    }
+  });
+  return out;
+}
+
+// Whether this thread's attention GEMMs on T operands run in bfloat16.
+template <class T>
+bool in_bf16() {
+  return std::is_same_v<T, float> && autocast_enabled();
 }
 
 // The key padding mask (B,Tk) as one byte per key, 1 = padded; empty when undefined.
@@ -174,15 +223,21 @@ std::vector<uint8_t> padding_bytes(const Tensor& key_padding_mask) {
   return pad;
 }
 
-// What every derivative of attention reads from its node.
+// What every derivative of attention reads from its node: q, k, v as saved
+// (bfloat16 copies under autocast) given as_saved, else in float32 or
+// float64 (a bfloat16 copy's values, exactly).
 struct AttentionInputs {
   Tensor q, k, v;
   AttentionDims a;
   std::vector<uint8_t> pad;
-  explicit AttentionInputs(const Node& n)
-      : q(n.saved_tensor(&AttentionSaved::q)), k(n.saved_tensor(&AttentionSaved::k)),
-        v(n.saved_tensor(&AttentionSaved::v)), a(q.shape(), k.shape(), v.shape(), n.attrs<AttentionAttrs>().causal),
+  explicit AttentionInputs(const Node& n, bool as_saved = false)
+      : q(read(n, &AttentionSaved::q, as_saved)), k(read(n, &AttentionSaved::k, as_saved)),
+        v(read(n, &AttentionSaved::v, as_saved)), a(q.shape(), k.shape(), v.shape(), n.attrs<AttentionAttrs>().causal),
         pad(padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask))) {}
+  static Tensor read(const Node& n, GemmOperand AttentionSaved::*field, bool as_saved) {
+    Tensor t = n.saved_tensor(field);
+    return as_saved || t.dtype() != DType::bf16 ? t : t.to(DType::f32);
+  }
 };
 
 // Gradients of attention as tensor ops, for a recorded backward (create_graph):
@@ -248,7 +303,7 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
     if (tv) TV = head_matrices<T>(t[2]);
     const T scale = a.scale<T>();
     const int64_t rows = a.rows_per_block();
-    for_each_block<T>(a, rows, tq || tk ? 2 : 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P) {
+    for_each_block<T>(a, rows, tq || tk ? 2 : 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P, T*) {
       const int64_t m = i1 - i0;
       T *dP = P + rows * a.Tk, *o = d_out.data<T>() + (bh * a.Tq + i0) * a.Dv;  // o (m, Dv)
       if (kv == 0 || a.Dv == 0) {  // no query of the block sees a key: P = 0
@@ -284,94 +339,115 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
 // one. A missing tangent is taken as zeros (not a case worth its own path).
 static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
                                              std::span<Tensor> gin_tangents) {
-  const AttentionInputs in(n);
+  const bool fwd = !gin_tangents.empty(), need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
+  const AttentionInputs in(n, /*as_saved=*/!fwd);
   const AttentionDims& a = in.a;
   const Tensor &q = in.q, &k = in.k, &v = in.v;
-  const bool fwd = !gin_tangents.empty(), need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
   Tensor tq, tk, tv, tg;
   if (fwd) tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
-  auto grad = [&](bool need, const Tensor& x) { return need ? empty(x.shape(), x.dtype()) : Tensor(); };
-  Tensor dq = grad(need_q, q), dk = grad(need_k, k), dv = grad(need_v, v);
-  Tensor tdq = grad(fwd && need_q, q), tdk = grad(fwd && need_k, k), tdv = grad(fwd && need_v, v);
+  auto grad = [&](bool need, const Shape& shape) { return need ? empty(shape, g.dtype()) : Tensor(); };
+  Tensor dq = grad(need_q, q.shape()), dk = grad(need_k, k.shape()), dv = grad(need_v, v.shape());
+  Tensor tdq = grad(fwd && need_q, q.shape()), tdk = grad(fwd && need_k, k.shape()), tdv = grad(fwd && need_v, v.shape());
   if (a.B * a.H * a.Tq * a.Tk * a.Dv == 0) {  // empty attention: nothing flows back
     for (Tensor* t : {&dq, &dk, &dv, &tdq, &tdk, &tdv})
       if (t->defined()) t->zero_();
   } else {
-    dispatch_float(q.dtype(), n.op->name, [&](auto tag) {
+    dispatch_float(g.dtype(), n.op->name, [&](auto tag) {
       using T = decltype(tag);
-      const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v), G = head_matrices<T>(g);
-      HeadMatrices<T> TQ, TK, TV, TG;
-      if (fwd) TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv);
-      if (fwd) TG = head_matrices<T>(tg);
       const T scale = a.scale<T>();
       const int64_t rows = a.rows_per_block(), size = rows * a.Tk;
       auto at = [](Tensor& t, int64_t offset) { return t.defined() ? t.data<T>() + offset : nullptr; };
-      for_each_block<T>(a, rows, fwd ? 4 : 2, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P) {
-        const int64_t m = i1 - i0, qoff = (bh * a.Tq + i0) * a.D;
-        // Per block (m, kv): P and dP -> dS; with tangents, their tangents Pt and dPt -> dSt.
-        T *dS = P + size, *Pt = dS + size, *dSt = Pt + size, *dqb = at(dq, qoff), *tdqb = at(tdq, qoff);
-        T *dkh = at(dk, bh * a.Tk * a.D), *tdkh = at(tdk, bh * a.Tk * a.D);
-        T *dvh = at(dv, bh * a.Tk * a.Dv), *tdvh = at(tdv, bh * a.Tk * a.Dv);
-        if (i0 == 0) {  // dk, dv and their tangents sum over the head's query blocks
-          for (T* h : {dkh, tdkh})
-            if (h) std::fill(h, h + a.Tk * a.D, T(0));
-          for (T* h : {dvh, tdvh})
-            if (h) std::fill(h, h + a.Tk * a.Dv, T(0));
-        }
-        if (kv == 0) {  // no query of the block sees a key: P = 0, dq = 0
-          for (T* b : {dqb, tdqb})
-            if (b) std::fill(b, b + m * a.D, T(0));
-          return;
-        }
-        const T *qb = Q.at(bh, i0), *gb = G.at(bh, i0), *tqb = fwd ? TQ.at(bh, i0) : nullptr;
-        const T* tgb = fwd ? TG.at(bh, i0) : nullptr;
-        head_probabilities(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
-        if (fwd) {
-          gemm(false, true, m, kv, a.D, scale, tqb, TQ.ld, K.at(bh), K.ld, T(0), Pt, kv);
-          gemm(false, true, m, kv, a.D, scale, qb, Q.ld, TK.at(bh), TK.ld, T(1), Pt, kv);
-          softmax_jacobian_rows(P, Pt, m, kv);  // St -> Pt in place
-        }
-        if (need_v) {
-          gemm(true, false, kv, a.Dv, m, T(1), P, kv, gb, G.ld, T(1), dvh, a.Dv);
-          if (fwd) {
-            gemm(true, false, kv, a.Dv, m, T(1), Pt, kv, gb, G.ld, T(1), tdvh, a.Dv);
-            gemm(true, false, kv, a.Dv, m, T(1), P, kv, tgb, TG.ld, T(1), tdvh, a.Dv);
+      // The GEMMs read In operands: T, or bfloat16 under autocast (never with tangents).
+      auto run = [&]<class In>(const Tensor& qi, const Tensor& ki, const Tensor& vi, const Tensor& gi) {
+        constexpr bool plain = std::is_same_v<In, T>;
+        const auto Q = head_matrices<In>(qi), K = head_matrices<In>(ki), V = head_matrices<In>(vi);
+        const auto G = head_matrices<In>(gi);
+        HeadMatrices<T> TQ, TK, TV, TG;
+        if constexpr (plain)
+          if (fwd) TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv), TG = head_matrices<T>(tg);
+        for_each_block<T, In>(a, rows, fwd ? 4 : 2, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P, In* buf) {
+          const int64_t m = i1 - i0, qoff = (bh * a.Tq + i0) * a.D;
+          // Per block (m, kv): P and dP -> dS; with tangents, their tangents Pt and dPt -> dSt.
+          T *dS = P + size, *Pt = dS + size, *dSt = Pt + size, *dqb = at(dq, qoff), *tdqb = at(tdq, qoff);
+          T *dkh = at(dk, bh * a.Tk * a.D), *tdkh = at(tdk, bh * a.Tk * a.D);
+          T *dvh = at(dv, bh * a.Tk * a.Dv), *tdvh = at(tdv, bh * a.Tk * a.Dv);
+          if (i0 == 0) {  // dk, dv and their tangents sum over the head's query blocks
+            for (T* h : {dkh, tdkh})
+              if (h) std::fill(h, h + a.Tk * a.D, T(0));
+            for (T* h : {dvh, tdvh})
+              if (h) std::fill(h, h + a.Tk * a.Dv, T(0));
           }
-        }
-        if (!need_q && !need_k) return;
-        gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(bh), V.ld, T(0), dS, kv);
-        if (fwd) {
-          gemm(false, true, m, kv, a.Dv, T(1), tgb, TG.ld, V.at(bh), V.ld, T(0), dSt, kv);
-          gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, TV.at(bh), TV.ld, T(1), dSt, kv);
-          for (int64_t i = 0; i < m; ++i) {  // dP -> dS and dPt -> dSt, row by row
-            T *d = dS + i * kv, *dt = dSt + i * kv;
-            const T *p = P + i * kv, *pt = Pt + i * kv;
-            const T r = detail::row_dot(d, p, kv), rt = detail::row_dot(dt, p, kv) + detail::row_dot(d, pt, kv);
-#pragma omp simd
-            for (int64_t j = 0; j < kv; ++j) {
-              const T x = d[j] - r;
-              dt[j] = pt[j] * x + p[j] * (dt[j] - rt);
-              d[j] = p[j] * x;
+          if (kv == 0) {  // no query of the block sees a key: P = 0, dq = 0
+            for (T* b : {dqb, tdqb})
+              if (b) std::fill(b, b + m * a.D, T(0));
+            return;
+          }
+          const In *qb = Q.at(bh, i0), *gb = G.at(bh, i0);
+          head_probabilities<T>(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
+          if constexpr (plain) {
+            if (fwd) {
+              gemm(false, true, m, kv, a.D, scale, TQ.at(bh, i0), TQ.ld, K.at(bh), K.ld, T(0), Pt, kv);
+              gemm(false, true, m, kv, a.D, scale, qb, Q.ld, TK.at(bh), TK.ld, T(1), Pt, kv);
+              softmax_jacobian_rows(P, Pt, m, kv);  // St -> Pt in place
             }
           }
-        } else {
-          softmax_jacobian_rows(P, dS, m, kv);  // dP -> dS in place
-        }
-        if (need_q) {
-          gemm(false, false, m, a.D, kv, scale, dS, kv, K.at(bh), K.ld, T(0), dqb, a.D);
-          if (fwd) {
-            gemm(false, false, m, a.D, kv, scale, dSt, kv, K.at(bh), K.ld, T(0), tdqb, a.D);
-            gemm(false, false, m, a.D, kv, scale, dS, kv, TK.at(bh), TK.ld, T(1), tdqb, a.D);
+          if (need_v) {
+            gemm(true, false, kv, a.Dv, m, T(1), block_operand(P, m * kv, buf), kv, gb, G.ld, T(1), dvh, a.Dv);
+            if constexpr (plain) {
+              if (fwd) {
+                gemm(true, false, kv, a.Dv, m, T(1), Pt, kv, gb, G.ld, T(1), tdvh, a.Dv);
+                gemm(true, false, kv, a.Dv, m, T(1), P, kv, TG.at(bh, i0), TG.ld, T(1), tdvh, a.Dv);
+              }
+            }
           }
-        }
-        if (need_k) {
-          gemm(true, false, kv, a.D, m, scale, dS, kv, qb, Q.ld, T(1), dkh, a.D);
-          if (fwd) {
-            gemm(true, false, kv, a.D, m, scale, dSt, kv, qb, Q.ld, T(1), tdkh, a.D);
-            gemm(true, false, kv, a.D, m, scale, dS, kv, tqb, TQ.ld, T(1), tdkh, a.D);
+          if (!need_q && !need_k) return;
+          gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(bh), V.ld, T(0), dS, kv);
+          bool jacobian_applied = false;
+          if constexpr (plain) {
+            if (fwd) {
+              const T* tgb = TG.at(bh, i0);
+              gemm(false, true, m, kv, a.Dv, T(1), tgb, TG.ld, V.at(bh), V.ld, T(0), dSt, kv);
+              gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, TV.at(bh), TV.ld, T(1), dSt, kv);
+              for (int64_t i = 0; i < m; ++i) {  // dP -> dS and dPt -> dSt, row by row
+                T *d = dS + i * kv, *dt = dSt + i * kv;
+                const T *p = P + i * kv, *pt = Pt + i * kv;
+                const T r = detail::row_dot(d, p, kv), rt = detail::row_dot(dt, p, kv) + detail::row_dot(d, pt, kv);
+#pragma omp simd
+                for (int64_t j = 0; j < kv; ++j) {
+                  const T x = d[j] - r;
+                  dt[j] = pt[j] * x + p[j] * (dt[j] - rt);
+                  d[j] = p[j] * x;
+                }
+              }
+              jacobian_applied = true;
+            }
           }
-        }
-      });
+          if (!jacobian_applied) softmax_jacobian_rows(P, dS, m, kv);  // dP -> dS in place
+          const In* dSb = block_operand(dS, m * kv, buf);
+          if (need_q) {
+            gemm(false, false, m, a.D, kv, scale, dSb, kv, K.at(bh), K.ld, T(0), dqb, a.D);
+            if constexpr (plain) {
+              if (fwd) {
+                gemm(false, false, m, a.D, kv, scale, dSt, kv, K.at(bh), K.ld, T(0), tdqb, a.D);
+                gemm(false, false, m, a.D, kv, scale, dS, kv, TK.at(bh), TK.ld, T(1), tdqb, a.D);
+              }
+            }
+          }
+          if (need_k) {
+            gemm(true, false, kv, a.D, m, scale, dSb, kv, qb, Q.ld, T(1), dkh, a.D);
+            if constexpr (plain) {
+              if (fwd) {
+                gemm(true, false, kv, a.D, m, scale, dSt, kv, qb, Q.ld, T(1), tdkh, a.D);
+                gemm(true, false, kv, a.D, m, scale, dS, kv, TQ.at(bh, i0), TQ.ld, T(1), tdkh, a.D);
+              }
+            }
+          }
+        });
+      };
+      if constexpr (std::is_same_v<T, float>) {
+        if (!fwd && in_bf16<T>()) return run.template operator()<bfloat16>(rounded(q), rounded(k), rounded(v), rounded(g));
+      }
+      run.template operator()<T>(q, k, v, g);
     });
   }
   gin[0] = dq, gin[1] = dk, gin[2] = dv;
@@ -450,27 +526,39 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const bool keep_probs = attn_weights != nullptr;
   Tensor probs = keep_probs ? empty({a.B, a.H, a.Tq, a.Tk}, q.dtype()) : Tensor();
   Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
+  Tensor qb, kb, vb;  // under autocast: q, k, v rounded once for every GEMM (and kept by the node)
   if (a.B * a.H * a.Tq > 0) {
     dispatch_float(q.dtype(), op, [&](auto tag) {
       using T = decltype(tag);
-      const auto Q = head_matrices<T>(q), K = head_matrices<T>(k), V = head_matrices<T>(v);
-      const int64_t rows = keep_probs ? a.Tq : a.rows_per_block();
-      for_each_block<T>(a, rows, !keep_probs, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* scratch) {
-        const int64_t ld = keep_probs ? a.Tk : kv;
-        T* S = keep_probs ? probs.data<T>() + (bh * a.Tq + i0) * a.Tk : scratch;
-        head_probabilities(a, Q, K, bh, pad, i0, i1, kv, S, ld);
-        T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
-        if (kv > 0 && a.Dv > 0)
-          gemm(false, false, i1 - i0, a.Dv, kv, T(1), S, ld, V.at(bh), V.ld, T(0), o, a.Dv);
-        else
-          std::fill(o, o + (i1 - i0) * a.Dv, T(0));
-      });
+      auto attend = [&]<class In>(const Tensor& qi, const Tensor& ki, const Tensor& vi) {
+        const auto Q = head_matrices<In>(qi), K = head_matrices<In>(ki), V = head_matrices<In>(vi);
+        const int64_t rows = keep_probs ? a.Tq : a.rows_per_block();
+        for_each_block<T, In>(a, rows, !keep_probs,
+                              [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* scratch, In* rounded_p) {
+                                const int64_t ld = keep_probs ? a.Tk : kv, m = i1 - i0;
+                                T* S = keep_probs ? probs.data<T>() + (bh * a.Tq + i0) * a.Tk : scratch;
+                                head_probabilities<T>(a, Q, K, bh, pad, i0, i1, kv, S, ld);
+                                T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
+                                if (kv > 0 && a.Dv > 0)
+                                  gemm(false, false, m, a.Dv, kv, T(1), block_operand(S, m * ld, rounded_p), ld,
+                                       V.at(bh), V.ld, T(0), o, a.Dv);
+                                else
+                                  std::fill(o, o + m * a.Dv, T(0));
+                              });
+      };
+      if constexpr (std::is_same_v<T, float>) {
+        if (in_bf16<T>()) {
+          qb = rounded(q), kb = rounded(k), vb = rounded(v);
+          return attend.template operator()<bfloat16>(qb, kb, vb);
+        }
+      }
+      attend.template operator()<T>(q, k, v);
     });
   }
   if (attn_weights) *attn_weights = probs;
   if (Node* n = record(attention_op, out, q, k, v)) {
     n->attrs<AttentionAttrs>() = {.causal = causal};
-    n->save(AttentionSaved{.q = q, .k = k, .v = v, .key_padding_mask = key_padding_mask});
+    n->save(AttentionSaved{.q = {q, qb}, .k = {k, kb}, .v = {v, vb}, .key_padding_mask = key_padding_mask});
   }
   return out;
 }
