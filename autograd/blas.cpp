@@ -28,6 +28,8 @@
 #include "autograd/onednn.h"
 #include "autograd/parallel.h"
 #include "autograd/profiler.h"
+#include "autograd/shape.h"
+#include "autograd/storage.h"
 
 namespace tg {
 namespace {
@@ -349,18 +351,20 @@ int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const
 }
 
 // An operand of an autocast GEMM as bfloat16: a kept parameter's copy (same
-// strides), or its stored (rows, cols) block rounded into this thread's
-// buffer `scratch` (leading dimension cols).
+// strides), or its stored (rows, cols) block rounded into `block` (leading
+// dimension cols), a block of the tensors' caching allocator held for the
+// GEMM: between GEMMs the memory serves tensors, where a buffer of the
+// thread's own would sit beside them at the size of the largest operand.
 struct Rounded {
   const bfloat16* p;
   int64_t ld;
-  uint64_t generation = 0;  // of a kept copy's values; 0 for this thread's buffer
+  uint64_t generation = 0;  // of a kept copy's values; 0 for a rounded block
 };
-Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<bfloat16>& scratch) {
+Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, std::shared_ptr<Storage>& block) {
   uint64_t generation = 0;
   if (const bfloat16* kept = detail::autocast_cached(x, &generation)) return {kept, ld, generation};
-  detail::grow_scratch(scratch, rows * cols);
-  bfloat16* out = scratch.data();
+  block = new_storage(static_cast<size_t>(rows * cols) * sizeof(bfloat16), Shape{rows, cols}, DType::bf16);
+  bfloat16* out = static_cast<bfloat16*>(block->data);
   parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) float_to_bf16(x + r * ld, out + r * cols, cols);
   });
@@ -369,10 +373,10 @@ Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, st
 
 int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  thread_local std::vector<bfloat16> a_scratch, b_scratch;
+  std::shared_ptr<Storage> a_block, b_block;
   // Stored as (M,K), or (K,M) when transposed; B likewise.
-  const Rounded a = round_operand(A, ta ? K : M, ta ? M : K, lda, a_scratch);
-  const Rounded b = round_operand(B, tb ? N : K, tb ? K : N, ldb, b_scratch);
+  const Rounded a = round_operand(A, ta ? K : M, ta ? M : K, lda, a_block);
+  const Rounded b = round_operand(B, tb ? N : K, tb ? K : N, ldb, b_block);
   return split_gemm(ta, tb, M, N, K, alpha, a.p, a.ld, b.p, b.ld, beta, C, ldc, b.generation);
 }
 

@@ -62,8 +62,9 @@ struct SideOutput : Tensor {
 /// form; recorded and tangent forms read it as float32), with `rounded`, the
 /// bfloat16 copy of it that the forward's GEMMs read under autocast. The
 /// node keeps that copy in place of the float32 input where it may: when
-/// rounded is given, the input is not a leaf that requires grad, and no
-/// forward-mode level is open (its tangent would be lost). Read back (Node::saved_tensor), it is the
+/// rounded is given, the input is not a leaf that requires grad, no
+/// forward-mode level is open (its tangent would be lost), and the input is
+/// not saved by reference (saved_by_reference: that costs nothing). Read back (Node::saved_tensor), it is the
 /// bfloat16 copy in a plain backward and, in grad mode, its values as
 /// float32 attached to the input's producer, so that a recorded backward
 /// differentiates through it as through the input. Without `rounded` it is

@@ -1,9 +1,9 @@
 #include "autograd/storage.h"
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,23 +27,36 @@ size_t round_size(size_t n) {
   return (n + step - 1) / step * step;
 }
 
+// A request takes a cached block of its own size class or, failing that, the
+// smallest one at most this much larger, before asking the system: the
+// blocks a backward frees (activations) then serve its temporaries of other
+// sizes (bfloat16 copies, gradients), and the cache holds fewer blocks that
+// only one size can use. Measured on the four lm_train workloads (Zen 4,
+// peak RSS): 1.5 to 1.75 held the least in float32 and in bfloat16; 2 let
+// small requests take the blocks that larger ones then had to allocate again
+// (LSTM float32: +4 MiB).
+constexpr double kMaxOversize = 1.5;
+
 struct Cache {
   std::mutex mu;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  std::map<size_t, std::vector<void*>> free_blocks;  // by block size
   MemoryStats stats;
 
-  // A block of `bytes`, or nullptr when the system refuses it even after the
-  // cache was given back (the counters then say so: the caller throws).
-  // `refuse`: an injected failure (autograd/fault.h), counted as a real one.
-  void* get(size_t bytes, bool refuse) {
+  // A block of at least `bytes` (its size in `bytes` on return), or nullptr
+  // when the system refuses it even after the cache was given back (the
+  // counters then say so: the caller throws). `refuse`: an injected failure
+  // (autograd/fault.h), counted as a real one.
+  void* get(size_t& bytes, bool refuse) {
     std::lock_guard lock(mu);
     if (refuse) {
       ++stats.ooms;
       return nullptr;
     }
-    auto it = free_blocks.find(bytes);
+    auto it = free_blocks.lower_bound(bytes);
+    while (it != free_blocks.end() && it->first <= kMaxOversize * static_cast<double>(bytes) && it->second.empty()) ++it;
     void* p = nullptr;
-    if (it != free_blocks.end() && !it->second.empty()) {
+    if (it != free_blocks.end() && it->first <= kMaxOversize * static_cast<double>(bytes)) {
+      bytes = it->first;
       p = it->second.back();
       it->second.pop_back();
       ++stats.cache_hits;
@@ -108,7 +121,7 @@ Storage::~Storage() {
 
 std::shared_ptr<Storage> new_storage(size_t nbytes, const Shape& shape, DType dtype) {
   auto s = std::make_shared<Storage>();
-  const size_t bytes = round_size(std::max<size_t>(nbytes, 1));
+  size_t bytes = round_size(std::max<size_t>(nbytes, 1));
   s->data = cache().get(bytes, detail::allocation_fails());
   if (!s->data) {
     const MemoryStats now = memory_stats();

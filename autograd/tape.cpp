@@ -170,23 +170,25 @@ SavedTensor held(const Tensor& t, int32_t output) {
 }
 }  // namespace
 
+bool saved_by_reference(const Tensor& t) {
+  // Only while t still holds what its producer wrote: after an in-place
+  // write (even one not recorded, under no_grad) a rebuild would differ.
+  // recompute rebuilds the output, not a side output.
+  const Node* producer = t.defined() ? t.impl()->grad_fn.get() : nullptr;
+  return producer && producer->output_by_reference && !producer->released && t.impl()->output_nr == 0 &&
+         t.version() == producer->out_version;
+}
+
 void Node::save_slot(const Tensor& t) {
-  if (t.defined()) {
-    Node* producer = t.impl()->grad_fn.get();
-    if (producer == this) {
-      // Our own output: held without grad_fn, or the node would own itself.
-      saved.push_back(held(t.detach(), static_cast<int32_t>(t.impl()->output_nr)));
-      return;
-    }
-    // Only while t still holds what its producer wrote: after an in-place
-    // write (even one not recorded, under no_grad) a rebuild would differ.
-    // recompute rebuilds the output, not a side output.
-    if (producer && producer->output_by_reference && !producer->released && t.impl()->output_nr == 0 &&
-        t.version() == producer->out_version) {
-      SavedTensor& s = saved.emplace_back();
-      s.producer = NodeRef(producer);
-      return;
-    }
+  if (t.defined() && t.impl()->grad_fn.get() == this) {
+    // Our own output: held without grad_fn, or the node would own itself.
+    saved.push_back(held(t.detach(), static_cast<int32_t>(t.impl()->output_nr)));
+    return;
+  }
+  if (saved_by_reference(t)) {
+    SavedTensor& s = saved.emplace_back();
+    s.producer = t.impl()->grad_fn;
+    return;
   }
   saved.push_back(held(t, -1));
 }
@@ -196,7 +198,7 @@ void Node::save_operand_slot(const GemmOperand& t) {
   // for; under an open forward-AD level the input's tangent, which a
   // backward over it reads, would be lost with the input.
   const bool leaf = t.defined() && t.requires_grad() && !t.impl()->grad_fn;
-  if (!t.rounded.defined() || leaf || t_fw_level != 0) return save_slot(t);
+  if (!t.rounded.defined() || leaf || t_fw_level != 0 || saved_by_reference(t)) return save_slot(t);
   SavedTensor& s = saved.emplace_back(held(t.rounded, static_cast<int32_t>(t.impl()->output_nr)));
   s.rounded = true;
   if (t.requires_grad()) s.source = t.impl()->grad_fn;

@@ -97,6 +97,27 @@ BOOST_AUTO_TEST_CASE(memory_stats_count_allocations_and_peak) {
   BOOST_TEST(summary.find("out of memory") != std::string::npos);
 }
 
+// A request with no cached block of its size class takes the smallest cached
+// block up to 1.5 times its size (what a backward frees serves its
+// temporaries of other sizes); a smaller request goes to the system.
+BOOST_AUTO_TEST_CASE(a_request_takes_a_cached_block_up_to_half_as_large_again) {
+  empty_cache();
+  { Tensor big = empty({1 << 18}); }  // 1 MiB, now cached
+  const MemoryStats before = memory_stats();
+  {
+    Tensor near = empty({3 << 16});  // 768 KiB: takes the 1 MiB block
+    const MemoryStats during = memory_stats();
+    BOOST_TEST(during.system_allocs == before.system_allocs);
+    BOOST_TEST(during.cache_hits == before.cache_hits + 1);
+    BOOST_TEST(during.bytes_in_use == before.bytes_in_use + (1 << 20));  // the block's size, given back whole
+  }
+  BOOST_TEST(memory_stats().bytes_cached == before.bytes_cached);
+  {
+    Tensor small = empty({1 << 16});  // 256 KiB: a quarter of the block, from the system
+    BOOST_TEST(memory_stats().system_allocs == before.system_allocs + 1);
+  }
+}
+
 // Slices of one tensor (attention's q, k and v of one projection) send their
 // gradients into one buffer of the whole: the first slice's backward makes
 // it, the others add into it (OpDef::accumulate), so backward through three

@@ -41,7 +41,7 @@
 namespace tg {
 namespace {
 
-using detail::check_floating, detail::dense, detail::tangent_or_zeros;
+using detail::bf16_operand, detail::check_floating, detail::dense, detail::tangent_or_zeros;
 
 struct AttentionAttrs {
   bool causal;
@@ -180,28 +180,6 @@ const In* block_operand(const T* x, int64_t n, In* buf) {
     float_to_bf16(x, buf, n);
     return buf;
   }
-}
-
-// x (float32) as a contiguous bfloat16 tensor, rounded to nearest even as
-// autocast's GEMMs round their operands; a bfloat16 x as it is.
-// Rows are read in place where the last dim is dense (q, k, v as views of
-// one projection, a permuted gradient): no float32 copy first.
-Tensor rounded(const Tensor& x) {
-  if (x.dtype() == DType::bf16) return x;
-  const Tensor d = x.dim() > 0 && x.strides().back() == 1 ? x : dense(x);
-  Tensor out = empty(d.shape(), DType::bf16);
-  const int64_t cols = d.dim() > 0 ? d.shape().back() : 1, rows = cols > 0 ? d.numel() / cols : 0;
-  const float* src = d.data<float>();
-  bfloat16* dst = out.data<bfloat16>();
-  parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      int64_t offset = 0;  // of row r: its index over the leading dims, by their strides
-      for (int64_t dim = d.dim() - 2, rest = r; dim >= 0; rest /= d.shape()[dim--])
-        offset += rest % d.shape()[dim] * d.strides()[dim];
-      float_to_bf16(src + offset, dst + r * cols, cols);
-    }
-  });
-  return out;
 }
 
 // Whether this thread's attention GEMMs on T operands run in bfloat16.
@@ -445,7 +423,7 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
         });
       };
       if constexpr (std::is_same_v<T, float>) {
-        if (!fwd && in_bf16<T>()) return run.template operator()<bfloat16>(rounded(q), rounded(k), rounded(v), rounded(g));
+        if (!fwd && in_bf16<T>()) return run.template operator()<bfloat16>(bf16_operand(q), bf16_operand(k), bf16_operand(v), bf16_operand(g));
       }
       run.template operator()<T>(q, k, v, g);
     });
@@ -548,7 +526,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       };
       if constexpr (std::is_same_v<T, float>) {
         if (in_bf16<T>()) {
-          qb = rounded(q), kb = rounded(k), vb = rounded(v);
+          qb = bf16_operand(q), kb = bf16_operand(k), vb = bf16_operand(v);
           return attend.template operator()<bfloat16>(qb, kb, vb);
         }
       }

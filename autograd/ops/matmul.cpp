@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "autograd/autocast.h"
 #include "autograd/blas.h"
 #include "autograd/op.h"
 #include "autograd/parallel.h"
@@ -108,8 +109,8 @@ bool broadcast_in(const Shape& batch, const MatBatch& m) {
   return true;
 }
 
-template <class T>
-void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const T* pa, const T* pb, T* pc, T beta) {
+template <class In, class T>
+void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const In* pa, const In* pb, T* pc, T beta) {
   GemmArg ga, gb, gc;
   gemm_layout(A, ga);
   gemm_layout(B, gb);
@@ -120,24 +121,25 @@ void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const T* 
     gemm(ga.trans, gb.trans, C.rows, C.cols, A.cols, T(1), pa, ga.ld, pb, gb.ld, beta, pc, gc.ld);
 }
 
-// An uninitialised gradient for operand x of a product with `inner` entries
-// in its inner dim, column-major where x is a transposed view (linear's
-// weight^T): the transpose's gradient is then dense, not read across rows.
-Tensor gradient_like(const Tensor& x, int64_t inner) {
+// An uninitialised gradient (of dtype) for operand x of a product with
+// `inner` entries in its inner dim, column-major where x is a transposed view
+// (linear's weight^T): the transpose's gradient is then dense, not read
+// across rows.
+Tensor gradient_like(const Tensor& x, int64_t inner, DType dtype) {
   const int r = x.dim();
   const bool column_major = r >= 2 && inner > 0 && x.shape()[r - 2] > 1 && x.shape()[r - 1] > 1 &&
                             x.strides()[r - 2] == 1 && x.strides()[r - 1] >= x.shape()[r - 2];
-  if (!column_major) return empty(x.shape(), x.dtype());
+  if (!column_major) return empty(x.shape(), dtype);
   Shape swapped = x.shape();
   std::swap(swapped[r - 2], swapped[r - 1]);
-  return empty(swapped, x.dtype()).transpose(r - 2, r - 1);
+  return empty(swapped, dtype).transpose(r - 2, r - 1);
 }
 
 // C (batch..., M, N) = A (batch..., M, K) @ B (batch..., K, N), or += when
 // accumulate. Where C's batch stride is 0 the products are summed into it
 // (the backward of a broadcast batch dim). A and B must be GEMM-readable.
-template <class T>
-void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const T* pa, const T* pb, T* pc,
+template <class In, class T>
+void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const In* pa, const In* pb, T* pc,
                   bool accumulate) {
   const int64_t M = C.rows, N = C.cols, K = A.cols, count = batch.numel();
   if (M == 0 || N == 0 || count == 0) return;
@@ -155,11 +157,11 @@ void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const 
   // One GEMM: batch folded into M (B shared by every product) ...
   MatBatch A1 = A, C1 = C;
   if (broadcast_in(batch, B) && !c_reduced && fold_batch(batch, A1, true) && fold_batch(batch, C1, true))
-    return gemm_one<T>(A1, B, C1, pa, pb, pc, accumulate ? T(1) : T(0));
+    return gemm_one<In, T>(A1, B, C1, pa, pb, pc, accumulate ? T(1) : T(0));
   // ... or into K (every product summed into one C).
   MatBatch A2 = A, B2 = B;
   if (broadcast_in(batch, C) && count > 1 && fold_batch(batch, A2, false) && fold_batch(batch, B2, true))
-    return gemm_one<T>(A2, B2, C, pa, pb, pc, accumulate ? T(1) : T(0));
+    return gemm_one<In, T>(A2, B2, C, pa, pb, pc, accumulate ? T(1) : T(0));
   // A loop over the batch. A summed-into C starts from zero, then accumulates.
   if (c_reduced && !accumulate) zero_c();
   const T beta = c_reduced || accumulate ? T(1) : T(0);
@@ -171,7 +173,7 @@ void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const 
       ob += i * B.bstride[d];
       oc += i * C.bstride[d];
     }
-    gemm_one<T>(A, B, C, pa + oa, pb + ob, pc + oc, beta);
+    gemm_one<In, T>(A, B, C, pa + oa, pb + ob, pc + oc, beta);
   }
 }
 
@@ -189,18 +191,58 @@ void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool tra
     NoGradGuard ng;
     return o.t.contiguous();
   };
-  const Tensor ta = readable(a), tb = readable(b);
+  Tensor ta = readable(a), tb = readable(b);
+  // A bfloat16 operand (under autocast: a kept copy of an activation, a
+  // gradient that two GEMMs read) makes the product bfloat16: the other one
+  // is read from autocast's kept copy of a parameter, else rounded here.
+  const bool bf16 = ta.dtype() == DType::bf16 || tb.dtype() == DType::bf16;
+  const bfloat16 *kept_a = nullptr, *kept_b = nullptr;
+  if (bf16) {
+    auto as_bf16 = [](Tensor& t, const bfloat16*& kept) {
+      if (t.dtype() == DType::bf16 || (kept = detail::autocast_cached(t.data<float>()))) return;
+      t = detail::bf16_operand(t);
+    };
+    as_bf16(ta, kept_a);
+    as_bf16(tb, kept_b);
+  }
   MatBatch A = describe_mat(ta, batch, a.has_rows, a.has_cols);
   MatBatch B = describe_mat(tb, batch, b.has_rows, b.has_cols);
   MatBatch C = describe_mat(out.t, batch, out.has_rows, out.has_cols);
   if (transpose_a) A = transposed(A);
   if (transpose_b) B = transposed(B);
+  if (bf16)
+    return batched_gemm<bfloat16, float>(batch, A, B, C, kept_a ? kept_a : ta.data<bfloat16>(),
+                                         kept_b ? kept_b : tb.data<bfloat16>(), out.t.data<float>(), accumulate);
   dispatch_float(out.t.dtype(), "matmul", [&](auto tag) {
     using scalar_t = decltype(tag);
-    batched_gemm<scalar_t>(batch, A, B, C, ta.data<scalar_t>(), tb.data<scalar_t>(), out.t.data<scalar_t>(),
-                           accumulate);
+    batched_gemm<scalar_t, scalar_t>(batch, A, B, C, ta.data<scalar_t>(), tb.data<scalar_t>(),
+                                     out.t.data<scalar_t>(), accumulate);
   });
 }
+
+}  // namespace
+
+namespace detail {
+Tensor bf16_operand(const Tensor& x) {
+  if (x.dtype() == DType::bf16) return x;
+  const Tensor d = x.dim() > 0 && x.strides().back() == 1 ? x : dense(x);
+  Tensor out = empty(d.shape(), DType::bf16);
+  const int64_t cols = d.dim() > 0 ? d.shape().back() : 1, rows = cols > 0 ? d.numel() / cols : 0;
+  const float* src = d.data<float>();
+  bfloat16* dst = out.data<bfloat16>();
+  parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t offset = 0;  // of row r: its index over the leading dims, by their strides
+      for (int64_t dim = d.dim() - 2, rest = r; dim >= 0; rest /= d.shape()[dim--])
+        offset += rest % d.shape()[dim] * d.strides()[dim];
+      float_to_bf16(src + offset, dst + r * cols, cols);
+    }
+  });
+  return out;
+}
+}  // namespace detail
+
+namespace {
 
 // matmul, linear: a and b (x and weight) floating, of one dtype.
 void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
@@ -209,11 +251,12 @@ void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
 }
 
 struct MatmulSaved {
-  Tensor a, b;
+  GemmOperand a, b;
   static constexpr std::tuple fields{saved_field("a", &MatmulSaved::a), saved_field("b", &MatmulSaved::b)};
 };
 struct LinearSaved {
-  Tensor x, weight;  // (..., IC), (OC, IC)
+  GemmOperand x;  // (..., IC)
+  Tensor weight;  // (OC, IC)
   static constexpr std::tuple fields{saved_field("x", &LinearSaved::x), saved_field("weight", &LinearSaved::weight)};
 };
 
@@ -234,10 +277,24 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out, bool accu
               accumulate);
 }
 
+// Under autocast, the bfloat16 copy of operand x that a node recording the
+// product now keeps in its place (GemmOperand), made ahead so that the
+// forward's GEMM reads it too; undefined where the node keeps x itself: by
+// reference, or a leaf (a parameter, whose copy autocast keeps per version,
+// or data that its caller holds anyway).
+template <class... Ts>
+Tensor kept_copy(const Tensor& x, const Ts&... inputs) {
+  if (!autocast_enabled() || x.dtype() != DType::f32 || x.is_leaf() || !may_record(inputs...) ||
+      saved_by_reference(x))
+    return Tensor();
+  return detail::bf16_operand(x);
+}
+
 // The forward of matmul, and of linear as x @ weight^T (the transpose a GEMM
-// flag, not a copy). A bias (N) is written into out's rows first and GEMM
-// adds onto it (beta = 1), so there is no separate bias pass.
-Tensor product(std::string_view op, const Tensor& a, const Tensor& b, const Tensor& bias) {
+// flag, not a copy), into a new tensor of dtype (a and b may be their
+// bfloat16 copies under autocast). A bias (N) is written into out's rows
+// first and GEMM adds onto it (beta = 1), so there is no separate bias pass.
+Tensor product(std::string_view op, const Tensor& a, const Tensor& b, const Tensor& bias, DType dtype) {
   if (a.dim() == 0 || b.dim() == 0)
     throw ShapeError(
         fmt::format("{}: both arguments need at least 1 dimension, got {} and {}", op, a.shape(), b.shape()));
@@ -246,11 +303,11 @@ Tensor product(std::string_view op, const Tensor& a, const Tensor& b, const Tens
   Shape out_shape = matmul_batch(a, b);
   if (a.dim() >= 2) out_shape.push_back(a.shape()[a.dim() - 2]);
   if (b.dim() >= 2) out_shape.push_back(b.shape().back());
-  Tensor out = empty(out_shape, a.dtype());
+  Tensor out = empty(out_shape, dtype);
   if (bias.defined() && out.numel() > 0) {
     const Tensor bc = bias.contiguous();
     const int64_t n = bias.numel();
-    dispatch_float(a.dtype(), op, [&](auto tag) {
+    dispatch_float(dtype, op, [&](auto tag) {
       using scalar_t = decltype(tag);
       const scalar_t* pb = bc.data<scalar_t>();
       scalar_t* po = out.data<scalar_t>();
@@ -266,17 +323,20 @@ Tensor product(std::string_view op, const Tensor& a, const Tensor& b, const Tens
 }
 
 // grad_a = g @ b^T, grad_b = a^T @ g, each summed over the batch dims its
-// input was broadcast along (the sum happens inside the GEMMs).
-void product_backward(const Node& n, const Tensor& a, const Tensor& b, const Tensor& g, std::span<Tensor> gin) {
+// input was broadcast along (the sum happens inside the GEMMs). a and b may
+// be the bfloat16 copies the node kept; under autocast g is rounded once for
+// both GEMMs.
+void product_backward(const Node& n, const Tensor& a, const Tensor& b, const Tensor& g_out, std::span<Tensor> gin) {
+  const Tensor g = autocast_enabled() && g_out.dtype() == DType::f32 ? detail::bf16_operand(g_out) : g_out;
   const Shape batch = matmul_batch(a, b);
   const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
   const int64_t M = a_rows ? a.shape()[a.dim() - 2] : 1, N = b_cols ? b.shape().back() : 1;
   if (n.needs(0)) {
-    gin[0] = gradient_like(a, N);
+    gin[0] = gradient_like(a, N, n.edges[0].dtype);
     run_product(batch, {g, a_rows, b_cols}, {b, true, b_cols}, {gin[0], a_rows, true}, false, true, false);
   }
   if (n.needs(1)) {
-    gin[1] = gradient_like(b, M);
+    gin[1] = gradient_like(b, M, n.edges[1].dtype);
     run_product(batch, {a, a_rows, true}, {g, a_rows, b_cols}, {gin[1], true, b_cols}, true, false, false);
   }
 }
@@ -342,8 +402,9 @@ static const OpDef matmul_op({
 Tensor matmul(const Tensor& a, const Tensor& b) {
   ProfileScope prof(matmul_op.name);
   check_operands(matmul_op.name, a, b);
-  Tensor out = product(matmul_op.name, a, b, Tensor());
-  if (Node* n = record(matmul_op, out, a, b)) n->save(MatmulSaved{.a = a, .b = b});
+  const Tensor ab = kept_copy(a, a, b), bb = kept_copy(b, a, b);
+  Tensor out = product(matmul_op.name, ab.defined() ? ab : a, bb.defined() ? bb : b, Tensor(), a.dtype());
+  if (Node* n = record(matmul_op, out, a, b)) n->save(MatmulSaved{.a = {a, ab}, .b = {b, bb}});
   return out;
 }
 
@@ -420,8 +481,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       throw ShapeError(fmt::format("{}: bias {} does not match weight {}: expected ({})", op, bias.shape(),
                                    weight.shape(), out_features));
   }
-  Tensor out = product(op, x, weight.transpose(0, 1), bias);
-  if (Node* n = record(linear_op, out, x, weight, bias)) n->save(LinearSaved{.x = x, .weight = weight});
+  const Tensor xb = kept_copy(x, x, weight, bias);
+  Tensor out = product(op, xb.defined() ? xb : x, weight.transpose(0, 1), bias, x.dtype());
+  if (Node* n = record(linear_op, out, x, weight, bias)) n->save(LinearSaved{.x = {x, xb}, .weight = weight});
   return out;
 }
 
