@@ -64,11 +64,11 @@ struct SideOutput : Tensor {
 /// node keeps that copy in place of the float32 input where it may: when
 /// rounded is given, the input is not a leaf that requires grad, no
 /// forward-mode level is open (its tangent would be lost), and the input is
-/// not saved by reference (saved_by_reference: that costs nothing). Read back (Node::saved_tensor), it is the
-/// bfloat16 copy in a plain backward and, in grad mode, its values as
-/// float32 attached to the input's producer, so that a recorded backward
-/// differentiates through it as through the input. Without `rounded` it is
-/// saved like a Tensor field.
+/// not saved by reference (saved_by_reference: that costs nothing). Read
+/// back (Node::saved_tensor), it is the bfloat16 copy in a plain backward
+/// and, in grad mode, its values as float32 attached to the input's
+/// producer, so that a recorded backward differentiates through it as
+/// through the input. Without `rounded` it is saved like a Tensor field.
 struct GemmOperand : Tensor {
   GemmOperand() = default;
   /// Implicit, so that a saved struct is written `.x = x` (nothing rounded).
@@ -92,7 +92,7 @@ constexpr SavedField<S, M> saved_field(std::string_view name, M S::*member) {
 enum class SavedKind : uint8_t {
   tensor,       ///< a Tensor: one slot
   side_output,  ///< a SideOutput: one slot, and the node's next side output
-  gemm_operand, ///< a GemmOperand: one slot, its bfloat16 copy where it may
+  gemm_operand,  ///< a GemmOperand: one slot, its bfloat16 copy where it may
   list,         ///< a std::vector<Tensor>, the last field: one slot per element
 };
 /// A field as OpDef::saves describes it.
@@ -126,7 +126,8 @@ constexpr SavedKind saved_kind() {
   else if constexpr (std::is_same_v<M, std::vector<Tensor>>)
     return SavedKind::list;
   else
-    static_assert(sizeof(M) == 0, "a saved field is a Tensor, a SideOutput, a GemmOperand or a std::vector<Tensor> (last)");
+    static_assert(sizeof(M) == 0,
+                  "a saved field is a Tensor, a SideOutput, a GemmOperand or a std::vector<Tensor> (last)");
   return SavedKind::tensor;
 }
 

@@ -52,10 +52,11 @@ struct Cache {
       ++stats.ooms;
       return nullptr;
     }
+    auto fits = [&](auto i) { return i != free_blocks.end() && i->first <= kMaxOversize * static_cast<double>(bytes); };
     auto it = free_blocks.lower_bound(bytes);
-    while (it != free_blocks.end() && it->first <= kMaxOversize * static_cast<double>(bytes) && it->second.empty()) ++it;
+    while (fits(it) && it->second.empty()) ++it;
     void* p = nullptr;
-    if (it != free_blocks.end() && it->first <= kMaxOversize * static_cast<double>(bytes)) {
+    if (fits(it)) {
       bytes = it->first;
       p = it->second.back();
       it->second.pop_back();

@@ -395,7 +395,8 @@ BOOST_AUTO_TEST_CASE(kept_bfloat16_operands_give_what_rounding_in_each_gemm_give
     return result;
   };
   const std::vector<Tensor> kept = run(true), rounded_each_time = run(false);
-  for (size_t k = 0; k < kept.size(); ++k) BOOST_TEST(max_abs_diff(kept[k], rounded_each_time[k]) == 0.0, "result " << k);
+  for (size_t k = 0; k < kept.size(); ++k)
+    BOOST_TEST(max_abs_diff(kept[k], rounded_each_time[k]) == 0.0, "result " << k);
 }
 
 // ---------------------------------------------------------------- the op table

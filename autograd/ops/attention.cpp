@@ -102,7 +102,7 @@ struct AttentionDims {
 // query rows [i0, i1) of every head bh, kv = visible(i1 - 1) the keys they
 // see; scratch is the thread's nbuf buffers of rows * Tk values, one after
 // another, and rounded, where the GEMMs read In = bfloat16 operands, one
-// more of that size to round a block into (null where In is T). Heads
+// more of that size to round a block into (unused where In is T). Heads
 // go to the pool's threads, each head's GEMMs whole on the thread that has it
 // (splitting them too would only add waits). With fewer heads than threads,
 // the heads run one after another and gemm() splits each GEMM that is worth it.
@@ -325,7 +325,8 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
   if (fwd) tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
   auto grad = [&](bool need, const Shape& shape) { return need ? empty(shape, g.dtype()) : Tensor(); };
   Tensor dq = grad(need_q, q.shape()), dk = grad(need_k, k.shape()), dv = grad(need_v, v.shape());
-  Tensor tdq = grad(fwd && need_q, q.shape()), tdk = grad(fwd && need_k, k.shape()), tdv = grad(fwd && need_v, v.shape());
+  Tensor tdq = grad(fwd && need_q, q.shape()), tdk = grad(fwd && need_k, k.shape());
+  Tensor tdv = grad(fwd && need_v, v.shape());
   if (a.B * a.H * a.Tq * a.Tk * a.Dv == 0) {  // empty attention: nothing flows back
     for (Tensor* t : {&dq, &dk, &dv, &tdq, &tdk, &tdv})
       if (t->defined()) t->zero_();
@@ -342,7 +343,8 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
         const auto G = head_matrices<In>(gi);
         HeadMatrices<T> TQ, TK, TV, TG;
         if constexpr (plain)
-          if (fwd) TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv), TG = head_matrices<T>(tg);
+          if (fwd)
+            TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv), TG = head_matrices<T>(tg);
         for_each_block<T, In>(a, rows, fwd ? 4 : 2, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P, In* buf) {
           const int64_t m = i1 - i0, qoff = (bh * a.Tq + i0) * a.D;
           // Per block (m, kv): P and dP -> dS; with tangents, their tangents Pt and dPt -> dSt.
@@ -423,7 +425,8 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
         });
       };
       if constexpr (std::is_same_v<T, float>) {
-        if (!fwd && in_bf16<T>()) return run.template operator()<bfloat16>(bf16_operand(q), bf16_operand(k), bf16_operand(v), bf16_operand(g));
+        if (!fwd && in_bf16<T>())
+          return run.template operator()<bfloat16>(bf16_operand(q), bf16_operand(k), bf16_operand(v), bf16_operand(g));
       }
       run.template operator()<T>(q, k, v, g);
     });

@@ -230,7 +230,8 @@ Tensor bf16_operand(const Tensor& x) {
   const int64_t cols = d.dim() > 0 ? d.shape().back() : 1, rows = cols > 0 ? d.numel() / cols : 0;
   const float* src = d.data<float>();
   bfloat16* dst = out.data<bfloat16>();
-  parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int64_t offset = 0;  // of row r: its index over the leading dims, by their strides
       for (int64_t dim = d.dim() - 2, rest = r; dim >= 0; rest /= d.shape()[dim--])
