@@ -365,9 +365,8 @@ Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, st
   if (const bfloat16* kept = detail::autocast_cached(x, &generation)) return {kept, ld, generation};
   block = new_storage(static_cast<size_t>(rows * cols) * sizeof(bfloat16), Shape{rows, cols}, DType::bf16);
   bfloat16* out = static_cast<bfloat16*>(block->data);
-  parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) float_to_bf16(x + r * ld, out + r * cols, cols);
-  });
+  const int64_t shape[] = {rows}, strides[] = {ld};
+  detail::round_rows(x, shape, strides, cols, out);
   return {out, cols};
 }
 
@@ -457,6 +456,21 @@ std::vector<GemmF32Choice> gemm_f32_choices() {
     out.push_back(choice);
   }
   return out;
+}
+
+void round_rows(const float* x, std::span<const int64_t> shape, std::span<const int64_t> strides, int64_t cols,
+                bfloat16* out) {
+  int64_t rows = 1;
+  for (int64_t n : shape) rows *= n;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t offset = 0;  // of row r: its index over the leading dims, by their strides
+      for (int64_t d = static_cast<int64_t>(shape.size()) - 1, rest = r; d >= 0; rest /= shape[d--])
+        offset += rest % shape[d] * strides[d];
+      float_to_bf16(x + offset, out + r * cols, cols);
+    }
+  });
 }
 
 void gemm_f32_on(GemmBackend backend, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -10,6 +10,7 @@
 // operands to bfloat16 (a parameter's copy is kept until it changes) and
 // runs the bfloat16 one.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,12 @@ std::vector<GemmF32Choice> gemm_f32_choices();
 // each other. Where oneDNN wins, it wins by 1.6-2x (Zen 5) or 4x (OpenBLAS's
 // SSE3 fallback).
 inline constexpr double kOnednnClearWin = 1.25;
+// Rows of `cols` floats rounded to bfloat16 into out (dense rows), on the
+// pool: row r's index over the leading dims `shape` (row-major) times their
+// `strides` is its offset from x. The autocast GEMM's operand rounding
+// (shape {rows}, strides {ld}) and a strided view's (bf16_operand).
+void round_rows(const float* x, std::span<const int64_t> shape, std::span<const int64_t> strides, int64_t cols,
+                bfloat16* out);
 // One float32 GEMM, whole, on the calling thread, on the backend named
 // (tests compare the two; gemm() picks one by the policy).
 void gemm_f32_on(GemmBackend backend, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

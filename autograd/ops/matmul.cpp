@@ -227,18 +227,11 @@ Tensor bf16_operand(const Tensor& x) {
   if (x.dtype() == DType::bf16) return x;
   const Tensor d = x.dim() > 0 && x.strides().back() == 1 ? x : dense(x);
   Tensor out = empty(d.shape(), DType::bf16);
-  const int64_t cols = d.dim() > 0 ? d.shape().back() : 1, rows = cols > 0 ? d.numel() / cols : 0;
-  const float* src = d.data<float>();
-  bfloat16* dst = out.data<bfloat16>();
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
-  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      int64_t offset = 0;  // of row r: its index over the leading dims, by their strides
-      for (int64_t dim = d.dim() - 2, rest = r; dim >= 0; rest /= d.shape()[dim--])
-        offset += rest % d.shape()[dim] * d.strides()[dim];
-      float_to_bf16(src + offset, dst + r * cols, cols);
-    }
-  });
+  const int lead = std::max(d.dim() - 1, 0);
+  const int64_t cols = d.dim() > 0 ? d.shape().back() : 1;
+  if (cols > 0)
+    round_rows(d.data<float>(), std::span(d.shape().begin(), lead), std::span(d.strides().begin(), lead), cols,
+               out.data<bfloat16>());
   return out;
 }
 }  // namespace detail
