@@ -1,7 +1,7 @@
 // Multi-head and additive attention, built from tg::linear, shape views and
 // tg::scaled_dot_product_attention. Heads are never copied apart: the fused
-// projection (B,T,n*C) is viewed as (B,T,n,H,D), whose slices along n,
-// permuted, are the (B,H,T,D) operands of the attention op.
+// projection (B,T,n*C) is viewed as (B,T,n,H,D) and permuted to (n,B,H,T,D),
+// whose slices are the (B,H,T,D) operands of the attention op.
 #include "nn/attention.h"
 
 #include <limits>
@@ -21,14 +21,12 @@ void check_mask(const AttentionMask& mask, int64_t B, int64_t Tk) {
     throw ShapeError(fmt::format("MultiHeadAttention: key_padding_mask {} must be (B,Tk) = ({},{})", m.shape(), B, Tk));
 }
 
-// y (B,T,n*C) -> n tensors (B,H,T,D), views of y. Selected before they are
-// permuted, so that their gradients gather into one (B,T,n,H,D) buffer that
-// is y's gradient as it stands (permuting first left it to be copied).
+// y (B,T,n*C) -> n tensors (B,H,T,D), views of y.
 std::vector<Tensor> split_heads(const Tensor& y, int64_t n, int64_t H) {
   const int64_t B = y.size(0), T = y.size(1), D = y.size(2) / (n * H);
-  const Tensor h = y.view({B, T, n, H, D});
+  Tensor h = y.view({B, T, n, H, D}).permute({2, 0, 3, 1, 4});
   std::vector<Tensor> out;
-  for (int64_t i = 0; i < n; ++i) out.push_back(h.select(2, i).permute({0, 2, 1, 3}));
+  for (int64_t i = 0; i < n; ++i) out.push_back(h.select(0, i));
   return out;
 }
 
