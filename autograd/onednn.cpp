@@ -28,11 +28,6 @@ namespace {
 // KV cache meets new ones at every token, so the caches start over past
 // kMaxKept entries rather than grow without bound.
 constexpr size_t kMaxKept = 1024;
-// Products of at most this many rows read B packed where it can be kept
-// (onednn_gemm's b_generation): a recurrence's per-step h W_hh^T (32 rows)
-// otherwise spends much of its time packing W_hh at every step. Larger
-// products amortise oneDNN's own packing.
-constexpr int64_t kPackedRows = 64;
 struct Key {
   bool bf16, ta, tb, packed_b;
   int64_t M, N, K, lda, ldb, ldc;

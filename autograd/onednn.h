@@ -12,6 +12,12 @@
 
 namespace tg::detail {
 
+// Products of at most this many rows read B packed where it can be kept
+// (onednn_gemm's b_generation): a recurrence's per-step h W_hh^T (32 rows)
+// otherwise spends much of its time packing W_hh at every step. Larger
+// products amortise oneDNN's own packing.
+inline constexpr int64_t kPackedRows = 64;
+
 // b_generation nonzero: B's values are named by it (see autocast_cached)
 // and stay as they are until it changes; for a product with few rows, the
 // calling thread keeps B packed in oneDNN's layout under (B, generation) and

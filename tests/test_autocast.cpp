@@ -11,6 +11,8 @@
 #include "autograd/autograd.h"
 #include "autograd/blas.h"
 #include "autograd/op.h"
+#include "autograd/ops/rnn/common.h"
+#include "autograd/ops/rnn_ops.h"
 #include "autograd/ops/samples.h"
 #include "testing.h"
 
@@ -286,6 +288,51 @@ BOOST_AUTO_TEST_CASE(pool_workers_take_the_callers_precision) {
   BOOST_TEST(max_abs_diff(a1, a32) < 5e-2);
   BOOST_TEST(max_abs_diff(l1, l32) < 5e-2);
   set_num_threads(2);
+}
+
+// Under bfloat16 autocast with enough batch rows, the recurrences split a
+// step by batch rows (each thread keeps W_hh packed) rather than by units:
+// at 2 threads that split must give what 1 thread gives (one part, every
+// row), outputs and the gradients of xp, w_hh and h0, up to the order of
+// float32 sums; with few rows, or in float32, the split stays by units.
+BOOST_AUTO_TEST_CASE(recurrences_split_by_rows_under_autocast) {
+  const int64_t T = 5, B = 32, H = 64;
+  struct Cell {
+    const char* name;
+    int64_t gates;
+    std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> run;
+  };
+  const std::vector<Cell> cells{
+      {"rnn_tanh", 1, [](const Tensor& xp, const Tensor& w, const Tensor& h0) { return rnn_tanh_recurrence(xp, w, h0); }},
+      {"lstm", 4, [](const Tensor& xp, const Tensor& w, const Tensor& h0) { return lstm_recurrence(xp, w, h0); }},
+      {"gru", 3, [](const Tensor& xp, const Tensor& w, const Tensor& h0) { return gru_recurrence(xp, w, Tensor(), h0); }},
+  };
+  for (const Cell& cell : cells) {
+    const Tensor w = (random({cell.gates * H, H}, 61) * 0.1).requires_grad_();
+    auto run = [&](int threads) {
+      set_num_threads(threads);
+      AutocastGuard bf16(DType::bf16);
+      const Tensor xp = random({T, B, cell.gates * H}, 62).requires_grad_(), h0 = random({B, H}, 63).requires_grad_();
+      const Tensor out = cell.run(xp, w, h0);
+      std::vector<Tensor> result = grad({sum(mul(out, random(out.shape(), 64)))}, {xp, w, h0});
+      result.insert(result.begin(), out);
+      return result;
+    };
+    const std::vector<Tensor> one = run(1), two = run(2);
+    for (size_t k = 0; k < one.size(); ++k) {
+      const double scale = std::max(1.0, max_abs_diff(one[k], zeros(one[k].shape())));
+      BOOST_TEST(max_abs_diff(one[k], two[k]) <= 1e-5 * scale, cell.name << " result " << k);
+    }
+  }
+  using detail::rnn::StepSplit;
+  set_num_threads(2);
+  {
+    AutocastGuard bf16(DType::bf16);
+    BOOST_TEST(StepSplit({T, B, H}, 4, DType::f32).by_rows);
+    BOOST_TEST(!StepSplit({T, 8, H}, 4, DType::f32).by_rows);  // 4 rows a thread: by units
+    BOOST_TEST(!StepSplit({T, B, H}, 4, DType::f64).by_rows);
+  }
+  BOOST_TEST(!StepSplit({T, B, H}, 4, DType::f32).by_rows);  // float32 GEMMs repack W_hh every step
 }
 
 // grad() with create_graph under autocast: a Hessian-vector product of a

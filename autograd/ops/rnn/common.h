@@ -13,6 +13,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/blas.h"
+#include "autograd/onednn.h"
 #include "autograd/op.h"
 #include "autograd/ops/nn_kernels.h"
 #include "autograd/parallel.h"
@@ -71,62 +72,99 @@ void for_batch_rows(const Dims& d, int64_t G, F&& body) {
     for (int64_t c = 0; c < parts; ++c) part(c);
 }
 
-// The split of the recurrences over the pool: the hidden units in one part per thread, a barrier between
-// steps. A part's GEMM runs against its Q n rows of W_hh (rows_by_part) forward, its n columns backward;
-// splitting the batch instead has every thread pack all of W_hh every step (1 MiB for the LSTM LM's, a
-// core's L2). A part has >= 16 units (whole vectors) and >= 2^17 multiply-adds a step, ~10 us against a
-// barrier's 1: the study's H = 576 RNN trains 1.9x faster at 2 threads than at 1 (unsplit, 1.1x).
-struct UnitSplit {
-  UnitSplit(const Dims& d, int64_t Q)
-      : H(d.H), parts(std::max<int64_t>(1, std::min<int64_t>({num_threads(), d.H / 16, (d.B * d.H * Q * d.H) >> 17}))) {}
-  Units operator[](int64_t k) const { return {first(k), first(k + 1) - first(k)}; }
-  int64_t H, parts;
+// The split of the recurrences over the pool, one part per thread, by hidden units or by batch rows.
+// By units (the default): a part takes n units of every batch row, a barrier between steps. Its GEMM runs
+// against its Q n rows of W_hh (rows_by_part) forward, its n columns backward; splitting the batch instead
+// has every thread pack all of W_hh every step (1 MiB for the LSTM LM's, a core's L2). A part has >= 16
+// units (whole vectors) and >= 2^17 multiply-adds a step, ~10 us against a barrier's 1: the study's H = 576
+// RNN trains 1.9x faster at 2 threads than at 1 (unsplit, 1.1x).
+// By rows: under bfloat16 autocast each thread keeps W_hh packed for products of at most kPackedRows rows
+// (onednn_gemm's b_generation), so that cost is gone; a part then takes its batch rows through all T steps
+// with every unit, no barrier (rows never mix), and its product reads rows its own pointwise pass wrote.
+// Chosen there when every thread gets a part of >= kMinRows rows: the LSTM LM (B = 32) at 2 threads spends
+// 10% less in its recurrence so (lm_train --profile, fastest of 8 alternating runs); with more threads
+// than that, units.
+struct StepSplit {
+  static constexpr int64_t kMinRows = 8;
+  StepSplit(const Dims& d, int64_t Q, DType dtype)
+      : B(d.B), H(d.H),
+        by_rows(dtype == DType::f32 && autocast_enabled() && num_threads() > 1 &&
+                d.B >= num_threads() * kMinRows && d.B <= num_threads() * detail::kPackedRows),
+        parts(by_rows ? num_threads()
+                      : std::max<int64_t>(1, std::min<int64_t>({num_threads(), d.H / 16, (d.B * d.H * Q * d.H) >> 17}))) {}
+  // Part k: its units of its rows.
+  struct Part {
+    Units units;
+    Rows rows;
+  };
+  Part operator[](int64_t k) const {
+    if (by_rows) return {{0, H}, {B * k / parts, B * (k + 1) / parts - B * k / parts}};
+    return {{first(k), first(k + 1) - first(k)}, {0, B}};
+  }
+  int64_t B, H;
+  bool by_rows;
+  int64_t parts;
 
  private:
   int64_t first(int64_t k) const { return k == parts ? H : H * k / parts / 16 * 16; }
 };
+using Part = StepSplit::Part;
 
-// W_hh (QH,H) with each part's Q blocks of n rows next to each other; W_hh itself with one part.
+// W_hh (QH,H) with each part's Q blocks of n rows next to each other; W_hh itself with one part or by rows.
 template <class S>
-Tensor rows_by_part(const Tensor& w, int64_t Q, const UnitSplit& split) {
-  if (split.parts == 1) return w;
+Tensor rows_by_part(const Tensor& w, int64_t Q, const StepSplit& split) {
+  if (split.parts == 1 || split.by_rows) return w;
   const int64_t H = split.H;
   Tensor out = empty({Q * H, H}, w.dtype());
   const S* from = w.data<S>();
   S* to = out.data<S>();
   for (int64_t k = 0; k < split.parts; ++k) {
-    const Units u = split[k];
+    const Units u = split[k].units;
     for (int64_t q = 0; q < Q; ++q, to += u.n * H) std::copy_n(from + (q * H + u.first) * H, u.n * H, to);
   }
   return out;
 }
 
-// Runs fwd(units, t, w, z) for the steps t of every part: w the part's rows of W_hh (Q n, H), z its
-// scratch (B, Q n), nullptr with one part and in_place (the kernel works in its output).
-template <class S, class F>
-void forward_by_units(const Dims& d, int64_t Q, const Tensor& w, bool in_place, F&& fwd) {
-  const UnitSplit split(d, Q);
-  const Tensor rows = rows_by_part<S>(w, Q, split);
-  // Split, the rows are a new tensor, not the parameter whose bfloat16 copy
-  // autocast keeps: rounded once here, not by every step's GEMM.
-  const detail::RoundOnce once(rows);
-  const Tensor scratch = split.parts > 1 || !in_place ? empty({d.B, Q * d.H}, w.dtype()) : Tensor();
-  parallel_steps(split.parts, d.T, [&](int64_t k, int64_t t) {
-    SerialGemm whole;  // the part's GEMM on its own thread
-    const Units u = split[k];
-    fwd(u, t, rows.data<S>() + Q * u.first * d.H, scratch.defined() ? scratch.data<S>() + d.B * Q * u.first : nullptr);
+// Runs every part's steps: by units step(part, s) for s = 0..steps-1 with a barrier after each, by rows
+// each part's steps one after another on its own thread.
+template <class F>
+void run_parts(const StepSplit& split, int64_t steps, F&& step) {
+  if (split.by_rows) {
+    parallel_steps(split.parts, 1, [&](int64_t k, int64_t) {
+      SerialGemm whole;  // the part's GEMMs on its own thread
+      for (int64_t s = 0; s < steps; ++s) step(split[k], s);
+    });
+    return;
+  }
+  parallel_steps(split.parts, steps, [&](int64_t k, int64_t s) {
+    SerialGemm whole;
+    step(split[k], s);
   });
 }
 
-// Runs bwd(units, c) for the calls c = 0..T of every part: first, for c > 0, the units' GEMM of step
+// Runs fwd(part, t, w, z) for the steps t of every part: w the part's rows of W_hh (Q n, H), z the
+// scratch (B, Q n) of its units (its rows at z + rows.first * Q n), nullptr with one part by units and
+// in_place (the kernel works in its output).
+template <class S, class F>
+void forward_by_parts(const Dims& d, int64_t Q, const Tensor& w, bool in_place, F&& fwd) {
+  const StepSplit split(d, Q, w.dtype());
+  const Tensor rows = rows_by_part<S>(w, Q, split);
+  // The rows by units are a new tensor, not the parameter whose bfloat16 copy
+  // autocast keeps: rounded once here, not by every step's GEMM.
+  const detail::RoundOnce once(rows);
+  const bool scratch_needed = !in_place || (split.parts > 1 && !split.by_rows);
+  const Tensor scratch = scratch_needed ? empty({d.B, Q * d.H}, w.dtype()) : Tensor();
+  run_parts(split, d.T, [&](Part p, int64_t t) {
+    fwd(p, t, rows.data<S>() + Q * p.units.first * d.H,
+        scratch.defined() ? scratch.data<S>() + d.B * Q * p.units.first : nullptr);
+  });
+}
+
+// Runs bwd(part, c) for the calls c = 0..T of every part: first, for c > 0, the part's GEMM of step
 // t = T - c into the gradient reaching h_{t-1} (or dh0); then, for c < T, the pointwise pass of step t - 1.
 template <class F>
-void backward_by_units(const Dims& d, int64_t Q, F&& bwd) {
-  const UnitSplit split(d, Q);
-  parallel_steps(split.parts, d.T + 1, [&](int64_t k, int64_t c) {
-    SerialGemm whole;
-    bwd(split[k], c);
-  });
+void backward_by_parts(const Dims& d, int64_t Q, DType dtype, F&& bwd) {
+  run_parts(StepSplit(d, Q, dtype), d.T + 1, bwd);
 }
 
 // Checks the arguments of `op` (gates = G / H; w_ih for lstm_recompute) and returns (T, B, H).

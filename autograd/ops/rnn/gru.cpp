@@ -26,25 +26,28 @@ struct GruSaved {
 };
 }  // namespace
 
-// Step t of units u (see forward_by_units), hp the part's (B,3n) for h_{t-1} W_hh^T (the bias is added
-// in the pointwise pass); zero (>= B H and 3H elements) stands in for a missing h0 or bias.
+// Step t of part p (see forward_by_parts), hp the (B,3n) of its units for h_{t-1} W_hh^T (the bias is
+// added in the pointwise pass); zero (>= B H and 3H elements) stands in for a missing h0 or bias.
 template <class S>
-static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* bias, const S* h0,
+static void gru_forward_step(const Dims& d, Part p, int64_t t, const S* xp, const S* w, const S* bias, const S* h0,
                              const S* zero, S* hp, S* act, S* hs) {
-  const int64_t B = d.B, H = d.H, n = u.n, G = 3 * H, P = 3 * n;
+  const Units u = p.units;
+  const int64_t B = d.B, H = d.H, n = u.n, G = 3 * H, P = 3 * n, r0 = p.rows.first, rows = p.rows.n;
   S* h = hs + t * B * H;
   const S* hprev = t > 0 ? h - B * H : h0;
+  hp += r0 * P;  // the part's rows
   if (hprev)
-    gemm(false, true, B, P, H, S(1), hprev, H, w, H, S(0), hp, P);
+    gemm(false, true, rows, P, H, S(1), hprev + r0 * H, H, w, H, S(0), hp, P);
   else
-    std::fill_n(hp, B * P, S(0)), hprev = zero;
+    std::fill_n(hp, rows * P, S(0)), hprev = zero;
   const S* x = xp + t * B * G + u.first;
   const S* bb = (bias ? bias : zero) + u.first;
   S* a = act + t * B * 4 * H + u.first;
-  parallel_for(B, row_grain(P, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
+  parallel_for(rows, row_grain(P, kGateGrain), [&](int64_t row0, int64_t row1) {
+    for (int64_t row = row0; row < row1; ++row) {
+      const int64_t b = r0 + row;
       const S *xr = x + b * G, *xz = xr + H, *xn = xz + H;
-      const S *pr = hp + b * P, *pz = pr + n, *pn = pz + n;
+      const S *pr = hp + row * P, *pz = pr + n, *pn = pz + n;
       S *ar = a + b * 4 * H, *az = ar + H, *an = az + H, *ahn = an + H;
       const S* hb = hprev + b * H + u.first;
       S* out = h + b * H + u.first;
@@ -62,24 +65,26 @@ static void gru_forward_step(const Dims& d, Units u, int64_t t, const S* xp, con
 
 // Fills dX (T,B,3H), the gradient of xp, and dP (T,B,3H), that of the hidden
 // projection h W_hh^T + b_hh (they differ in the n gate: dP_n = r dX_n).
-// Call c of units u (see backward_by_units; the GEMM adds dP_t W to the direct
+// Call c of part p (see backward_by_parts; the GEMM adds dP_t W to the direct
 // path). rec (2,B,H) is zero on entry: the gradient reaching h_t, and h_{-1} = 0.
 template <class S>
-static void gru_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* h0, const S* act,
+static void gru_backward_call(const Dims& d, Part p, int64_t c, const S* gout, const S* w, const S* h0, const S* act,
                               const S* hs, S* dX, S* dP, S* rec, S* dh0) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 3 * H;
+  const Units u = p.units;
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 3 * H, r0 = p.rows.first, rows = p.rows.n;
   S* dh = rec;
   const S* zero = rec + B * H;
   if (S* to = c == T ? dh0 : dh; c > 0 && to) {
     if (c == T)  // dh holds the direct path z_0 u_0 of these units
-      for (int64_t b = 0; b < B; ++b) std::copy_n(dh + b * H + u.first, n, dh0 + b * H + u.first);
-    gemm(false, false, B, n, G, S(1), dP + (T - c) * B * G, G, w + u.first, H, S(1), to + u.first, H);
+      for (int64_t b = r0; b < r0 + rows; ++b) std::copy_n(dh + b * H + u.first, n, dh0 + b * H + u.first);
+    gemm(false, false, rows, n, G, S(1), dP + ((T - c) * B + r0) * G, G, w + u.first, H, S(1), to + r0 * H + u.first,
+         H);
   }
   if (c == T) return;
   const int64_t t = T - 1 - c;
   const S* hprev = t > 0 ? hs + (t - 1) * B * H : h0 ? h0 : zero;
-  parallel_for(B, row_grain(3 * n, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
+  parallel_for(rows, row_grain(3 * n, kGateGrain), [&](int64_t row0, int64_t row1) {
+    for (int64_t b = r0 + row0; b < r0 + row1; ++b) {
       const S *ar = act + (t * B + b) * 4 * H + u.first, *az = ar + H, *an = az + H, *ahn = an + H;
       S *dxr = dX + (t * B + b) * G + u.first, *dxz = dxr + H, *dxn = dxz + H;
       S *dpr = dP + (t * B + b) * G + u.first, *dpz = dpr + H, *dpn = dpz + H;
@@ -151,8 +156,8 @@ static void gru_recurrence_backward(const Node& n, const Tensor& grad, std::span
   Tensor dh0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor(), rec = zeros({2, d.B, d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using S = decltype(tag);
-    backward_by_units(d, 3, [&](Units u, int64_t c) {
-      gru_backward_call(d, u, c, g.data<S>(), w.data<S>(), ptr<S>(h0), act.data<S>(), out.data<S>(), dX.data<S>(),
+    backward_by_parts(d, 3, out.dtype(), [&](Part p, int64_t c) {
+      gru_backward_call(d, p, c, g.data<S>(), w.data<S>(), ptr<S>(h0), act.data<S>(), out.data<S>(), dX.data<S>(),
                         dP.data<S>(), rec.data<S>(), ptr<S>(dh0));
     });
     if (n.needs(1)) dW = weight_grad<S>(d, G, dP.data<S>(), out.data<S>(), ptr<S>(h0), out.dtype());
@@ -175,8 +180,8 @@ Tensor gru_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& b_i
   dispatch_float(xp.dtype(), gru_recurrence_op.name, [&](auto tag) {
     using S = decltype(tag);
     const Tensor zero = zeros({std::max(d.B, int64_t{3}) * d.H}, xp.dtype());
-    forward_by_units<S>(d, 3, w, false, [&](Units u, int64_t t, const S* wu, S* hp) {
-      gru_forward_step(d, u, t, xp.data<S>(), wu, ptr<S>(b), ptr<S>(h0), zero.data<S>(), hp, act.data<S>(),
+    forward_by_parts<S>(d, 3, w, false, [&](Part p, int64_t t, const S* wu, S* hp) {
+      gru_forward_step(d, p, t, xp.data<S>(), wu, ptr<S>(b), ptr<S>(h0), zero.data<S>(), hp, act.data<S>(),
                        out.data<S>());
     });
   });

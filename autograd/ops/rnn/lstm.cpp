@@ -13,15 +13,16 @@ using detail::row_grain;
 using namespace detail::rnn;
 
 
-// Tangent, step t of units u: da_t = drive_t + dh_{t-1} W^T (the drive (T,B,4H)
+// Tangent, step t of part p: da_t = drive_t + dh_{t-1} W^T (the drive (T,B,4H)
 // holds dxp + h_{t-1} dW^T), di = i(1-i) da_i, df, do alike, dg = (1-g^2) da_g,
 // dc_t = df c_{t-1} + f dc_{t-1} + di g + i dg, dh_t = do tanh(c_t) + o (1 - tanh^2 c_t) dc_t.
 // dh0 nullptr: zero; w, z as in the forward step, z nullptr for dact itself.
 template <class S>
-static void lstm_tangent_step(const Dims& d, Units u, int64_t t, const S* drive, const S* w, const S* dh0,
+static void lstm_tangent_step(const Dims& d, Part p, int64_t t, const S* drive, const S* w, const S* dh0,
                               const S* dc0, const S* c0, const S* zero, const S* act, const S* cs, S* z, S* dact,
                               S* dhs, S* dcs) {
-  const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n;
+  const Units u = p.units;
+  const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n, r0 = p.rows.first, rows = p.rows.n;
   const S* a = act + t * B * G;
   S* da = dact + t * B * G;
   S* dh = dhs + t * B * H;
@@ -30,13 +31,15 @@ static void lstm_tangent_step(const Dims& d, Units u, int64_t t, const S* drive,
   const S* dhprev = t > 0 ? dh - B * H : dh0;
   const S* dcprev = t > 0 ? dc - B * H : dc0 ? dc0 : zero;
   const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
-  if (!z) z = da;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t q = 0; q < 4; ++q) std::copy_n(drive + (t * B + b) * G + q * H + u.first, n, z + b * Z + q * n);
-  if (dhprev) gemm(false, true, B, Z, H, S(1), dhprev, H, w, H, S(1), z, Z);
-  parallel_for(B, row_grain(Z, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const S *zi = z + b * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
+  z = (z ? z : da) + r0 * Z;  // the part's rows
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t q = 0; q < 4; ++q)
+      std::copy_n(drive + (t * B + r0 + row) * G + q * H + u.first, n, z + row * Z + q * n);
+  if (dhprev) gemm(false, true, rows, Z, H, S(1), dhprev + r0 * H, H, w, H, S(1), z, Z);
+  parallel_for(rows, row_grain(Z, kGateGrain), [&](int64_t row0, int64_t row1) {
+    for (int64_t row = row0; row < row1; ++row) {
+      const int64_t b = r0 + row;
+      const S *zi = z + row * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
       const S *ai = a + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
       S *di = da + b * G + u.first, *df = di + H, *dg = df + H, *dout = dg + H;
       const int64_t r = b * H + u.first;
@@ -93,8 +96,8 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using S = decltype(tag);
     const S* hs = out.data<S>();
-    backward_by_units(d, 4, [&](Units u, int64_t c) {
-      lstm_backward_call(d, u, c, g.data<S>(), ptr<S>(gact), w.data<S>(), ptr<S>(c0), act.data<S>(),
+    backward_by_parts(d, 4, out.dtype(), [&](Part p, int64_t c) {
+      lstm_backward_call(d, p, c, g.data<S>(), ptr<S>(gact), w.data<S>(), ptr<S>(c0), act.data<S>(),
                          hs + d.T * d.B * d.H, dG.data<S>(), rec.data<S>(), ptr<S>(dh0), ptr<S>(dc0));
     });
     if (n.needs(1)) dW = weight_grad<S>(d, 4 * d.H, dG.data<S>(), hs, ptr<S>(h0), out.dtype());
@@ -119,8 +122,8 @@ static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, 
     const S* hs = out.data<S>();
     if (dw.defined()) add_previous_states_times(d, 4 * d.H, 0, d.T, dw.data<S>(), hs, ptr<S>(h0), dr);
     const Tensor zero = c0.defined() && dc0.defined() ? Tensor() : zeros({d.B, d.H}, out.dtype());
-    forward_by_units<S>(d, 4, w, true, [&](Units u, int64_t t, const S* wu, S* z) {
-      lstm_tangent_step(d, u, t, dr, wu, ptr<S>(dh0), ptr<S>(dc0), ptr<S>(c0), ptr<S>(zero), act.data<S>(),
+    forward_by_parts<S>(d, 4, w, true, [&](Part p, int64_t t, const S* wu, S* z) {
+      lstm_tangent_step(d, p, t, dr, wu, ptr<S>(dh0), ptr<S>(dc0), ptr<S>(c0), ptr<S>(zero), act.data<S>(),
                         hs + d.T * BH, z, dact.data<S>(), dhs, dhs + d.T * BH);
     });
   });
@@ -145,8 +148,8 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
     using S = decltype(tag);
     S* hs = out.data<S>();
     const Tensor zero = c0.defined() ? Tensor() : zeros({d.B, d.H}, xp.dtype());
-    forward_by_units<S>(d, 4, w, true, [&](Units u, int64_t t, const S* wu, S* z) {
-      lstm_forward_step(d, u, t, xp.data<S>(), wu, ptr<S>(h0), ptr<S>(c0), ptr<S>(zero), z, act.data<S>(), hs,
+    forward_by_parts<S>(d, 4, w, true, [&](Part p, int64_t t, const S* wu, S* z) {
+      lstm_forward_step(d, p, t, xp.data<S>(), wu, ptr<S>(h0), ptr<S>(c0), ptr<S>(zero), z, act.data<S>(), hs,
                         hs + d.T * d.B * d.H);
     });
   });

@@ -17,24 +17,27 @@ struct LstmSaved {
       saved_field("gates", &LstmSaved::gates), saved_field("output", &LstmSaved::output)};
 };
 
-// Step t of units u (see forward_by_units; z nullptr: the step's act itself); zero (B,H) stands in for a
+// Step t of part p (see forward_by_parts; z nullptr: the step's act itself); zero (B,H) stands in for a
 // missing c0.
 template <class S>
-static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
+static void lstm_forward_step(const Dims& d, Part p, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
                               const S* zero, S* z, S* act, S* hs, S* cs) {
-  const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n;
+  const Units u = p.units;
+  const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n, r0 = p.rows.first, rows = p.rows.n;
   S* a = act + t * B * G;
   S* h = hs + t * B * H;
   S* c = cs + t * B * H;
   const S* hprev = t > 0 ? h - B * H : h0;
   const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
-  if (!z) z = a;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t q = 0; q < 4; ++q) std::copy_n(xp + (t * B + b) * G + q * H + u.first, n, z + b * Z + q * n);
-  if (hprev) gemm(false, true, B, Z, H, S(1), hprev, H, w, H, S(1), z, Z);
-  parallel_for(B, row_grain(Z, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const S *zi = z + b * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
+  z = (z ? z : a) + r0 * Z;  // the part's rows
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t q = 0; q < 4; ++q)
+      std::copy_n(xp + (t * B + r0 + row) * G + q * H + u.first, n, z + row * Z + q * n);
+  if (hprev) gemm(false, true, rows, Z, H, S(1), hprev + r0 * H, H, w, H, S(1), z, Z);
+  parallel_for(rows, row_grain(Z, kGateGrain), [&](int64_t row0, int64_t row1) {
+    for (int64_t row = row0; row < row1; ++row) {
+      const int64_t b = r0 + row;
+      const S *zi = z + row * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
       S *ai = a + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
       const int64_t r = b * H + u.first;
       const S* cp = cprev + r;
@@ -53,26 +56,28 @@ static void lstm_forward_step(const Dims& d, Units u, int64_t t, const S* xp, co
 
 // gout (2,T,B,H) is the gradient of [h_t; c_t]; fills dG (T,B,4H), the
 // gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
-// Call c of units u (see backward_by_units). rec (3,B,H) is zero on entry: the gradients reaching h_t and
+// Call c of part p (see backward_by_parts). rec (3,B,H) is zero on entry: the gradients reaching h_t and
 // c_t from step t+1, and c_{-1} = 0. gact (T,B,4H), the gradient that reached the activations, joins dG_t.
 template <class S>
-static void lstm_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* gact, const S* w,
+static void lstm_backward_call(const Dims& d, Part p, int64_t c, const S* gout, const S* gact, const S* w,
                                const S* c0, const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 4 * H;
+  const Units u = p.units;
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 4 * H, r0 = p.rows.first, rows = p.rows.n;
   S* dh = rec;
   S* dc = dh + B * H;
   const S* zero = dc + B * H;
   if (S* to = c == T ? dh0 : dh; c > 0 && to)
-    gemm(false, false, B, n, G, S(1), dG + (T - c) * B * G, G, w + u.first, H, S(0), to + u.first, H);
+    gemm(false, false, rows, n, G, S(1), dG + ((T - c) * B + r0) * G, G, w + u.first, H, S(0),
+         to + r0 * H + u.first, H);
   if (c == T) {
     if (dc0)
-      for (int64_t b = 0; b < B; ++b) std::copy_n(dc + b * H + u.first, n, dc0 + b * H + u.first);
+      for (int64_t b = r0; b < r0 + rows; ++b) std::copy_n(dc + b * H + u.first, n, dc0 + b * H + u.first);
     return;
   }
   const int64_t t = T - 1 - c;
   const S* cprev = t > 0 ? cs + (t - 1) * B * H : c0 ? c0 : zero;
-  parallel_for(B, row_grain(4 * n, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
+  parallel_for(rows, row_grain(4 * n, kGateGrain), [&](int64_t row0, int64_t row1) {
+    for (int64_t b = r0 + row0; b < r0 + row1; ++b) {
       const int64_t r = b * H + u.first, at = t * B * H + r;
       const S *ai = act + t * B * G + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
       S *di = dG + t * B * G + b * G + u.first, *df = di + H, *dgg = df + H, *dout = dgg + H;

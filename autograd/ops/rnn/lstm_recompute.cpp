@@ -127,8 +127,8 @@ static void lstm_recompute_backward(const Node& n, const Tensor& grad_out, std::
       std::copy_n(gs + t0 * BH, steps * BH, go);
       std::fill_n(go + steps * BH, steps * BH, S(0));
       if (k == chunks - 1) std::copy_n(gs + d.T * BH, BH, go + (2 * steps - 1) * BH);
-      backward_by_units(dk, 4, [&](Units u, int64_t call) {
-        lstm_backward_call(dk, u, call, go, static_cast<const S*>(nullptr), wh, cin, a, c, dg, carry,
+      backward_by_parts(dk, 4, dt, [&](Part p, int64_t call) {
+        lstm_backward_call(dk, p, call, go, static_cast<const S*>(nullptr), wh, cin, a, c, dg, carry,
                            k > 0 ? carry : ptr<S>(dh0), k > 0 ? nullptr : ptr<S>(dc0));
       });
       const int64_t rows = steps * B;
@@ -196,8 +196,8 @@ Tensor lstm_recompute(const Tensor& x_in, const Tensor& w_ih_in, const Tensor& b
         std::fill_n(cin, BH, S(0));
       project_chunk(d, I, t0, steps, x.data<S>(), w_ih.data<S>(), ptr<S>(bias), xp.data<S>());
       const S* hin = t0 > 0 ? hs + (t0 - 1) * BH : ptr<S>(h0);
-      forward_by_units<S>(dk, 4, w, true, [&](Units u, int64_t t, const S* wu, S* z) {
-        lstm_forward_step(dk, u, t, xp.data<S>(), wu, hin, cin, static_cast<const S*>(nullptr), z, act.data<S>(),
+      forward_by_parts<S>(dk, 4, w, true, [&](Part p, int64_t t, const S* wu, S* z) {
+        lstm_forward_step(dk, p, t, xp.data<S>(), wu, hin, cin, static_cast<const S*>(nullptr), z, act.data<S>(),
                           hs + t0 * BH, c);
       });
       if (k == chunks - 1) std::copy_n(c + (steps - 1) * BH, BH, hs + d.T * BH);

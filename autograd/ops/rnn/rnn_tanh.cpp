@@ -22,37 +22,40 @@ struct RnnTanhSaved {
       saved_field("output", &RnnTanhSaved::output)};
 };
 }  // namespace
-// Step t of units u (see forward_by_units; z nullptr: h_t itself).
+// Step t of part p (see forward_by_parts; z nullptr: h_t itself).
 template <class S>
-static void rnn_tanh_forward_step(const Dims& d, Units u, int64_t t, const S* xp, const S* w, const S* h0, S* z,
+static void rnn_tanh_forward_step(const Dims& d, Part p, int64_t t, const S* xp, const S* w, const S* h0, S* z,
                                   S* hs) {
-  const int64_t B = d.B, H = d.H, n = u.n;
+  const Units u = p.units;
+  const int64_t B = d.B, H = d.H, n = u.n, r0 = p.rows.first, rows = p.rows.n;
   S* h = hs + t * B * H;
   const S* hprev = t > 0 ? h - B * H : h0;
-  if (!z) z = h;
-  for (int64_t b = 0; b < B; ++b) std::copy_n(xp + (t * B + b) * H + u.first, n, z + b * n);
-  if (hprev) gemm(false, true, B, n, H, S(1), hprev, H, w, H, S(1), z, n);
-  parallel_for(B, row_grain(n, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const S* zb = z + b * n;
-      S* hb = h + b * H + u.first;
+  z = (z ? z : h) + r0 * n;  // the part's rows
+  for (int64_t row = 0; row < rows; ++row) std::copy_n(xp + (t * B + r0 + row) * H + u.first, n, z + row * n);
+  if (hprev) gemm(false, true, rows, n, H, S(1), hprev + r0 * H, H, w, H, S(1), z, n);
+  parallel_for(rows, row_grain(n, kGateGrain), [&](int64_t row0, int64_t row1) {
+    for (int64_t row = row0; row < row1; ++row) {
+      const S* zb = z + row * n;
+      S* hb = h + (r0 + row) * H + u.first;
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) hb[j] = tanh_gate(zb[j]);
     }
   });
 }
 
-// Call c of units u (see backward_by_units); rec (B,H) is zero on entry.
+// Call c of part p (see backward_by_parts); rec (B,H) is zero on entry.
 template <class S>
-static void rnn_tanh_backward_call(const Dims& d, Units u, int64_t c, const S* gout, const S* w, const S* hs,
+static void rnn_tanh_backward_call(const Dims& d, Part p, int64_t c, const S* gout, const S* w, const S* hs,
                                    S* dA, S* rec, S* dh0) {
-  const int64_t T = d.T, B = d.B, H = d.H, n = u.n;
+  const Units u = p.units;
+  const int64_t T = d.T, B = d.B, H = d.H, n = u.n, r0 = p.rows.first, rows = p.rows.n;
   if (S* to = c == T ? dh0 : rec; c > 0 && to)
-    gemm(false, false, B, n, H, S(1), dA + (T - c) * B * H, H, w + u.first, H, S(0), to + u.first, H);
+    gemm(false, false, rows, n, H, S(1), dA + ((T - c) * B + r0) * H, H, w + u.first, H, S(0), to + r0 * H + u.first,
+         H);
   if (c == T) return;
   const int64_t at = (T - 1 - c) * B * H + u.first;
-  parallel_for(B, row_grain(n, kGateGrain), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
+  parallel_for(rows, row_grain(n, kGateGrain), [&](int64_t row0, int64_t row1) {
+    for (int64_t b = r0 + row0; b < r0 + row1; ++b) {
       const S *h = hs + at + b * H, *g = gout + at + b * H, *dh = rec + b * H + u.first;
       S* da = dA + at + b * H;
 #pragma omp simd
@@ -134,8 +137,8 @@ static void rnn_tanh_recurrence_backward(const Node& n, const Tensor& grad, std:
   Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor(), rec = zeros({d.B, d.H}, out.dtype());
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using S = decltype(tag);
-    backward_by_units(d, 1, [&](Units u, int64_t c) {
-      rnn_tanh_backward_call(d, u, c, g.data<S>(), w.data<S>(), out.data<S>(), dA.data<S>(), rec.data<S>(),
+    backward_by_parts(d, 1, out.dtype(), [&](Part p, int64_t c) {
+      rnn_tanh_backward_call(d, p, c, g.data<S>(), w.data<S>(), out.data<S>(), dA.data<S>(), rec.data<S>(),
                              ptr<S>(dh0));
     });
     if (n.needs(1)) dW = weight_grad<S>(d, d.H, dA.data<S>(), out.data<S>(), ptr<S>(h0), out.dtype());
@@ -179,8 +182,8 @@ Tensor rnn_tanh_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor
   Tensor out = empty({d.T, d.B, d.H}, xp.dtype());
   dispatch_float(xp.dtype(), rnn_tanh_recurrence_op.name, [&](auto tag) {
     using S = decltype(tag);
-    forward_by_units<S>(d, 1, w, true, [&](Units u, int64_t t, const S* wu, S* z) {
-      rnn_tanh_forward_step(d, u, t, xp.data<S>(), wu, ptr<S>(h0), z, out.data<S>());
+    forward_by_parts<S>(d, 1, w, true, [&](Part p, int64_t t, const S* wu, S* z) {
+      rnn_tanh_forward_step(d, p, t, xp.data<S>(), wu, ptr<S>(h0), z, out.data<S>());
     });
   });
   if (Node* n = record(rnn_tanh_recurrence_op, out, xp_in, w_in, h0_in))
