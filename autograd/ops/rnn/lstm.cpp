@@ -32,10 +32,7 @@ static void lstm_tangent_step(const Dims& d, Part p, int64_t t, const S* drive, 
   const S* dcprev = t > 0 ? dc - B * H : dc0 ? dc0 : zero;
   const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
   z = (z ? z : da) + r0 * Z;  // the part's rows
-  for (int64_t row = 0; row < rows; ++row)
-    for (int64_t q = 0; q < 4; ++q)
-      std::copy_n(drive + (t * B + r0 + row) * G + q * H + u.first, n, z + row * Z + q * n);
-  if (dhprev) gemm(false, true, rows, Z, H, S(1), dhprev + r0 * H, H, w, H, S(1), z, Z);
+  lstm_preactivations(d, p, t, drive, dhprev, w, z);
   parallel_for(rows, row_grain(Z, kGateGrain), [&](int64_t row0, int64_t row1) {
     for (int64_t row = row0; row < row1; ++row) {
       const int64_t b = r0 + row;

@@ -17,6 +17,17 @@ struct LstmSaved {
       saved_field("gates", &LstmSaved::gates), saved_field("output", &LstmSaved::output)};
 };
 
+// The part's gate pre-activations of step t: z (its rows, 4n) = in_t (its rows, its units of each gate)
+// + prev (its rows) W^T, W the part's rows of W_hh (4n,H); prev nullptr: in_t alone.
+template <class S>
+static void lstm_preactivations(const Dims& d, Part p, int64_t t, const S* in, const S* prev, const S* w, S* z) {
+  const int64_t B = d.B, H = d.H, n = p.units.n, G = 4 * H, Z = 4 * n, r0 = p.rows.first;
+  for (int64_t row = 0; row < p.rows.n; ++row)
+    for (int64_t q = 0; q < 4; ++q)
+      std::copy_n(in + (t * B + r0 + row) * G + q * H + p.units.first, n, z + row * Z + q * n);
+  if (prev) gemm(false, true, p.rows.n, Z, H, S(1), prev + r0 * H, H, w, H, S(1), z, Z);
+}
+
 // Step t of part p (see forward_by_parts; z nullptr: the step's act itself); zero (B,H) stands in for a
 // missing c0.
 template <class S>
@@ -30,10 +41,7 @@ static void lstm_forward_step(const Dims& d, Part p, int64_t t, const S* xp, con
   const S* hprev = t > 0 ? h - B * H : h0;
   const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
   z = (z ? z : a) + r0 * Z;  // the part's rows
-  for (int64_t row = 0; row < rows; ++row)
-    for (int64_t q = 0; q < 4; ++q)
-      std::copy_n(xp + (t * B + r0 + row) * G + q * H + u.first, n, z + row * Z + q * n);
-  if (hprev) gemm(false, true, rows, Z, H, S(1), hprev + r0 * H, H, w, H, S(1), z, Z);
+  lstm_preactivations(d, p, t, xp, hprev, w, z);
   parallel_for(rows, row_grain(Z, kGateGrain), [&](int64_t row0, int64_t row1) {
     for (int64_t row = row0; row < row1; ++row) {
       const int64_t b = r0 + row;
