@@ -302,10 +302,11 @@ BOOST_AUTO_TEST_CASE(recurrences_split_by_rows_under_autocast) {
     int64_t gates;
     std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> run;
   };
+  using Args = const Tensor&;
   const std::vector<Cell> cells{
-      {"rnn_tanh", 1, [](const Tensor& xp, const Tensor& w, const Tensor& h0) { return rnn_tanh_recurrence(xp, w, h0); }},
-      {"lstm", 4, [](const Tensor& xp, const Tensor& w, const Tensor& h0) { return lstm_recurrence(xp, w, h0); }},
-      {"gru", 3, [](const Tensor& xp, const Tensor& w, const Tensor& h0) { return gru_recurrence(xp, w, Tensor(), h0); }},
+      {"rnn_tanh", 1, [](Args xp, Args w, Args h0) { return rnn_tanh_recurrence(xp, w, h0); }},
+      {"lstm", 4, [](Args xp, Args w, Args h0) { return lstm_recurrence(xp, w, h0); }},
+      {"gru", 3, [](Args xp, Args w, Args h0) { return gru_recurrence(xp, w, Tensor(), h0); }},
   };
   for (const Cell& cell : cells) {
     const Tensor w = (random({cell.gates * H, H}, 61) * 0.1).requires_grad_();

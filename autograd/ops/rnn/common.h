@@ -91,7 +91,8 @@ struct StepSplit {
         by_rows(dtype == DType::f32 && autocast_enabled() && num_threads() > 1 &&
                 d.B >= num_threads() * kMinRows && d.B <= num_threads() * detail::kPackedRows),
         parts(by_rows ? num_threads()
-                      : std::max<int64_t>(1, std::min<int64_t>({num_threads(), d.H / 16, (d.B * d.H * Q * d.H) >> 17}))) {}
+                      : std::max<int64_t>(1, std::min<int64_t>({num_threads(), d.H / 16, d.B * d.H * Q * d.H >> 17}))) {
+  }
   // Part k: its units of its rows.
   struct Part {
     Units units;
