@@ -150,8 +150,9 @@ template <class S, class F>
 void forward_by_parts(const Dims& d, int64_t Q, const Tensor& w, bool in_place, F&& fwd) {
   const StepSplit split(d, Q, w.dtype());
   const Tensor rows = rows_by_part<S>(w, Q, split);
-  // The rows by units are a new tensor, not the parameter whose bfloat16 copy
-  // autocast keeps: rounded once here, not by every step's GEMM.
+  // By units the rows are a new tensor, not the parameter whose bfloat16 copy
+  // autocast keeps; by rows W_hh may be a computed tensor autocast does not
+  // keep: either is rounded once here, not by every step's GEMM.
   const detail::RoundOnce once(rows);
   const bool scratch_needed = !in_place || (split.parts > 1 && !split.by_rows);
   const Tensor scratch = scratch_needed ? empty({d.B, Q * d.H}, w.dtype()) : Tensor();
