@@ -5,9 +5,11 @@
 /// library (matmul, linear, attention's two products, the recurrences' input
 /// projections and per-step products, tied output heads — forward and
 /// backward) rounds its operands to bfloat16 and multiplies them with float32
-/// accumulation into a float32 result. Everything else stays float32:
-/// softmax and log_softmax, layer_norm, losses, reductions, exp and log, and
-/// the optimizer, which updates float32 master weights.
+/// accumulation into a float32 result; gelu, which in a transformer's MLP
+/// reads the first GEMM's output (bfloat16 in torch.autocast), computes on
+/// its input rounded to bfloat16 and saves that copy. Everything else stays
+/// float32: softmax and log_softmax, layer_norm, losses, reductions, exp and
+/// log, and the optimizer, which updates float32 master weights.
 ///
 ///     tg::AutocastGuard bf16(tg::DType::bf16);
 ///     tg::Tensor loss = model.loss(tokens, targets);  // GEMMs in bfloat16

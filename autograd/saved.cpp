@@ -21,7 +21,7 @@ std::string SavedLayout::str() const {
     s += f.name;
     if (f.kind == SavedKind::side_output) s += " (side output)";
     if (f.kind == SavedKind::list) s += " (list)";
-    if (f.kind == SavedKind::gemm_operand) s += " (GEMM operand)";
+    if (f.kind == SavedKind::autocast_input) s += " (bfloat16 under autocast)";
   }
   return s;
 }

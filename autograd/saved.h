@@ -4,7 +4,7 @@
 ///
 /// Each op names the tensors its backward reads in one struct whose fields
 /// are Tensor (an input, a statistic, the op's own output), SideOutput (an
-/// intermediate that is a side output of the node, see tape.h), GemmOperand
+/// intermediate that is a side output of the node, see tape.h), AutocastInput
 /// (an input read only by GEMMs, see below) or, last, one
 /// std::vector<Tensor> (a list of any length), plus a field list that gives
 /// each field its name and its place:
@@ -27,9 +27,10 @@
 /// (side output), rstd (side output), bias"): the description is the code. An
 /// op that saves nothing declares saves_of<NoSaved>() and never calls save.
 ///
-/// A GemmOperand field is an input that backward reads only as a GEMM
-/// operand: under autocast the node keeps the bfloat16 copy the forward's
-/// GEMMs read instead (half the memory, and no rounding again in backward).
+/// An AutocastInput field is an input that the forward computed on as its
+/// bfloat16 copy under autocast (a GEMM operand; gelu's input, between a
+/// transformer MLP's two GEMMs): the node keeps that copy instead (half the
+/// memory, and no rounding again in backward).
 ///
 /// The field list is checked at compile time: it names every field of the
 /// struct once, and a list field comes last. Slot k of Node::saved holds
@@ -58,9 +59,11 @@ struct SideOutput : Tensor {
   SideOutput(Tensor t) : Tensor(std::move(t)) {}  // NOLINT
 };
 
-/// A saved input that backward reads only as a GEMM operand (in its plain
-/// form; recorded and tangent forms read it as float32), with `rounded`, the
-/// bfloat16 copy of it that the forward's GEMMs read under autocast. The
+/// A saved input whose plain backward can read it in bfloat16 (as GEMM
+/// operands, or in a pointwise derivative; recorded and tangent forms read it
+/// as float32), with `rounded`, the bfloat16 copy of it that the forward
+/// computed on under autocast, as torch.autocast computes on a GEMM's
+/// bfloat16 output. The
 /// node keeps that copy in place of the float32 input where it may: when
 /// rounded is given, the input is not a leaf that requires grad, no
 /// forward-mode level is open (its tangent would be lost), and the input is
@@ -69,10 +72,10 @@ struct SideOutput : Tensor {
 /// and, in grad mode, its values as float32 attached to the input's
 /// producer, so that a recorded backward differentiates through it as
 /// through the input. Without `rounded` it is saved like a Tensor field.
-struct GemmOperand : Tensor {
-  GemmOperand() = default;
+struct AutocastInput : Tensor {
+  AutocastInput() = default;
   /// Implicit, so that a saved struct is written `.x = x` (nothing rounded).
-  GemmOperand(Tensor t, Tensor rounded = Tensor()) : Tensor(std::move(t)), rounded(std::move(rounded)) {}  // NOLINT
+  AutocastInput(Tensor t, Tensor rounded = Tensor()) : Tensor(std::move(t)), rounded(std::move(rounded)) {}  // NOLINT
   Tensor rounded;  ///< t as bfloat16 (contiguous), or undefined
 };
 
@@ -92,7 +95,7 @@ constexpr SavedField<S, M> saved_field(std::string_view name, M S::*member) {
 enum class SavedKind : uint8_t {
   tensor,       ///< a Tensor: one slot
   side_output,  ///< a SideOutput: one slot, and the node's next side output
-  gemm_operand,  ///< a GemmOperand: one slot, its bfloat16 copy where it may
+  autocast_input,  ///< an AutocastInput: one slot, its bfloat16 copy where it may
   list,         ///< a std::vector<Tensor>, the last field: one slot per element
 };
 /// A field as OpDef::saves describes it.
@@ -121,13 +124,13 @@ constexpr SavedKind saved_kind() {
     return SavedKind::tensor;
   else if constexpr (std::is_same_v<M, SideOutput>)
     return SavedKind::side_output;
-  else if constexpr (std::is_same_v<M, GemmOperand>)
-    return SavedKind::gemm_operand;
+  else if constexpr (std::is_same_v<M, AutocastInput>)
+    return SavedKind::autocast_input;
   else if constexpr (std::is_same_v<M, std::vector<Tensor>>)
     return SavedKind::list;
   else
     static_assert(sizeof(M) == 0,
-                  "a saved field is a Tensor, a SideOutput, a GemmOperand or a std::vector<Tensor> (last)");
+                  "a saved field is a Tensor, a SideOutput, an AutocastInput or a std::vector<Tensor> (last)");
   return SavedKind::tensor;
 }
 

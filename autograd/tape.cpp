@@ -193,7 +193,7 @@ void Node::save_slot(const Tensor& t) {
   saved.push_back(held(t, -1));
 }
 
-void Node::save_operand_slot(const GemmOperand& t) {
+void Node::save_autocast_slot(const AutocastInput& t) {
   // A leaf's gradient goes to the leaf itself, which a copy cannot stand
   // for; under an open forward-AD level the input's tangent, which a
   // backward over it reads, would be lost with the input.

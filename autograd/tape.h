@@ -79,7 +79,7 @@ struct SavedTensor {
   /// side output k; both held without grad_fn. For a rounded slot: the
   /// input's output number at its producer.
   int32_t output = -1;
-  /// A GemmOperand kept as its bfloat16 copy (tensor), read as float32 in grad mode.
+  /// An AutocastInput kept as its bfloat16 copy (tensor), read as float32 in grad mode.
   bool rounded = false;
   /// For a rounded slot: the input's producer (null for a constant or a
   /// tensor that does not require grad), to which the float32 values read in
@@ -164,10 +164,10 @@ struct Node {
   Tensor saved_tensor(SideOutput S::*field) const {
     return read_slot(saved_slot(typeid(S), detail::saved_index(field)));
   }
-  /// Backward: the GEMM operand saved in field `field`: its bfloat16 copy
-  /// where the node kept one (see GemmOperand), read as saved_tensor's.
+  /// Backward: the input saved in AutocastInput field `field`: its bfloat16 copy
+  /// where the node kept one (see AutocastInput), read as saved_tensor's.
   template <class S>
-  Tensor saved_tensor(GemmOperand S::*field) const {
+  Tensor saved_tensor(AutocastInput S::*field) const {
     return read_slot(saved_slot(typeid(S), detail::saved_index(field)));
   }
   /// Backward: the tensors of list field `field`, each read like saved_tensor's.
@@ -192,7 +192,7 @@ struct Node {
   void begin_save(const std::type_info& type);
   void save_field(const Tensor& t) { save_slot(t); }
   void save_field(const SideOutput& t) { save_side_slot(t); }
-  void save_field(const GemmOperand& t) { save_operand_slot(t); }
+  void save_field(const AutocastInput& t) { save_autocast_slot(t); }
   void save_field(const std::vector<Tensor>& ts) {
     for (const Tensor& t : ts) save_slot(t);
   }
@@ -200,8 +200,8 @@ struct Node {
   void save_slot(const Tensor& t);
   // One slot holding t as the node's next side output.
   void save_side_slot(const Tensor& t);
-  // One slot holding t's bfloat16 copy where GemmOperand says, else t.
-  void save_operand_slot(const GemmOperand& t);
+  // One slot holding t's bfloat16 copy where AutocastInput says, else t.
+  void save_autocast_slot(const AutocastInput& t);
   // Slot k, read as saved_tensor says.
   Tensor read_slot(size_t k) const;
   // The slot of field `index` of the saved struct `type`: AutogradError if the
@@ -378,7 +378,7 @@ bool may_record(const Ts&... inputs) {
 
 /// Whether a node saving t now would keep a reference to t's producer, which
 /// rebuilds it for backward, rather than t itself (see Node::save): a
-/// forward that would make a copy of t to save (GemmOperand) asks first.
+/// forward that would make a copy of t to save (AutocastInput) asks first.
 bool saved_by_reference(const Tensor& t);
 
 /// Called by an op's forward after computing `out`. Returns the new node when

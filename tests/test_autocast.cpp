@@ -453,6 +453,56 @@ BOOST_AUTO_TEST_CASE(create_graph_through_attention_under_autocast) {
   BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
 }
 
+// gelu under autocast computes on its input's bfloat16 copy and keeps only
+// that: its value and gradient are float32 gelu's at the rounded input, bit
+// for bit, the float32 input is freed after the forward, an MLP's second
+// Linear (which saves gelu's output by reference) rebuilds that output from
+// the copy exactly, and a recorded backward differentiates through it.
+BOOST_AUTO_TEST_CASE(gelu_under_autocast_computes_on_and_keeps_the_bfloat16_copy) {
+  for (bool tanh_form : {false, true}) {
+    Tensor a = random({64, 48}, 81).requires_grad_(), g = random({64, 48}, 82);
+    Tensor x32 = (a * 2.0).detach();  // what the autocast forward sees
+    Tensor xr = x32.to(DType::bf16).to(DType::f32).requires_grad_();
+    Tensor ref = gelu(xr, tanh_form);
+    ref.backward(g);
+    const Tensor ref_grad = xr.grad() * 2.0;
+    std::weak_ptr<Storage> input;
+    Tensor y;
+    {
+      AutocastGuard bf16(DType::bf16);
+      Tensor x = a * 2.0;
+      input = x.storage();
+      y = gelu(x, tanh_form);
+    }
+    BOOST_TEST(input.expired(), "the node kept the float32 input");
+    BOOST_TEST(max_abs_diff(y, ref) == 0.0);
+    y.backward(g);
+    BOOST_TEST(max_abs_diff(a.grad(), ref_grad) == 0.0);
+  }
+  // An MLP: the second Linear's weight gradient reads gelu's output rebuilt from the copy.
+  Tensor x = random({32, 16}, 83), w1 = (random({64, 16}, 84) * 0.3).requires_grad_();
+  Tensor w2 = (random({8, 64}, 85) * 0.3).requires_grad_();
+  Tensor h;
+  {
+    AutocastGuard bf16(DType::bf16);
+    h = gelu(linear(x, w1));
+    sum(linear(h, w2)).backward();
+  }
+  const Tensor expect = matmul(ones({8, 32}), h.to(DType::bf16).to(DType::f32));  // g^T h, g all ones
+  BOOST_TEST(max_abs_diff(w2.grad(), expect) < 1e-4 * (1.0 + max(abs(expect)).item()));
+  // Recorded: a Hessian-vector product through gelu under autocast is float32's within bfloat16's error.
+  Tensor v = random({64, 16}, 86);
+  auto hvp = [&](bool bf16) {
+    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+    Tensor loss = sum(pow(gelu(linear(x, w1)), 2.0));
+    Tensor gw = grad({loss}, {w1}, {}, {.create_graph = true})[0];
+    return grad({sum(mul(gw, v))}, {w1})[0];
+  };
+  const Tensor h16 = hvp(true), h32 = hvp(false);
+  BOOST_TEST(max_abs_diff(h16, h32) < 3e-2 * max(abs(h32)).item());
+  BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
+}
+
 // Under autocast a product keeps the bfloat16 copy of an operand that an op
 // computed (GEMMs read it in forward and backward), where a leaf operand is
 // rounded by each GEMM that reads it: the same values, so the same results,
@@ -534,11 +584,12 @@ BOOST_AUTO_TEST_CASE(every_op_under_autocast_against_float64) {
   for (const std::string& n : changed) list += (list.empty() ? "" : ", ") + n;
   BOOST_TEST_MESSAGE(samples << " samples in float32; ops whose results autocast changes: " << list);
   // Exactly the ops with GEMMs inside (doc/autograd.md's table lists them; and
-  // checkpoint, whose samples' functions hold a matmul): one missing ran in
-  // float32, one extra lost precision outside a GEMM.
-  const std::set<std::string> gemm_ops{"checkpoint",     "gated_recurrence_grad", "gru_recurrence",
-                                       "linear",         "lstm_recompute",        "lstm_recurrence",
-                                       "lstm_recurrence_grad", "matmul",          "rnn_tanh_recurrence",
-                                       "scaled_dot_product_attention"};
-  BOOST_TEST((changed == gemm_ops), "changed under autocast: " << list);
+  // checkpoint, whose samples' functions hold a matmul) and gelu, which runs
+  // on its input's bfloat16 copy: one missing ran in float32, one extra lost
+  // precision where autocast does not round.
+  const std::set<std::string> bf16_ops{"checkpoint",     "gated_recurrence_grad", "gelu",
+                                       "gru_recurrence", "linear",                "lstm_recompute",
+                                       "lstm_recurrence", "lstm_recurrence_grad", "matmul",
+                                       "rnn_tanh_recurrence", "scaled_dot_product_attention"};
+  BOOST_TEST((changed == bf16_ops), "changed under autocast: " << list);
 }

@@ -196,7 +196,7 @@ BOOST_AUTO_TEST_CASE(every_node_saves_what_its_op_declares) {
 BOOST_AUTO_TEST_CASE(saves_describes_the_saved_struct) {
   BOOST_TEST(find_op("layer_norm")->saves.str() == "x, weight, mean (side output), rstd (side output), bias");
   BOOST_TEST(find_op("reshape")->saves.str() == "nothing");
-  BOOST_TEST(find_op("matmul")->saves.str() == "a (GEMM operand), b (GEMM operand)");
+  BOOST_TEST(find_op("matmul")->saves.str() == "a (bfloat16 under autocast), b (bfloat16 under autocast)");
 }
 
 BOOST_AUTO_TEST_CASE(gradcheck_every_op_float64) { check_table(1); }

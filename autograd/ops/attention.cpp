@@ -14,7 +14,7 @@
 // last key its last query sees.
 // Under autocast every GEMM here reads bfloat16 operands: q, k, v and g are
 // rounded once, whole, rather than by each per-head GEMM that reads them, and
-// the node keeps q, k, v as those bfloat16 copies (GemmOperand), half the
+// the node keeps q, k, v as those bfloat16 copies (AutocastInput), half the
 // memory of the float32 projection they are views of; P and dS are rounded
 // once per block. The values are those autocast's GEMMs would round to.
 // Masked keys get probability exactly 0; a query that sees no key at all (a
@@ -47,7 +47,7 @@ struct AttentionAttrs {
   bool causal;
 };
 struct AttentionSaved {
-  GemmOperand q, k, v;      // (B,H,Tq,D), (B,H,Tk,D), (B,H,Tk,Dv); bfloat16 copies under autocast
+  AutocastInput q, k, v;      // (B,H,Tq,D), (B,H,Tk,D), (B,H,Tk,Dv); bfloat16 copies under autocast
   Tensor key_padding_mask;  // (B,Tk) bool, or undefined
   static constexpr std::tuple fields{
       saved_field("q", &AttentionSaved::q), saved_field("k", &AttentionSaved::k), saved_field("v", &AttentionSaved::v),
@@ -212,7 +212,7 @@ struct AttentionInputs {
       : q(read(n, &AttentionSaved::q, as_saved)), k(read(n, &AttentionSaved::k, as_saved)),
         v(read(n, &AttentionSaved::v, as_saved)), a(q.shape(), k.shape(), v.shape(), n.attrs<AttentionAttrs>().causal),
         pad(padding_bytes(n.saved_tensor(&AttentionSaved::key_padding_mask))) {}
-  static Tensor read(const Node& n, GemmOperand AttentionSaved::*field, bool as_saved) {
+  static Tensor read(const Node& n, AutocastInput AttentionSaved::*field, bool as_saved) {
     Tensor t = n.saved_tensor(field);
     return as_saved || t.dtype() != DType::bf16 ? t : t.to(DType::f32);
   }

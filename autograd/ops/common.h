@@ -47,7 +47,7 @@ inline Tensor dense(const Tensor& x) {
 // A float32 x as a contiguous bfloat16 tensor, rounded to nearest even as
 // autocast's GEMMs round their operands (rows are read in place where x's
 // last dim is dense: no float32 copy first); a bfloat16 x as it is. For
-// an operand that several GEMMs read, or that a node keeps (GemmOperand).
+// an operand that several GEMMs read, or that a node keeps (AutocastInput).
 Tensor bf16_operand(const Tensor& x);
 
 // ---- layout

@@ -245,11 +245,11 @@ void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
 }
 
 struct MatmulSaved {
-  GemmOperand a, b;
+  AutocastInput a, b;
   static constexpr std::tuple fields{saved_field("a", &MatmulSaved::a), saved_field("b", &MatmulSaved::b)};
 };
 struct LinearSaved {
-  GemmOperand x;  // (..., IC)
+  AutocastInput x;  // (..., IC)
   Tensor weight;  // (OC, IC)
   static constexpr std::tuple fields{saved_field("x", &LinearSaved::x), saved_field("weight", &LinearSaved::weight)};
 };
@@ -272,7 +272,7 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out, bool accu
 }
 
 // Under autocast, the bfloat16 copy of operand x that a node recording the
-// product now keeps in its place (GemmOperand), made ahead so that the
+// product now keeps in its place (AutocastInput), made ahead so that the
 // forward's GEMM reads it too; undefined where the node keeps x itself: by
 // reference, or a leaf (a parameter, whose copy autocast keeps per version,
 // or data that its caller holds anyway).

@@ -22,13 +22,17 @@ Tensor unary(std::string_view op, const Tensor& x, F f) {
 // grad_in = f(grad_out, s) elementwise, s saved by forward (same shape).
 // Written into grad_out's memory when nothing else holds it (Tape::backward
 // hands each node's gradient over), so a chain of unary ops backpropagates
-// through one buffer instead of allocating one per op.
+// through one buffer instead of allocating one per op. A bfloat16 s (an
+// AutocastInput's copy, g float32) is read as float32.
 template <class F>
 Tensor fused_grad(const Tensor& g, const Tensor& s, F f) {
   const bool only_reference = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
                               g.shape() == s.shape();
   Tensor out = only_reference ? g : empty(g.shape(), g.dtype());
-  dispatch_float(g.dtype(), "backward", [&]<class T>(T) { map2<T, T, T>(out, g, s, f); });
+  if (s.dtype() == DType::bf16 && g.dtype() == DType::f32)
+    map2<float, float, bfloat16>(out, g, s, [f](float gy, bfloat16 v) { return f(gy, static_cast<float>(v)); });
+  else
+    dispatch_float(g.dtype(), "backward", [&]<class T>(T) { map2<T, T, T>(out, g, s, f); });
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <numbers>
 
+#include "autograd/autocast.h"
 #include "autograd/op.h"
 #include "autograd/ops/common.h"
 #include "autograd/ops/elementwise/common.h"
@@ -16,7 +17,6 @@ using detail::check_same_dtype;
 using detail::tangent_or_zeros;
 using detail::elementwise::fused_grad;
 using detail::elementwise::unary;
-using detail::elementwise::UnaryInputSaved;
 using samples::uniform;
 
 // ============================ gelu ============================
@@ -58,6 +58,20 @@ template <class F>
 auto with_form(bool tanh_approximation, F f) {
   return tanh_approximation ? f(GeluTanh{}) : f(GeluExact{});
 }
+// gelu(x) unrecorded; a bfloat16 x (the forward's rounded copy) into float32.
+Tensor gelu_values(const Tensor& x, bool tanh_approximation) {
+  return with_form(tanh_approximation, [&]<class G>(G) {
+    if (x.dtype() != DType::bf16) return unary("gelu", x, [](auto v) { return G::value(v); });
+    Tensor out = empty(x.shape(), DType::f32);
+    detail::map1<float, bfloat16>(out, x, [](bfloat16 v) { return G::value(static_cast<float>(v)); });
+    return out;
+  });
+}
+// x: a bfloat16 copy where the forward ran under autocast (see gelu).
+struct GeluSaved {
+  AutocastInput x;
+  static constexpr std::tuple fields{saved_field("x", &GeluSaved::x)};
+};
 struct GeluGradSaved {
   Tensor grad, x;
   static constexpr std::tuple fields{saved_field("grad", &GeluGradSaved::grad), saved_field("x", &GeluGradSaved::x)};
@@ -80,7 +94,8 @@ static void gelu_grad_with_tangent(int64_t n, const S* x, const S* g, const S* t
 }
 static bool gelu_backward_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
                                    std::span<Tensor> gin_tangents) {
-  const Tensor x = n.saved_tensor(&UnaryInputSaved::x);
+  Tensor x = n.saved_tensor(&GeluSaved::x);
+  if (x.dtype() == DType::bf16) x = x.to(DType::f32);  // kept under autocast: no tangent went with it
   const Tensor xc = x.contiguous(), gc = g.contiguous(), tx = tangent_or_zeros(x), tg = tangent_or_zeros(g);
   Tensor dx = empty(x.shape(), x.dtype()), tdx = empty(x.shape(), x.dtype());
   with_form(n.attrs<GeluAttrs>().tanh_approximation, [&]<class G>(G) {
@@ -98,22 +113,22 @@ static bool gelu_backward_tangents(const Node& n, const Tensor& g, std::span<Ten
 // public op gelu_grad cannot do; recorded: gelu_grad, which differentiates again.
 static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = with_form(n.attrs<GeluAttrs>().tanh_approximation, [&]<class G>(G) {
-    return fused_grad(g, n.saved_tensor(&UnaryInputSaved::x), [](auto gy, auto v) { return gy * G::slope(v); });
+    return fused_grad(g, n.saved_tensor(&GeluSaved::x), [](auto gy, auto v) { return gy * G::slope(v); });
   });
 }
 static void gelu_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  gin[0] = gelu_grad(g, n.saved_tensor(&UnaryInputSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
+  gin[0] = gelu_grad(g, n.saved_tensor(&GeluSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
 }
 // The output again from the saved input, for ops that save it by reference
 // (a transformer MLP's proj then holds no copy of its (B,T,4C) input).
 static Tensor gelu_recompute(const Node& n) {
-  return gelu(n.saved_tensor(&UnaryInputSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
+  return gelu_values(n.saved_tensor(&GeluSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
 }
 static const OpDef gelu_op({
     .name = "gelu",
     .arity = 1,
     .signature = "gelu(x, tanh_approximation=false)",
-    .saves = saves_of<UnaryInputSaved>(),
+    .saves = saves_of<GeluSaved>(),
     .backward = gelu_backward,
     .recorded_backward = gelu_backward_recorded,
     .backward_with_tangents = gelu_backward_tangents,
@@ -131,14 +146,19 @@ static const OpDef gelu_op({
     },
     .recompute = gelu_recompute,
 });
+// Under autocast gelu computes on its float32 input's bfloat16 copy, as
+// torch.autocast does on the bfloat16 output of the GEMM before it (a
+// transformer MLP's first Linear), and its node keeps that copy (half the
+// memory; an AutocastInput: a leaf keeps x) for the backward and for
+// rebuilding the output that the next GEMM saved by reference.
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   ProfileScope prof(gelu_op.name);
-  Tensor out = with_form(tanh_approximation, [&]<class G>(G) {
-    return unary(gelu_op.name, x, [](auto v) { return G::value(v); });
-  });
+  detail::check_defined(gelu_op.name, x, "tensor");
+  const Tensor rounded = autocast_enabled() && x.dtype() == DType::f32 ? detail::bf16_operand(x) : Tensor();
+  Tensor out = gelu_values(rounded.defined() ? rounded : x, tanh_approximation);
   if (Node* n = record(gelu_op, out, x)) {
     n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
-    n->save(UnaryInputSaved{.x = x});
+    n->save(GeluSaved{.x = {x, rounded}});
   }
   return out;
 }
