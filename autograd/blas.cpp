@@ -371,46 +371,63 @@ Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, st
   return {out, cols};
 }
 
-// The most bytes an operand's rounded block may take. A larger operand that
-// is not a kept copy (the LSTM's (tokens, 4H) gate gradient in its weight
-// gradient, 4 MiB rounded) would add its whole bfloat16 size to the step's
-// peak beside the float32 tensors and stay in the allocator's cache at that
-// size; the GEMM runs instead in slices of C's rows (A is the larger) or
-// columns (B is), each rounding its part of that operand into a block of at
-// most this. A slice is a whole block of C, so C's values do not change.
-// With 1 MiB the LSTM LM's bfloat16 peak RSS fell 3 MiB at 1 thread and 5 at
-// 2, at the same speed (Zen 4, lm_train, alternating runs).
+// The most bytes an operand's rounded blocks may take at once. Larger
+// operands that are not kept copies would add their whole bfloat16 size to
+// the step's peak beside the float32 tensors (the LSTM's weight gradient
+// rounds its (tokens, 4H) gate gradient, 4 MiB, and its states), and stay in
+// the allocator's cache at that size. The GEMM runs instead in slices, each
+// rounding its part into blocks of at most this: of C's rows (A is the
+// larger to round) or columns (B is), where each slice is a whole block of C
+// and C's values do not change; or, where both operands are rounded and K is
+// the longest dimension (a weight gradient, K the tokens), of K, each slice
+// adding its product into C in float32. 1 MiB took the LSTM LM's bfloat16
+// peak RSS 3 MiB lower at 1 thread and 5 at 2, at the same speed (Zen 4,
+// lm_train, alternating runs).
 constexpr int64_t kMaxRoundedBytes = int64_t{1} << 20;
-constexpr int64_t kMinSlice = 64;  // rows or columns of C, so a slice stays a GEMM that runs near peak
+constexpr int64_t kMinSlice = 64;  // rows, columns or k of a slice, so that it stays a GEMM that runs near peak
 
 int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const auto rounded_bytes = [&](const float* x, int64_t free_dim) {  // 0: kept, or small enough either way
-    const int64_t bytes = free_dim * K * int64_t{sizeof(bfloat16)};
-    return bytes <= kMaxRoundedBytes || detail::autocast_cached(x) ? 0 : bytes;
+  constexpr int64_t two = sizeof(bfloat16);
+  int64_t a_bytes = M * K * two, b_bytes = N * K * two;  // to round; kept copies are looked up only when it matters
+  if (a_bytes + b_bytes > kMaxRoundedBytes) {
+    if (detail::autocast_cached(A)) a_bytes = 0;
+    if (detail::autocast_cached(B)) b_bytes = 0;
+  }
+  const int64_t total = a_bytes + b_bytes, pieces = (total + kMaxRoundedBytes - 1) / kMaxRoundedBytes;
+  std::shared_ptr<Storage> a_block, b_block;
+  // Stored as (M,K), or (K,M) when transposed; B likewise.
+  auto round_a = [&](int64_t i0, int64_t m, int64_t p0, int64_t k) {
+    return ta ? round_operand(A + p0 * lda + i0, k, m, lda, a_block)
+              : round_operand(A + i0 * lda + p0, m, k, lda, a_block);
   };
-  const int64_t a_bytes = rounded_bytes(A, M), b_bytes = rounded_bytes(B, N);
+  auto round_b = [&](int64_t j0, int64_t n, int64_t p0, int64_t k) {
+    return tb ? round_operand(B + j0 * ldb + p0, n, k, ldb, b_block)
+              : round_operand(B + p0 * ldb + j0, k, n, ldb, b_block);
+  };
+  if (a_bytes > 0 && b_bytes > 0 && K >= std::max(M, N) && pieces > 1) {
+    const int64_t slices = std::max<int64_t>(1, std::min(pieces, K / kMinSlice));
+    int parts = 1;
+    for (int64_t s = 0; s < slices; ++s) {
+      const int64_t p0 = K * s / slices, k = K * (s + 1) / slices - p0;
+      const Rounded a = round_a(0, M, p0, k), b = round_b(0, N, p0, k);
+      parts = split_gemm(ta, tb, M, N, k, alpha, a.p, a.ld, b.p, b.ld, s == 0 ? beta : 1.0f, C, ldc);
+    }
+    return parts;
+  }
   const bool slice_a = a_bytes >= b_bytes;  // slice C along the larger rounded operand's free dimension
   const int64_t side = slice_a ? M : N;
-  const int64_t slices =
-      std::max<int64_t>(1, std::min((std::max(a_bytes, b_bytes) + kMaxRoundedBytes - 1) / kMaxRoundedBytes,
-                                    side / kMinSlice));
-  std::shared_ptr<Storage> a_block, b_block;
-  // Stored as (M,K), or (K,M) when transposed; B likewise. The operand not sliced is rounded once.
-  const Rounded whole = slice_a ? round_operand(B, tb ? N : K, tb ? K : N, ldb, b_block)
-                                : round_operand(A, ta ? K : M, ta ? M : K, lda, a_block);
+  const int64_t slices = std::max<int64_t>(1, std::min(pieces, side / kMinSlice));
+  const Rounded whole = slice_a ? round_b(0, N, 0, K) : round_a(0, M, 0, K);  // the operand not sliced, once
   int parts = 1;
   for (int64_t s = 0; s < slices; ++s) {
     const int64_t i0 = side * s / slices, n = side * (s + 1) / slices - i0;
     if (slice_a) {
-      // A's rows i0.. of op(A): stored rows (offset i0*lda) or, transposed, stored columns (offset i0).
-      const Rounded a =
-          ta ? round_operand(A + i0, K, n, lda, a_block) : round_operand(A + i0 * lda, n, K, lda, a_block);
+      const Rounded a = round_a(i0, n, 0, K);
       parts = split_gemm(ta, tb, n, N, K, alpha, a.p, a.ld, whole.p, whole.ld, beta, C + i0 * ldc, ldc,
                          whole.generation);
     } else {
-      const Rounded b =
-          tb ? round_operand(B + i0 * ldb, n, K, ldb, b_block) : round_operand(B + i0, K, n, ldb, b_block);
+      const Rounded b = round_b(i0, n, 0, K);
       parts = split_gemm(ta, tb, M, n, K, alpha, whole.p, whole.ld, b.p, b.ld, beta, C + i0, ldc, b.generation);
     }
   }
