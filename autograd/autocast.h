@@ -7,7 +7,8 @@
 /// backward) rounds its operands to bfloat16 and multiplies them with float32
 /// accumulation into a float32 result; gelu, which in a transformer's MLP
 /// reads the first GEMM's output (bfloat16 in torch.autocast), computes on
-/// its input rounded to bfloat16 and saves that copy. Everything else stays
+/// its input rounded to bfloat16 and saves that copy, and the LSTM recurrence
+/// keeps its gate activations for backward in bfloat16. Everything else stays
 /// float32: softmax and log_softmax, layer_norm, losses, reductions, exp and
 /// log, and the optimizer, which updates float32 master weights.
 ///

@@ -252,8 +252,14 @@ Tensor Node::read_slot(size_t k) const {
         "backward of '{}': a tensor it saved (shape {}) was modified in place after it was saved "
         "(version {} now, {} when saved); clone it before writing to it",
         op->name, s.tensor.shape(), s.tensor.version(), s.version));
-  if (s.output >= 0 && grad_enabled())
+  if (s.output >= 0 && grad_enabled()) {
+    // A side output kept in bfloat16 (the LSTM's gates under autocast) is read as its float32 values.
+    if (s.tensor.dtype() == DType::bf16 && out_dtype != DType::bf16) {
+      NoGradGuard no_grad;
+      return attached(s.tensor.to(DType::f32), const_cast<Node*>(this), static_cast<uint32_t>(s.output));
+    }
     return attached(s.tensor, const_cast<Node*>(this), static_cast<uint32_t>(s.output));
+  }
   return s.tensor;
 }
 

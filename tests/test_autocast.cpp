@@ -504,6 +504,37 @@ BOOST_AUTO_TEST_CASE(gelu_under_autocast_computes_on_and_keeps_the_bfloat16_copy
   BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
 }
 
+// Under autocast lstm_recurrence keeps its gates (T,B,4H) in bfloat16: half
+// the bytes held between forward and backward; its plain backward reads them
+// so, and a recorded one (a Hessian-vector product, through the gates' side
+// output) reads their float32 values and stays within bfloat16's error of
+// float32's.
+BOOST_AUTO_TEST_CASE(lstm_under_autocast_keeps_its_gates_in_bfloat16) {
+  const int64_t T = 6, B = 4, H = 32;
+  Tensor x = random({T, B, 16}, 91), wi = (random({4 * H, 16}, 92) * 0.3).requires_grad_();
+  Tensor wh = (random({4 * H, H}, 93) * 0.3).requires_grad_(), v = random({4 * H, H}, 94);
+  auto held_after_forward = [&](bool bf16) {
+    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+    Tensor xp = linear(x, wi);
+    const size_t before = memory_stats().bytes_in_use;
+    Tensor out = lstm_recurrence(xp, wh, Tensor(), Tensor());
+    return memory_stats().bytes_in_use - before;
+  };
+  const size_t f32 = held_after_forward(false), bf16 = held_after_forward(true);
+  BOOST_TEST(f32 - bf16 == static_cast<size_t>(T * B * 4 * H * 2), "float32 " << f32 << ", bfloat16 " << bf16);
+  auto hvp = [&](bool bf16) {
+    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+    Tensor loss = sum(pow(lstm_recurrence(linear(x, wi), wh, Tensor(), Tensor()), 2.0));
+    Tensor g = grad({loss}, {wh}, {}, {.create_graph = true})[0];
+    return grad({sum(mul(g, v))}, {wh})[0];
+  };
+  const Tensor h16 = hvp(true), h32 = hvp(false);
+  const double scale = max(abs(h32)).item();
+  BOOST_TEST(scale > 0.0);
+  BOOST_TEST(max_abs_diff(h16, h32) < 3e-2 * scale);
+  BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
+}
+
 // Under autocast a product keeps the bfloat16 copy of an operand that an op
 // computed (GEMMs read it in forward and backward), where a leaf operand is
 // rounded by each GEMM that reads it: the same values, so the same results,

@@ -1,6 +1,7 @@
 // lstm_recurrence (see ../rnn_ops.h): the LSTM's tangent kernel, recorded backward and OpDef.
 #include "autograd/ops/rnn_ops.h"
 
+#include "autograd/forward_ad.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/rnn/lstm_kernels.h"
@@ -87,16 +88,21 @@ static void lstm_recurrence_backward(const Node& n, const Tensor& grad, std::spa
   const Tensor &w = ins[0], &h0 = ins[1], &c0 = ins[2], &act = ins[3], &out = ins[4];
   const Tensor gact = contig(n.side_grad(&LstmSaved::gates));
   const Dims d{out.size(1), out.size(2), out.size(3)};
-  const Tensor g = grad.contiguous(), dG = empty(act.shape(), act.dtype()), rec = zeros({3, d.B, d.H}, out.dtype());
+  const Tensor g = grad.contiguous(), dG = empty(act.shape(), out.dtype()), rec = zeros({3, d.B, d.H}, out.dtype());
   Tensor dh0 = n.needs(2) ? empty({d.B, d.H}, out.dtype()) : Tensor(), dW;
   Tensor dc0 = n.needs(3) ? empty({d.B, d.H}, out.dtype()) : Tensor();
   dispatch_float(out.dtype(), n.op->name, [&](auto tag) {
     using S = decltype(tag);
     const S* hs = out.data<S>();
-    backward_by_parts(d, 4, out.dtype(), [&](Part p, int64_t c) {
-      lstm_backward_call(d, p, c, g.data<S>(), ptr<S>(gact), w.data<S>(), ptr<S>(c0), act.data<S>(),
-                         hs + d.T * d.B * d.H, dG.data<S>(), rec.data<S>(), ptr<S>(dh0), ptr<S>(dc0));
-    });
+    auto run = [&](const auto* a) {
+      backward_by_parts(d, 4, out.dtype(), [&](Part p, int64_t c) {
+        lstm_backward_call(d, p, c, g.data<S>(), ptr<S>(gact), w.data<S>(), ptr<S>(c0), a, hs + d.T * d.B * d.H,
+                           dG.data<S>(), rec.data<S>(), ptr<S>(dh0), ptr<S>(dc0));
+      });
+    };
+    if constexpr (std::is_same_v<S, float>)
+      if (act.dtype() == DType::bf16) run(act.data<bfloat16>());
+    if (act.dtype() == out.dtype()) run(act.data<S>());
     if (n.needs(1)) dW = weight_grad<S>(d, 4 * d.H, dG.data<S>(), hs, ptr<S>(h0), out.dtype());
   });
   set_needed(n, gin, {dG, dW, dh0, dc0});
@@ -108,7 +114,7 @@ static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, 
   if (!dxp.defined() && !dw.defined() && !dh0.defined() && !dc0.defined()) return;
   const auto ins =
       saved_contig(n, &LstmSaved::weight, &LstmSaved::h0, &LstmSaved::c0, &LstmSaved::gates, &LstmSaved::output);
-  const Tensor &w = ins[0], &h0 = ins[1], &c0 = ins[2], &act = ins[3], &out = ins[4];
+  const Tensor &w = ins[0], &h0 = ins[1], &c0 = ins[2], act = as_float(ins[3]), &out = ins[4];
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t BH = d.B * d.H;
   Tensor drive = dxp.defined() ? dxp.clone() : zeros(act.shape(), act.dtype());
@@ -140,15 +146,24 @@ Tensor lstm_recurrence(const Tensor& xp_in, const Tensor& w_in, const Tensor& h0
   const Dims d = check_recurrence(lstm_recurrence_op.name, 4, xp_in, w_in, Tensor(), h0_in, c0_in);
   const auto ins = contig_all(xp_in, w_in, h0_in, c0_in);
   const Tensor &xp = ins[0], &w = ins[1], &h0 = ins[2], &c0 = ins[3];
-  Tensor out = empty({2, d.T, d.B, d.H}, xp.dtype()), act = empty(xp.shape(), xp.dtype());
+  // Under autocast the gates are written rounded to bfloat16, as a recurrence run in bfloat16 keeps
+  // them (torch's oneDNN LSTM), and the node keeps them so, in half the memory; not where a forward-mode
+  // level wants their tangent. Unrecorded too (an evaluation under autocast): the same blocks as training's.
+  const bool round = autocast_enabled() && xp.dtype() == DType::f32 && !forward_ad_enabled();
+  Tensor out = empty({2, d.T, d.B, d.H}, xp.dtype()), act = empty(xp.shape(), round ? DType::bf16 : xp.dtype());
   dispatch_float(xp.dtype(), lstm_recurrence_op.name, [&](auto tag) {
     using S = decltype(tag);
     S* hs = out.data<S>();
     const Tensor zero = c0.defined() ? Tensor() : zeros({d.B, d.H}, xp.dtype());
-    forward_by_parts<S>(d, 4, w, true, [&](Part p, int64_t t, const S* wu, S* z) {
-      lstm_forward_step(d, p, t, xp.data<S>(), wu, ptr<S>(h0), ptr<S>(c0), ptr<S>(zero), z, act.data<S>(), hs,
-                        hs + d.T * d.B * d.H);
-    });
+    auto run = [&](auto* a) {
+      forward_by_parts<S>(d, 4, w, !round, [&](Part p, int64_t t, const S* wu, S* z) {
+        lstm_forward_step(d, p, t, xp.data<S>(), wu, ptr<S>(h0), ptr<S>(c0), ptr<S>(zero), z, a, hs,
+                          hs + d.T * d.B * d.H);
+      });
+    };
+    if constexpr (std::is_same_v<S, float>)
+      if (round) return run(act.data<bfloat16>());
+    run(act.data<S>());
   });
   if (Node* n = record(lstm_recurrence_op, out, xp_in, w_in, h0_in, c0_in))
     n->save(LstmSaved{.weight = w_in, .h0 = h0_in, .c0 = c0_in, .gates = act, .output = out});

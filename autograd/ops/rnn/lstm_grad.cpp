@@ -188,7 +188,7 @@ bool detail::rnn::lstm_backward_tangents(const Node& n, const Tensor& grad, std:
                                          std::span<Tensor> gin_tangents) {
   if (n.side_grad(&LstmSaved::gates).defined()) return false;  // a second-order pass: the recorded form
   const Tensor w = n.saved_tensor(&LstmSaved::weight), h0 = n.saved_tensor(&LstmSaved::h0);
-  const Tensor c0 = n.saved_tensor(&LstmSaved::c0), act = n.saved_tensor(&LstmSaved::gates);
+  const Tensor c0 = n.saved_tensor(&LstmSaved::c0), act = as_float(n.saved_tensor(&LstmSaved::gates));
   const Tensor out = n.saved_tensor(&LstmSaved::output);
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t T = d.T, B = d.B, H = d.H, G = 4 * H, L = 6 * H, TBH = T * B * H;

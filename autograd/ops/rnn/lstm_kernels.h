@@ -7,7 +7,8 @@ namespace tg::detail::rnn {
 
 // lstm_recurrence's node: w_hh, h0, c0 as given, the output (2,T,B,H) [h_t; c_t] and act (T,B,4H), the
 // gate activations [sig(i), sig(f), tanh(g), sig(o)], a side output: the recorded backward computes its
-// slopes from it, and the fused backward adds a gradient a second-order pass sent into it.
+// slopes from it, and the fused backward adds a gradient a second-order pass sent into it. Under
+// autocast act is kept in bfloat16 (see lstm_recurrence), read back as float32 where grad mode is on.
 struct LstmSaved {
   Tensor weight, h0, c0;
   SideOutput gates;
@@ -29,27 +30,31 @@ static void lstm_preactivations(const Dims& d, Part p, int64_t t, const S* in, c
 }
 
 // Step t of part p (see forward_by_parts; z nullptr: the step's act itself); zero (B,H) stands in for a
-// missing c0.
-template <class S>
+// missing c0. act is S, or bfloat16 (z then given): the gates are computed in z and rounded into act.
+template <class S, class A>
 static void lstm_forward_step(const Dims& d, Part p, int64_t t, const S* xp, const S* w, const S* h0, const S* c0,
-                              const S* zero, S* z, S* act, S* hs, S* cs) {
+                              const S* zero, S* z, A* act, S* hs, S* cs) {
+  constexpr bool in_act = std::is_same_v<A, S>;
   const Units u = p.units;
   const int64_t B = d.B, H = d.H, n = u.n, G = 4 * H, Z = 4 * n, r0 = p.rows.first, rows = p.rows.n;
-  S* a = act + t * B * G;
+  A* a = act + t * B * G;
   S* h = hs + t * B * H;
   S* c = cs + t * B * H;
   const S* hprev = t > 0 ? h - B * H : h0;
   const S* cprev = t > 0 ? c - B * H : c0 ? c0 : zero;
-  z = (z ? z : a) + r0 * Z;  // the part's rows
+  if constexpr (in_act) z = z ? z : a;
+  z += r0 * Z;  // the part's rows
   lstm_preactivations(d, p, t, xp, hprev, w, z);
   parallel_for(rows, row_grain(Z, kGateGrain), [&](int64_t row0, int64_t row1) {
     for (int64_t row = row0; row < row1; ++row) {
       const int64_t b = r0 + row;
-      const S *zi = z + row * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
-      S *ai = a + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
+      S *zi = z + row * Z, *zf = zi + n, *zg = zf + n, *zo = zg + n;
       const int64_t r = b * H + u.first;
       const S* cp = cprev + r;
       S *cb = c + r, *hb = h + r;
+      // The gates go to act (S), or back into z, to be rounded into act below.
+      S *ai = zi, *af = zf, *ag = zg, *ao = zo;
+      if constexpr (in_act) ai = a + b * G + u.first, af = ai + H, ag = af + H, ao = ag + H;
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
         const S i = sigmoid_gate(zi[j]), f = sigmoid_gate(zf[j]), g = tanh_gate(zg[j]), o = sigmoid_gate(zo[j]);
@@ -58,6 +63,8 @@ static void lstm_forward_step(const Dims& d, Part p, int64_t t, const S* xp, con
         cb[j] = cn;
         hb[j] = o * tanh_gate(cn);
       }
+      if constexpr (!in_act)
+        for (int64_t q = 0; q < 4; ++q) float_to_bf16(zi + q * n, a + b * G + q * H + u.first, n);
     }
   });
 }
@@ -66,9 +73,10 @@ static void lstm_forward_step(const Dims& d, Part p, int64_t t, const S* xp, con
 // gradient of the pre-activation gates (= of xp), and dh0 / dc0 if given.
 // Call c of part p (see backward_by_parts). rec (3,B,H) is zero on entry: the gradients reaching h_t and
 // c_t from step t+1, and c_{-1} = 0. gact (T,B,4H), the gradient that reached the activations, joins dG_t.
-template <class S>
+// act is S, or bfloat16 where the node kept the gates rounded (autocast), read as float.
+template <class S, class A>
 static void lstm_backward_call(const Dims& d, Part p, int64_t c, const S* gout, const S* gact, const S* w,
-                               const S* c0, const S* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
+                               const S* c0, const A* act, const S* cs, S* dG, S* rec, S* dh0, S* dc0) {
   const Units u = p.units;
   const int64_t T = d.T, B = d.B, H = d.H, n = u.n, G = 4 * H, r0 = p.rows.first, rows = p.rows.n;
   S* dh = rec;
@@ -87,13 +95,13 @@ static void lstm_backward_call(const Dims& d, Part p, int64_t c, const S* gout, 
   parallel_for(rows, row_grain(4 * n, kGateGrain), [&](int64_t row0, int64_t row1) {
     for (int64_t b = r0 + row0; b < r0 + row1; ++b) {
       const int64_t r = b * H + u.first, at = t * B * H + r;
-      const S *ai = act + t * B * G + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
+      const A *ai = act + t * B * G + b * G + u.first, *af = ai + H, *ag = af + H, *ao = ag + H;
       S *di = dG + t * B * G + b * G + u.first, *df = di + H, *dgg = df + H, *dout = dgg + H;
       const S *gh = gout + at, *gc = gout + T * B * H + at, *ct = cs + at, *cp = cprev + r;
       S *dhb = dh + r, *dcb = dc + r;
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
-        const S i = ai[j], f = af[j], g = ag[j], o = ao[j];
+        const S i = S(ai[j]), f = S(af[j]), g = S(ag[j]), o = S(ao[j]);
         const S tc = tanh_gate(ct[j]);
         const S dht = gh[j] + dhb[j];
         const S dct = gc[j] + dcb[j] + dht * o * (S(1) - tc * tc);
@@ -107,10 +115,11 @@ static void lstm_backward_call(const Dims& d, Part p, int64_t c, const S* gout, 
       const S *gi = gact + t * B * G + b * G + u.first, *gf = gi + H, *gg = gf + H, *go = gg + H;
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
-        di[j] += gi[j] * ai[j] * (S(1) - ai[j]);
-        df[j] += gf[j] * af[j] * (S(1) - af[j]);
-        dgg[j] += gg[j] * (S(1) - ag[j] * ag[j]);
-        dout[j] += go[j] * ao[j] * (S(1) - ao[j]);
+        const S i = S(ai[j]), f = S(af[j]), g = S(ag[j]), o = S(ao[j]);
+        di[j] += gi[j] * i * (S(1) - i);
+        df[j] += gf[j] * f * (S(1) - f);
+        dgg[j] += gg[j] * (S(1) - g * g);
+        dout[j] += go[j] * o * (S(1) - o);
       }
     }
   });
