@@ -480,6 +480,22 @@ BOOST_AUTO_TEST_CASE(gelu_under_autocast_computes_on_and_keeps_the_bfloat16_copy
     y.backward(g);
     BOOST_TEST(max_abs_diff(a.grad(), ref_grad) == 0.0);
   }
+  // On a leaf (kept in float32): the backward, and an output rebuilt for mul (which saves it by
+  // reference), still see the rounded input.
+  {
+    Tensor xl = random({8, 12}, 87).requires_grad_();
+    Tensor xr = xl.detach().to(DType::bf16).to(DType::f32).requires_grad_();
+    Tensor ref = gelu(xr);
+    sum(mul(ref, ref)).backward();
+    Tensor y;
+    {
+      AutocastGuard bf16(DType::bf16);
+      y = gelu(xl);
+    }
+    sum(mul(y, y)).backward();
+    BOOST_TEST(max_abs_diff(y, ref) == 0.0);
+    BOOST_TEST(max_abs_diff(xl.grad(), xr.grad()) == 0.0);
+  }
   // An MLP: the second Linear's weight gradient reads gelu's output rebuilt from the copy.
   Tensor x = random({32, 16}, 83), w1 = (random({64, 16}, 84) * 0.3).requires_grad_();
   Tensor w2 = (random({8, 64}, 85) * 0.3).requires_grad_();

@@ -78,6 +78,14 @@ struct GeluGradSaved {
 };
 }  // namespace
 
+// What the forward computed on, read in a plain backward: x, or under
+// autocast its bfloat16 copy, kept, or rounded again where the node kept x
+// (a leaf).
+static Tensor computed_on(const Node& n) {
+  const Tensor x = n.saved_tensor(&GeluSaved::x);
+  return n.autocast == DType::bf16 && x.dtype() == DType::f32 ? detail::bf16_operand(x) : x;
+}
+
 // Forward over reverse (OpSpec::backward_with_tangents): the gradient
 // g gelu'(x) and its tangent tg gelu'(x) + g gelu''(x) tx in one pass. A
 // missing tangent is taken as zeros.
@@ -113,7 +121,7 @@ static bool gelu_backward_tangents(const Node& n, const Tensor& g, std::span<Ten
 // public op gelu_grad cannot do; recorded: gelu_grad, which differentiates again.
 static void gelu_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
   gin[0] = with_form(n.attrs<GeluAttrs>().tanh_approximation, [&]<class G>(G) {
-    return fused_grad(g, n.saved_tensor(&GeluSaved::x), [](auto gy, auto v) { return gy * G::slope(v); });
+    return fused_grad(g, computed_on(n), [](auto gy, auto v) { return gy * G::slope(v); });
   });
 }
 static void gelu_backward_recorded(const Node& n, const Tensor& g, std::span<Tensor> gin) {
@@ -122,7 +130,7 @@ static void gelu_backward_recorded(const Node& n, const Tensor& g, std::span<Ten
 // The output again from the saved input, for ops that save it by reference
 // (a transformer MLP's proj then holds no copy of its (B,T,4C) input).
 static Tensor gelu_recompute(const Node& n) {
-  return gelu_values(n.saved_tensor(&GeluSaved::x), n.attrs<GeluAttrs>().tanh_approximation);
+  return gelu_values(computed_on(n), n.attrs<GeluAttrs>().tanh_approximation);
 }
 static const OpDef gelu_op({
     .name = "gelu",
