@@ -46,6 +46,22 @@ Tensor random(const Shape& s, uint64_t seed) {
   return randn(s, DType::f32, &g);
 }
 
+// A recorded backward under autocast: the Hessian-vector product of loss()
+// in w along v, under autocast and in float32. The second derivative reaches
+// w as in float32 within bfloat16's tolerance, and autocast did change it.
+void check_hvp_under_autocast(const Tensor& w, const Tensor& v, const std::function<Tensor()>& loss) {
+  auto hvp = [&](bool bf16) {
+    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+    Tensor g = grad({loss()}, {w}, {}, {.create_graph = true})[0];
+    return grad({sum(mul(g, v))}, {w})[0];
+  };
+  const Tensor h16 = hvp(true), h32 = hvp(false);
+  const double scale = max(abs(h32)).item();
+  BOOST_TEST(scale > 0.0);
+  BOOST_TEST(max_abs_diff(h16, h32) < 3e-2 * scale);
+  BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- the dtype
@@ -440,18 +456,10 @@ BOOST_AUTO_TEST_CASE(attention_under_autocast_keeps_bfloat16_copies_of_q_k_v) {
 // the second derivative reaches w as in float32 (within bfloat16's tolerance).
 BOOST_AUTO_TEST_CASE(create_graph_through_attention_under_autocast) {
   Tensor x = random({2, 8, 16}, 31), w = (random({16, 48}, 32) * 0.3).requires_grad_(), v = random({16, 48}, 33);
-  auto hvp = [&](bool bf16) {
-    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
+  check_hvp_under_autocast(w, v, [&] {
     Projected p = project(x, w, 2);
-    Tensor loss = sum(pow(scaled_dot_product_attention(p.q, p.k, p.v, true), 2.0));
-    Tensor g = grad({loss}, {w}, {}, {.create_graph = true})[0];
-    return grad({sum(mul(g, v))}, {w})[0];
-  };
-  const Tensor h16 = hvp(true), h32 = hvp(false);
-  const double scale = max(abs(h32)).item();
-  BOOST_TEST(scale > 0.0);
-  BOOST_TEST(max_abs_diff(h16, h32) < 3e-2 * scale);
-  BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
+    return sum(pow(scaled_dot_product_attention(p.q, p.k, p.v, true), 2.0));
+  });
 }
 
 // gelu under autocast computes on its input's bfloat16 copy and keeps only
@@ -509,15 +517,7 @@ BOOST_AUTO_TEST_CASE(gelu_under_autocast_computes_on_and_keeps_the_bfloat16_copy
   BOOST_TEST(max_abs_diff(w2.grad(), expect) < 1e-4 * (1.0 + max(abs(expect)).item()));
   // Recorded: a Hessian-vector product through gelu under autocast is float32's within bfloat16's error.
   Tensor v = random({64, 16}, 86);
-  auto hvp = [&](bool bf16) {
-    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
-    Tensor loss = sum(pow(gelu(linear(x, w1)), 2.0));
-    Tensor gw = grad({loss}, {w1}, {}, {.create_graph = true})[0];
-    return grad({sum(mul(gw, v))}, {w1})[0];
-  };
-  const Tensor h16 = hvp(true), h32 = hvp(false);
-  BOOST_TEST(max_abs_diff(h16, h32) < 3e-2 * max(abs(h32)).item());
-  BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
+  check_hvp_under_autocast(w1, v, [&] { return sum(pow(gelu(linear(x, w1)), 2.0)); });
 }
 
 // Under autocast lstm_recurrence keeps its gates (T,B,4H) in bfloat16: half
@@ -538,17 +538,8 @@ BOOST_AUTO_TEST_CASE(lstm_under_autocast_keeps_its_gates_in_bfloat16) {
   };
   const size_t f32 = held_after_forward(false), bf16 = held_after_forward(true);
   BOOST_TEST(f32 - bf16 == static_cast<size_t>(T * B * 4 * H * 2), "float32 " << f32 << ", bfloat16 " << bf16);
-  auto hvp = [&](bool bf16) {
-    AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
-    Tensor loss = sum(pow(lstm_recurrence(linear(x, wi), wh, Tensor(), Tensor()), 2.0));
-    Tensor g = grad({loss}, {wh}, {}, {.create_graph = true})[0];
-    return grad({sum(mul(g, v))}, {wh})[0];
-  };
-  const Tensor h16 = hvp(true), h32 = hvp(false);
-  const double scale = max(abs(h32)).item();
-  BOOST_TEST(scale > 0.0);
-  BOOST_TEST(max_abs_diff(h16, h32) < 3e-2 * scale);
-  BOOST_TEST(max_abs_diff(h16, h32) > 0.0);
+  check_hvp_under_autocast(wh, v,
+                           [&] { return sum(pow(lstm_recurrence(linear(x, wi), wh, Tensor(), Tensor()), 2.0)); });
 }
 
 // Under autocast a product keeps the bfloat16 copy of an operand that an op

@@ -49,6 +49,10 @@ inline Tensor dense(const Tensor& x) {
 // last dim is dense: no float32 copy first); a bfloat16 x as it is. For
 // an operand that several GEMMs read, or that a node keeps (AutocastInput).
 Tensor bf16_operand(const Tensor& x);
+// A saved tensor as float32 where its node kept it in bfloat16 under autocast
+// (an AutocastInput's copy, the LSTM's gates), for the rules that compute on
+// it in float32 (tangents, forward over reverse); anything else as it is.
+inline Tensor as_float(const Tensor& t) { return t.defined() && t.dtype() == DType::bf16 ? t.to(DType::f32) : t; }
 
 // ---- layout
 

@@ -102,8 +102,7 @@ static void gelu_grad_with_tangent(int64_t n, const S* x, const S* g, const S* t
 }
 static bool gelu_backward_tangents(const Node& n, const Tensor& g, std::span<Tensor> gin,
                                    std::span<Tensor> gin_tangents) {
-  Tensor x = n.saved_tensor(&GeluSaved::x);
-  if (x.dtype() == DType::bf16) x = x.to(DType::f32);  // kept under autocast: no tangent went with it
+  const Tensor x = detail::as_float(n.saved_tensor(&GeluSaved::x));  // a kept copy: no tangent went with it
   const Tensor xc = x.contiguous(), gc = g.contiguous(), tx = tangent_or_zeros(x), tg = tangent_or_zeros(g);
   Tensor dx = empty(x.shape(), x.dtype()), tdx = empty(x.shape(), x.dtype());
   with_form(n.attrs<GeluAttrs>().tanh_approximation, [&]<class G>(G) {

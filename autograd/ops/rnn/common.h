@@ -177,8 +177,6 @@ Dims check_recurrence(std::string_view op, int64_t gates, const Tensor& xp, cons
 void check_same_dtypes(std::string_view op, const Tensor& first, const char* first_name,
                        std::initializer_list<std::pair<const Tensor*, const char*>> others);
 inline Tensor contig(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
-// A saved tensor as float32 where the node kept it in bfloat16 (autocast), for the rules that compute on it.
-inline Tensor as_float(const Tensor& t) { return t.defined() && t.dtype() == DType::bf16 ? t.to(DType::f32) : t; }
 // The contiguous inputs of a forward, unrecorded (it saves the inputs as given). Callers name the
 // elements by reference, not by structured binding: clang 14 lambdas cannot capture those.
 template <class... Ts>

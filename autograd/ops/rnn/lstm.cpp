@@ -114,7 +114,7 @@ static void lstm_recurrence_tangent(const Node& n, std::span<const Tensor> tin, 
   if (!dxp.defined() && !dw.defined() && !dh0.defined() && !dc0.defined()) return;
   const auto ins =
       saved_contig(n, &LstmSaved::weight, &LstmSaved::h0, &LstmSaved::c0, &LstmSaved::gates, &LstmSaved::output);
-  const Tensor &w = ins[0], &h0 = ins[1], &c0 = ins[2], act = as_float(ins[3]), &out = ins[4];
+  const Tensor &w = ins[0], &h0 = ins[1], &c0 = ins[2], act = detail::as_float(ins[3]), &out = ins[4];
   const Dims d{out.size(1), out.size(2), out.size(3)};
   const int64_t BH = d.B * d.H;
   Tensor drive = dxp.defined() ? dxp.clone() : zeros(act.shape(), act.dtype());
