@@ -90,6 +90,11 @@ ShapeClass& shape_class(int64_t M, int64_t N, int64_t K) {
   return shape_classes[3];
 }
 
+// The backend for a class from both backends' GFLOP/s (by GemmBackend).
+detail::GemmBackend faster_of(const double* gflops) {
+  return gflops[1] > detail::kOnednnClearWin * gflops[0] ? detail::GemmBackend::onednn : detail::GemmBackend::openblas;
+}
+
 // Times both backends at c's shape on the calling thread, best of 3
 // alternating repetitions of at least 2^22 multiply-adds each (one call, or
 // 32 of the tiny class), after a call each that makes oneDNN's primitive and
@@ -121,7 +126,7 @@ void measure(ShapeClass& c) {
     best[static_cast<int>(GemmBackend::onednn)] = 1e30;
   }
   for (int be = 0; be < 2; ++be) c.gflops[be] = best[be] < 1e30 ? 2.0 * M * N * K * calls / best[be] / 1e9 : 0;
-  c.backend = c.gflops[1] > detail::kOnednnClearWin * c.gflops[0] ? GemmBackend::onednn : GemmBackend::openblas;
+  c.backend = faster_of(c.gflops);
 }
 
 // The choices are kept per machine (detail::gemm_cache_path), so that every
@@ -200,12 +205,14 @@ std::vector<CacheLine> read_cache(const std::string& path) {
 
 std::string shape_of(const ShapeClass& c) { return fmt::format("{}x{}x{}", c.M, c.N, c.K); }
 
-// c's choice from the cache's lines, if they have one for this machine.
+// c's choice from the cache's lines, if they have one for this machine: made
+// again from the GFLOP/s, so a file written under another margin
+// (kOnednnClearWin) gives this build's choice; the backend column is for readers.
 bool load_cached(ShapeClass& c, const std::vector<CacheLine>& lines, const std::string& key) {
   for (const CacheLine& l : lines)
     if (l.key == key && l.name == c.name && l.shape == shape_of(c)) {
-      c.backend = l.backend;
       c.gflops[0] = l.gflops[0], c.gflops[1] = l.gflops[1];
+      c.backend = faster_of(c.gflops);
       c.cached = true;
       return true;
     }
