@@ -303,6 +303,19 @@ void BM_gelu(benchmark::State& s) {
       s, [](const Tensor& a, const Tensor&) { return gelu(a); },
       [](float x, float) { return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)))); });
 }
+void BM_exp(benchmark::State& s) {
+  elementwise(
+      s, [](const Tensor& a, const Tensor&) { return exp(a); }, [](float x, float) { return std::exp(x); });
+}
+void BM_tanh(benchmark::State& s) {
+  elementwise(
+      s, [](const Tensor& a, const Tensor&) { return tanh(a); }, [](float x, float) { return std::tanh(x); });
+}
+void BM_sigmoid(benchmark::State& s) {
+  elementwise(
+      s, [](const Tensor& a, const Tensor&) { return sigmoid(a); },
+      [](float x, float) { return 1.0f / (1.0f + std::exp(-x)); });
+}
 
 // sum and logsumexp over the last axis of (4096, 1024): the softmax/layer_norm pattern.
 template <class Op, class Ref>
@@ -372,6 +385,9 @@ void thread_args(benchmark::internal::Benchmark* b) { b->Arg(1)->Arg(2)->Unit(be
 BENCHMARK(BM_add)->Apply(thread_args);
 BENCHMARK(BM_mul)->Apply(thread_args);
 BENCHMARK(BM_gelu)->Apply(thread_args);
+BENCHMARK(BM_exp)->Apply(thread_args);
+BENCHMARK(BM_tanh)->Apply(thread_args);
+BENCHMARK(BM_sigmoid)->Apply(thread_args);
 BENCHMARK(BM_sum_last_axis)->Apply(thread_args);
 BENCHMARK(BM_logsumexp_last_axis)->Apply(thread_args);
 

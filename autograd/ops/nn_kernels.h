@@ -1,6 +1,7 @@
 #pragma once
 // Row kernels shared by the fused ops (softmax.cpp, norm.cpp, attention.cpp,
-// the recurrences in rnn/) and exp/erf for elementwise/gelu.cpp. Sums use
+// the recurrences in rnn/) and the exp, erf, sigmoid and tanh of the
+// elementwise ops. Sums use
 // `omp simd` reductions, so float rows vectorise without -ffast-math; exp in
 // float is a polynomial that vectorises.
 #include <algorithm>
@@ -40,6 +41,34 @@ inline float verf(float x) {
   return std::copysign(1.0f - p * vexp(-a * a), x);
 }
 inline double verf(double x) { return std::erf(x); }
+
+// exp over the whole float range: vexp; above 88 (where vexp's 2^k would
+// need exponent bits 255) the square of exp(x/2), within 3 ulp; +inf where
+// float exp overflows. Results below float's smallest normal are 0, as vexp's.
+inline float vexp_full(float x) {
+  const float h = vexp(x > 88.0f ? 0.5f * x : x);
+  return x > 88.72283f ? std::numeric_limits<float>::infinity() : x > 88.0f ? h * h : h;
+}
+inline double vexp_full(double x) { return std::exp(x); }
+
+// sigmoid and tanh on vexp, so loops over them vectorise (within 3 ulp of
+// libm: sigmoid 2.5, tanh 2.7); float64 keeps libm. sigmoid never
+// exponentiates a large positive number.
+inline float vsigmoid(float x) { return 1.0f / (1.0f + vexp(std::min(-x, 88.0f))); }
+inline double vsigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+  const double e = std::exp(x);
+  return e / (1.0 + e);
+}
+inline float vtanh(float x) {
+  // (1 - e^-2|x|) / (1 + e^-2|x|) cancels for small |x|: there, the Taylor series to x^11.
+  const float a = std::abs(x), e = vexp(-2.0f * a), x2 = x * x;
+  const float series =
+      x * (1.0f +
+           x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315 + x2 * (62.0f / 2835 + x2 * (-1382.0f / 155925))))));
+  return a < 0.3f ? series : std::copysign((1.0f - e) / (1.0f + e), x);
+}
+inline double vtanh(double x) { return std::tanh(x); }
 
 // Max of a row, in 2 x 512 bits of independent lanes: the `a > b ? a : b`
 // pattern maps to vmaxps (GCC does not vectorise a floating-point max

@@ -23,16 +23,11 @@ namespace math {
 template <std::floating_point T> T lit(const T&, double v) { return static_cast<T>(v); }
 inline double lit(const Tensor&, double v) { return v; }
 using tg::exp, tg::erf, tg::tanh, tg::pow, tg::sigmoid;  // the Tensor overloads
-template <std::floating_point T> T exp(T x) { return vexp(x); }
+template <std::floating_point T> T exp(T x) { return vexp_full(x); }
 template <std::floating_point T> T erf(T x) { return verf(x); }
-template <std::floating_point T> T tanh(T x) { return std::tanh(x); }
+template <std::floating_point T> T tanh(T x) { return vtanh(x); }
 template <std::floating_point T> T pow(T x, T e) { return std::pow(x, e); }
-template <std::floating_point T> T sigmoid(T x) {
-  // Stable on both sides: never exponentiates a large positive number.
-  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
-  const T e = std::exp(x);
-  return e / (T(1) + e);
-}
+template <std::floating_point T> T sigmoid(T x) { return vsigmoid(x); }
 // The slope of a piecewise-linear op (relu, abs, clamp) from a predicate p:
 // p(s) as a number (0 or 1; sign: -1, 0 or 1). For a tensor it is a constant
 // of the recorded backward (its own derivative is zero almost everywhere).

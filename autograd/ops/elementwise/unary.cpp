@@ -70,14 +70,14 @@ struct ClampAttrs {
 template <class T> T softplus_of(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x))); }
 using math::lit;
 
-TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, y, unary_samples(exp, -2, 2), std::exp(x), y)
+TG_UNARY_OP(exp, "exp(x)", UnaryOutputSaved, y, unary_samples(exp, -2, 2), math::exp(x), y)
 TG_UNARY_OP(log, "log(x), x > 0", UnaryInputSaved, x, unary_samples(log, 0.2, 3), std::log(x), 1 / x)
 TG_UNARY_OP(sqrt, "sqrt(x), x > 0", UnaryOutputSaved, y, unary_samples(sqrt, 0.2, 3), std::sqrt(x), 1 / (y + y))
 TG_UNARY_OP(rsqrt, "rsqrt(x) -> 1/sqrt(x), x > 0", UnaryOutputSaved, y, unary_samples(rsqrt, 0.2, 3),
             decltype(x)(1) / std::sqrt(x), lit(y, -0.5) * y * y * y)
 TG_UNARY_OP(abs, "abs(x)", UnaryInputSaved, x, kinked_unary_samples(abs), std::abs(x),
             math::step(x, [](auto v) { return (v > 0) - (v < 0); }))  // sign(x)
-TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, y, unary_samples(tanh, -2, 2), std::tanh(x), 1 - y * y)
+TG_UNARY_OP(tanh, "tanh(x)", UnaryOutputSaved, y, unary_samples(tanh, -2, 2), math::tanh(x), 1 - y * y)
 TG_UNARY_OP(sigmoid, "sigmoid(x)", UnaryOutputSaved, y, unary_samples(sigmoid, -3, 3), math::sigmoid(x), y * (1 - y))
 TG_UNARY_OP(relu, "relu(x) -> max(x, 0)", UnaryOutputSaved, y, kinked_unary_samples(relu), x > 0 ? x : decltype(x)(0),
             math::step(y, [](auto v) { return v > 0; }))

@@ -20,20 +20,9 @@
 
 namespace tg::detail::rnn {
 
-// Gate nonlinearities. float32 builds them on nn_kernels.h's polynomial exp,
-// so the pointwise loops vectorise (within 3 ulp of libm: sigmoid 2.5, tanh
-// 2.7); float64 keeps libm, for gradchecks and parity to 1e-10.
-inline float sigmoid_gate(float x) { return 1.0f / (1.0f + detail::vexp(std::min(-x, 88.0f))); }
-inline double sigmoid_gate(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-inline float tanh_gate(float x) {
-  // (1 - e^-2|x|) / (1 + e^-2|x|) cancels for small |x|: there, the Taylor series to x^11.
-  const float a = std::abs(x), e = detail::vexp(-2.0f * a), x2 = x * x;
-  const float series =
-      x * (1.0f +
-           x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315 + x2 * (62.0f / 2835 + x2 * (-1382.0f / 155925))))));
-  return a < 0.3f ? series : std::copysign((1.0f - e) / (1.0f + e), x);
-}
-inline double tanh_gate(double x) { return std::tanh(x); }
+// Gate nonlinearities: nn_kernels.h's, whose float32 forms vectorise.
+template <class T> T sigmoid_gate(T x) { return vsigmoid(x); }
+template <class T> T tanh_gate(T x) { return vtanh(x); }
 
 // Elements per parallel chunk of a step's pointwise pass (split over batch
 // rows): fewer than kElementwiseGrain, since each gate costs an exp or two.
