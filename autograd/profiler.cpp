@@ -50,6 +50,10 @@ std::atomic<uint64_t> g_flops{0};
 // so far: the enclosing op's scope subtracts what grew while it was open.
 thread_local double t_apart_seconds = 0;
 thread_local uint64_t t_apart_flops = 0;
+// The part of g_flops that RecomputedWork marked, and its value at the last reset.
+std::atomic<uint64_t> g_recomputed_flops{0};
+uint64_t g_recomputed_at_reset = 0;
+thread_local bool t_recomputing = false;
 
 // A recompute (an output rebuilt for another op's backward) and a tangent
 // rule (run when the next op reads the tangent) are rows of their own even
@@ -72,8 +76,14 @@ void profiler_reset() {
   std::lock_guard lock(state().mu);
   state().entries.clear();
   state().gemms.clear();
+  g_recomputed_at_reset = g_recomputed_flops.load(std::memory_order_relaxed);
 }
-void profiler_add_flops(double flops) { g_flops.fetch_add(static_cast<uint64_t>(flops), std::memory_order_relaxed); }
+void profiler_add_flops(double flops) {
+  g_flops.fetch_add(static_cast<uint64_t>(flops), std::memory_order_relaxed);
+  if (t_recomputing) g_recomputed_flops.fetch_add(static_cast<uint64_t>(flops), std::memory_order_relaxed);
+}
+RecomputedWork::RecomputedWork() : saved_(t_recomputing) { t_recomputing = true; }
+RecomputedWork::~RecomputedWork() { t_recomputing = saved_; }
 
 ProfileScope*& ProfileScope::innermost() {
   thread_local ProfileScope* scope = nullptr;
@@ -123,6 +133,7 @@ ProfileTotals profiler_totals() {
     t.seconds += e.seconds;
     if (e.flops > 0) t.flop_seconds += e.seconds, t.flops += e.flops;
   }
+  t.model_flops = t.flops - static_cast<double>(g_recomputed_flops.load(std::memory_order_relaxed) - g_recomputed_at_reset);
   return t;
 }
 

@@ -26,11 +26,28 @@ struct ProfileTotals {
   double seconds = 0;       ///< all ops
   double flop_seconds = 0;  ///< the ops that report work
   double flops = 0;         ///< their floating-point operations
+  /// flops less the work that rebuilt a value the forward had computed
+  /// (RecomputedWork): the model's FLOPs, which MFU counts.
+  double model_flops = 0;
 };
 /// The totals since the last reset.
 ProfileTotals profiler_totals();
 /// Adds floating-point work to the op currently being timed (matmul reports 2*M*N*K).
 void profiler_add_flops(double flops);
+/// While one lives, the work profiler_add_flops gets on its thread rebuilds
+/// values the forward computed (attention's probabilities in its backward):
+/// it counts toward its op's FLOPs and GFLOP/s, the hardware's work, but not
+/// toward ProfileTotals::model_flops.
+class RecomputedWork {
+ public:
+  RecomputedWork();   ///< marks this thread's work as recomputed
+  ~RecomputedWork();  ///< restores the mark it found
+  RecomputedWork(const RecomputedWork&) = delete;
+  RecomputedWork& operator=(const RecomputedWork&) = delete;
+
+ private:
+  bool saved_;
+};
 /// One GEMM shape's calls while the profiler was on (profiler_gemm_shapes).
 struct GemmShapeStats {
   std::string precision;  ///< what it multiplied in: "f32", "bf16" (autocast or bfloat16 operands) or "f64"

@@ -256,7 +256,8 @@ def main():
     md += ("\nReference: PyTorch " + subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
                                                   capture_output=True, text=True).stdout.strip()
            + " for the language models; gensim for sgns (words/s over raw words × epochs).\n")
-    md += ("tapegrad MFU: the step's GEMM FLOPs a token (counted by lm_train's profiled pass) times tokens/s, over "
+    md += ("tapegrad MFU: the step's GEMM FLOPs a token (counted by lm_train's profiled pass, less attention's "
+           "rebuilding of its probabilities in backward) times tokens/s, over "
            "threads × one core's peak for the dtype, measured in the same process (float32 FMAs, or bfloat16 dot "
            "products for bf16: bench/peak.h).\n")
     if "bf16" in dtypes:

@@ -227,10 +227,13 @@ void train_and_report(const Options& o, const bench::Workload& w, bench::Trainer
   // GEMM of forward and backward: projections, attention's products, the
   // recurrences, the output head) over the tokens this rank trained on in
   // them, rather than the 6 N-per-token-plus-attention estimate for a GPT
-  // (which it counts exactly, with nothing for the elementwise work). With
-  // --checkpoint it counts the forward's rerun too, so mfu there is the
+  // (which it counts exactly, with nothing for the elementwise work): less
+  // attention's second q k^T in its backward, which rebuilds the forward's
+  // probabilities (RecomputedWork; 1.2% of the GPTs' GEMM work). With
+  // --checkpoint it counts the forward's rerun, so mfu there is the
   // hardware's utilisation.
-  const double flops_per_token = prof.flops / (kProfiledSteps * static_cast<double>(tokens) / dist::world_size());
+  const double flops_per_token =
+      prof.model_flops / (kProfiledSteps * static_cast<double>(tokens) / dist::world_size());
   const double tokens_per_s = o.steps * tokens / secs;
   const double model_flops_per_s = flops_per_token * tokens_per_s;
   const double gemm_flops_per_s = prof.flop_seconds > 0 ? prof.flops / prof.flop_seconds : 0.0;

@@ -512,8 +512,10 @@ BOOST_AUTO_TEST_CASE(profiler_counts_the_work_of_every_gemm) {
   sum(out).backward();
   profiler_enable(false);
   BOOST_TEST(profiler_totals().flops == 2.0 * B * H * H * (T + (T - 1) + T));
+  BOOST_TEST(profiler_totals().model_flops == profiler_totals().flops);
   // Attention's heads run on the pool's threads: their GEMMs count too.
-  // Forward: q k^T and P v per head; backward: q k^T again, P^T g, g v^T, dS k, dS^T q.
+  // Forward: q k^T and P v per head; backward: q k^T again, P^T g, g v^T, dS k, dS^T q,
+  // of which the model's FLOPs leave out q k^T again (it rebuilds the forward's P).
   const int threads = num_threads();
   set_num_threads(2);
   profiler_reset();
@@ -523,8 +525,10 @@ BOOST_AUTO_TEST_CASE(profiler_counts_the_work_of_every_gemm) {
   Tensor att = scaled_dot_product_attention(q, q, q, /*causal=*/true);
   const double head_gemm = 2.0 * Tq * Tq * D * Bq * Hq;
   BOOST_TEST(profiler_totals().flops == 2 * head_gemm);
+  BOOST_TEST(profiler_totals().model_flops == 2 * head_gemm);
   sum(att).backward();
   BOOST_TEST(profiler_totals().flops == 7 * head_gemm);
+  BOOST_TEST(profiler_totals().model_flops == 6 * head_gemm);
   set_num_threads(threads);
   profiler_enable(false);
   profiler_reset();

@@ -363,7 +363,10 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
             return;
           }
           const In *qb = Q.at(bh, i0), *gb = G.at(bh, i0);
-          head_probabilities<T>(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
+          {
+            RecomputedWork again;  // the forward's P: not the model's work a second time
+            head_probabilities<T>(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
+          }
           if constexpr (plain) {
             if (fwd) {
               gemm(false, true, m, kv, a.D, scale, TQ.at(bh, i0), TQ.ld, K.at(bh), K.ld, T(0), Pt, kv);
