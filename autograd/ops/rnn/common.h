@@ -20,9 +20,7 @@
 
 namespace tg::detail::rnn {
 
-// Gate nonlinearities: nn_kernels.h's, whose float32 forms vectorise.
-template <class T> T sigmoid_gate(T x) { return vsigmoid(x); }
-template <class T> T tanh_gate(T x) { return vtanh(x); }
+using detail::vsigmoid, detail::vtanh;  // the gates' nonlinearities (nn_kernels.h; float32's vectorise)
 
 // Elements per parallel chunk of a step's pointwise pass (split over batch
 // rows): fewer than kElementwiseGrain, since each gate costs an exp or two.

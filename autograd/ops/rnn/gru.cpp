@@ -54,8 +54,8 @@ static void gru_forward_step(const Dims& d, Part p, int64_t t, const S* xp, cons
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
         const S hn = pn[j] + bb[2 * H + j];
-        const S r = sigmoid_gate(xr[j] + pr[j] + bb[j]), z = sigmoid_gate(xz[j] + pz[j] + bb[H + j]);
-        const S nn = tanh_gate(xn[j] + r * hn);
+        const S r = vsigmoid(xr[j] + pr[j] + bb[j]), z = vsigmoid(xz[j] + pz[j] + bb[H + j]);
+        const S nn = vtanh(xn[j] + r * hn);
         ar[j] = r, az[j] = z, an[j] = nn, ahn[j] = hn;
         out[j] = (S(1) - z) * nn + z * hb[j];
       }

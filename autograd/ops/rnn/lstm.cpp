@@ -45,7 +45,7 @@ static void lstm_tangent_step(const Dims& d, Part p, int64_t t, const S* drive, 
       S *dcb = dc + r, *dhb = dh + r;
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
-        const S i = ai[j], f = af[j], g = ag[j], o = ao[j], tc = tanh_gate(cb[j]);
+        const S i = ai[j], f = af[j], g = ag[j], o = ao[j], tc = vtanh(cb[j]);
         const S ti = i * (S(1) - i) * zi[j], tf = f * (S(1) - f) * zf[j], tg = (S(1) - g * g) * zg[j],
                 to = o * (S(1) - o) * zo[j];
         di[j] = ti, df[j] = tf, dg[j] = tg, dout[j] = to;

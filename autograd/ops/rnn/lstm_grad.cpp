@@ -54,7 +54,7 @@ static void lstm_slopes_forward(int64_t H, int64_t r0, int64_t r1, const S* act,
     S* sr = s + r * 6 * H;
 #pragma omp simd
     for (int64_t q = 0; q < H; ++q) {
-      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = tanh_gate(cr[q]);
+      const S i = ai[q], f = af[q], g = ag[q], o = ao[q], tc = vtanh(cr[q]);
       sr[q] = f;
       sr[H + q] = o * (S(1) - tc * tc);
       sr[2 * H + q] = g * i * (S(1) - i);
@@ -75,7 +75,7 @@ static void lstm_slopes_backward(int64_t H, int64_t r0, int64_t r1, const S* ds,
     S *dar = dact + r * 4 * H, *dcr = dc + r * H, *dcpr = dcp + r * H;
 #pragma omp simd
     for (int64_t q = 0; q < H; ++q) {
-      const auto p = slope_partials<S>(ai[q], af[q], ag[q], ao[q], tanh_gate(cr[q]), cpr[q]);
+      const auto p = slope_partials<S>(ai[q], af[q], ag[q], ao[q], vtanh(cr[q]), cpr[q]);
       const auto in = slopes_transpose<S>(p, d[q], d[H + q], d[2 * H + q], d[3 * H + q], d[4 * H + q], d[5 * H + q]);
       dar[q] = in[0], dar[H + q] = in[1], dar[2 * H + q] = in[2], dar[3 * H + q] = in[3];
       dcr[q] = in[4], dcpr[q] = in[5];
@@ -93,7 +93,7 @@ static void lstm_slopes_tangent(int64_t H, int64_t r0, int64_t r1, const S* dact
     S* d = ds + r * 6 * H;
 #pragma omp simd
     for (int64_t q = 0; q < H; ++q) {
-      const auto p = slope_partials<S>(ai[q], af[q], ag[q], ao[q], tanh_gate(cr[q]), cpr[q]);
+      const auto p = slope_partials<S>(ai[q], af[q], ag[q], ao[q], vtanh(cr[q]), cpr[q]);
       const S di = da[q], df = da[H + q], dg = da[2 * H + q], dout = da[3 * H + q], dct = dcr[q];
       d[q] = df;
       d[H + q] = p.k_o * dout + p.k_c * dct;

@@ -57,11 +57,11 @@ static void lstm_forward_step(const Dims& d, Part p, int64_t t, const S* xp, con
       if constexpr (in_act) ai = a + b * G + u.first, af = ai + H, ag = af + H, ao = ag + H;
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
-        const S i = sigmoid_gate(zi[j]), f = sigmoid_gate(zf[j]), g = tanh_gate(zg[j]), o = sigmoid_gate(zo[j]);
+        const S i = vsigmoid(zi[j]), f = vsigmoid(zf[j]), g = vtanh(zg[j]), o = vsigmoid(zo[j]);
         ai[j] = i, af[j] = f, ag[j] = g, ao[j] = o;
         const S cn = i * g + f * cp[j];
         cb[j] = cn;
-        hb[j] = o * tanh_gate(cn);
+        hb[j] = o * vtanh(cn);
       }
       if constexpr (!in_act)
         for (int64_t q = 0; q < 4; ++q) float_to_bf16(zi + q * n, a + b * G + q * H + u.first, n);
@@ -102,7 +102,7 @@ static void lstm_backward_call(const Dims& d, Part p, int64_t c, const S* gout, 
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
         const S i = S(ai[j]), f = S(af[j]), g = S(ag[j]), o = S(ao[j]);
-        const S tc = tanh_gate(ct[j]);
+        const S tc = vtanh(ct[j]);
         const S dht = gh[j] + dhb[j];
         const S dct = gc[j] + dcb[j] + dht * o * (S(1) - tc * tc);
         di[j] = dct * g * i * (S(1) - i);

@@ -59,7 +59,7 @@ static void chunk_cells(int64_t n, int64_t B, int64_t H, int64_t b0, int64_t b1,
       S* c = cs + (t * B + b) * H;
 #pragma omp simd
       for (int64_t j = 0; j < H; ++j) {
-        const S i = sigmoid_gate(ai[j]), f = sigmoid_gate(af[j]), g = tanh_gate(ag[j]), o = sigmoid_gate(ao[j]);
+        const S i = vsigmoid(ai[j]), f = vsigmoid(af[j]), g = vtanh(ag[j]), o = vsigmoid(ao[j]);
         ai[j] = i, af[j] = f, ag[j] = g, ao[j] = o;
         c[j] = i * g + f * cp[j];
       }

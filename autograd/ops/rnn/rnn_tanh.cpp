@@ -38,7 +38,7 @@ static void rnn_tanh_forward_step(const Dims& d, Part p, int64_t t, const S* xp,
       const S* zb = z + row * n;
       S* hb = h + (r0 + row) * H + u.first;
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) hb[j] = tanh_gate(zb[j]);
+      for (int64_t j = 0; j < n; ++j) hb[j] = vtanh(zb[j]);
     }
   });
 }
