@@ -34,12 +34,14 @@ inline double vexp(double x) { return std::exp(x); }
 
 // erf that vectorises (Abramowitz & Stegun 7.1.26: |error| < 1.5e-7, below
 // float32's resolution near 1); float64 keeps std::erf for gradcheck accuracy.
-inline float verf(float x) {
-  const float a = std::abs(x);
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
+// verf_given takes exp(-x^2) from a caller that has it (gelu's slope, whose
+// density is the same exponential).
+inline float verf_given(float x, float exp_minus_x2) {
+  const float t = 1.0f / (1.0f + 0.3275911f * std::abs(x));
   const float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
-  return std::copysign(1.0f - p * vexp(-a * a), x);
+  return std::copysign(1.0f - p * exp_minus_x2, x);
 }
+inline float verf(float x) { return verf_given(x, vexp(-x * x)); }
 inline double verf(double x) { return std::erf(x); }
 
 // exp over the whole float range: vexp; above 88 (where vexp's 2^k would

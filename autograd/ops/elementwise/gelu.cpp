@@ -35,7 +35,15 @@ struct GeluExact {
   static auto cdf(auto x) { return lit(x, 0.5) * (1 + detail::math::erf(x * lit(x, std::numbers::sqrt2 / 2))); }
   static auto density(auto x) { return detail::math::exp(lit(x, -0.5) * x * x) * lit(x, kGeluK / 2); }
   static auto value(auto x) { return x * cdf(x); }
-  static auto slope(auto x) { return cdf(x) + x * density(x); }
+  static auto slope(auto x) {
+    if constexpr (std::is_same_v<decltype(x), float>) {
+      // Phi's erf(x / sqrt2) and phi share exp(-x^2 / 2): one exp, not two.
+      const float e = detail::vexp(-0.5f * x * x);
+      return 0.5f * (1.0f + detail::verf_given(x * float(std::numbers::sqrt2 / 2), e)) + x * e * float(kGeluK / 2);
+    } else {
+      return cdf(x) + x * density(x);
+    }
+  }
   static auto curvature(auto x) { return density(x) * (2 - x * x); }
 };
 // Tanh, as torch's approximate='tanh': 0.5 x (1 + t), t = tanh(u),
