@@ -9,14 +9,18 @@
 // twice its output), and the extra GEMM costs ~1/6 of the attention's work.
 // The node saves only q, k, v and the padding mask. Both passes go over a
 // head's queries in blocks of rows (AttentionDims::rows_per_block), so a
-// thread's scratch for P and dS is a (rows, Tk) block, not (Tq, Tk): 64 MiB
-// each at T = 4096; and under the causal mask a block's GEMMs stop at the
-// last key its last query sees.
+// thread's scratch for P and dS is a block of (Tk, rows), not (Tk, Tq): 64
+// MiB each at T = 4096; and under the causal mask a block's GEMMs stop at the
+// last key its last query sees. A block holds P and dS transposed, a row per
+// key (S^T = k q^T): the softmax and its Jacobian reduce over keys, so in
+// this layout they are vector loops across queries, with no horizontal sums
+// and no row tails (a row of 64 keys or fewer, common here, is mostly tail).
 // Under autocast every GEMM here reads bfloat16 operands: q, k, v and g are
 // rounded once, whole, rather than by each per-head GEMM that reads them, and
 // the node keeps q, k, v as those bfloat16 copies (AutocastInput), half the
 // memory of the float32 projection they are views of; P and dS are rounded
-// once per block. The values are those autocast's GEMMs would round to.
+// to bfloat16 in the pass that makes them. The values are those autocast's
+// GEMMs would round to.
 // Masked keys get probability exactly 0; a query that sees no key at all (a
 // fully padded row, or Tq > Tk under the causal mask) gets a zero row, so its
 // output and gradients are zero rather than NaN.
@@ -125,60 +129,114 @@ void for_each_block(const AttentionDims& a, int64_t rows, int nbuf, F&& block) {
   });
 }
 
-// Softmax in place over the first `visible` entries of a score row, skipping
-// padded keys (pad[j] != 0); everything else becomes 0. A row with no
-// visible key becomes all zeros; a row with a NaN score becomes all NaN, as
-// softmax(S) v gives it.
-template <class T>
-void masked_softmax_row(T* s, int64_t Tk, int64_t visible, const uint8_t* pad) {
-  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  if (pad) {  // padded keys to -inf: exp gives them exactly 0
+// Queries per pass of the softmax and its Jacobian: their running maxima and
+// sums stay on the stack.
+constexpr int64_t kQueryChunk = 64;
+
+// Row j of a (kv, m) block, columns [c0, c0 + w), rounded to bfloat16 into
+// the same place of `rounded`, where the GEMMs read bfloat16 (In is not T)
+// and the caller wants the block rounded.
+template <class T, class In>
+void round_block_row(const T* row, In* rounded, int64_t j, int64_t m, int64_t c0, int64_t w) {
+  if constexpr (!std::is_same_v<In, T>) {
+    if (!rounded) return;
+    uint16_t* out = &rounded[j * m + c0].bits;
 #pragma omp simd
-    for (int64_t j = 0; j < visible; ++j) s[j] = pad[j] ? kNegInf : s[j];
+    for (int64_t c = 0; c < w; ++c) out[c] = bfloat16::round(row[c]);
   }
-  const T m = detail::row_max(s, visible);
-  if (m == kNegInf) {
-    // row_max's vector max drops a NaN that meets -inf, so a row that is
-    // all -inf and NaN reads as one with nothing visible. A NaN beside a
-    // finite score needs no check: exp(NaN - m) makes the sum NaN below.
-    const bool nan = std::any_of(s, s + visible, [](T x) { return std::isnan(x); });
-    std::fill(s, s + Tk, nan ? std::numeric_limits<T>::quiet_NaN() : T(0));
-    return;
-  }
-  const T inv = T(1) / detail::exp_shifted(s, m, s, visible);
-#pragma omp simd
-  for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
-  std::fill(s + visible, s + Tk, T(0));
 }
 
-// Rows [i0, i1) of P (Tq,Tk) of head bh into S (row stride ld >= kv): scaled
-// scores of keys [0, kv) by GEMM, then the masked softmax of each row, zeros
-// in [kv, ld). kv must cover every key the rows see (visible(i1 - 1)).
-// Forward and backward share it, so both see the same P.
+// Softmax over keys in place, for queries [i0, i0 + m) whose scaled scores
+// are S^T (kv, m): P^T. Masked keys (past the causal limit or padded) get
+// exactly 0. A query that sees no key gets a zero column, or a NaN column if
+// one of the scores it sees is NaN; a NaN beside finite scores makes the
+// column NaN through the sum, as softmax(S) v gives it. Given `rounded`,
+// P^T is also written there in bfloat16.
+template <class T, class In>
+void softmax_over_keys(const AttentionDims& a, T* PT, int64_t kv, int64_t i0, int64_t m, const uint8_t* pad,
+                       In* rounded) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (int64_t c0 = 0; c0 < m; c0 += kQueryChunk) {
+    const int64_t w = std::min(kQueryChunk, m - c0);
+    T mx[kQueryChunk], sum[kQueryChunk], inv[kQueryChunk], blind[kQueryChunk];
+    int64_t visible[kQueryChunk];
+    for (int64_t c = 0; c < w; ++c) mx[c] = kNegInf, sum[c] = 0, visible[c] = a.visible(i0 + c0 + c);
+    for (int64_t j = 0; j < kv; ++j) {
+      T* row = PT + j * m + c0;
+      const bool padded = pad && pad[j];
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) {
+        const T x = padded || j >= visible[c] ? kNegInf : row[c];
+        row[c] = x;
+        mx[c] = mx[c] > x ? mx[c] : x;  // vmaxps; a NaN it drops is caught below or by the sum
+      }
+    }
+    // A max of -inf: the query sees no key, or only NaN beside -inf. Its
+    // column is filled last, with 0 or NaN.
+    bool any_blind = false;
+    for (int64_t c = 0; c < w; ++c) {
+      if (mx[c] != kNegInf) continue;
+      any_blind = true;
+      blind[c] = 0;
+      for (int64_t j = 0; j < kv; ++j)
+        if (std::isnan(PT[j * m + c0 + c])) blind[c] = std::numeric_limits<T>::quiet_NaN();
+    }
+    for (int64_t j = 0; j < kv; ++j) {
+      T* row = PT + j * m + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) {
+        const T e = detail::vexp(row[c] - mx[c]);
+        row[c] = e;
+        sum[c] += e;
+      }
+    }
+    for (int64_t c = 0; c < w; ++c) inv[c] = T(1) / sum[c];
+    for (int64_t j = 0; j < kv; ++j) {
+      T* row = PT + j * m + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) row[c] *= inv[c];
+      if (any_blind)
+        for (int64_t c = 0; c < w; ++c)
+          if (mx[c] == kNegInf) row[c] = blind[c];
+      round_block_row(row, rounded, j, m, c0, w);
+    }
+  }
+}
+
+// P^T (kv, m) of queries [i0, i1) of head bh: the scaled scores k q^T by
+// GEMM, then the softmax over keys. kv must cover every key the queries see
+// (visible(i1 - 1)). Forward and backward share it, so both see the same P.
 template <class T, class In>
 void head_probabilities(const AttentionDims& a, const HeadMatrices<In>& Q, const HeadMatrices<In>& K, int64_t bh,
-                        const std::vector<uint8_t>& pad, int64_t i0, int64_t i1, int64_t kv, T* S, int64_t ld) {
-  if (kv > 0) gemm(false, true, i1 - i0, kv, a.D, a.scale<T>(), Q.at(bh, i0), Q.ld, K.at(bh), K.ld, T(0), S, ld);
+                        const std::vector<uint8_t>& pad, int64_t i0, int64_t i1, int64_t kv, T* PT,
+                        In* rounded = nullptr) {
+  const int64_t m = i1 - i0;
+  if (kv > 0) gemm(false, true, kv, m, a.D, a.scale<T>(), K.at(bh), K.ld, Q.at(bh, i0), Q.ld, T(0), PT, m);
   const uint8_t* pb = pad.empty() ? nullptr : pad.data() + bh / a.H * a.Tk;
-  for (int64_t i = i0; i < i1; ++i) masked_softmax_row(S + (i - i0) * ld, ld, std::min(a.visible(i), kv), pb);
+  softmax_over_keys(a, PT, kv, i0, m, pb, rounded);
 }
 
 // The softmax's Jacobian (symmetric, so backward and tangent alike) applied
-// to m rows of x (m, kv) in place, P (m, kv) the probabilities.
-template <class T>
-void softmax_jacobian_rows(const T* P, T* x, int64_t m, int64_t kv) {
-  for (int64_t i = 0; i < m; ++i) detail::softmax_jacobian_row(P + i * kv, x + i * kv, x + i * kv, kv);
-}
-
-// n values of a block (P, dS) as a GEMM operand of type In: x itself, or
-// rounded to bfloat16 into buf.
-template <class In, class T>
-const In* block_operand(const T* x, int64_t n, In* buf) {
-  if constexpr (std::is_same_v<In, T>) {
-    return x;
-  } else {
-    float_to_bf16(x, buf, n);
-    return buf;
+// in place to X^T (kv, m) at probabilities P^T (kv, m), for each query:
+// x = p (x - <x, p>) over its keys. Given `rounded`, the result is also
+// written there in bfloat16.
+template <class T, class In = T>
+void softmax_jacobian_over_keys(const T* PT, T* XT, int64_t kv, int64_t m, In* rounded = nullptr) {
+  for (int64_t c0 = 0; c0 < m; c0 += kQueryChunk) {
+    const int64_t w = std::min(kQueryChunk, m - c0);
+    T r[kQueryChunk] = {};
+    for (int64_t j = 0; j < kv; ++j) {
+      const T *p = PT + j * m + c0, *x = XT + j * m + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) r[c] += x[c] * p[c];
+    }
+    for (int64_t j = 0; j < kv; ++j) {
+      const T* p = PT + j * m + c0;
+      T* x = XT + j * m + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) x[c] = p[c] * (x[c] - r[c]);
+      round_block_row(x, rounded, j, m, c0, w);
+    }
   }
 }
 
@@ -281,21 +339,21 @@ static void attention_tangent(const Node& n, std::span<const Tensor> t, std::spa
     if (tv) TV = head_matrices<T>(t[2]);
     const T scale = a.scale<T>();
     const int64_t rows = a.rows_per_block();
-    for_each_block<T>(a, rows, tq || tk ? 2 : 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P, T*) {
+    for_each_block<T>(a, rows, tq || tk ? 2 : 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* PT, T*) {
       const int64_t m = i1 - i0;
-      T *dP = P + rows * a.Tk, *o = d_out.data<T>() + (bh * a.Tq + i0) * a.Dv;  // o (m, Dv)
+      T *dPT = PT + rows * a.Tk, *o = d_out.data<T>() + (bh * a.Tq + i0) * a.Dv;  // P^T, dP^T (kv, m); o (m, Dv)
       if (kv == 0 || a.Dv == 0) {  // no query of the block sees a key: P = 0
         std::fill(o, o + m * a.Dv, T(0));
         return;
       }
-      head_probabilities(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);  // (m, kv)
+      head_probabilities(a, Q, K, bh, in.pad, i0, i1, kv, PT);
       if (tq || tk) {
-        if (tq) gemm(false, true, m, kv, a.D, scale, TQ.at(bh, i0), TQ.ld, K.at(bh), K.ld, T(0), dP, kv);
-        if (tk) gemm(false, true, m, kv, a.D, scale, Q.at(bh, i0), Q.ld, TK.at(bh), TK.ld, T(tq), dP, kv);
-        softmax_jacobian_rows(P, dP, m, kv);  // dS -> dP in place
-        gemm(false, false, m, a.Dv, kv, T(1), dP, kv, V.at(bh), V.ld, T(0), o, a.Dv);
+        if (tq) gemm(false, true, kv, m, a.D, scale, K.at(bh), K.ld, TQ.at(bh, i0), TQ.ld, T(0), dPT, m);
+        if (tk) gemm(false, true, kv, m, a.D, scale, TK.at(bh), TK.ld, Q.at(bh, i0), Q.ld, T(tq), dPT, m);
+        softmax_jacobian_over_keys(PT, dPT, kv, m);  // dS^T -> dP^T in place
+        gemm(true, false, m, a.Dv, kv, T(1), dPT, m, V.at(bh), V.ld, T(0), o, a.Dv);
       }
-      if (tv) gemm(false, false, m, a.Dv, kv, T(1), P, kv, TV.at(bh), TV.ld, T(tq || tk), o, a.Dv);
+      if (tv) gemm(true, false, m, a.Dv, kv, T(1), PT, m, TV.at(bh), TV.ld, T(tq || tk), o, a.Dv);
     });
   });
   out[0] = d_out;
@@ -345,10 +403,10 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
         if constexpr (plain)
           if (fwd)
             TQ = head_matrices<T>(tq), TK = head_matrices<T>(tk), TV = head_matrices<T>(tv), TG = head_matrices<T>(tg);
-        for_each_block<T, In>(a, rows, fwd ? 4 : 2, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* P, In* buf) {
+        for_each_block<T, In>(a, rows, fwd ? 4 : 2, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* PT, In* buf) {
           const int64_t m = i1 - i0, qoff = (bh * a.Tq + i0) * a.D;
-          // Per block (m, kv): P and dP -> dS; with tangents, their tangents Pt and dPt -> dSt.
-          T *dS = P + size, *Pt = dS + size, *dSt = Pt + size, *dqb = at(dq, qoff), *tdqb = at(tdq, qoff);
+          // Per block, transposed (kv, m): P and dP -> dS; with tangents, their tangents Pt and dPt -> dSt.
+          T *dST = PT + size, *PtT = dST + size, *dStT = PtT + size, *dqb = at(dq, qoff), *tdqb = at(tdq, qoff);
           T *dkh = at(dk, bh * a.Tk * a.D), *tdkh = at(tdk, bh * a.Tk * a.D);
           T *dvh = at(dv, bh * a.Tk * a.Dv), *tdvh = at(tdv, bh * a.Tk * a.Dv);
           if (i0 == 0) {  // dk, dv and their tangents sum over the head's query blocks
@@ -363,65 +421,81 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
             return;
           }
           const In *qb = Q.at(bh, i0), *gb = G.at(bh, i0);
+          // Under autocast buf holds P^T in bfloat16 for dv's GEMM, then dS^T for dq's and dk's.
+          In* rounded = plain ? nullptr : buf;
           {
             RecomputedWork again;  // the forward's P: not the model's work a second time
-            head_probabilities<T>(a, Q, K, bh, in.pad, i0, i1, kv, P, kv);
+            head_probabilities<T>(a, Q, K, bh, in.pad, i0, i1, kv, PT, need_v ? rounded : nullptr);
           }
           if constexpr (plain) {
             if (fwd) {
-              gemm(false, true, m, kv, a.D, scale, TQ.at(bh, i0), TQ.ld, K.at(bh), K.ld, T(0), Pt, kv);
-              gemm(false, true, m, kv, a.D, scale, qb, Q.ld, TK.at(bh), TK.ld, T(1), Pt, kv);
-              softmax_jacobian_rows(P, Pt, m, kv);  // St -> Pt in place
+              gemm(false, true, kv, m, a.D, scale, K.at(bh), K.ld, TQ.at(bh, i0), TQ.ld, T(0), PtT, m);
+              gemm(false, true, kv, m, a.D, scale, TK.at(bh), TK.ld, qb, Q.ld, T(1), PtT, m);
+              softmax_jacobian_over_keys(PT, PtT, kv, m);  // St -> Pt in place
             }
           }
           if (need_v) {
-            gemm(true, false, kv, a.Dv, m, T(1), block_operand(P, m * kv, buf), kv, gb, G.ld, T(1), dvh, a.Dv);
+            const In* Pb = nullptr;
+            if constexpr (plain) Pb = PT; else Pb = buf;
+            gemm(false, false, kv, a.Dv, m, T(1), Pb, m, gb, G.ld, T(1), dvh, a.Dv);
             if constexpr (plain) {
               if (fwd) {
-                gemm(true, false, kv, a.Dv, m, T(1), Pt, kv, gb, G.ld, T(1), tdvh, a.Dv);
-                gemm(true, false, kv, a.Dv, m, T(1), P, kv, TG.at(bh, i0), TG.ld, T(1), tdvh, a.Dv);
+                gemm(false, false, kv, a.Dv, m, T(1), PtT, m, gb, G.ld, T(1), tdvh, a.Dv);
+                gemm(false, false, kv, a.Dv, m, T(1), PT, m, TG.at(bh, i0), TG.ld, T(1), tdvh, a.Dv);
               }
             }
           }
           if (!need_q && !need_k) return;
-          gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, V.at(bh), V.ld, T(0), dS, kv);
+          gemm(false, true, kv, m, a.Dv, T(1), V.at(bh), V.ld, gb, G.ld, T(0), dST, m);
           bool jacobian_applied = false;
           if constexpr (plain) {
             if (fwd) {
-              const T* tgb = TG.at(bh, i0);
-              gemm(false, true, m, kv, a.Dv, T(1), tgb, TG.ld, V.at(bh), V.ld, T(0), dSt, kv);
-              gemm(false, true, m, kv, a.Dv, T(1), gb, G.ld, TV.at(bh), TV.ld, T(1), dSt, kv);
-              for (int64_t i = 0; i < m; ++i) {  // dP -> dS and dPt -> dSt, row by row
-                T *d = dS + i * kv, *dt = dSt + i * kv;
-                const T *p = P + i * kv, *pt = Pt + i * kv;
-                const T r = detail::row_dot(d, p, kv), rt = detail::row_dot(dt, p, kv) + detail::row_dot(d, pt, kv);
-#pragma omp simd
+              gemm(false, true, kv, m, a.Dv, T(1), V.at(bh), V.ld, TG.at(bh, i0), TG.ld, T(0), dStT, m);
+              gemm(false, true, kv, m, a.Dv, T(1), TV.at(bh), TV.ld, gb, G.ld, T(1), dStT, m);
+              for (int64_t c0 = 0; c0 < m; c0 += kQueryChunk) {  // dP -> dS and dPt -> dSt, per query
+                const int64_t w = std::min(kQueryChunk, m - c0);
+                T r[kQueryChunk] = {}, rt[kQueryChunk] = {};
                 for (int64_t j = 0; j < kv; ++j) {
-                  const T x = d[j] - r;
-                  dt[j] = pt[j] * x + p[j] * (dt[j] - rt);
-                  d[j] = p[j] * x;
+                  const T *d = dST + j * m + c0, *dt = dStT + j * m + c0;
+                  const T *p = PT + j * m + c0, *pt = PtT + j * m + c0;
+#pragma omp simd
+                  for (int64_t c = 0; c < w; ++c) {
+                    r[c] += d[c] * p[c];
+                    rt[c] += dt[c] * p[c] + d[c] * pt[c];
+                  }
+                }
+                for (int64_t j = 0; j < kv; ++j) {
+                  T *d = dST + j * m + c0, *dt = dStT + j * m + c0;
+                  const T *p = PT + j * m + c0, *pt = PtT + j * m + c0;
+#pragma omp simd
+                  for (int64_t c = 0; c < w; ++c) {
+                    const T x = d[c] - r[c];
+                    dt[c] = pt[c] * x + p[c] * (dt[c] - rt[c]);
+                    d[c] = p[c] * x;
+                  }
                 }
               }
               jacobian_applied = true;
             }
           }
-          if (!jacobian_applied) softmax_jacobian_rows(P, dS, m, kv);  // dP -> dS in place
-          const In* dSb = block_operand(dS, m * kv, buf);
+          if (!jacobian_applied) softmax_jacobian_over_keys(PT, dST, kv, m, rounded);  // dP -> dS in place
+          const In* dSb = nullptr;
+          if constexpr (plain) dSb = dST; else dSb = buf;
           if (need_q) {
-            gemm(false, false, m, a.D, kv, scale, dSb, kv, K.at(bh), K.ld, T(0), dqb, a.D);
+            gemm(true, false, m, a.D, kv, scale, dSb, m, K.at(bh), K.ld, T(0), dqb, a.D);
             if constexpr (plain) {
               if (fwd) {
-                gemm(false, false, m, a.D, kv, scale, dSt, kv, K.at(bh), K.ld, T(0), tdqb, a.D);
-                gemm(false, false, m, a.D, kv, scale, dS, kv, TK.at(bh), TK.ld, T(1), tdqb, a.D);
+                gemm(true, false, m, a.D, kv, scale, dStT, m, K.at(bh), K.ld, T(0), tdqb, a.D);
+                gemm(true, false, m, a.D, kv, scale, dST, m, TK.at(bh), TK.ld, T(1), tdqb, a.D);
               }
             }
           }
           if (need_k) {
-            gemm(true, false, kv, a.D, m, scale, dSb, kv, qb, Q.ld, T(1), dkh, a.D);
+            gemm(false, false, kv, a.D, m, scale, dSb, m, qb, Q.ld, T(1), dkh, a.D);
             if constexpr (plain) {
               if (fwd) {
-                gemm(true, false, kv, a.D, m, scale, dSt, kv, qb, Q.ld, T(1), tdkh, a.D);
-                gemm(true, false, kv, a.D, m, scale, dS, kv, TQ.at(bh, i0), TQ.ld, T(1), tdkh, a.D);
+                gemm(false, false, kv, a.D, m, scale, dStT, m, qb, Q.ld, T(1), tdkh, a.D);
+                gemm(false, false, kv, a.D, m, scale, dST, m, TQ.at(bh, i0), TQ.ld, T(1), tdkh, a.D);
               }
             }
           }
@@ -505,8 +579,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                  key_padding_mask.shape(), a.B, a.Tk, qs, ks));
   const std::vector<uint8_t> pad = padding_bytes(key_padding_mask);
   // The full (B,H,Tq,Tk) probabilities are kept only when the caller asks for
-  // them, written whole rows at a time; otherwise each thread reuses one
-  // (rows, Tk) scratch block.
+  // them: each head is then one block, copied out transposed; otherwise each
+  // thread reuses one (Tk, rows) scratch block.
   const bool keep_probs = attn_weights != nullptr;
   Tensor probs = keep_probs ? empty({a.B, a.H, a.Tq, a.Tk}, q.dtype()) : Tensor();
   Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
@@ -515,20 +589,25 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     dispatch_float(q.dtype(), op, [&](auto tag) {
       using T = decltype(tag);
       auto attend = [&]<class In>(const Tensor& qi, const Tensor& ki, const Tensor& vi) {
+        constexpr bool plain = std::is_same_v<In, T>;
         const auto Q = head_matrices<In>(qi), K = head_matrices<In>(ki), V = head_matrices<In>(vi);
         const int64_t rows = keep_probs ? a.Tq : a.rows_per_block();
-        for_each_block<T, In>(a, rows, !keep_probs,
-                              [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* scratch, In* rounded_p) {
-                                const int64_t ld = keep_probs ? a.Tk : kv, m = i1 - i0;
-                                T* S = keep_probs ? probs.data<T>() + (bh * a.Tq + i0) * a.Tk : scratch;
-                                head_probabilities<T>(a, Q, K, bh, pad, i0, i1, kv, S, ld);
-                                T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
-                                if (kv > 0 && a.Dv > 0)
-                                  gemm(false, false, m, a.Dv, kv, T(1), block_operand(S, m * ld, rounded_p), ld,
-                                       V.at(bh), V.ld, T(0), o, a.Dv);
-                                else
-                                  std::fill(o, o + m * a.Dv, T(0));
-                              });
+        for_each_block<T, In>(a, rows, 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* PT, In* rounded) {
+          const int64_t m = i1 - i0;
+          head_probabilities<T>(a, Q, K, bh, pad, i0, i1, kv, PT, plain ? nullptr : rounded);  // P^T (kv, m)
+          T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
+          const In* Pb = nullptr;
+          if constexpr (plain) Pb = PT; else Pb = rounded;
+          if (kv > 0 && a.Dv > 0)
+            gemm(true, false, m, a.Dv, kv, T(1), Pb, m, V.at(bh), V.ld, T(0), o, a.Dv);
+          else
+            std::fill(o, o + m * a.Dv, T(0));
+          if (keep_probs) {  // the caller's (Tq, Tk) rows: P^T transposed, zeros past kv
+            T* P = probs.data<T>() + (bh * a.Tq + i0) * a.Tk;
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < a.Tk; ++j) P[i * a.Tk + j] = j < kv ? PT[j * m + i] : T(0);
+          }
+        });
       };
       if constexpr (std::is_same_v<T, float>) {
         if (in_bf16<T>()) {
