@@ -5,7 +5,9 @@
 /// library (matmul, linear, attention's two products, the recurrences' input
 /// projections and per-step products, tied output heads — forward and
 /// backward) rounds its operands to bfloat16 and multiplies them with float32
-/// accumulation into a float32 result; gelu, which in a transformer's MLP
+/// accumulation into a float32 result, and what a GEMM saves for its
+/// backward it keeps as those bfloat16 copies (a parameter's copy is kept per
+/// version, below); gelu, which in a transformer's MLP
 /// reads the first GEMM's output (bfloat16 in torch.autocast), computes on
 /// its input rounded to bfloat16 and saves that copy, and the LSTM recurrence
 /// keeps its gate activations for backward in bfloat16. Everything else stays

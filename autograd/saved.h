@@ -65,9 +65,9 @@ struct SideOutput : Tensor {
 /// computed on under autocast, as torch.autocast computes on a GEMM's
 /// bfloat16 output. The
 /// node keeps that copy in place of the float32 input where it may: when
-/// rounded is given, the input is not a leaf that requires grad, no
-/// forward-mode level is open (its tangent would be lost), and the input is
-/// not saved by reference (saved_by_reference: that costs nothing). Read
+/// rounded is given, the input is not a leaf that requires grad and no
+/// forward-mode level is open (its tangent would be lost); an input that its
+/// producer could rebuild (see Node::save) is kept as the copy too. Read
 /// back (Node::saved_tensor), it is the bfloat16 copy in a plain backward
 /// and, in grad mode, its values as float32 attached to the input's
 /// producer, so that a recorded backward differentiates through it as

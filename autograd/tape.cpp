@@ -170,7 +170,9 @@ SavedTensor held(const Tensor& t, int32_t output) {
 }
 }  // namespace
 
-bool saved_by_reference(const Tensor& t) {
+// Whether a node saving t now keeps a reference to t's producer, which
+// rebuilds it for backward, rather than t itself.
+static bool saved_by_reference(const Tensor& t) {
   // Only while t still holds what its producer wrote: after an in-place
   // write (even one not recorded, under no_grad) a rebuild would differ.
   // recompute rebuilds the output, not a side output.
@@ -196,9 +198,13 @@ void Node::save_slot(const Tensor& t) {
 void Node::save_autocast_slot(const AutocastInput& t) {
   // A leaf's gradient goes to the leaf itself, which a copy cannot stand
   // for; under an open forward-AD level the input's tangent, which a
-  // backward over it reads, would be lost with the input.
+  // backward over it reads, would be lost with the input. An input its
+  // producer could rebuild (gelu's output, layer_norm's) is kept as the copy
+  // all the same, as torch.autocast keeps it: rebuilding would cost the
+  // producer's pass and a rounding pass again in every backward, to save
+  // half the float32 input's size.
   const bool leaf = t.defined() && t.requires_grad() && !t.impl()->grad_fn;
-  if (!t.rounded.defined() || leaf || t_fw_level != 0 || saved_by_reference(t)) return save_slot(t);
+  if (!t.rounded.defined() || leaf || t_fw_level != 0) return save_slot(t);
   SavedTensor& s = saved.emplace_back(held(t.rounded, static_cast<int32_t>(t.impl()->output_nr)));
   s.rounded = true;
   if (t.requires_grad()) s.source = t.impl()->grad_fn;

@@ -376,11 +376,6 @@ bool may_record(const Ts&... inputs) {
   return grad_enabled() && (... || (inputs.defined() && inputs.requires_grad()));
 }
 
-/// Whether a node saving t now would keep a reference to t's producer, which
-/// rebuilds it for backward, rather than t itself (see Node::save): a
-/// forward that would make a copy of t to save (AutocastInput) asks first.
-bool saved_by_reference(const Tensor& t);
-
 /// Called by an op's forward after computing `out`. Returns the new node when
 /// grad mode is on and some input requires grad (the op then saves what its
 /// backward needs into it), or nullptr when nothing is to be recorded.

@@ -465,8 +465,9 @@ BOOST_AUTO_TEST_CASE(create_graph_through_attention_under_autocast) {
 // gelu under autocast computes on its input's bfloat16 copy and keeps only
 // that: its value and gradient are float32 gelu's at the rounded input, bit
 // for bit, the float32 input is freed after the forward, an MLP's second
-// Linear (which saves gelu's output by reference) rebuilds that output from
-// the copy exactly, and a recorded backward differentiates through it.
+// Linear keeps its own bfloat16 copy of gelu's output (so backward rebuilds
+// neither gelu nor the layer_norm before the first Linear), and a recorded
+// backward differentiates through it.
 BOOST_AUTO_TEST_CASE(gelu_under_autocast_computes_on_and_keeps_the_bfloat16_copy) {
   for (bool tanh_form : {false, true}) {
     Tensor a = random({64, 48}, 81).requires_grad_(), g = random({64, 48}, 82);
@@ -504,15 +505,23 @@ BOOST_AUTO_TEST_CASE(gelu_under_autocast_computes_on_and_keeps_the_bfloat16_copy
     BOOST_TEST(max_abs_diff(y, ref) == 0.0);
     BOOST_TEST(max_abs_diff(xl.grad(), xr.grad()) == 0.0);
   }
-  // An MLP: the second Linear's weight gradient reads gelu's output rebuilt from the copy.
+  // An MLP after a layer norm: the Linears' weight gradients read their own
+  // bfloat16 copies of what they multiplied; nothing is rebuilt.
   Tensor x = random({32, 16}, 83), w1 = (random({64, 16}, 84) * 0.3).requires_grad_();
   Tensor w2 = (random({8, 64}, 85) * 0.3).requires_grad_();
   Tensor h;
   {
     AutocastGuard bf16(DType::bf16);
-    h = gelu(linear(x, w1));
-    sum(linear(h, w2)).backward();
+    h = gelu(linear(layer_norm(x, ones({16}).requires_grad_(), Tensor()), w1));
+    Tensor loss = sum(linear(h, w2));
+    profiler_reset();
+    profiler_enable(true);
+    loss.backward();
+    profiler_enable(false);
   }
+  const std::string report = profiler_report();
+  BOOST_TEST(report.find("linear (backward)") != std::string::npos, report);
+  BOOST_TEST(report.find("(recompute)") == std::string::npos, report);
   const Tensor expect = matmul(ones({8, 32}), h.to(DType::bf16).to(DType::f32));  // g^T h, g all ones
   BOOST_TEST(max_abs_diff(w2.grad(), expect) < 1e-4 * (1.0 + max(abs(expect)).item()));
   // Recorded: a Hessian-vector product through gelu under autocast is float32's within bfloat16's error.

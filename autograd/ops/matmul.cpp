@@ -273,13 +273,12 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out, bool accu
 
 // Under autocast, the bfloat16 copy of operand x that a node recording the
 // product now keeps in its place (AutocastInput), made ahead so that the
-// forward's GEMM reads it too; undefined where the node keeps x itself: by
-// reference, or a leaf (a parameter, whose copy autocast keeps per version,
-// or data that its caller holds anyway).
+// forward's GEMM reads it too; undefined where the node keeps x itself: a
+// leaf (a parameter, whose copy autocast keeps per version, or data that its
+// caller holds anyway).
 template <class... Ts>
 Tensor kept_copy(const Tensor& x, const Ts&... inputs) {
-  if (!autocast_enabled() || x.dtype() != DType::f32 || x.is_leaf() || !may_record(inputs...) ||
-      saved_by_reference(x))
+  if (!autocast_enabled() || x.dtype() != DType::f32 || x.is_leaf() || !may_record(inputs...))
     return Tensor();
   return detail::bf16_operand(x);
 }

@@ -165,7 +165,8 @@ static const OpDef gelu_op({
 // torch.autocast does on the bfloat16 output of the GEMM before it (a
 // transformer MLP's first Linear), and its node keeps that copy (half the
 // memory; an AutocastInput: a leaf keeps x) for the backward and for
-// rebuilding the output that the next GEMM saved by reference.
+// rebuilding the output for an op that saves it by reference (the next
+// GEMM keeps its own bfloat16 copy of the output instead).
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   ProfileScope prof(gelu_op.name);
   detail::check_defined(gelu_op.name, x, "tensor");
