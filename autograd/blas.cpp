@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -46,6 +47,22 @@ void count_flops(int64_t M, int64_t N, int64_t K) {
 }
 
 thread_local bool serial = false;  // a SerialGemm lives on this thread
+
+// Where the backend cannot add the bias itself: C = beta * C + bias first,
+// so the GEMM then adds its product with beta = 1 (which it returns).
+template <class S>
+S start_from_bias(int64_t M, int64_t N, S beta, const S* bias, S* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    S* c = C + i * ldc;
+    if (beta == S(0)) {
+      std::copy(bias, bias + N, c);
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < N; ++j) c[j] = beta * c[j] + bias[j];
+    }
+  }
+  return S(1);
+}
 
 void openblas_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                     const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -290,11 +307,12 @@ detail::GemmBackend f32_backend(int64_t M, int64_t N, int64_t K) {
 }
 
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  detail::gemm_f32_on(f32_backend(M, N, K), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  detail::gemm_f32_on(f32_backend(M, N, K), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-               const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+               const double* B, int64_t ldb, double beta, double* C, int64_t ldc, const double* bias) {
+  if (bias) beta = start_from_bias(M, N, beta, bias, C, ldc);
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, to_blasint(M, "M"),
               to_blasint(N, "N"), to_blasint(K, "K"), alpha, A, to_blasint(lda, "lda"), B, to_blasint(ldb, "ldb"),
               beta, C, to_blasint(ldc, "ldc"));
@@ -310,16 +328,19 @@ const float* widen(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, st
 // b_generation: nonzero where B lies in a copy autocast keeps (the number
 // it gave those values: see autocast_cached), so oneDNN may keep B packed.
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-               const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, uint64_t b_generation = 0) {
+               const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+               uint64_t b_generation = 0) {
+  if (bias && alpha != 1.0f) beta = start_from_bias(M, N, beta, std::exchange(bias, nullptr), C, ldc);
   if (detail::onednn_has_bf16())
-    return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, b_generation);
+    return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, b_generation);
+  if (bias) beta = start_from_bias(M, N, beta, bias, C, ldc);
   // No bfloat16 kernels on this CPU: the same products (exact in float32)
   // and float32 sums, by OpenBLAS on widened copies.
   thread_local std::vector<float> a32, b32;
   const int64_t a_cols = ta ? M : K, b_cols = tb ? K : N;
   const float* a = widen(A, ta ? K : M, a_cols, lda, a32);
   const float* b = widen(B, tb ? N : K, b_cols, ldb, b32);
-  blas_gemm(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
+  blas_gemm(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc, nullptr);
 }
 
 // C (M,N) split into parts of rows (A's rows: op(A) is (M,K), so a row offset
@@ -332,15 +353,17 @@ void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 // rows, 63% whole at one): part 0 adds its product into C (with beta), the
 // others write C-sized scratch of their own, added in after; the summation
 // order then depends on the thread count, by rounding only.
+// The bias goes with each part's columns of C, and with K's first part only.
 // Returns the number of parts. b_generation: as blas_gemm's (bfloat16 only).
 template <class S, class In>
 int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const In* A, int64_t lda, const In* B,
-               int64_t ldb, S beta, S* C, int64_t ldc, uint64_t b_generation = 0) {
-  auto one = [&](int64_t m, int64_t n, int64_t k, const In* a, const In* b, S beta_, S* c, int64_t ldc_) {
+               int64_t ldb, S beta, S* C, int64_t ldc, const S* bias, uint64_t b_generation = 0) {
+  auto one = [&](int64_t m, int64_t n, int64_t k, const In* a, const In* b, S beta_, S* c, int64_t ldc_,
+                 const S* bias_) {
     if constexpr (std::is_same_v<In, bfloat16>)
-      blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta_, c, ldc_, b_generation);
+      blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta_, c, ldc_, bias_, b_generation);
     else
-      blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta_, c, ldc_);
+      blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta_, c, ldc_, bias_);
   };
   constexpr int64_t kMinWork = int64_t{1} << 18, kMinSide = 16, kMinSum = 256;
   const bool by_k = K >= 4 * std::max(M, N);
@@ -350,7 +373,7 @@ int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const
   const int64_t parts =
       serial || M * N * K < kMinWork ? 1 : std::min<int64_t>(threads, side / (by_k ? kMinSum : kMinSide));
   if (parts <= 1) {
-    one(M, N, K, A, B, beta, C, ldc);
+    one(M, N, K, A, B, beta, C, ldc, bias);
     return 1;
   }
   std::shared_ptr<Storage> scratch;
@@ -365,13 +388,13 @@ int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const
     if (by_k) {
       const In *a = A + (ta ? i0 * lda : i0), *b = B + (tb ? i0 : i0 * ldb);
       if (p == 0)
-        one(M, N, i1 - i0, a, b, beta, C, ldc);
+        one(M, N, i1 - i0, a, b, beta, C, ldc, bias);
       else
-        one(M, N, i1 - i0, a, b, S(0), sums + (p - 1) * M * N, N);
+        one(M, N, i1 - i0, a, b, S(0), sums + (p - 1) * M * N, N, nullptr);
     } else if (by_rows) {
-      one(i1 - i0, N, K, A + (ta ? i0 : i0 * lda), B, beta, C + i0 * ldc, ldc);
+      one(i1 - i0, N, K, A + (ta ? i0 : i0 * lda), B, beta, C + i0 * ldc, ldc, bias);
     } else {
-      one(M, i1 - i0, K, A, B + (tb ? i0 * ldb : i0), beta, C + i0, ldc);
+      one(M, i1 - i0, K, A, B + (tb ? i0 * ldb : i0), beta, C + i0, ldc, bias ? bias + i0 : nullptr);
     }
   };
   auto run = [](void* ctx, int64_t p) { (*static_cast<decltype(part)*>(ctx))(p); };
@@ -427,7 +450,7 @@ constexpr int64_t kMaxRoundedBytes = int64_t{1} << 20;
 constexpr int64_t kMinSlice = 64;  // rows, columns or k of a slice, so that it stays a GEMM that runs near peak
 
 int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   constexpr int64_t two = sizeof(bfloat16);
   int64_t a_bytes = M * K * two, b_bytes = N * K * two;  // to round; kept copies are looked up only when it matters
   if (a_bytes + b_bytes > kMaxRoundedBytes) {
@@ -451,7 +474,8 @@ int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
     for (int64_t s = 0; s < slices; ++s) {
       const int64_t p0 = K * s / slices, k = K * (s + 1) / slices - p0;
       const Rounded a = round_a(0, M, p0, k), b = round_b(0, N, p0, k);
-      parts = split_gemm(ta, tb, M, N, k, alpha, a.p, a.ld, b.p, b.ld, s == 0 ? beta : 1.0f, C, ldc);
+      parts = split_gemm(ta, tb, M, N, k, alpha, a.p, a.ld, b.p, b.ld, s == 0 ? beta : 1.0f, C, ldc,
+                         s == 0 ? bias : nullptr);
     }
     return parts;
   }
@@ -464,11 +488,12 @@ int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
     const int64_t i0 = side * s / slices, n = side * (s + 1) / slices - i0;
     if (slice_a) {
       const Rounded a = round_a(i0, n, 0, K);
-      parts = split_gemm(ta, tb, n, N, K, alpha, a.p, a.ld, whole.p, whole.ld, beta, C + i0 * ldc, ldc,
+      parts = split_gemm(ta, tb, n, N, K, alpha, a.p, a.ld, whole.p, whole.ld, beta, C + i0 * ldc, ldc, bias,
                          whole.generation);
     } else {
       const Rounded b = round_b(i0, n, 0, K);
-      parts = split_gemm(ta, tb, M, n, K, alpha, whole.p, whole.ld, b.p, b.ld, beta, C + i0, ldc, b.generation);
+      parts = split_gemm(ta, tb, M, n, K, alpha, whole.p, whole.ld, b.p, b.ld, beta, C + i0, ldc,
+                         bias ? bias + i0 : nullptr, b.generation);
     }
   }
   return parts;
@@ -493,20 +518,24 @@ void profiled(std::string_view precision, bool ta, bool tb, int64_t M, int64_t N
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-          int64_t ldb, float beta, float* C, int64_t ldc) {
+          int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   if (autocast_enabled() && M > 0 && N > 0 && K > 0)
-    return profiled("bf16", ta, tb, M, N, K, [&] { return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
-  profiled("f32", ta, tb, M, N, K, [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
+    return profiled("bf16", ta, tb, M, N, K,
+                    [&] { return autocast_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias); });
+  profiled("f32", ta, tb, M, N, K,
+           [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias); });
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-          const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  profiled("bf16", ta, tb, M, N, K, [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
+          const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  profiled("bf16", ta, tb, M, N, K,
+           [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias); });
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  profiled("f64", ta, tb, M, N, K, [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
+          const double* B, int64_t ldb, double beta, double* C, int64_t ldc, const double* bias) {
+  profiled("f64", ta, tb, M, N, K,
+           [&] { return split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias); });
 }
 
 SerialGemm::SerialGemm() : saved_(serial) { serial = true; }
@@ -569,8 +598,10 @@ void round_rows(const float* x, std::span<const int64_t> shape, std::span<const 
 }
 
 void gemm_f32_on(GemmBackend backend, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (backend == GemmBackend::onednn) return onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (backend == GemmBackend::onednn && (!bias || alpha == 1.0f))
+    return onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  if (bias) beta = start_from_bias(M, N, beta, bias, C, ldc);
   openblas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

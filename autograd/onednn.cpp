@@ -29,14 +29,14 @@ namespace {
 // kMaxKept entries rather than grow without bound.
 constexpr size_t kMaxKept = 1024;
 struct Key {
-  bool bf16, ta, tb, packed_b;
+  bool bf16, ta, tb, packed_b, bias;
   int64_t M, N, K, lda, ldb, ldc;
   uint32_t alpha, beta;  // bits
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
-    size_t h = k.bf16 | k.ta << 1 | k.tb << 2 | k.packed_b << 3;
+    size_t h = k.bf16 | k.ta << 1 | k.tb << 2 | k.packed_b << 3 | k.bias << 4;
     for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.alpha} << 32 | k.beta})
       h = h * 0x9e3779b97f4a7c15ull + static_cast<size_t>(v);
     return h;
@@ -44,7 +44,7 @@ struct KeyHash {
 };
 struct Primitive {
   dnnl::matmul matmul;
-  dnnl::memory::desc a, b, c, scratch;
+  dnnl::memory::desc a, b, c, bias, scratch;  // bias (1, N), where the key has one
   std::string kernel;  // oneDNN's name for the implementation it chose
   // With packed_b: b is oneDNN's layout for B, b_plain B as the caller
   // stores it, pack the reorder between them (its scratchpad the thread's too).
@@ -94,7 +94,10 @@ std::shared_ptr<const Primitive> make(const Key& k) {
     ops.append_sum(from_bits(k.beta));
     attr.set_post_ops(ops);
   }
-  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, k.packed_b ? b_any : p->b, p->c), attr, engine());
+  const dnnl::memory::desc& b = k.packed_b ? b_any : p->b;
+  if (k.bias) p->bias = dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
+  auto pd = dnnl::matmul::primitive_desc(
+      k.bias ? dnnl::matmul::desc(p->a, b, p->bias, p->c) : dnnl::matmul::desc(p->a, b, p->c), attr, engine());
   p->scratch = pd.scratchpad_desc();
   p->matmul = dnnl::matmul(pd);
   p->kernel = pd.impl_info_str();
@@ -130,7 +133,7 @@ std::shared_ptr<const Primitive> primitive(const Key& k) {
 struct ThreadState {
   struct Bound {
     std::shared_ptr<const Primitive> p;
-    dnnl::memory a, b, c, s;
+    dnnl::memory a, b, c, s, bias;
     // A packed_b primitive's: what p->pack reads and its scratchpad, the B
     // (address and generation) of its last call, and B packed, if it is that B's.
     dnnl::memory b_plain, pack_s;
@@ -147,17 +150,19 @@ struct ThreadState {
 
 template <class In>
 void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda, const In* B,
-         int64_t ldb, float beta, float* C, int64_t ldc, uint64_t b_generation = 0) {
+         int64_t ldb, float beta, float* C, int64_t ldc, const float* bias, uint64_t b_generation = 0) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // oneDNN refuses empty reductions; C = beta * C
+  if (K == 0) {  // oneDNN refuses empty reductions; C = beta * C (+ bias)
     for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0 ? 0.f : beta * C[i * ldc + j];
+      for (int64_t j = 0; j < N; ++j)
+        C[i * ldc + j] = (beta == 0 ? 0.f : beta * C[i * ldc + j]) + (bias ? bias[j] : 0.f);
     return;
   }
   uint32_t a_bits, b_bits;
   std::memcpy(&a_bits, &alpha, 4);
   std::memcpy(&b_bits, &beta, 4);
-  Key key{std::is_same_v<In, bfloat16>, ta, tb, false, M, N, K, lda, ldb, ldc, a_bits, beta == 0 ? 0u : b_bits};
+  Key key{std::is_same_v<In, bfloat16>, ta, tb, false, bias != nullptr, M, N, K, lda, ldb, ldc, a_bits,
+          beta == 0 ? 0u : b_bits};
   thread_local ThreadState state;
   auto bind = [&](const Key& k) -> ThreadState::Bound& {
     auto it = state.bound.find(k);
@@ -172,7 +177,7 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
     const dnnl::engine& eng = engine();
     ThreadState::Bound b{p, dnnl::memory(p->a, eng, DNNL_MEMORY_NONE), dnnl::memory(p->b, eng, DNNL_MEMORY_NONE),
                          dnnl::memory(p->c, eng, DNNL_MEMORY_NONE), dnnl::memory(p->scratch, eng, DNNL_MEMORY_NONE),
-                         dnnl::memory(p->b_plain, eng, DNNL_MEMORY_NONE),
+                         dnnl::memory(p->bias, eng, DNNL_MEMORY_NONE), dnnl::memory(p->b_plain, eng, DNNL_MEMORY_NONE),
                          dnnl::memory(p->pack_scratch, eng, DNNL_MEMORY_NONE)};
     if (state.bound.size() >= kMaxKept) state.bound.clear();
     return state.bound.emplace(k, std::move(b)).first->second;
@@ -210,26 +215,32 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
   }
   b.c.set_data_handle(C);
   b.s.set_data_handle(state.scratch.data());
-  b.p->matmul.execute(state.stream,
-                      {{DNNL_ARG_SRC, b.a}, {DNNL_ARG_WEIGHTS, b.b}, {DNNL_ARG_DST, b.c}, {DNNL_ARG_SCRATCHPAD, b.s}});
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, b.a}, {DNNL_ARG_WEIGHTS, b.b}, {DNNL_ARG_DST, b.c}, {DNNL_ARG_SCRATCHPAD, b.s}};
+  if (bias) {
+    b.bias.set_data_handle(const_cast<float*>(bias));
+    args.emplace(DNNL_ARG_BIAS, b.bias);
+  }
+  b.p->matmul.execute(state.stream, args);
   state.stream.wait();
 }
 
 }  // namespace
 
 void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, uint64_t b_generation) {
-  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, b_generation);
+                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+                 uint64_t b_generation) {
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, b_generation);
 }
 void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
 bool onednn_has_bf16() {
   static const bool has = [] {
     try {
-      primitive(Key{true, false, false, false, 16, 16, 16, 16, 16, 16, 0x3f800000u, 0});
+      primitive(Key{.bf16 = true, .M = 16, .N = 16, .K = 16, .lda = 16, .ldb = 16, .ldc = 16, .alpha = 0x3f800000u});
       return true;
     } catch (const dnnl::error&) {
       return false;

@@ -1,8 +1,8 @@
 #pragma once
 // The library's only door to oneDNN (onednn.cpp is the only file that
 // includes <dnnl.hpp>): its matmul primitive as a row-major GEMM with the
-// same flags as blas.h's, C(M,N) float32 = alpha * op(A) op(B) + beta * C,
-// on the calling thread. bfloat16 operands accumulate in float32; oneDNN
+// same flags as blas.h's, C(M,N) float32 = alpha * op(A) op(B) + beta * C
+// (+ bias (N) on every row, given alpha = 1), on the calling thread. bfloat16 operands accumulate in float32; oneDNN
 // picks the kernel for the CPU it finds (AVX512_BF16, AMX, or a conversion
 // where the CPU has no bfloat16 instructions: see onednn_has_bf16).
 #include <cstdint>
@@ -22,11 +22,14 @@ inline constexpr int64_t kPackedRows = 64;
 // and stay as they are until it changes; for a product with few rows, the
 // calling thread keeps B packed in oneDNN's layout under (B, generation) and
 // packs it again only when the generation moves on.
+// bias: null, or N floats added to every row of C in the kernel's epilogue
+// (alpha must then be 1), which writes C once instead of reading it back.
 void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
                  int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                 uint64_t b_generation = 0);
+                 const float* bias = nullptr, uint64_t b_generation = 0);
 void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 const float* bias = nullptr);
 // Whether oneDNN has a bfloat16 matmul on this CPU (it needs AVX-512; with
 // ONEDNN_MAX_CPU_ISA=AVX2, or on an AVX2 CPU, it has none).
 bool onednn_has_bf16();

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "autograd/autograd.h"
 #include "autograd/blas.h"
@@ -308,4 +309,54 @@ BOOST_AUTO_TEST_CASE(measurement_avoids_a_fallback_openblas_core) {
   if (!forced_fallback || detail::gemm_f32_policy() != detail::GemmF32Policy::measure) return;
   for (const detail::GemmF32Choice& c : detail::gemm_f32_choices())
     if (c.name == "large") BOOST_TEST((c.backend == detail::GemmBackend::onednn), gemm_backend_info());
+}
+
+// A bias (N) lands once on every row of C however the GEMM is cut: the
+// pool's parts (rows, columns, or K: only K's first part takes it),
+// autocast's slices of a large operand (columns: the bias goes with them;
+// K: the first slice only), each precision, alpha 1 (in oneDNN's kernel) or
+// not (C starts as the bias), beta 0 or not.
+BOOST_AUTO_TEST_CASE(gemm_adds_the_bias_once_to_every_row) {
+  struct Case {
+    int64_t M, N, K;
+  };
+  const int threads = num_threads();
+  for (Case s : {Case{7, 5, 3}, Case{33, 300, 40}, Case{300, 33, 40}, Case{40, 48, 2048}, Case{24, 1100, 500},
+                 Case{64, 64, 4200}}) {
+    const int64_t M = s.M, N = s.N, K = s.K;
+    Generator g(M + N + K);
+    const Tensor a = randn({M, K}, DType::f32, &g), b = randn({N, K}, DType::f32, &g);  // B stored (N,K): op(B) = b^T
+    const Tensor c0 = randn({M, N}, DType::f32, &g), bias = randn({N}, DType::f32, &g);
+    auto rounded = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f64); };
+    const Tensor exact = matmul(a.to(DType::f64), b.to(DType::f64).t());
+    const Tensor of_rounded = matmul(rounded(a), rounded(b).t());
+    const Tensor mag = matmul(abs(a.to(DType::f64)), abs(b.to(DType::f64)).t());
+    for (int n : {1, 2})
+      for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, -0.5f}})
+        for (const char* path : {"f32", "f64", "bf16", "autocast"}) {
+          set_num_threads(n);
+          const std::string p = path;
+          Tensor c = p == "f64" ? c0.to(DType::f64) : c0.clone();
+          if (p == "f64") {
+            const Tensor a64 = a.to(DType::f64), b64 = b.to(DType::f64), bias64 = bias.to(DType::f64);
+            gemm(false, true, M, N, K, double(alpha), a64.data<double>(), K, b64.data<double>(), K, double(beta),
+                 c.data<double>(), N, bias64.data<double>());
+          } else if (p == "bf16") {
+            const Tensor ab = a.to(DType::bf16), bb = b.to(DType::bf16);
+            gemm(false, true, M, N, K, alpha, ab.data<bfloat16>(), K, bb.data<bfloat16>(), K, beta, c.data<float>(), N,
+                 bias.data<float>());
+          } else {
+            std::optional<AutocastGuard> guard;
+            if (p == "autocast") guard.emplace(DType::bf16);
+            gemm(false, true, M, N, K, alpha, a.data<float>(), K, b.data<float>(), K, beta, c.data<float>(), N,
+                 bias.data<float>());
+          }
+          const Tensor product = p == "bf16" || p == "autocast" ? of_rounded : exact;
+          const Tensor expect = product * double(alpha) + c0.to(DType::f64) * double(beta) + bias.to(DType::f64);
+          const double worst = max(abs(c.to(DType::f64) - expect) / (mag + 1.0)).item();
+          BOOST_TEST(worst < 1e-5, path << " " << M << "x" << N << "x" << K << " threads " << n << " alpha " << alpha
+                                        << ": " << worst);
+        }
+  }
+  set_num_threads(threads);
 }

@@ -109,16 +109,27 @@ bool broadcast_in(const Shape& batch, const MatBatch& m) {
   return true;
 }
 
+// C's rows of one product start as the bias (C.cols values): the GEMM then adds into them.
+template <class T>
+void fill_rows(const MatBatch& C, T* pc, const T* bias) {
+  for (int64_t i = 0; i < C.rows; ++i)
+    for (int64_t j = 0; j < C.cols; ++j) pc[i * C.rs + j * C.cs] = bias[j];
+}
+
+// C = A B + beta C, + bias (C.cols, or null) on every row.
 template <class In, class T>
-void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const In* pa, const In* pb, T* pc, T beta) {
+void gemm_one(const MatBatch& A, const MatBatch& B, const MatBatch& C, const In* pa, const In* pb, T* pc, T beta,
+              const T* bias = nullptr) {
   GemmArg ga, gb, gc;
   gemm_layout(A, ga);
   gemm_layout(B, gb);
   gemm_layout(C, gc);  // C is one we allocated: row-major, or column-major (gradient_like)
-  if (gc.trans)        // C^T = B^T A^T, row-major
+  if (gc.trans) {      // C^T = B^T A^T, row-major; the bias runs down its columns
+    if (bias) fill_rows(C, pc, bias), beta = T(1);
     gemm(!gb.trans, !ga.trans, C.cols, C.rows, A.cols, T(1), pb, gb.ld, pa, ga.ld, beta, pc, gc.ld);
-  else
-    gemm(ga.trans, gb.trans, C.rows, C.cols, A.cols, T(1), pa, ga.ld, pb, gb.ld, beta, pc, gc.ld);
+  } else {
+    gemm(ga.trans, gb.trans, C.rows, C.cols, A.cols, T(1), pa, ga.ld, pb, gb.ld, beta, pc, gc.ld, bias);
+  }
 }
 
 // An uninitialised gradient (of dtype) for operand x of a product with
@@ -136,11 +147,12 @@ Tensor gradient_like(const Tensor& x, int64_t inner, DType dtype) {
 }
 
 // C (batch..., M, N) = A (batch..., M, K) @ B (batch..., K, N), or += when
-// accumulate. Where C's batch stride is 0 the products are summed into it
-// (the backward of a broadcast batch dim). A and B must be GEMM-readable.
+// accumulate, or + bias (N) on every row (not with accumulate). Where C's
+// batch stride is 0 the products are summed into it (the backward of a
+// broadcast batch dim). A and B must be GEMM-readable.
 template <class In, class T>
 void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const In* pa, const In* pb, T* pc,
-                  bool accumulate) {
+                  bool accumulate, const T* bias = nullptr) {
   const int64_t M = C.rows, N = C.cols, K = A.cols, count = batch.numel();
   if (M == 0 || N == 0 || count == 0) return;
   auto zero_c = [&] {  // C's extent: one we allocated, dense
@@ -148,17 +160,32 @@ void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const 
     for (int d = 0; d < batch.size(); ++d) span = std::max(span, C.bstride[d] * batch[d]);
     std::fill(pc, pc + span, T(0));
   };
+  auto offsets = [&](int64_t k) {  // of product k's A, B and C, by its batch index
+    std::array<int64_t, 3> o{};
+    for (int64_t d = batch.size() - 1, rest = k; d >= 0; rest /= batch[d--]) {
+      const int64_t i = rest % batch[d];
+      o[0] += i * A.bstride[d];
+      o[1] += i * B.bstride[d];
+      o[2] += i * C.bstride[d];
+    }
+    return o;
+  };
+  bool c_reduced = false;  // some products are summed into the same C
+  for (int d = 0; d < batch.size(); ++d) c_reduced |= batch[d] > 1 && C.bstride[d] == 0;
+  // One GEMM: batch folded into M (B shared by every product), the bias in it ...
+  MatBatch A1 = A, C1 = C;
+  if (K > 0 && broadcast_in(batch, B) && !c_reduced && fold_batch(batch, A1, true) && fold_batch(batch, C1, true))
+    return gemm_one<In, T>(A1, B, C1, pa, pb, pc, accumulate ? T(1) : T(0), bias);
+  // ... otherwise C's rows start as the bias, and the products add into them.
+  if (bias) {
+    for (int64_t k = 0; k < count; ++k) fill_rows(C, pc + offsets(k)[2], bias);
+    accumulate = true;
+  }
   if (K == 0) {
     if (!accumulate) zero_c();
     return;
   }
-  bool c_reduced = false;  // some products are summed into the same C
-  for (int d = 0; d < batch.size(); ++d) c_reduced |= batch[d] > 1 && C.bstride[d] == 0;
-  // One GEMM: batch folded into M (B shared by every product) ...
-  MatBatch A1 = A, C1 = C;
-  if (broadcast_in(batch, B) && !c_reduced && fold_batch(batch, A1, true) && fold_batch(batch, C1, true))
-    return gemm_one<In, T>(A1, B, C1, pa, pb, pc, accumulate ? T(1) : T(0));
-  // ... or into K (every product summed into one C).
+  // Every product summed into one C: batch folded into K.
   MatBatch A2 = A, B2 = B;
   if (broadcast_in(batch, C) && count > 1 && fold_batch(batch, A2, false) && fold_batch(batch, B2, true))
     return gemm_one<In, T>(A2, B2, C, pa, pb, pc, accumulate ? T(1) : T(0));
@@ -166,25 +193,20 @@ void batched_gemm(const Shape& batch, MatBatch A, MatBatch B, MatBatch C, const 
   if (c_reduced && !accumulate) zero_c();
   const T beta = c_reduced || accumulate ? T(1) : T(0);
   for (int64_t k = 0; k < count; ++k) {
-    int64_t oa = 0, ob = 0, oc = 0;
-    for (int64_t d = batch.size() - 1, rest = k; d >= 0; rest /= batch[d--]) {  // product k's batch index
-      const int64_t i = rest % batch[d];
-      oa += i * A.bstride[d];
-      ob += i * B.bstride[d];
-      oc += i * C.bstride[d];
-    }
+    const auto [oa, ob, oc] = offsets(k);
     gemm_one<In, T>(A, B, C, pa + oa, pb + ob, pc + oc, beta);
   }
 }
 
-// out = a @ b over `batch`, or out += a @ b when accumulate. Each tensor's
+// out = a @ b over `batch`, or out += a @ b when accumulate, or + bias (out's
+// last dim, contiguous, out's dtype; not with accumulate). Each tensor's
 // has_rows/has_cols say which matrix dims it has (1-D operands lack one).
 struct Operand {
   const Tensor& t;
   bool has_rows, has_cols;
 };
 void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool transpose_a, bool transpose_b,
-                 bool accumulate) {
+                 bool accumulate, const Tensor& bias = Tensor()) {
   auto readable = [&](const Operand& o) {
     GemmArg unused;
     if (gemm_layout(describe_mat(o.t, batch, o.has_rows, o.has_cols), unused)) return o.t;
@@ -212,11 +234,13 @@ void run_product(const Shape& batch, Operand a, Operand b, Operand out, bool tra
   if (transpose_b) B = transposed(B);
   if (bf16)
     return batched_gemm<bfloat16, float>(batch, A, B, C, kept_a ? kept_a : ta.data<bfloat16>(),
-                                         kept_b ? kept_b : tb.data<bfloat16>(), out.t.data<float>(), accumulate);
+                                         kept_b ? kept_b : tb.data<bfloat16>(), out.t.data<float>(), accumulate,
+                                         bias.defined() ? bias.data<float>() : nullptr);
   dispatch_float(out.t.dtype(), "matmul", [&](auto tag) {
     using scalar_t = decltype(tag);
     batched_gemm<scalar_t, scalar_t>(batch, A, B, C, ta.data<scalar_t>(), tb.data<scalar_t>(),
-                                     out.t.data<scalar_t>(), accumulate);
+                                     out.t.data<scalar_t>(), accumulate,
+                                     bias.defined() ? bias.data<scalar_t>() : nullptr);
   });
 }
 
@@ -264,11 +288,12 @@ Shape matmul_batch(const Tensor& a, const Tensor& b) {
   }
 }
 
-// out = a @ b, or out += a @ b when accumulate, with torch.matmul's shapes.
-void product_into(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate) {
+// out = a @ b, or out += a @ b when accumulate, or + bias (contiguous), with
+// torch.matmul's shapes.
+void product_into(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias = Tensor()) {
   const bool a_rows = a.dim() >= 2, b_cols = b.dim() >= 2;
   run_product(matmul_batch(a, b), {a, a_rows, true}, {b, true, b_cols}, {out, a_rows, b_cols}, false, false,
-              accumulate);
+              accumulate, bias);
 }
 
 // Under autocast, the bfloat16 copy of operand x that a node recording the
@@ -285,8 +310,8 @@ Tensor kept_copy(const Tensor& x, const Ts&... inputs) {
 
 // The forward of matmul, and of linear as x @ weight^T (the transpose a GEMM
 // flag, not a copy), into a new tensor of dtype (a and b may be their
-// bfloat16 copies under autocast). A bias (N) is written into out's rows
-// first and GEMM adds onto it (beta = 1), so there is no separate bias pass.
+// bfloat16 copies under autocast). A bias (N) goes into the GEMM (see gemm),
+// so there is no separate bias pass.
 Tensor product(std::string_view op, const Tensor& a, const Tensor& b, const Tensor& bias, DType dtype) {
   if (a.dim() == 0 || b.dim() == 0)
     throw ShapeError(
@@ -297,21 +322,7 @@ Tensor product(std::string_view op, const Tensor& a, const Tensor& b, const Tens
   if (a.dim() >= 2) out_shape.push_back(a.shape()[a.dim() - 2]);
   if (b.dim() >= 2) out_shape.push_back(b.shape().back());
   Tensor out = empty(out_shape, dtype);
-  if (bias.defined() && out.numel() > 0) {
-    const Tensor bc = bias.contiguous();
-    const int64_t n = bias.numel();
-    dispatch_float(dtype, op, [&](auto tag) {
-      using scalar_t = decltype(tag);
-      const scalar_t* pb = bc.data<scalar_t>();
-      scalar_t* po = out.data<scalar_t>();
-      // Each row starts as the bias (the GEMM adds into it), on the pool:
-      // one thread writing a (B,T,4C) output is a tenth of a forward step.
-      parallel_for(out.numel() / n, detail::row_grain(n), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) std::memcpy(po + r * n, pb, sizeof(scalar_t) * n);
-      });
-    });
-  }
-  product_into(a, b, out, bias.defined());
+  product_into(a, b, out, false, bias.defined() ? bias.contiguous() : Tensor());
   return out;
 }
 
