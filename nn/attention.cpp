@@ -1,7 +1,7 @@
 // Multi-head and additive attention, built from tg::linear, shape views and
 // tg::scaled_dot_product_attention. Heads are never copied apart: the fused
-// projection (B,T,n*C) is viewed as (B,T,n,H,D) and permuted to (n,B,H,T,D),
-// whose slices are the (B,H,T,D) operands of the attention op.
+// projection (B,T,n*C) is viewed as (B,T,n,H,D), and its slices along n,
+// transposed to (B,H,T,D), are the operands of the attention op.
 #include "nn/attention.h"
 
 #include <limits>
@@ -21,12 +21,15 @@ void check_mask(const AttentionMask& mask, int64_t B, int64_t Tk) {
     throw ShapeError(fmt::format("MultiHeadAttention: key_padding_mask {} must be (B,Tk) = ({},{})", m.shape(), B, Tk));
 }
 
-// y (B,T,n*C) -> n tensors (B,H,T,D), views of y.
+// y (B,T,n*C) -> n tensors (B,H,T,D), views of y. Sliced before the
+// transpose, so that the slices' backward assembles y's gradient in y's own
+// layout (B,T,n,H,D), which the view's backward then reads as (B,T,n*C)
+// without a copy.
 std::vector<Tensor> split_heads(const Tensor& y, int64_t n, int64_t H) {
   const int64_t B = y.size(0), T = y.size(1), D = y.size(2) / (n * H);
-  Tensor h = y.view({B, T, n, H, D}).permute({2, 0, 3, 1, 4});
+  Tensor h = y.view({B, T, n, H, D});
   std::vector<Tensor> out;
-  for (int64_t i = 0; i < n; ++i) out.push_back(h.select(0, i));
+  for (int64_t i = 0; i < n; ++i) out.push_back(h.select(2, i).transpose(1, 2));
   return out;
 }
 
