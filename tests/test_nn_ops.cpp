@@ -302,9 +302,10 @@ BOOST_AUTO_TEST_CASE(fully_masked_attention_rows_are_zero_not_nan) {
   BOOST_TEST(v.grad().at({0, 1, 1, 2}) == 0.0);  // padded key 1 of batch 0 receives nothing
 }
 
-// 520 queries over 520 keys run in two blocks of query rows (504 and 16):
-// output and gradients equal the one-block forward (the kept weights) and the
-// recorded backward made of tensor ops, causal or with padded keys.
+// 520 queries over 520 keys run in blocks of query rows (with padded keys:
+// 504 and 16; causal: nine, 64 rows but the last): output and gradients
+// equal the one-block forward (the kept weights) and the recorded backward
+// made of tensor ops.
 BOOST_AUTO_TEST_CASE(attention_over_blocks_of_query_rows_equals_the_whole) {
   Generator gen(7);
   std::vector<int64_t> padded(520, 0);

@@ -95,8 +95,14 @@ struct AttentionDims {
   int64_t grain() const { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Tq * Tk * (D + Dv))); }
   // Query rows per block: a (rows, Tk) block of scores holds at most 2^18
   // values (1 MiB in float32), and never fewer than 64 rows, so the GEMMs
-  // stay efficient; a head of up to 256 keys is one block.
+  // stay efficient; without a mask, a head of up to 256 keys is one block.
+  // Under the causal mask 64 rows (past 4096 keys, more than 2^18 values): a
+  // block's GEMMs stop at the last key its last query sees, so smaller
+  // blocks skip more of the masked triangle
+  // (forward and backward 15-17% faster at T = 128, 33% at 512, 6% at 1024,
+  // D = 64, bfloat16 on a Zen 4; 32 rows were slower).
   int64_t rows_per_block() const {
+    if (causal) return std::min<int64_t>(Tq, 64);
     return std::min(Tq, std::max<int64_t>(64, (int64_t{1} << 18) / std::max<int64_t>(1, Tk)));
   }
   template <class T> T scale() const { return static_cast<T>(1.0 / std::sqrt(static_cast<double>(D))); }
