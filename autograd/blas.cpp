@@ -48,8 +48,9 @@ void count_flops(int64_t M, int64_t N, int64_t K) {
 
 thread_local bool serial = false;  // a SerialGemm lives on this thread
 
-// Where the backend cannot add the bias itself: C = beta * C + bias first,
-// so the GEMM then adds its product with beta = 1 (which it returns).
+// Where the backend cannot add the bias itself (OpenBLAS; oneDNN with alpha
+// other than 1): C = beta * C + bias first, so the GEMM then adds its
+// product with beta = 1 (which it returns).
 template <class S>
 S start_from_bias(int64_t M, int64_t N, S beta, const S* bias, S* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
@@ -330,10 +331,9 @@ const float* widen(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, st
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
                uint64_t b_generation = 0) {
-  if (bias && alpha != 1.0f) beta = start_from_bias(M, N, beta, std::exchange(bias, nullptr), C, ldc);
-  if (detail::onednn_has_bf16())
-    return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, b_generation);
-  if (bias) beta = start_from_bias(M, N, beta, bias, C, ldc);
+  const bool onednn = detail::onednn_has_bf16();
+  if (bias && (!onednn || alpha != 1.0f)) beta = start_from_bias(M, N, beta, std::exchange(bias, nullptr), C, ldc);
+  if (onednn) return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, b_generation);
   // No bfloat16 kernels on this CPU: the same products (exact in float32)
   // and float32 sums, by OpenBLAS on widened copies.
   thread_local std::vector<float> a32, b32;
@@ -599,9 +599,9 @@ void round_rows(const float* x, std::span<const int64_t> shape, std::span<const 
 
 void gemm_f32_on(GemmBackend backend, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
-  if (backend == GemmBackend::onednn && (!bias || alpha == 1.0f))
-    return onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
-  if (bias) beta = start_from_bias(M, N, beta, bias, C, ldc);
+  const bool onednn = backend == GemmBackend::onednn;
+  if (bias && (!onednn || alpha != 1.0f)) beta = start_from_bias(M, N, beta, std::exchange(bias, nullptr), C, ldc);
+  if (onednn) return onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   openblas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

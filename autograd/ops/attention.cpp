@@ -152,6 +152,16 @@ void round_block_row(const T* row, In* rounded, int64_t j, int64_t m, int64_t c0
   }
 }
 
+// A block as its GEMMs read it: the block itself, or its bfloat16 rounding
+// where they read bfloat16.
+template <class In, class T>
+const In* block_operand(const T* block, const In* rounded) {
+  if constexpr (std::is_same_v<In, T>)
+    return block;
+  else
+    return rounded;
+}
+
 // Softmax over keys in place, for queries [i0, i0 + m) whose scaled scores
 // are S^T (kv, m): P^T. Masked keys (past the causal limit or padded) get
 // exactly 0. A query that sees no key gets a zero column, or a NaN column if
@@ -441,9 +451,7 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
             }
           }
           if (need_v) {
-            const In* Pb = nullptr;
-            if constexpr (plain) Pb = PT; else Pb = buf;
-            gemm(false, false, kv, a.Dv, m, T(1), Pb, m, gb, G.ld, T(1), dvh, a.Dv);
+            gemm(false, false, kv, a.Dv, m, T(1), block_operand(PT, buf), m, gb, G.ld, T(1), dvh, a.Dv);
             if constexpr (plain) {
               if (fwd) {
                 gemm(false, false, kv, a.Dv, m, T(1), PtT, m, gb, G.ld, T(1), tdvh, a.Dv);
@@ -485,8 +493,7 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
             }
           }
           if (!jacobian_applied) softmax_jacobian_over_keys(PT, dST, kv, m, rounded);  // dP -> dS in place
-          const In* dSb = nullptr;
-          if constexpr (plain) dSb = dST; else dSb = buf;
+          const In* dSb = block_operand(dST, buf);
           if (need_q) {
             gemm(true, false, m, a.D, kv, scale, dSb, m, K.at(bh), K.ld, T(0), dqb, a.D);
             if constexpr (plain) {
@@ -602,10 +609,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
           const int64_t m = i1 - i0;
           head_probabilities<T>(a, Q, K, bh, pad, i0, i1, kv, PT, plain ? nullptr : rounded);  // P^T (kv, m)
           T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
-          const In* Pb = nullptr;
-          if constexpr (plain) Pb = PT; else Pb = rounded;
           if (kv > 0 && a.Dv > 0)
-            gemm(true, false, m, a.Dv, kv, T(1), Pb, m, V.at(bh), V.ld, T(0), o, a.Dv);
+            gemm(true, false, m, a.Dv, kv, T(1), block_operand(PT, rounded), m, V.at(bh), V.ld, T(0), o, a.Dv);
           else
             std::fill(o, o + m * a.Dv, T(0));
           if (keep_probs) {  // the caller's (Tq, Tk) rows: P^T transposed, zeros past kv

@@ -108,7 +108,7 @@ template <class T> inline T row_dot(const T* x, const T* y, int64_t n) {
 // The softmax's Jacobian at probabilities p applied to a row x of n:
 // out = p (x - <x, p>), out may alias x. J = diag(p) - p p^T is symmetric, so
 // this one product is softmax's backward (x a gradient) and its tangent (x a
-// tangent) alike; softmax_jvp is the op, attention's kernels call it per row.
+// tangent) alike; softmax_jvp is the op.
 template <class T> inline void softmax_jacobian_row(const T* p, const T* x, T* out, int64_t n) {
   const T d = row_dot(x, p, n);
 #pragma omp simd
