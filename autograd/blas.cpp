@@ -24,6 +24,7 @@
 
 #include "autograd/atomic_file.h"
 #include "autograd/autocast.h"
+#include "autograd/bf16_kernel.h"
 #include "autograd/error.h"
 #include "autograd/fault.h"
 #include "autograd/onednn.h"
@@ -91,15 +92,21 @@ void openblas_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
 struct ShapeClass {
   const char* name;
   int64_t M, N, K;
-  std::once_flag measured;
-  detail::GemmBackend backend = detail::GemmBackend::openblas;
-  double gflops[2] = {0, 0};  // by GemmBackend
+  // What is timed against oneDNN: OpenBLAS (float32 classes), or tapegrad's
+  // own kernel (bfloat16's small class). It keeps the class unless oneDNN
+  // measures clearly faster.
+  detail::GemmBackend rival = detail::GemmBackend::openblas;
+  std::once_flag measured{};
+  detail::GemmBackend backend = rival;
+  double gflops[2] = {0, 0};  // the rival's, oneDNN's
   bool cached = false;        // read from the machine's cache, not timed by this process
 };
-ShapeClass shape_classes[] = {{"tiny", 64, 64, 32, {}},
-                               {"narrow", 32, 1024, 256, {}},
-                               {"short_k", 256, 512, 64, {}},
-                               {"large", 256, 256, 256, {}}};
+ShapeClass shape_classes[] = {{"tiny", 64, 64, 32}, {"narrow", 32, 1024, 256}, {"short_k", 256, 512, 64},
+                               {"large", 256, 256, 256}};
+// bfloat16 products small enough for tapegrad's kernel (detail::small_bf16_gemm_fits):
+// attention's per-head blocks, where oneDNN's fixed cost per call is a
+// third of a 64x64x64 product. Larger ones always run on oneDNN.
+ShapeClass bf16_small{"bf16_small", 64, 64, 64, detail::GemmBackend::tapegrad};
 
 ShapeClass& shape_class(int64_t M, int64_t N, int64_t K) {
   if (M * N * K < (int64_t{1} << 18)) return shape_classes[0];
@@ -108,43 +115,63 @@ ShapeClass& shape_class(int64_t M, int64_t N, int64_t K) {
   return shape_classes[3];
 }
 
-// The backend for a class from both backends' GFLOP/s (by GemmBackend).
-detail::GemmBackend faster_of(const double* gflops) {
-  return gflops[1] > detail::kOnednnClearWin * gflops[0] ? detail::GemmBackend::onednn : detail::GemmBackend::openblas;
+// The backend for c from both backends' GFLOP/s.
+detail::GemmBackend faster_of(const ShapeClass& c) {
+  return c.gflops[1] > detail::kOnednnClearWin * c.gflops[0] ? detail::GemmBackend::onednn : c.rival;
+}
+
+const char* backend_name(detail::GemmBackend be) {
+  switch (be) {
+    case detail::GemmBackend::openblas: return "openblas";
+    case detail::GemmBackend::onednn: return "onednn";
+    case detail::GemmBackend::tapegrad: return "tapegrad";
+  }
+  return "?";
 }
 
 // Times both backends at c's shape on the calling thread, best of 3
-// alternating repetitions of at least 2^22 multiply-adds each (one call, or
-// 32 of the tiny class), after a call each that makes oneDNN's primitive and
-// warms the caches: 0.5-2 ms a class at 100-200 GFLOP/s, under 5 ms for the
-// four. Where oneDNN fails, OpenBLAS.
+// repetitions of at least 2^22 multiply-adds each (one call, or 32 of the
+// tiny class), after one that makes oneDNN's primitive and warms the caches:
+// 0.5-2 ms a class at 100-200 GFLOP/s, under 5 ms for the four.
 void measure(ShapeClass& c) {
   using detail::GemmBackend;
   const int64_t M = c.M, N = c.N, K = c.K;
   std::vector<float> a(M * K), b(K * N), out(M * N);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i % 13) - 6) / 8;
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i % 7) - 3) / 4;
+  std::vector<bfloat16> a16(a.begin(), a.end()), b16(b.begin(), b.end());
   const int64_t calls = std::max<int64_t>(1, (int64_t{1} << 22) / (M * N * K));
   auto run = [&](GemmBackend be) {
     for (int64_t i = 0; i < calls; ++i)
-      detail::gemm_f32_on(be, false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, out.data(), N);
+      if (be == GemmBackend::tapegrad)
+        detail::small_bf16_gemm(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, out.data(), N);
+      else if (c.rival == GemmBackend::tapegrad)
+        detail::onednn_gemm(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, out.data(), N);
+      else
+        detail::gemm_f32_on(be, false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, out.data(), N);
   };
+  // Where a backend cannot run the class (oneDNN makes no primitive or fails
+  // running it, tapegrad's kernel is not built for this CPU), it gets 0.
+  const bool rival_runs = c.rival != GemmBackend::tapegrad || detail::small_bf16_gemm_fits(false, false, M, N, K, K, N);
+  const bool onednn_runs = c.rival != GemmBackend::tapegrad || detail::onednn_has_bf16();
   double best[2] = {1e30, 1e30};
-  try {
-    run(GemmBackend::openblas);
-    run(GemmBackend::onednn);
-    for (int rep = 0; rep < 3; ++rep)
-      for (GemmBackend be : {GemmBackend::openblas, GemmBackend::onednn}) {
+  for (int side = 0; side < 2; ++side) {
+    const GemmBackend be = side == 0 ? c.rival : GemmBackend::onednn;
+    if (!(side == 0 ? rival_runs : onednn_runs)) continue;
+    try {
+      run(be);  // oneDNN makes its primitive; the caches warm
+      for (int rep = 0; rep < 3; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
         run(be);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        best[static_cast<int>(be)] = std::min(best[static_cast<int>(be)], s);
+        best[side] = std::min(best[side], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
-  } catch (const std::exception&) {  // oneDNN made no primitive (ValueError) or failed running it
-    best[static_cast<int>(GemmBackend::onednn)] = 1e30;
+    } catch (const std::exception&) {
+      best[side] = 1e30;
+    }
   }
-  for (int be = 0; be < 2; ++be) c.gflops[be] = best[be] < 1e30 ? 2.0 * M * N * K * calls / best[be] / 1e9 : 0;
-  c.backend = faster_of(c.gflops);
+  for (int side = 0; side < 2; ++side)
+    c.gflops[side] = best[side] < 1e30 ? 2.0 * M * N * K * calls / best[side] / 1e9 : 0;
+  c.backend = faster_of(c);
 }
 
 // The choices are kept per machine (detail::gemm_cache_path), so that every
@@ -170,7 +197,8 @@ std::string machine_key() {
 std::mutex cache_mutex;  // one process's classes read and write the file one at a time
 
 // One line of the cache, split at its tabs; nullopt (with the reason) where
-// it is not <machine> <class> <shape> <openblas|onednn> <GFLOP/s> <GFLOP/s>.
+// it is not <machine> <class> <shape> <openblas|onednn|tapegrad> <GFLOP/s> <GFLOP/s>
+// (the rival's GFLOP/s, then oneDNN's).
 struct CacheLine {
   std::string key, name, shape;
   detail::GemmBackend backend;
@@ -184,11 +212,15 @@ std::optional<CacheLine> parse_cache_line(const std::string& line, std::string& 
     why = fmt::format("{} tab-separated fields, not 6", f.size());
     return std::nullopt;
   }
-  if (f[3] != "openblas" && f[3] != "onednn") {
-    why = fmt::format("backend '{}' is neither openblas nor onednn", f[3]);
+  CacheLine c{f[0], f[1], f[2], detail::GemmBackend::openblas, {}};
+  if (f[3] == "onednn") {
+    c.backend = detail::GemmBackend::onednn;
+  } else if (f[3] == "tapegrad") {
+    c.backend = detail::GemmBackend::tapegrad;
+  } else if (f[3] != "openblas") {
+    why = fmt::format("backend '{}' is not openblas, onednn or tapegrad", f[3]);
     return std::nullopt;
   }
-  CacheLine c{f[0], f[1], f[2], f[3] == "onednn" ? detail::GemmBackend::onednn : detail::GemmBackend::openblas, {}};
   for (int k = 0; k < 2; ++k) {
     char* end = nullptr;
     c.gflops[k] = std::strtod(f[4 + k].c_str(), &end);
@@ -230,7 +262,7 @@ bool load_cached(ShapeClass& c, const std::vector<CacheLine>& lines, const std::
   for (const CacheLine& l : lines)
     if (l.key == key && l.name == c.name && l.shape == shape_of(c)) {
       c.gflops[0] = l.gflops[0], c.gflops[1] = l.gflops[1];
-      c.backend = faster_of(c.gflops);
+      c.backend = faster_of(c);
       c.cached = true;
       return true;
     }
@@ -242,12 +274,11 @@ bool load_cached(ShapeClass& c, const std::vector<CacheLine>& lines, const std::
 // to a temporary file renamed over it, so a reader never sees half of it. A
 // cache that cannot be written is no error: the next process times again.
 void store(const ShapeClass& c, const std::vector<CacheLine>& lines, const std::string& path, const std::string& key) {
-  std::string text = "# tapegrad: the faster float32 GEMM backend per shape class, timed on this machine; "
-                     "delete this file to time them again\n";
+  std::string text = "# tapegrad: the faster GEMM backend per shape class (GFLOP/s: the rival's, oneDNN's), "
+                     "timed on this machine; delete this file to time them again\n";
   auto line = [](const std::string& k, const std::string& name, const std::string& shape, detail::GemmBackend be,
                  const double* gflops) {
-    return fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", k, name, shape,
-                       be == detail::GemmBackend::onednn ? "onednn" : "openblas", gflops[0], gflops[1]);
+    return fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", k, name, shape, backend_name(be), gflops[0], gflops[1]);
   };
   for (const CacheLine& l : lines)
     if (!(l.key == key && l.name == c.name)) text += line(l.key, l.name, l.shape, l.backend, l.gflops);
@@ -307,6 +338,16 @@ detail::GemmBackend f32_backend(int64_t M, int64_t N, int64_t K) {
   return c.backend;
 }
 
+detail::GemmBackend bf16_small_backend() {
+  switch (detail::gemm_bf16_policy()) {
+    case detail::GemmBf16Policy::onednn: return detail::GemmBackend::onednn;
+    case detail::GemmBf16Policy::tapegrad: return detail::GemmBackend::tapegrad;
+    case detail::GemmBf16Policy::measure: break;
+  }
+  std::call_once(bf16_small.measured, measure_or_load, bf16_small);
+  return bf16_small.backend;
+}
+
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   detail::gemm_f32_on(f32_backend(M, N, K), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
@@ -331,6 +372,9 @@ const float* widen(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, st
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
                uint64_t b_generation = 0) {
+  if (!bias && detail::small_bf16_gemm_fits(ta, tb, M, N, K, lda, ldb) &&
+      bf16_small_backend() == detail::GemmBackend::tapegrad)
+    return detail::small_bf16_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   const bool onednn = detail::onednn_has_bf16();
   if (bias && (!onednn || alpha != 1.0f)) beta = start_from_bias(M, N, beta, std::exchange(bias, nullptr), C, ldc);
   if (onednn) return detail::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, b_generation);
@@ -558,12 +602,34 @@ GemmF32Policy parse_gemm_f32_policy(const char* value) {
 
 std::string gemm_cache_path() {
   static const std::string path = [] {
-    if (const char* dir = std::getenv("TAPEGRAD_CACHE_DIR")) return *dir ? std::string(dir) + "/gemm_f32.tsv" : "";
-    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tapegrad/gemm_f32.tsv";
-    if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tapegrad/gemm_f32.tsv";
+    if (const char* dir = std::getenv("TAPEGRAD_CACHE_DIR")) return *dir ? std::string(dir) + "/gemm.tsv" : "";
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tapegrad/gemm.tsv";
+    if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tapegrad/gemm.tsv";
     return std::string();
   }();
   return path;
+}
+
+GemmBf16Policy parse_gemm_bf16_policy(const char* value) {
+  if (value == nullptr || *value == '\0') return GemmBf16Policy::measure;
+  const std::string_view v = value;
+  if (v == "measure") return GemmBf16Policy::measure;
+  if (v == "onednn") return GemmBf16Policy::onednn;
+  if (v == "tapegrad") return GemmBf16Policy::tapegrad;
+  throw ValueError(fmt::format("TAPEGRAD_GEMM_BF16={}: give onednn, tapegrad or measure", v));
+}
+
+GemmBf16Policy gemm_bf16_policy() {
+  static const GemmBf16Policy policy = parse_gemm_bf16_policy(std::getenv("TAPEGRAD_GEMM_BF16"));
+  return policy;
+}
+
+GemmBf16Choice gemm_bf16_choice() {
+  GemmBf16Choice choice{fmt::format("{}x{}x{}", bf16_small.M, bf16_small.N, bf16_small.K), bf16_small_backend()};
+  if (gemm_bf16_policy() == GemmBf16Policy::measure)
+    choice.tapegrad_gflops = bf16_small.gflops[0], choice.onednn_gflops = bf16_small.gflops[1],
+    choice.cached = bf16_small.cached;
+  return choice;
 }
 
 GemmF32Policy gemm_f32_policy() {
@@ -612,6 +678,15 @@ std::string gemm_backend_info() {
                          ? fmt::format("oneDNN {} {}", detail::onednn_isa(), detail::onednn_kernel(true))
                          : fmt::format("oneDNN {} has no bfloat16 matmul: OpenBLAS on widened operands",
                                        detail::onednn_isa());
+  const detail::GemmBf16Choice small = detail::gemm_bf16_choice();
+  const char* small_on = small.backend == detail::GemmBackend::tapegrad ? "tapegrad" : "oneDNN";
+  if (detail::gemm_bf16_policy() == detail::GemmBf16Policy::measure)
+    bf16 += fmt::format(", and for small products the faster of tapegrad's kernel and it, measured (GFLOP/s); "
+                        "{} {}: {} ({:.1f} vs {:.1f}{})", bf16_small.name,
+                        small.shape, small_on, small.tapegrad_gflops, small.onednn_gflops,
+                        small.cached ? ", cached" : "");
+  else
+    bf16 += fmt::format("; small products on {} (TAPEGRAD_GEMM_BF16={})", small_on, std::getenv("TAPEGRAD_GEMM_BF16"));
   const std::string openblas = fmt::format("OpenBLAS {}", openblas_get_corename());
   const std::string onednn = fmt::format("oneDNN {}", detail::onednn_isa());
   std::string f32;

@@ -11,7 +11,8 @@
 // this CPU runs faster for the GEMM's shape class (measured once per
 // process, or set by TAPEGRAD_GEMM_F32: see detail::GemmF32Policy below);
 // bfloat16 operands (float32 accumulation and result) go to oneDNN
-// (onednn.h). Under autocast (autocast.h) the float32 GEMM rounds its
+// (onednn.h), small products to tapegrad's own kernel (bf16_kernel.h) where
+// it measures faster (detail::GemmBf16Policy). Under autocast (autocast.h) the float32 GEMM rounds its
 // operands to bfloat16 (a parameter's copy is kept until it changes) and
 // runs the bfloat16 one.
 #include <cstdint>
@@ -65,7 +66,8 @@ namespace detail {
 // to one backend; measure (the default, and what an unset or empty variable
 // means) times both on each shape class's first GEMM and keeps the faster.
 enum class GemmF32Policy { openblas, onednn, measure };
-enum class GemmBackend { openblas, onednn };
+// tapegrad: the library's own bfloat16 kernel for small products (bf16_kernel.h).
+enum class GemmBackend { openblas, onednn, tapegrad };
 // value is TAPEGRAD_GEMM_F32's (null when unset); any other value is a ValueError naming both.
 GemmF32Policy parse_gemm_f32_policy(const char* value);
 // The policy of this process (read from the environment once).
@@ -80,12 +82,28 @@ struct GemmF32Choice {
   bool cached = false;  // read from the machine's cache (gemm_cache_path), timed by an earlier process
 };
 // The file where the measured choices are kept for this machine:
-// $TAPEGRAD_CACHE_DIR/gemm_f32.tsv, else $XDG_CACHE_HOME/tapegrad/, else
+// $TAPEGRAD_CACHE_DIR/gemm.tsv, else $XDG_CACHE_HOME/tapegrad/, else
 // ~/.cache/tapegrad/; empty (no cache: every process times) when
 // TAPEGRAD_CACHE_DIR is set empty or no home is known.
 std::string gemm_cache_path();
 // Every class's choice, measuring those not measured yet.
 std::vector<GemmF32Choice> gemm_f32_choices();
+// Where small bfloat16 GEMMs go (at most detail::kSmallBf16Max a side, in
+// the multiples bf16_kernel.h takes): TAPEGRAD_GEMM_BF16=onednn or tapegrad
+// (its own kernel) sends them all to one; measure (the default) times both
+// once per machine, like a float32 class. Larger ones run on oneDNN.
+enum class GemmBf16Policy { onednn, tapegrad, measure };
+// value is TAPEGRAD_GEMM_BF16's; any other value is a ValueError naming the three.
+GemmBf16Policy parse_gemm_bf16_policy(const char* value);
+GemmBf16Policy gemm_bf16_policy();
+struct GemmBf16Choice {
+  std::string shape;  // the representative M x N x K it was timed at
+  GemmBackend backend;
+  double tapegrad_gflops = 0, onednn_gflops = 0;  // 0 where not measured or not runnable
+  bool cached = false;
+};
+// The small bfloat16 class's choice, measuring it if not measured yet.
+GemmBf16Choice gemm_bf16_choice();
 // How much faster oneDNN must measure for a class to run on it: within 5%
 // the two count as even and OpenBLAS keeps the class, so that on a CPU where
 // they are (an Intel core OpenBLAS knows) timing noise does not pick one or

@@ -9,6 +9,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/autograd.h"
+#include "autograd/bf16_kernel.h"
 #include "autograd/blas.h"
 #include "autograd/op.h"
 #include "autograd/ops/rnn/common.h"
@@ -223,6 +224,76 @@ BOOST_AUTO_TEST_CASE(large_operands_are_rounded_in_slices) {
       }
   BOOST_TEST(checked == 12);
 }
+// tapegrad's own kernel for small products (bf16_kernel.h), called
+// directly whatever the policy: each transpose, remainder rows, K = 2,
+// leading dimensions wider than the operands, alpha and beta; C's spare
+// columns untouched. Where the build has no AVX512_BF16 it takes nothing.
+BOOST_AUTO_TEST_CASE(small_bf16_kernel_against_float64) {
+  const int64_t shapes[][3] = {{64, 64, 64}, {128, 64, 64}, {64, 64, 128}, {32, 96, 32},
+                               {128, 128, 128}, {96, 16, 32}, {5, 64, 2}, {33, 32, 64}};
+  int checked = 0;
+  for (auto [M, N, K] : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 0.25f}) {
+          const float alpha = beta == 0.0f ? 1.0f : -1.5f;
+          const int64_t pad = 2;
+          const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+          if (!detail::small_bf16_gemm_fits(ta, tb, M, N, K, a_cols + pad, b_cols + pad)) continue;
+          Tensor a = random({a_rows, a_cols + pad}, 50 + M), b = random({b_rows, b_cols + pad}, 60 + N);
+          Tensor c0 = random({M, N + pad}, 70 + K);
+          Tensor ab = a.to(DType::bf16), bb = b.to(DType::bf16), c = c0.clone();
+          detail::small_bf16_gemm(ta, tb, M, N, K, alpha, ab.data<bfloat16>(), a_cols + pad, bb.data<bfloat16>(),
+                                  b_cols + pad, beta, c.data<float>(), N + pad);
+          Tensor op_a = a.narrow(1, 0, a_cols), op_b = b.narrow(1, 0, b_cols);
+          if (ta) op_a = op_a.t();
+          if (tb) op_b = op_b.t();
+          Tensor expect = product(op_a, op_b, true) * double(alpha) + c0.narrow(1, 0, N).to(DType::f64) * double(beta);
+          Tensor bound = product(abs(op_a), abs(op_b), true);
+          BOOST_TEST(max_abs_diff(c.narrow(1, 0, N), expect) <= 1e-5 * (1.0 + max(bound).item()),
+                     "M,N,K " << M << "," << N << "," << K << " ta " << ta << " tb " << tb << " beta " << beta);
+          BOOST_TEST(max_abs_diff(c.narrow(1, N, pad), c0.narrow(1, N, pad)) == 0.0);
+          ++checked;
+        }
+#if defined(__AVX512BF16__)
+  // 25 of the 32 shape-transpose pairs (5 shapes all four; 96x16x32 with B
+  // transposed, 33x32x64 with A as stored, 5x64x2 N N only), two betas each.
+  BOOST_TEST(checked == 2 * 25);
+#else
+  BOOST_TEST(checked == 0);
+#endif
+  // What it does not take: odd leading dimensions of the K-contiguous
+  // operands, sides past kSmallBf16Max.
+  BOOST_TEST(!detail::small_bf16_gemm_fits(false, false, 64, 64, 64, 65, 64));
+  BOOST_TEST(!detail::small_bf16_gemm_fits(false, true, 64, 64, 64, 64, 65));
+  BOOST_TEST(!detail::small_bf16_gemm_fits(false, false, 64, 64, 2 * detail::kSmallBf16Max, 64, 64));
+}
+
+// TAPEGRAD_GEMM_BF16 decides where small bfloat16 products run (meson test
+// autocast_bf16_onednn sets onednn); under measure, tapegrad's kernel keeps
+// them unless oneDNN measured clearly faster.
+BOOST_AUTO_TEST_CASE(small_bf16_backend_follows_the_environment) {
+  BOOST_CHECK_EXCEPTION(detail::parse_gemm_bf16_policy("oneDNN"), ValueError, [](const ValueError& e) {
+    return std::string(e.what()) == "TAPEGRAD_GEMM_BF16=oneDNN: give onednn, tapegrad or measure";
+  });
+  const char* env = std::getenv("TAPEGRAD_GEMM_BF16");
+  const detail::GemmBf16Policy policy = detail::parse_gemm_bf16_policy(env);
+  BOOST_TEST((detail::gemm_bf16_policy() == policy));
+  const detail::GemmBf16Choice c = detail::gemm_bf16_choice();
+  const std::string info = gemm_backend_info();
+  if (policy == detail::GemmBf16Policy::measure) {
+    BOOST_TEST((c.backend == detail::GemmBackend::onednn) == (c.onednn_gflops > detail::kOnednnClearWin * c.tapegrad_gflops));
+    BOOST_TEST(info.find("bf16_small " + c.shape + ": ") != std::string::npos, info);
+#if defined(__AVX512BF16__)
+    BOOST_TEST(c.tapegrad_gflops > 0);
+#endif
+  } else {
+    BOOST_TEST((c.backend == (policy == detail::GemmBf16Policy::onednn ? detail::GemmBackend::onednn
+                                                                        : detail::GemmBackend::tapegrad)));
+    BOOST_TEST(info.find(std::string("TAPEGRAD_GEMM_BF16=") + env) != std::string::npos, info);
+  }
+}
+
 // Run with ONEDNN_MAX_CPU_ISA=AVX2 (meson test autocast_avx2): oneDNN must
 // then use no bfloat16 instructions, and the GEMM above still passes.
 BOOST_AUTO_TEST_CASE(isa_limit_is_honoured) {

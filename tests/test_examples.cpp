@@ -244,18 +244,18 @@ std::string lm_train() {
 }
 
 BOOST_AUTO_TEST_CASE(gemm_backend_choices_are_kept_per_machine) {
-  // The first process times the float32 backends and writes the cache; the
-  // next reads the same four choices from it; a damaged cache is refused with
+  // The first process times the backends (four float32 classes, bfloat16's
+  // small one) and writes the cache; the next reads the same five choices from it; a damaged cache is refused with
   // its line, timed again and rewritten whole.
   fs::path cache = fresh_dir("gemm_cache"), text = fresh_dir("gemm_cache_text");
   fs::copy_file(kTiny, text / "train.txt");
   fs::copy_file(kTiny, text / "val.txt");
   const std::string lm = "env -u TAPEGRAD_GEMM_F32 TAPEGRAD_CACHE_DIR=" + cache.string() + " " + lm_train() +
                          " --workload rnn --text-dir " + text.string() + " --warmup 0 --steps 1 --threads 1 --profile";
-  const fs::path file = cache / "gemm_f32.tsv";
+  const fs::path file = cache / "gemm.tsv";
   auto choices = [](const std::string& log) {  // "tiny 64x64x32: oneDNN" and so on, in order
     std::vector<std::string> out;
-    for (const char* name : {"tiny ", "narrow ", "short_k ", "large "}) {
+    for (const char* name : {"tiny ", "narrow ", "short_k ", "large ", "bf16_small "}) {
       const size_t at = log.find(std::string("; ") + name);
       out.push_back(at == std::string::npos ? "" : log.substr(at + 2, log.find(" (", at) - at - 2));
     }
@@ -269,10 +269,10 @@ BOOST_AUTO_TEST_CASE(gemm_backend_choices_are_kept_per_machine) {
   auto [r1, l1] = run(lm);
   BOOST_REQUIRE_MESSAGE(r1 == 0, l1);
   BOOST_TEST(count(l1, ", cached)") == 0u, l1);
-  BOOST_TEST(count(read_text(file), "\t") == 4u * 5u, read_text(file));
+  BOOST_TEST(count(read_text(file), "\t") == 5u * 5u, read_text(file));
   auto [r2, l2] = run(lm);
   BOOST_REQUIRE_MESSAGE(r2 == 0, l2);
-  BOOST_TEST(count(l2, ", cached)") == 4u, l2);
+  BOOST_TEST(count(l2, ", cached)") == 5u, l2);
   BOOST_TEST(choices(l2) == choices(l1), l1 << l2);
   BOOST_TEST(choices(l1)[0] != "");
   // The choice is made again from the GFLOP/s, not read from the backend
@@ -286,15 +286,15 @@ BOOST_AUTO_TEST_CASE(gemm_backend_choices_are_kept_per_machine) {
   std::ofstream(file) << swapped;
   auto [r4, l4] = run(lm);
   BOOST_REQUIRE_MESSAGE(r4 == 0, l4);
-  BOOST_TEST(count(l4, ", cached)") == 4u, l4);
+  BOOST_TEST(count(l4, ", cached)") == 5u, l4);
   BOOST_TEST(choices(l4) == choices(l1), l1 << l4);
   std::ofstream(file, std::ios::app) << "a line of another format\n";
   auto [r3, l3] = run(lm);
   BOOST_REQUIRE_MESSAGE(r3 == 0, l3);
-  BOOST_TEST(l3.find("refusing the GEMM cache " + file.string() + ": line 6: 1 tab-separated fields") !=
+  BOOST_TEST(l3.find("refusing the GEMM cache " + file.string() + ": line 7: 1 tab-separated fields") !=
                  std::string::npos, l3);
   BOOST_TEST(count(l3, ", cached)") == 0u, l3);
-  BOOST_TEST(count(read_text(file), "\t") == 4u * 5u, read_text(file));
+  BOOST_TEST(count(read_text(file), "\t") == 5u * 5u, read_text(file));
   BOOST_TEST(read_text(file).find("another format") == std::string::npos);
   fs::remove_all(cache);
   fs::remove_all(text);
