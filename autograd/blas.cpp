@@ -130,9 +130,10 @@ const char* backend_name(detail::GemmBackend be) {
 }
 
 // Times both backends at c's shape on the calling thread, best of 3
-// repetitions of at least 2^22 multiply-adds each (one call, or 32 of the
-// tiny class), after one that makes oneDNN's primitive and warms the caches:
-// 0.5-2 ms a class at 100-200 GFLOP/s, under 5 ms for the four.
+// alternating repetitions of at least 2^22 multiply-adds each (one call, or
+// 32 of the tiny class), after a call each that makes oneDNN's primitive and
+// warms the caches: 0.5-2 ms a class at 100-200 GFLOP/s, under 5 ms for the
+// five.
 void measure(ShapeClass& c) {
   using detail::GemmBackend;
   const int64_t M = c.M, N = c.N, K = c.K;
@@ -152,25 +153,24 @@ void measure(ShapeClass& c) {
   };
   // Where a backend cannot run the class (oneDNN makes no primitive or fails
   // running it, tapegrad's kernel is not built for this CPU), it gets 0.
-  const bool rival_runs = c.rival != GemmBackend::tapegrad || detail::small_bf16_gemm_fits(false, false, M, N, K, K, N);
-  const bool onednn_runs = c.rival != GemmBackend::tapegrad || detail::onednn_has_bf16();
+  const GemmBackend side_backend[2] = {c.rival, GemmBackend::onednn};
+  bool runs[2] = {c.rival != GemmBackend::tapegrad || detail::small_bf16_gemm_fits(false, false, M, N, K, K, N),
+                  c.rival != GemmBackend::tapegrad || detail::onednn_has_bf16()};
   double best[2] = {1e30, 1e30};
-  for (int side = 0; side < 2; ++side) {
-    const GemmBackend be = side == 0 ? c.rival : GemmBackend::onednn;
-    if (!(side == 0 ? rival_runs : onednn_runs)) continue;
-    try {
-      run(be);  // oneDNN makes its primitive; the caches warm
-      for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = -1; rep < 3; ++rep)  // rep -1: oneDNN makes its primitive, the caches warm
+    for (int side = 0; side < 2; ++side) {
+      if (!runs[side]) continue;
+      try {
         const auto t0 = std::chrono::steady_clock::now();
-        run(be);
-        best[side] = std::min(best[side], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        run(side_backend[side]);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rep >= 0) best[side] = std::min(best[side], s);
+      } catch (const std::exception&) {
+        runs[side] = false;
       }
-    } catch (const std::exception&) {
-      best[side] = 1e30;
     }
-  }
   for (int side = 0; side < 2; ++side)
-    c.gflops[side] = best[side] < 1e30 ? 2.0 * M * N * K * calls / best[side] / 1e9 : 0;
+    c.gflops[side] = runs[side] ? 2.0 * M * N * K * calls / best[side] / 1e9 : 0;
   c.backend = faster_of(c);
 }
 
