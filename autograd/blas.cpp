@@ -140,22 +140,24 @@ void measure(ShapeClass& c) {
   std::vector<float> a(M * K), b(K * N), out(M * N);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i % 13) - 6) / 8;
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i % 7) - 3) / 4;
-  std::vector<bfloat16> a16(a.begin(), a.end()), b16(b.begin(), b.end());
+  const bool bf16 = c.rival == GemmBackend::tapegrad;  // the class's operands are bfloat16
+  const std::vector<bfloat16> a16 = bf16 ? std::vector<bfloat16>(a.begin(), a.end()) : std::vector<bfloat16>();
+  const std::vector<bfloat16> b16 = bf16 ? std::vector<bfloat16>(b.begin(), b.end()) : std::vector<bfloat16>();
   const int64_t calls = std::max<int64_t>(1, (int64_t{1} << 22) / (M * N * K));
   auto run = [&](GemmBackend be) {
     for (int64_t i = 0; i < calls; ++i)
-      if (be == GemmBackend::tapegrad)
-        detail::small_bf16_gemm(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, out.data(), N);
-      else if (c.rival == GemmBackend::tapegrad)
-        detail::onednn_gemm(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, out.data(), N);
-      else
+      if (!bf16)
         detail::gemm_f32_on(be, false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, out.data(), N);
+      else if (be == GemmBackend::tapegrad)
+        detail::small_bf16_gemm(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, out.data(), N);
+      else
+        detail::onednn_gemm(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, out.data(), N);
   };
   // Where a backend cannot run the class (oneDNN makes no primitive or fails
   // running it, tapegrad's kernel is not built for this CPU), it gets 0.
   const GemmBackend side_backend[2] = {c.rival, GemmBackend::onednn};
-  bool runs[2] = {c.rival != GemmBackend::tapegrad || detail::small_bf16_gemm_fits(false, false, M, N, K, K, N),
-                  c.rival != GemmBackend::tapegrad || detail::onednn_has_bf16()};
+  bool runs[2] = {!bf16 || detail::small_bf16_gemm_fits(false, false, M, N, K, K, N),
+                  !bf16 || detail::onednn_has_bf16()};
   double best[2] = {1e30, 1e30};
   for (int rep = -1; rep < 3; ++rep)  // rep -1: oneDNN makes its primitive, the caches warm
     for (int side = 0; side < 2; ++side) {
