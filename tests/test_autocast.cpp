@@ -196,38 +196,45 @@ BOOST_AUTO_TEST_CASE(bf16_gemm_past_the_cache_bound) {
 // A float32 GEMM under autocast whose operands round to more than 1 MiB
 // runs in slices, each rounding its part: of A's rows or B's columns (C's
 // values as one GEMM's) or, both operands rounded and K the longest, of K
-// (each slice added into C); operands stored plain or transposed, ragged
+// (each slice added into C; at 2 threads each thread takes half of K, its
+// partial sum added in after); operands stored plain or transposed, ragged
 // slices, padded leading dimensions. C is what one GEMM of the rounded
 // operands gives up to float32's accumulation, its padding is untouched, and
-// the allocator never held more than 1 MiB of rounded blocks at once.
+// the allocator never held more than 1 MiB of rounded blocks (and partial
+// sums) at once.
 BOOST_AUTO_TEST_CASE(large_operands_are_rounded_in_slices) {
   AutocastGuard bf16(DType::bf16);
+  const int threads_before = num_threads();
   const int64_t pad = 3;
   const int64_t shapes[][3] = {{1201, 24, 700}, {24, 1201, 700}, {300, 200, 1500}};  // A, B, both large
   int checked = 0;
-  for (auto [M, N, K] : shapes)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-        Tensor a = random({a_rows, a_cols + pad}, 50 + ta), b = random({b_rows, b_cols + pad}, 60 + tb);
-        Tensor c0 = random({M, N + pad}, 70), c = c0.clone();
-        reset_peak_memory_stats();
-        const size_t before = memory_stats().bytes_in_use;
-        gemm(ta, tb, M, N, K, 1.0f, a.data<float>(), a_cols + pad, b.data<float>(), b_cols + pad, 0.5f,
-             c.data<float>(), N + pad);
-        const size_t held = memory_stats().peak_bytes_in_use - before;
-        Tensor op_a = a.narrow(1, 0, a_cols), op_b = b.narrow(1, 0, b_cols);
-        if (ta) op_a = op_a.t();
-        if (tb) op_b = op_b.t();
-        Tensor expect = product(op_a, op_b, true) + c0.narrow(1, 0, N).to(DType::f64) * 0.5;
-        const std::string what = fmt::format("{}x{}x{} ta {} tb {}", M, N, K, ta, tb);
-        const double bound = max(product(abs(op_a), abs(op_b), true)).item();
-        BOOST_TEST(max_abs_diff(c.narrow(1, 0, N), expect) <= 1e-5 * (1.0 + bound), what);
-        BOOST_TEST(max_abs_diff(c.narrow(1, N, pad), c0.narrow(1, N, pad)) == 0.0, what);
-        BOOST_TEST(held <= size_t{1} << 20, what << ": held " << held);  // the rounded blocks' bound
-        ++checked;
-      }
-  BOOST_TEST(checked == 12);
+  for (int threads : {1, 2})
+    for (auto [M, N, K] : shapes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+          Tensor a = random({a_rows, a_cols + pad}, 50 + ta), b = random({b_rows, b_cols + pad}, 60 + tb);
+          Tensor c0 = random({M, N + pad}, 70), c = c0.clone();
+          empty_cache();  // else a block cached by an earlier case may serve a smaller request whole
+          reset_peak_memory_stats();
+          const size_t before = memory_stats().bytes_in_use;
+          set_num_threads(threads);
+          gemm(ta, tb, M, N, K, 1.0f, a.data<float>(), a_cols + pad, b.data<float>(), b_cols + pad, 0.5f,
+               c.data<float>(), N + pad);
+          set_num_threads(threads_before);
+          const size_t held = memory_stats().peak_bytes_in_use - before;
+          Tensor op_a = a.narrow(1, 0, a_cols), op_b = b.narrow(1, 0, b_cols);
+          if (ta) op_a = op_a.t();
+          if (tb) op_b = op_b.t();
+          Tensor expect = product(op_a, op_b, true) + c0.narrow(1, 0, N).to(DType::f64) * 0.5;
+          const std::string what = fmt::format("{}x{}x{} ta {} tb {}, {} threads", M, N, K, ta, tb, threads);
+          const double bound = max(product(abs(op_a), abs(op_b), true)).item();
+          BOOST_TEST(max_abs_diff(c.narrow(1, 0, N), expect) <= 1e-5 * (1.0 + bound), what);
+          BOOST_TEST(max_abs_diff(c.narrow(1, N, pad), c0.narrow(1, N, pad)) == 0.0, what);
+          BOOST_TEST(held <= size_t{1} << 20, what << ": held " << held);  // the rounded blocks' bound
+          ++checked;
+        }
+  BOOST_TEST(checked == 24);
 }
 // tapegrad's own kernel for small products (bf16_kernel.h), called
 // directly whatever the policy: each transpose, remainder rows, K = 2,
@@ -617,6 +624,7 @@ BOOST_AUTO_TEST_CASE(lstm_under_autocast_keeps_its_gates_in_bfloat16) {
   auto held_after_forward = [&](bool bf16) {
     AutocastGuard precision(bf16 ? DType::bf16 : DType::f32);
     Tensor xp = linear(x, wi);
+    empty_cache();  // each block new, of its own size class, whatever earlier cases left cached
     const size_t before = memory_stats().bytes_in_use;
     Tensor out = lstm_recurrence(xp, wh, Tensor(), Tensor());
     return memory_stats().bytes_in_use - before;
