@@ -10,8 +10,11 @@
 #include <dnnl.hpp>
 #include <fmt/format.h>
 
+#include "autograd/dtype.h"
 #include "autograd/error.h"
 #include "autograd/fault.h"
+#include "autograd/shape.h"
+#include "autograd/storage.h"
 
 // oneDNN (Debian's build) threads with OpenMP. The library splits GEMMs over
 // its own pool, so every thread that calls oneDNN sets its OpenMP team to one
@@ -57,9 +60,32 @@ dnnl::engine& engine() {
   return *e;
 }
 
+// B packed in a packed_b primitive's layout, one copy for every thread that
+// multiplies by that B: a recurrence's parts, one a thread, all read W_hh,
+// and a copy each would cost a thread its size. A block of the tensors'
+// caching allocator (64-byte aligned): B is packed again at every optimizer
+// step, and the block of the last generation serves the next.
+using PackedData = std::shared_ptr<const Storage>;
+struct Packed {
+  std::mutex mutex;         // held while packing, so that the threads pack once
+  uint64_t generation = 0;  // of the B packed in data; 0: none
+  PackedData data;
+};
+struct PackedKey {
+  Key key;
+  const void* b;
+  bool operator==(const PackedKey&) const = default;
+};
+struct PackedKeyHash {
+  size_t operator()(const PackedKey& k) const {
+    return KeyHash{}(k.key) * 0x9e3779b97f4a7c15ull + reinterpret_cast<uintptr_t>(k.b);
+  }
+};
+
 struct Cache {
   std::mutex mutex;
   std::unordered_map<Key, std::shared_ptr<const Primitive>, KeyHash> primitives;
+  std::unordered_map<PackedKey, std::shared_ptr<Packed>, PackedKeyHash> packed;
   std::string kernel[2];  // impl_info_str of the last f32 / bf16 primitive made
 };
 Cache& cache() {
@@ -139,14 +165,47 @@ struct ThreadState {
     dnnl::memory b_plain, pack_s;
     const void* last_b = nullptr;
     uint64_t last_generation = 0;
-    bool packed_valid = false;
-    std::vector<std::byte> packed;  // 64 bytes over, to align the packed B
+    PackedData packed = nullptr;
   };
   ThreadState() : stream(engine()) { omp_set_num_threads(1); }
   dnnl::stream stream;
   std::vector<std::byte> scratch;
   std::unordered_map<Key, Bound, KeyHash> bound;
 };
+
+// B (generation `generation`) packed for b's primitive, from the copy the
+// threads share: packed here, by the first thread to need it, while the
+// others wait for it. The copy of an older generation goes as soon as no
+// thread's last call still reads it.
+PackedData shared_packed(ThreadState::Bound& b, const Key& pk, const void* B, uint64_t generation,
+                         ThreadState& state) {
+  Cache& c = cache();
+  std::shared_ptr<Packed> entry;
+  {
+    std::lock_guard lock(c.mutex);
+    std::shared_ptr<Packed>& e = c.packed[PackedKey{pk, B}];
+    if (!e) {
+      if (c.packed.size() > kMaxKept) std::erase_if(c.packed, [](const auto& kv) { return kv.second.use_count() == 1; });
+      e = std::make_shared<Packed>();
+    }
+    entry = e;
+  }
+  std::lock_guard lock(entry->mutex);
+  if (entry->generation != generation) {
+    entry->data.reset();
+    const size_t bytes = b.p->b.get_size();
+    std::shared_ptr<Storage> data = new_storage(bytes, Shape{static_cast<int64_t>(bytes + 1) / 2}, DType::bf16);
+    detail::grow_scratch(state.scratch, b.p->pack_scratch.get_size());
+    b.b_plain.set_data_handle(const_cast<void*>(B));
+    b.pack_s.set_data_handle(state.scratch.data());
+    b.b.set_data_handle(data->data);
+    b.p->pack.execute(state.stream, {{DNNL_ARG_FROM, b.b_plain}, {DNNL_ARG_TO, b.b}, {DNNL_ARG_SCRATCHPAD, b.pack_s}});
+    state.stream.wait();
+    entry->data = std::move(data);
+    entry->generation = generation;
+  }
+  return entry->data;
+}
 
 template <class In>
 void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda, const In* B,
@@ -186,30 +245,22 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
   // B, so calls that take turns between Bs of one shape (a model's layers,
   // one row at a time) never pack more than oneDNN would.
   ThreadState::Bound* packed = nullptr;
+  Key pk = key;
+  pk.packed_b = true;
   if (b_generation != 0 && M <= kPackedRows) {
-    Key pk = key;
-    pk.packed_b = true;
     ThreadState::Bound& p = bind(pk);
     if (p.last_b == B && p.last_generation == b_generation) {
       packed = &p;
     } else {
-      p.last_b = B, p.last_generation = b_generation, p.packed_valid = false;
+      p.last_b = B, p.last_generation = b_generation, p.packed.reset();
     }
   }
   ThreadState::Bound& b = packed ? *packed : bind(key);
   detail::grow_scratch(state.scratch, b.p->scratch.get_size());
   b.a.set_data_handle(const_cast<In*>(A));
   if (packed) {
-    detail::grow_scratch(b.packed, b.p->b.get_size() + 64);
-    void* at = b.packed.data() + (64 - reinterpret_cast<uintptr_t>(b.packed.data()) % 64) % 64;
-    b.b.set_data_handle(at);
-    if (!b.packed_valid) {
-      detail::grow_scratch(state.scratch, b.p->pack_scratch.get_size());
-      b.b_plain.set_data_handle(const_cast<In*>(B));
-      b.pack_s.set_data_handle(state.scratch.data());
-      b.p->pack.execute(state.stream, {{DNNL_ARG_FROM, b.b_plain}, {DNNL_ARG_TO, b.b}, {DNNL_ARG_SCRATCHPAD, b.pack_s}});
-      b.packed_valid = true;
-    }
+    if (!b.packed) b.packed = shared_packed(b, pk, B, b_generation, state);
+    b.b.set_data_handle(b.packed->data);
   } else {
     b.b.set_data_handle(const_cast<In*>(B));
   }

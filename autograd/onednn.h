@@ -19,9 +19,9 @@ namespace tg::detail {
 inline constexpr int64_t kPackedRows = 64;
 
 // b_generation nonzero: B's values are named by it (see autocast_cached)
-// and stay as they are until it changes; for a product with few rows, the
-// calling thread keeps B packed in oneDNN's layout under (B, generation) and
-// packs it again only when the generation moves on.
+// and stay as they are until it changes; for a product with few rows, B is
+// kept packed in oneDNN's layout under (B, generation), one copy for every
+// thread, and packed again only when the generation moves on.
 // bias: null, or N floats added to every row of C in the kernel's epilogue
 // (alpha must then be 1), which writes C once instead of reading it back.
 void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,

@@ -65,9 +65,10 @@ void for_batch_rows(const Dims& d, int64_t G, F&& body) {
 // has every thread pack all of W_hh every step (1 MiB for the LSTM LM's, a core's L2). A part has >= 16
 // units (whole vectors) and >= 2^17 multiply-adds a step, ~10 us against a barrier's 1: the study's H = 576
 // RNN trains 1.9x faster at 2 threads than at 1 (unsplit, 1.1x).
-// By rows: under bfloat16 autocast each thread keeps W_hh packed for products of at most kPackedRows rows
-// (onednn_gemm's b_generation), so that cost is gone; a part then takes its batch rows through all T steps
-// with every unit, no barrier (rows never mix), and its product reads rows its own pointwise pass wrote.
+// By rows: under bfloat16 autocast W_hh stays packed (one copy for all threads) for products of at most
+// kPackedRows rows (onednn_gemm's b_generation), so that cost is gone; a part then takes its batch rows
+// through all T steps with every unit, no barrier (rows never mix), and its product reads rows its own
+// pointwise pass wrote.
 // Chosen there when every thread gets a part of >= kMinRows rows: the LSTM LM (B = 32) at 2 threads spends
 // 10% less in its recurrence so (lm_train --profile, fastest of 8 alternating runs); with more threads
 // than that, units.
