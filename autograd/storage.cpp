@@ -1,5 +1,6 @@
 #include "autograd/storage.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include "autograd/dtype.h"
 #include "autograd/error.h"
@@ -37,6 +39,31 @@ size_t round_size(size_t n) {
 // (LSTM float32: +4 MiB).
 constexpr double kMaxOversize = 1.5;
 
+// Blocks of at least this size are mapped from the system directly, not
+// taken from malloc: glibc serves large requests from its heap once a large
+// block has been freed (its mmap threshold follows the largest freed), and
+// the cache's blocks then sit between whatever else lives there, so that the
+// heap keeps pages no block uses (the LSTM LM in bfloat16 at 2 threads:
+// peak RSS 67.7 to 72.4 MiB over five runs with the cache's 32 MiB the same).
+// Under the sanitizers every block comes from malloc, whose bounds ASan checks.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr size_t kMapped = SIZE_MAX;
+#else
+constexpr size_t kMapped = size_t{256} << 10;
+#endif
+
+void* system_alloc(size_t bytes) {
+  if (bytes < kMapped) return std::aligned_alloc(64, bytes);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void system_free(void* p, size_t bytes) {
+  if (bytes < kMapped)
+    std::free(p);
+  else
+    munmap(p, bytes);
+}
+
 struct Cache {
   std::mutex mu;
   std::map<size_t, std::vector<void*>> free_blocks;  // by block size
@@ -63,12 +90,12 @@ struct Cache {
       ++stats.cache_hits;
       stats.bytes_cached -= bytes;
     } else {
-      p = std::aligned_alloc(64, bytes);
+      p = system_alloc(bytes);
       if (!p) {
         // Give the cache back to the system and try once more before failing.
         ++stats.alloc_retries;
         release_locked();
-        p = std::aligned_alloc(64, bytes);
+        p = system_alloc(bytes);
       }
       if (!p) {
         ++stats.ooms;
@@ -89,7 +116,7 @@ struct Cache {
   }
   void release_locked() {
     for (auto& [size, blocks] : free_blocks) {
-      for (void* p : blocks) std::free(p);
+      for (void* p : blocks) system_free(p, size);
       blocks.clear();
     }
     stats.bytes_cached = 0;

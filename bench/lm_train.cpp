@@ -27,9 +27,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <set>
 #include <sstream>
+#if defined(__GLIBC__)
+#include <malloc.h>  // malloc_trim
+#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -55,18 +56,18 @@ std::string read_all(const std::string& path) {
   return s.str();
 }
 
-// Code points of a UTF-8 string (the character vocabulary works on code points, as Python's str).
-std::vector<std::u32string::value_type> code_points(const std::string& s) {
-  std::vector<char32_t> out;
+// Calls f with each code point of a UTF-8 string (the character vocabulary
+// works on code points, as Python's str).
+template <class F>
+void for_each_code_point(const std::string& s, F&& f) {
   for (size_t i = 0; i < s.size();) {
     unsigned char c = s[i];
     int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
     char32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
     for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
-    out.push_back(cp);
+    f(cp);
     i += n;
   }
-  return out;
 }
 
 struct Options {
@@ -122,23 +123,30 @@ struct CharData {
 };
 
 CharData load_char_data(const std::string& text_dir, int64_t block) {
-  // The code points are freed before training, so the peak RSS holds the
-  // corpus once, in LMBatches (2 bytes a character).
-  auto train_cp = code_points(read_all(text_dir + "/train.txt")), val_cp = code_points(read_all(text_dir + "/val.txt"));
-  std::set<char32_t> chars(train_cp.begin(), train_cp.end());
-  chars.insert(val_cp.begin(), val_cp.end());
-  std::map<char32_t, int32_t> stoi;
-  for (char32_t ch : chars) stoi.emplace(ch, static_cast<int32_t>(stoi.size()));
-  auto encode = [&](std::vector<char32_t>& cp) {
-    std::vector<int32_t> ids(cp.size());
-    for (size_t i = 0; i < cp.size(); ++i) ids[i] = stoi.at(cp[i]);
-    std::vector<char32_t>().swap(cp);
+  // Two passes over each text's bytes, the vocabulary and then the ids, so
+  // that loading holds the texts and one int32 stream at a time (LMBatches
+  // keeps 2 bytes a character), not a code-point copy of the corpus beside
+  // them: its heap high-water stays below training's.
+  const std::string train = read_all(text_dir + "/train.txt"), val = read_all(text_dir + "/val.txt");
+  std::vector<bool> seen;  // by code point
+  auto mark = [&](char32_t cp) {
+    if (cp >= seen.size()) seen.resize(cp + 1);
+    seen[cp] = true;
+  };
+  for_each_code_point(train, mark);
+  for_each_code_point(val, mark);
+  std::vector<int32_t> id_of(seen.size(), -1);  // ids in code point order
+  int32_t vocab = 0;
+  for (size_t cp = 0; cp < seen.size(); ++cp)
+    if (seen[cp]) id_of[cp] = vocab++;
+  auto encode = [&](const std::string& text) {
+    std::vector<int32_t> ids;
+    ids.reserve(text.size());  // bytes: at least the code points
+    for_each_code_point(text, [&](char32_t cp) { ids.push_back(id_of[cp]); });
     return ids;
   };
-  auto train_ids = encode(train_cp);
-  auto val_ids = encode(val_cp);
-  return {data::LMBatches(std::move(train_ids), block), data::LMBatches(std::move(val_ids), block),
-          static_cast<int64_t>(chars.size())};
+  data::LMBatches train_batches(encode(train), block);
+  return {std::move(train_batches), data::LMBatches(encode(val), block), vocab};
 }
 
 // Runs N recorded forwards that nobody backpropagates: each graph must go with
@@ -279,6 +287,9 @@ void run(const Options& o) {
   if (w.batch % dist::world_size() != 0)
     throw ValueError(fmt::format("lm_train: {}'s batch of {} does not split over {} ranks", o.workload, w.batch, dist::world_size()));
   CharData d = load_char_data(o.text_dir, w.model.block);
+#if defined(__GLIBC__)
+  malloc_trim(0);  // loading's freed buffers go back to the system: the peak RSS is training's
+#endif
   manual_seed(o.seed);
   bench::Trainer trainer = bench::make_trainer(w, d.vocab);
   trainer.autocast = o.dtype == "bf16" ? DType::bf16 : DType::f32;
