@@ -8,13 +8,11 @@
 #include <vector>
 
 #include <dnnl.hpp>
+#include <sys/mman.h>
 #include <fmt/format.h>
 
-#include "autograd/dtype.h"
 #include "autograd/error.h"
 #include "autograd/fault.h"
-#include "autograd/shape.h"
-#include "autograd/storage.h"
 
 // oneDNN (Debian's build) threads with OpenMP. The library splits GEMMs over
 // its own pool, so every thread that calls oneDNN sets its OpenMP team to one
@@ -64,12 +62,23 @@ dnnl::engine& engine() {
 // multiplies by that B: a recurrence's parts, one a thread, all read W_hh,
 // and a copy each would cost a thread its size. One entry a primitive, for
 // the B it last packed: B is packed again at every optimizer step, into the
-// same buffer unless a thread still reads the old values. A block of the
-// tensors' caching allocator (64-byte aligned), which serves the next
-// generation's block when one is needed: buffers of malloc's own, made anew
-// at every step, took the LSTM LM's bfloat16 peak RSS at 2 threads from
-// 67.8 to 73 MiB.
-using PackedData = std::shared_ptr<Storage>;
+// same buffer unless a thread still reads the old values. Mapped from the
+// system, outside malloc's heap and the tensors' allocator: from malloc, the
+// LSTM LM's bfloat16 peak RSS at 2 threads was 71.5-74.6 MiB against
+// 67.4-68.0 (five runs each).
+struct PackedBuffer {
+  explicit PackedBuffer(size_t n) : bytes(n) {
+    if (allocation_fails()) throw_scratch_oom(n);
+    data = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) throw_scratch_oom(n);
+  }
+  ~PackedBuffer() { munmap(data, bytes); }
+  PackedBuffer(const PackedBuffer&) = delete;
+  PackedBuffer& operator=(const PackedBuffer&) = delete;
+  void* data;
+  size_t bytes;
+};
+using PackedData = std::shared_ptr<PackedBuffer>;
 struct Packed {
   std::mutex mutex;         // held while packing, so that the threads pack once
   const void* b = nullptr;  // the B packed in data, and its generation (0: none)
@@ -187,8 +196,7 @@ PackedData shared_packed(ThreadState::Bound& b, const Key& pk, const void* B, ui
   std::lock_guard lock(entry.mutex);
   if (entry.b != B || entry.generation != generation) {
     if (!entry.data || entry.data.use_count() > 1) {  // another thread's GEMM still reads the old values
-      const size_t bytes = b.p->b.get_size();
-      entry.data = new_storage(bytes, Shape{static_cast<int64_t>(bytes + 1) / 2}, DType::bf16);
+      entry.data = std::make_shared<PackedBuffer>(b.p->b.get_size());
     }
     detail::grow_scratch(state.scratch, b.p->pack_scratch.get_size());
     b.b_plain.set_data_handle(const_cast<void*>(B));
@@ -289,7 +297,7 @@ size_t onednn_packed_bytes() {
   size_t bytes = 0;
   for (const auto& [key, entry] : c.packed) {
     std::lock_guard entry_lock(entry->mutex);
-    if (entry->data) bytes += entry->data->nbytes;
+    if (entry->data) bytes += entry->data->bytes;
   }
   return bytes;
 }
