@@ -43,8 +43,9 @@ constexpr double kMaxOversize = 1.5;
 // taken from malloc: glibc serves large requests from its heap once a large
 // block has been freed (its mmap threshold follows the largest freed), and
 // the cache's blocks then sit between whatever else lives there, so that the
-// heap keeps pages no block uses (the LSTM LM in bfloat16 at 2 threads:
-// peak RSS 67.7 to 72.4 MiB over five runs with the cache's 32 MiB the same).
+// heap keeps pages no block uses (the LSTM LM in bfloat16 at 2 threads,
+// five runs, the cache's 32 MiB the same: peak RSS 67.7-72.4 MiB from
+// malloc, 67.6-67.8 mapped).
 // Under the sanitizers every block comes from malloc, whose bounds ASan checks.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr size_t kMapped = SIZE_MAX;
