@@ -485,6 +485,15 @@ Rounded round_operand(const float* x, int64_t rows, int64_t cols, int64_t ld, st
   return {out, cols};
 }
 
+// Rows [i0, i0 + m) and sums [p0, p0 + k) of a product's operand rounded:
+// op(A) (M,K), stored (M,K) or, trans, (K,M); or op(B)^T, B stored (K,N) with
+// trans = !tb.
+Rounded round_block(bool trans, const float* x, int64_t ld, int64_t i0, int64_t m, int64_t p0, int64_t k,
+                    std::shared_ptr<Storage>& block) {
+  return trans ? round_operand(x + p0 * ld + i0, k, m, ld, block)
+               : round_operand(x + i0 * ld + p0, m, k, ld, block);
+}
+
 // The most bytes an operand's rounded blocks may take at once. Larger
 // operands that are not kept copies would add their whole bfloat16 size to
 // the step's peak beside the float32 tensors (the LSTM's weight gradient
@@ -523,16 +532,11 @@ int sum_over_k_parts(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
     const int64_t n = std::max<int64_t>(1, std::min((bytes + budget - 1) / budget, (k1 - k0) / kMinSlice));
     for (int64_t s = 0; s < n; ++s) {
       const int64_t p0 = k0 + (k1 - k0) * s / n, k = k0 + (k1 - k0) * (s + 1) / n - p0;
-      const Rounded a = ta ? round_operand(A + p0 * lda, k, M, lda, a_block)
-                           : round_operand(A + p0, M, k, lda, a_block);
-      const Rounded b = tb ? round_operand(B + p0, N, k, ldb, b_block)
-                           : round_operand(B + p0 * ldb, k, N, ldb, b_block);
-      const bool first = s == 0;
-      if (p == 0)
-        blas_gemm(ta, tb, M, N, k, alpha, a.p, a.ld, b.p, b.ld, first ? beta : 1.0f, C, ldc, first ? bias : nullptr);
-      else
-        blas_gemm(ta, tb, M, N, k, alpha, a.p, a.ld, b.p, b.ld, first ? 0.0f : 1.0f, sums + (p - 1) * M * N, N,
-                  nullptr);
+      const Rounded a = round_block(ta, A, lda, 0, M, p0, k, a_block);
+      const Rounded b = round_block(!tb, B, ldb, 0, N, p0, k, b_block);
+      const bool into_c = p == 0, first = s == 0;
+      blas_gemm(ta, tb, M, N, k, alpha, a.p, a.ld, b.p, b.ld, !first ? 1.0f : into_c ? beta : 0.0f,
+                into_c ? C : sums + (p - 1) * M * N, into_c ? ldc : N, into_c && first ? bias : nullptr);
     }
   };
   auto run = [](void* ctx, int64_t p) { (*static_cast<decltype(part)*>(ctx))(p); };
@@ -554,12 +558,10 @@ int autocast_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   std::shared_ptr<Storage> a_block, b_block;
   // Stored as (M,K), or (K,M) when transposed; B likewise.
   auto round_a = [&](int64_t i0, int64_t m, int64_t p0, int64_t k) {
-    return ta ? round_operand(A + p0 * lda + i0, k, m, lda, a_block)
-              : round_operand(A + i0 * lda + p0, m, k, lda, a_block);
+    return round_block(ta, A, lda, i0, m, p0, k, a_block);
   };
   auto round_b = [&](int64_t j0, int64_t n, int64_t p0, int64_t k) {
-    return tb ? round_operand(B + j0 * ldb + p0, n, k, ldb, b_block)
-              : round_operand(B + p0 * ldb + j0, k, n, ldb, b_block);
+    return round_block(!tb, B, ldb, j0, n, p0, k, b_block);
   };
   if (a_bytes > 0 && b_bytes > 0 && K >= std::max(M, N) && pieces > 1) {
     // On several threads when each part's rounded slices, beside the parts'
