@@ -248,12 +248,13 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
   // one row at a time) never pack more than oneDNN would.
   ThreadState::Bound* packed = nullptr;
   PackedData packed_b;  // held until the GEMM is done
-  Key pk = key;
-  pk.packed_b = true;
   if (b_generation != 0 && M <= kPackedRows) {
+    Key pk = key;
+    pk.packed_b = true;
     ThreadState::Bound& p = bind(pk);
     if (p.last_b == B && p.last_generation == b_generation) {
       packed = &p;
+      packed_b = shared_packed(p, pk, B, b_generation, state);
     } else {
       p.last_b = B, p.last_generation = b_generation;
     }
@@ -262,7 +263,6 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
   detail::grow_scratch(state.scratch, b.p->scratch.get_size());
   b.a.set_data_handle(const_cast<In*>(A));
   if (packed) {
-    packed_b = shared_packed(b, pk, B, b_generation, state);
     b.b.set_data_handle(packed_b->data);
   } else {
     b.b.set_data_handle(const_cast<In*>(B));
