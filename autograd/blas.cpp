@@ -412,7 +412,13 @@ void add_partial_sums(int64_t M, int64_t N, int64_t parts, const S* sums, S* C, 
 // the recurrent LM's weight gradient ran at 51% of peak per thread split by
 // rows, 63% whole at one): part 0 adds its product into C (with beta), the
 // others write C-sized scratch of their own, added in after; the summation
-// order then depends on the thread count, by rounding only.
+// order then depends on the thread count, by rounding only. So does a weight
+// gradient of a narrow C (M at least 4N, K at least M) whose A is stored
+// transposed: a part of its rows would read columns of A, a strided block,
+// which the backends pack slowly (bfloat16 512x64x2048 from a (2048,1024)
+// A: 143 GFLOP/s against 197 from a (2048,512) one; the LSTM LM's
+// 1024x64x2048 at 2 threads: 144 GFLOP/s a thread by rows, 194 by K; float32
+// 89 and 103; Zen 4).
 // The bias goes with each part's columns of C, and with K's first part only.
 // Returns the number of parts. b_generation: as blas_gemm's (bfloat16 only).
 template <class S, class In>
@@ -426,7 +432,7 @@ int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const
       blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta_, c, ldc_, bias_);
   };
   constexpr int64_t kMinWork = int64_t{1} << 18, kMinSide = 16, kMinSum = 256;
-  const bool by_k = K >= 4 * std::max(M, N);
+  const bool by_k = K >= 4 * std::max(M, N) || (ta && M >= 4 * N && K >= M);
   const bool by_rows = M >= N;
   const int64_t side = by_k ? K : by_rows ? M : N;
   const int threads = num_threads();  // first: its first call also sets OpenBLAS to one thread

@@ -171,8 +171,9 @@ BOOST_AUTO_TEST_CASE(recurrences_split_over_the_pool_match_one_thread) {
 // gemm() splits a GEMM of 2^18 multiply-adds or more over the pool: by rows
 // of C (256 x 48 from K = 64), or by columns when C has fewer rows (20 x 300
 // from K = 128), or by K where the sum is long (48 x 40 from K = 2048, 3
-// parts of K at 3 threads, 2 at 2: a scratch C per part after the first),
-// with either operand stored transposed. Each part is one OpenBLAS call on
+// parts of K at 3 threads, 2 at 2: a scratch C per part after the first)
+// or where C is narrow and A stored transposed (256 x 32 from K = 512 by K,
+// by rows when A is not), with either operand stored transposed. Each part is one OpenBLAS call on
 // its rows, columns or span of K: the products of one thread, to rounding
 // (OpenBLAS picks its kernel by size; K's parts add in another order), in
 // float64 to 1e-12. A part given the wrong rows or span is off by O(1).
@@ -181,7 +182,7 @@ BOOST_AUTO_TEST_CASE(gemm_split_over_the_pool_matches_one_thread) {
   struct Case {
     int64_t M, K, N;
   };
-  for (const Case c : {Case{256, 64, 48}, Case{20, 128, 300}, Case{48, 2048, 40}}) {
+  for (const Case c : {Case{256, 64, 48}, Case{20, 128, 300}, Case{48, 2048, 40}, Case{256, 512, 32}}) {
     for (const bool ta : {false, true}) {
       for (const bool tb : {false, true}) {
         Generator gen(7);
