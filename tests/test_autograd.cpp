@@ -514,21 +514,25 @@ BOOST_AUTO_TEST_CASE(profiler_counts_the_work_of_every_gemm) {
   BOOST_TEST(profiler_totals().flops == 2.0 * B * H * H * (T + (T - 1) + T));
   BOOST_TEST(profiler_totals().model_flops == profiler_totals().flops);
   // Attention's heads run on the pool's threads: their GEMMs count too.
-  // Forward: q k^T and P v per head; backward: q k^T again, P^T g, g v^T, dS k, dS^T q,
-  // of which the model's FLOPs leave out q k^T again (it rebuilds the forward's P).
+  // Forward: q k^T and P v per head; backward: P^T g, g v^T, dS k, dS^T q,
+  // and where the node did not keep P (more keys than 2 (D + Dv)), q k^T
+  // again, which the model's FLOPs leave out (it rebuilds the forward's P).
   const int threads = num_threads();
   set_num_threads(2);
-  profiler_reset();
-  profiler_enable(true);
-  const int64_t Bq = 4, Hq = 8, Tq = 16, D = 8;
-  Tensor q = ones({Bq, Hq, Tq, D}).requires_grad_();
-  Tensor att = scaled_dot_product_attention(q, q, q, /*causal=*/true);
-  const double head_gemm = 2.0 * Tq * Tq * D * Bq * Hq;
-  BOOST_TEST(profiler_totals().flops == 2 * head_gemm);
-  BOOST_TEST(profiler_totals().model_flops == 2 * head_gemm);
-  sum(att).backward();
-  BOOST_TEST(profiler_totals().flops == 7 * head_gemm);
-  BOOST_TEST(profiler_totals().model_flops == 6 * head_gemm);
+  for (const int64_t Tq : {16, 64}) {
+    profiler_reset();
+    profiler_enable(true);
+    const int64_t Bq = 4, Hq = 8, D = 8;
+    const bool rebuilt = Tq > 4 * D;
+    Tensor q = ones({Bq, Hq, Tq, D}).requires_grad_();
+    Tensor att = scaled_dot_product_attention(q, q, q, /*causal=*/true);
+    const double head_gemm = 2.0 * Tq * Tq * D * Bq * Hq;
+    BOOST_TEST(profiler_totals().flops == 2 * head_gemm);
+    BOOST_TEST(profiler_totals().model_flops == 2 * head_gemm);
+    sum(att).backward();
+    BOOST_TEST(profiler_totals().flops == (rebuilt ? 7 : 6) * head_gemm, "Tq " << Tq);
+    BOOST_TEST(profiler_totals().model_flops == 6 * head_gemm, "Tq " << Tq);
+  }
   set_num_threads(threads);
   profiler_enable(false);
   profiler_reset();

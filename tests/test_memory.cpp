@@ -118,6 +118,32 @@ BOOST_AUTO_TEST_CASE(a_request_takes_a_cached_block_up_to_half_as_large_again) {
   }
 }
 
+// Attention's node keeps the (B,H,Tq,Tk) probabilities for backward only
+// while they take no more memory than q, k, v and the output together: at 16
+// keys (head size 8) it holds them, at 256 it holds nothing beyond the
+// leaves it saves by reference, and backward rebuilds them; both
+// differentiate to the same gradients as the recorded (create_graph) backward.
+BOOST_AUTO_TEST_CASE(attention_keeps_its_probabilities_only_while_they_are_small) {
+  const int64_t B = 1, H = 2, D = 8;
+  for (const int64_t T : {16, 256}) {
+    Tensor q = randn({B, H, T, D}).requires_grad_(), k = randn({B, H, T, D}).requires_grad_(),
+           v = randn({B, H, T, D}).requires_grad_();
+    empty_cache();
+    const size_t before = memory_stats().bytes_in_use;
+    Tensor out = scaled_dot_product_attention(q, k, v, /*causal=*/true);
+    const size_t held = memory_stats().bytes_in_use - before - out.storage()->nbytes;
+    const size_t probabilities = B * H * T * T * sizeof(float);
+    if (T == 16)
+      BOOST_TEST(held >= probabilities);
+    else
+      BOOST_TEST(held == 0u);
+    const Tensor loss = sum(mul(out, out));
+    const std::vector<Tensor> plain = grad({loss}, {q, k, v}, {}, {.retain_graph = true});
+    const std::vector<Tensor> recorded = grad({loss}, {q, k, v}, {}, {.create_graph = true});
+    for (int i = 0; i < 3; ++i) BOOST_TEST(testing::max_abs_diff(plain[i], recorded[i]) <= 1e-5, "T " << T << " input " << i);
+  }
+}
+
 // Slices of one tensor (attention's q, k and v of one projection) send their
 // gradients into one buffer of the whole: the first slice's backward makes
 // it, the others add into it (OpDef::accumulate), so backward through three

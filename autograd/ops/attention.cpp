@@ -1,16 +1,17 @@
 // Scaled dot-product attention as one tape node. Per (batch, head):
 //   forward:  S = q k^T / sqrt(D) (GEMM), P = masked softmax of S over keys,
 //             out = P v (GEMM);
-//   backward: P again from q and k (one more GEMM), then dv = P^T g,
-//             dP = g v^T, dS = P * (dP - rowsum(dP * P)),
+//   backward: P (kept, or again from q and k: one more GEMM), then
+//             dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(dP * P)),
 //             dq = dS k / sqrt(D), dk = dS^T q / sqrt(D) (four GEMMs).
-// Backward recomputes P rather than saving it: the (B,H,Tq,Tk) probabilities
-// are the largest activation of a transformer layer (4 MiB a layer for GPT-M,
-// twice its output), and the extra GEMM costs ~1/6 of the attention's work.
-// The node saves only q, k, v and the padding mask. Both passes go over a
-// head's queries in blocks of rows (AttentionDims::rows_per_block), so a
-// thread's scratch for P and dS is a block of (Tk, rows), not (Tk, Tq): 64
-// MiB each at T = 4096; and under the causal mask a block's GEMMs stop at the
+// The node keeps P while it is no larger than q, k, v and the output
+// together (AttentionDims::keeps_probabilities: up to 256 keys at D = 64), as
+// torch's attention keeps its softmax's output; past that, backward computes
+// P again rather than hold (B,H,Tq,Tk) values, so that memory grows with T,
+// not T^2. The node saves q, k, v, the padding mask and that P. Both passes
+// go over a head's queries in blocks of rows (AttentionDims::rows_per_block),
+// so a thread's scratch for P and dS is a block of (Tk, rows), not (Tk, Tq):
+// 64 MiB each at T = 4096; and under the causal mask a block's GEMMs stop at the
 // last key its last query sees. A block holds P and dS transposed, a row per
 // key (S^T = k q^T): the softmax and its Jacobian reduce over keys, so in
 // this layout they are vector loops across queries, with no horizontal sums
@@ -19,8 +20,8 @@
 // rounded once, whole, rather than by each per-head GEMM that reads them, and
 // the node keeps q, k, v as those bfloat16 copies (AutocastInput), half the
 // memory of the float32 projection they are views of; P and dS are rounded
-// to bfloat16 in the pass that makes them. The values are those autocast's
-// GEMMs would round to.
+// to bfloat16 in the pass that makes them (a kept P once more in backward).
+// The values are those autocast's GEMMs would round to.
 // Masked keys get probability exactly 0; a query that sees no key at all (a
 // fully padded row, or Tq > Tk under the causal mask) gets a zero row, so its
 // output and gradients are zero rather than NaN.
@@ -53,9 +54,11 @@ struct AttentionAttrs {
 struct AttentionSaved {
   AutocastInput q, k, v;      // (B,H,Tq,D), (B,H,Tk,D), (B,H,Tk,Dv); bfloat16 copies under autocast
   Tensor key_padding_mask;  // (B,Tk) bool, or undefined
+  Tensor probabilities;     // (B*H, Tq*Tk): the forward's P^T blocks (see keeps_probabilities), or undefined
   static constexpr std::tuple fields{
       saved_field("q", &AttentionSaved::q), saved_field("k", &AttentionSaved::k), saved_field("v", &AttentionSaved::v),
-      saved_field("key_padding_mask", &AttentionSaved::key_padding_mask)};
+      saved_field("key_padding_mask", &AttentionSaved::key_padding_mask),
+      saved_field("probabilities", &AttentionSaved::probabilities)};
 };
 
 // A (B,H,T,D) tensor as B*H row-major (T,D) matrices for GEMM: row t of head
@@ -106,6 +109,15 @@ struct AttentionDims {
     return std::min(Tq, std::max<int64_t>(64, (int64_t{1} << 18) / std::max<int64_t>(1, Tk)));
   }
   template <class T> T scale() const { return static_cast<T>(1.0 / std::sqrt(static_cast<double>(D))); }
+  // Whether the node keeps the forward's probabilities for backward rather
+  // than computing them again: while they take no more than q, k, v and the
+  // output together (Tk up to 2 (D + Dv) for self-attention: 256 keys at D =
+  // 64), as torch's attention keeps its softmax. Longer sequences recompute
+  // them, so that memory grows with T, not T^2.
+  bool keeps_probabilities() const { return Tq * Tk <= (Tq + Tk) * (D + Dv); }
+  // Where the P^T (kv, m) block of queries [i0, ...) of head bh sits in the
+  // kept probabilities (B*H, Tq*Tk).
+  int64_t probabilities_at(int64_t bh, int64_t i0) const { return (bh * Tq + i0) * Tk; }
 };
 
 // Runs block(bh, i0, i1, kv, scratch, rounded) over the blocks of `rows`
@@ -394,6 +406,7 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
   const bool fwd = !gin_tangents.empty(), need_q = n.needs(0), need_k = n.needs(1), need_v = n.needs(2);
   const AttentionInputs in(n, /*as_saved=*/!fwd);
   const AttentionDims& a = in.a;
+  const Tensor probabilities = fwd ? Tensor() : n.saved_tensor(&AttentionSaved::probabilities);
   const Tensor &q = in.q, &k = in.k, &v = in.v;
   Tensor tq, tk, tv, tg;
   if (fwd) tq = tangent_or_zeros(q), tk = tangent_or_zeros(k), tv = tangent_or_zeros(v), tg = tangent_or_zeros(g);
@@ -409,6 +422,7 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
       using T = decltype(tag);
       const T scale = a.scale<T>();
       const int64_t rows = a.rows_per_block(), size = rows * a.Tk;
+      const T* kept = probabilities.defined() ? probabilities.data<T>() : nullptr;
       auto at = [](Tensor& t, int64_t offset) { return t.defined() ? t.data<T>() + offset : nullptr; };
       // The GEMMs read In operands: T, or bfloat16 under autocast (never with tangents).
       auto run = [&]<class In>(const Tensor& qi, const Tensor& ki, const Tensor& vi, const Tensor& gi) {
@@ -439,7 +453,12 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
           const In *qb = Q.at(bh, i0), *gb = G.at(bh, i0);
           // Under autocast buf holds P^T in bfloat16 for dv's GEMM, then dS^T for dq's and dk's.
           In* rounded = plain ? nullptr : buf;
-          {
+          const T* P = PT;  // P^T (kv, m)
+          if (kept) {  // the forward's, read in place
+            P = kept + a.probabilities_at(bh, i0);
+            if constexpr (!plain)
+              if (need_v) float_to_bf16(P, rounded, kv * m);
+          } else {
             RecomputedWork again;  // the forward's P: not the model's work a second time
             head_probabilities<T>(a, Q, K, bh, in.pad, i0, i1, kv, PT, need_v ? rounded : nullptr);
           }
@@ -447,15 +466,15 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
             if (fwd) {
               gemm(false, true, kv, m, a.D, scale, K.at(bh), K.ld, TQ.at(bh, i0), TQ.ld, T(0), PtT, m);
               gemm(false, true, kv, m, a.D, scale, TK.at(bh), TK.ld, qb, Q.ld, T(1), PtT, m);
-              softmax_jacobian_over_keys(PT, PtT, kv, m);  // St -> Pt in place
+              softmax_jacobian_over_keys(P, PtT, kv, m);  // St -> Pt in place
             }
           }
           if (need_v) {
-            gemm(false, false, kv, a.Dv, m, T(1), block_operand(PT, buf), m, gb, G.ld, T(1), dvh, a.Dv);
+            gemm(false, false, kv, a.Dv, m, T(1), block_operand(P, buf), m, gb, G.ld, T(1), dvh, a.Dv);
             if constexpr (plain) {
               if (fwd) {
                 gemm(false, false, kv, a.Dv, m, T(1), PtT, m, gb, G.ld, T(1), tdvh, a.Dv);
-                gemm(false, false, kv, a.Dv, m, T(1), PT, m, TG.at(bh, i0), TG.ld, T(1), tdvh, a.Dv);
+                gemm(false, false, kv, a.Dv, m, T(1), P, m, TG.at(bh, i0), TG.ld, T(1), tdvh, a.Dv);
               }
             }
           }
@@ -471,7 +490,7 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
                 T r[kQueryChunk] = {}, rt[kQueryChunk] = {};
                 for (int64_t j = 0; j < kv; ++j) {
                   const T *d = dST + j * m + c0, *dt = dStT + j * m + c0;
-                  const T *p = PT + j * m + c0, *pt = PtT + j * m + c0;
+                  const T *p = P + j * m + c0, *pt = PtT + j * m + c0;
 #pragma omp simd
                   for (int64_t c = 0; c < w; ++c) {
                     r[c] += d[c] * p[c];
@@ -480,7 +499,7 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
                 }
                 for (int64_t j = 0; j < kv; ++j) {
                   T *d = dST + j * m + c0, *dt = dStT + j * m + c0;
-                  const T *p = PT + j * m + c0, *pt = PtT + j * m + c0;
+                  const T *p = P + j * m + c0, *pt = PtT + j * m + c0;
 #pragma omp simd
                   for (int64_t c = 0; c < w; ++c) {
                     const T x = d[c] - r[c];
@@ -492,7 +511,7 @@ static bool attention_backward_with_tangents(const Node& n, const Tensor& g, std
               jacobian_applied = true;
             }
           }
-          if (!jacobian_applied) softmax_jacobian_over_keys(PT, dST, kv, m, rounded);  // dP -> dS in place
+          if (!jacobian_applied) softmax_jacobian_over_keys(P, dST, kv, m, rounded);  // dP -> dS in place
           const In* dSb = block_operand(dST, buf);
           if (need_q) {
             gemm(true, false, m, a.D, kv, scale, dSb, m, K.at(bh), K.ld, T(0), dqb, a.D);
@@ -566,6 +585,8 @@ static const OpDef attention_op({
           {"non-contiguous k (1,1,3,2)",
            {uniform({1, 1, 3, 2}, 372), samples::strided({1, 1, 3, 2}, 373), uniform({1, 1, 3, 2}, 374)},
            attend(false)},
+          {"(1,2,9,2) causal, P computed again in backward (Tk > 2 (D + Dv))", qkv(1, 2, 9, 9, 2, 375),
+           attend(true)},
       };
     },
 });
@@ -596,6 +617,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // thread reuses one (Tk, rows) scratch block.
   const bool keep_probs = attn_weights != nullptr;
   Tensor probs = keep_probs ? empty({a.B, a.H, a.Tq, a.Tk}, q.dtype()) : Tensor();
+  // The node's copy of P, blocks as the backward reads them (same rows).
+  const bool for_backward = !keep_probs && a.keeps_probabilities() && may_record(q, k, v);
+  Tensor kept = for_backward ? empty({a.B * a.H, a.Tq * a.Tk}, q.dtype()) : Tensor();
   Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
   Tensor qb, kb, vb;  // under autocast: q, k, v rounded once for every GEMM (and kept by the node)
   if (a.B * a.H * a.Tq > 0) {
@@ -607,6 +631,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         const int64_t rows = keep_probs ? a.Tq : a.rows_per_block();
         for_each_block<T, In>(a, rows, 1, [&](int64_t bh, int64_t i0, int64_t i1, int64_t kv, T* PT, In* rounded) {
           const int64_t m = i1 - i0;
+          if (kept.defined()) PT = kept.data<T>() + a.probabilities_at(bh, i0);
           head_probabilities<T>(a, Q, K, bh, pad, i0, i1, kv, PT, plain ? nullptr : rounded);  // P^T (kv, m)
           T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
           if (kv > 0 && a.Dv > 0)
@@ -632,7 +657,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (attn_weights) *attn_weights = probs;
   if (Node* n = record(attention_op, out, q, k, v)) {
     n->attrs<AttentionAttrs>() = {.causal = causal};
-    n->save(AttentionSaved{.q = {q, qb}, .k = {k, kb}, .v = {v, vb}, .key_padding_mask = key_padding_mask});
+    n->save(AttentionSaved{
+        .q = {q, qb}, .k = {k, kb}, .v = {v, vb}, .key_padding_mask = key_padding_mask, .probabilities = kept});
   }
   return out;
 }
