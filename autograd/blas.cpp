@@ -412,10 +412,10 @@ void add_partial_sums(int64_t M, int64_t N, int64_t parts, const S* sums, S* C, 
 // the recurrent LM's weight gradient ran at 51% of peak per thread split by
 // rows, 63% whole at one): part 0 adds its product into C (with beta), the
 // others write C-sized scratch of their own, added in after; the summation
-// order then depends on the thread count, by rounding only. So does a weight
-// gradient of a narrow C (M at least 4N, K at least M) whose A is stored
-// transposed: a part of its rows would read columns of A, a strided block,
-// which the backends pack slowly (bfloat16 512x64x2048 from a (2048,1024)
+// order then depends on the thread count, by rounding only. A narrow weight
+// gradient (M at least 4N, K at least M) whose A is stored transposed splits
+// K too: a part of its rows would read columns of A, a strided block, which
+// the backends pack slowly (bfloat16 512x64x2048 from a (2048,1024)
 // A: 143 GFLOP/s against 197 from a (2048,512) one; the LSTM LM's
 // 1024x64x2048 at 2 threads: 144 GFLOP/s a thread by rows, 194 by K; float32
 // 89 and 103; Zen 4).
