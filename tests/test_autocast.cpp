@@ -594,6 +594,16 @@ BOOST_AUTO_TEST_CASE(gelu_under_autocast_computes_on_and_keeps_the_bfloat16_copy
     y.backward(g);
     BOOST_TEST(max_abs_diff(a.grad(), ref_grad) == 0.0);
   }
+  // An odd size (the rounding pass's tails), contiguous and as a transposed view.
+  for (bool transposed : {false, true}) {
+    const Tensor x = random({37, 1029}, 86) * 2.0, xt = transposed ? x.t() : x;
+    AutocastGuard bf16(DType::bf16);
+    const Tensor ref = [&] {
+      AutocastGuard off(DType::f32);
+      return gelu(xt.to(DType::bf16).to(DType::f32));
+    }();
+    BOOST_TEST(max_abs_diff(gelu(xt), ref) == 0.0, (transposed ? "transposed" : "contiguous"));
+  }
   // On a leaf (kept in float32): the backward, and an output rebuilt for mul (which saves it by
   // reference), still see the rounded input.
   {
@@ -655,6 +665,31 @@ BOOST_AUTO_TEST_CASE(lstm_under_autocast_keeps_its_gates_in_bfloat16) {
   BOOST_TEST(f32 - bf16 == static_cast<size_t>(T * B * 4 * H * 2), "float32 " << f32 << ", bfloat16 " << bf16);
   check_hvp_under_autocast(wh, v,
                            [&] { return sum(pow(lstm_recurrence(linear(x, wi), wh, Tensor(), Tensor()), 2.0)); });
+}
+
+// linear's backward with a bias rounds g and sums its rows in one pass: the
+// bias's gradient is sum_to's float32 sum bit for bit, and the GEMMs get the
+// same rounded g as without a bias; at 1 and 2 threads (columns split).
+BOOST_AUTO_TEST_CASE(linear_bias_gradient_rides_on_the_rounding_of_g) {
+  const int threads_before = num_threads();
+  const Tensor x = random({3, 70, 48}, 51), w = random({300, 48}, 52) * 0.2, g = random({3, 70, 300}, 53);
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    auto grads = [&](bool with_bias) {
+      const Tensor xl = x.clone().requires_grad_(), wl = w.clone().requires_grad_();
+      const Tensor bl = zeros({300}).requires_grad_();
+      AutocastGuard bf16(DType::bf16);
+      Tensor y = linear(xl, wl, with_bias ? bl : Tensor());
+      y.backward(g);
+      return std::vector<Tensor>{xl.grad(), wl.grad(), bl.grad()};
+    };
+    const std::vector<Tensor> fused = grads(true), plain = grads(false);
+    BOOST_TEST(max_abs_diff(fused[0], plain[0]) == 0.0, threads << " threads");
+    BOOST_TEST(max_abs_diff(fused[1], plain[1]) == 0.0, threads << " threads");
+    BOOST_TEST(max_abs_diff(fused[2], sum_to(g, {300})) == 0.0, threads << " threads");
+    BOOST_TEST(max_abs_diff(fused[1], product(g.reshape({210, 300}).t(), x.reshape({210, 48}), true)) < 1e-3);
+  }
+  set_num_threads(threads_before);
 }
 
 // Under autocast a product keeps the bfloat16 copy of an operand that an op

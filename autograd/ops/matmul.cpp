@@ -426,9 +426,33 @@ static void linear_backward_recorded(const Node& n, const Tensor& g, std::span<T
   }
 }
 
+// Under autocast, with the bias's gradient wanted and a GEMM to read g, one
+// pass over g (..., out) rounds it and sums its rows (the sum in sum_to's
+// order, so the same bits): g is read once, not once for each.
 static void linear_backward(const Node& n, const Tensor& g, std::span<Tensor> gin) {
-  if (n.needs(2)) gin[2] = sum_to(g, n.edges[2].shape).contiguous();
-  product_backward(n, n.saved_tensor(&LinearSaved::x), n.saved_tensor(&LinearSaved::weight).transpose(0, 1), g, gin);
+  Tensor gemm_g = g;
+  if (n.needs(2) && (n.needs(0) || n.needs(1)) && autocast_enabled() && g.dtype() == DType::f32 && g.dim() > 0 &&
+      g.is_contiguous()) {
+    gin[2] = empty(n.edges[2].shape, DType::f32);
+    gemm_g = empty(g.shape(), DType::bf16);
+    const int64_t cols = g.shape().back(), rows = g.numel() / std::max<int64_t>(cols, 1);
+    const float* src = g.data<float>();
+    bfloat16* rounded = gemm_g.data<bfloat16>();
+    float* sums = gin[2].data<float>();
+    parallel_for(cols, detail::kElementwiseGrain / std::max<int64_t>(rows, 1) + 1, [&](int64_t c0, int64_t c1) {
+      std::fill(sums + c0, sums + c1, 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = src + r * cols;
+        float_to_bf16(row + c0, rounded + r * cols + c0, c1 - c0);
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) sums[c] += row[c];
+      }
+    });
+  } else if (n.needs(2)) {
+    gin[2] = sum_to(g, n.edges[2].shape).contiguous();
+  }
+  product_backward(n, n.saved_tensor(&LinearSaved::x), n.saved_tensor(&LinearSaved::weight).transpose(0, 1), gemm_g,
+                   gin);
   if (n.needs(1)) gin[1] = gin[1].transpose(0, 1);
 }
 // linear(tx, weight) + linear(x, tweight, tbias) (or tbias alone).

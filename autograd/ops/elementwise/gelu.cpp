@@ -2,7 +2,9 @@
 // side by side, one OpDef each.
 #include "autograd/ops/elementwise.h"
 
+#include <bit>
 #include <numbers>
+#include <tuple>
 
 #include "autograd/autocast.h"
 #include "autograd/op.h"
@@ -74,6 +76,27 @@ Tensor gelu_values(const Tensor& x, bool tanh_approximation) {
     detail::map1<float, bfloat16>(out, x, [](bfloat16 v) { return G::value(static_cast<float>(v)); });
     return out;
   });
+}
+// A contiguous float32 x's bfloat16 copy and gelu of that copy (into
+// float32), in one pass: a chunk is rounded and then read back from L1,
+// not from memory. The values of bf16_operand(x), then gelu_values.
+TG_KERNEL_LOOP std::pair<Tensor, Tensor> gelu_rounding(const Tensor& x, bool tanh_approximation) {
+  Tensor rounded = empty(x.shape(), DType::bf16), out = empty(x.shape(), DType::f32);
+  const float* px = x.data<float>();
+  bfloat16* pr = rounded.data<bfloat16>();
+  float* po = out.data<float>();
+  with_form(tanh_approximation, [&]<class G>(G) {
+    parallel_for(x.numel(), detail::kElementwiseGrain, [&](int64_t b, int64_t e) TG_KERNEL_LOOP {
+      constexpr int64_t kChunk = 1024;
+      for (int64_t i = b; i < e; i += kChunk) {
+        const int64_t n = std::min(kChunk, e - i);
+        float_to_bf16(px + i, pr + i, n);
+        const uint16_t* bits = &pr[i].bits;
+        for (int64_t j = 0; j < n; ++j) po[i + j] = G::value(std::bit_cast<float>(uint32_t{bits[j]} << 16));
+      }
+    });
+  });
+  return {rounded, out};
 }
 // x: a bfloat16 copy where the forward ran under autocast (see gelu).
 struct GeluSaved {
@@ -170,8 +193,12 @@ static const OpDef gelu_op({
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   ProfileScope prof(gelu_op.name);
   detail::check_defined(gelu_op.name, x, "tensor");
-  const Tensor rounded = autocast_enabled() && x.dtype() == DType::f32 ? detail::bf16_operand(x) : Tensor();
-  Tensor out = gelu_values(rounded.defined() ? rounded : x, tanh_approximation);
+  Tensor rounded, out;
+  if (autocast_enabled() && x.dtype() == DType::f32 && x.is_contiguous())
+    std::tie(rounded, out) = gelu_rounding(x, tanh_approximation);
+  else if (autocast_enabled() && x.dtype() == DType::f32)
+    rounded = detail::bf16_operand(x);
+  if (!out.defined()) out = gelu_values(rounded.defined() ? rounded : x, tanh_approximation);
   if (Node* n = record(gelu_op, out, x)) {
     n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
     n->save(GeluSaved{.x = {x, rounded}});
