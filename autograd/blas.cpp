@@ -720,12 +720,24 @@ void round_rows(const float* x, std::span<const int64_t> shape, std::span<const 
   int64_t rows = 1;
   for (int64_t n : shape) rows *= n;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
+  const int64_t dims = static_cast<int64_t>(shape.size());
   parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    // Row r0's index over the leading dims, and its offset by their strides;
+    // then both step on like an odometer (a division per dim for every row
+    // cost more than rounding a row of 64).
+    int64_t index[kMaxDims] = {}, offset = 0;
+    for (int64_t d = dims - 1, rest = r0; d >= 0; rest /= shape[d--]) {
+      index[d] = rest % shape[d];
+      offset += index[d] * strides[d];
+    }
     for (int64_t r = r0; r < r1; ++r) {
-      int64_t offset = 0;  // of row r: its index over the leading dims, by their strides
-      for (int64_t d = static_cast<int64_t>(shape.size()) - 1, rest = r; d >= 0; rest /= shape[d--])
-        offset += rest % shape[d] * strides[d];
       float_to_bf16(x + offset, out + r * cols, cols);
+      for (int64_t d = dims - 1; d >= 0; --d) {
+        offset += strides[d];
+        if (++index[d] < shape[d]) break;
+        offset -= index[d] * strides[d];
+        index[d] = 0;
+      }
     }
   });
 }
