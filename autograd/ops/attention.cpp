@@ -620,7 +620,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // The node's copy of P, blocks as the backward reads them (same rows).
   const bool for_backward = !keep_probs && a.keeps_probabilities() && may_record(q, k, v);
   Tensor kept = for_backward ? empty({a.B * a.H, a.Tq * a.Tk}, q.dtype()) : Tensor();
-  Tensor out = empty({a.B, a.H, a.Tq, a.Dv}, q.dtype());
+  // (B,H,Tq,Dv) as a view of (B,Tq,H,Dv) memory: heads side by side, so that
+  // merging them back to (B,Tq,H*Dv) for the output projection is a view, not a copy.
+  Tensor out = empty({a.B, a.Tq, a.H, a.Dv}, q.dtype()).transpose(1, 2);
+  const int64_t out_ld = a.H * a.Dv;  // between a head's rows of out
   Tensor qb, kb, vb;  // under autocast: q, k, v rounded once for every GEMM (and kept by the node)
   if (a.B * a.H * a.Tq > 0) {
     dispatch_float(q.dtype(), op, [&](auto tag) {
@@ -633,11 +636,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
           const int64_t m = i1 - i0;
           if (kept.defined()) PT = kept.data<T>() + a.probabilities_at(bh, i0);
           head_probabilities<T>(a, Q, K, bh, pad, i0, i1, kv, PT, plain ? nullptr : rounded);  // P^T (kv, m)
-          T* o = out.data<T>() + (bh * a.Tq + i0) * a.Dv;
+          T* o = out.data<T>() + (bh / a.H * a.Tq + i0) * out_ld + bh % a.H * a.Dv;  // (m, Dv), out_ld apart
           if (kv > 0 && a.Dv > 0)
-            gemm(true, false, m, a.Dv, kv, T(1), block_operand(PT, rounded), m, V.at(bh), V.ld, T(0), o, a.Dv);
+            gemm(true, false, m, a.Dv, kv, T(1), block_operand(PT, rounded), m, V.at(bh), V.ld, T(0), o, out_ld);
           else
-            std::fill(o, o + m * a.Dv, T(0));
+            for (int64_t i = 0; i < m; ++i) std::fill(o + i * out_ld, o + i * out_ld + a.Dv, T(0));
           if (keep_probs) {  // the caller's (Tq, Tk) rows: P^T transposed, zeros past kv
             T* P = probs.data<T>() + (bh * a.Tq + i0) * a.Tk;
             for (int64_t i = 0; i < m; ++i)
