@@ -449,8 +449,17 @@ int split_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const
                           dtype_of<S>::value);
     sums = static_cast<S*>(scratch->data);
   }
+  // Parts start at multiples of the kernels' blocks (16 rows or columns, an
+  // AVX-512 or AMX tile's; 64 of K), so that only the last part has a
+  // ragged edge: with many threads, 2016 rows in parts of 126 would give
+  // every part a 14-row tail. parts <= side / align keeps every part non-empty.
+  const int64_t align = by_k ? 64 : kMinSide;
+  auto bound = [&](int64_t p) {
+    if (p == parts) return side;
+    return std::min(side, (side * p / parts + align / 2) / align * align);
+  };
   auto part = [&](int64_t p) {
-    const int64_t i0 = side * p / parts, i1 = side * (p + 1) / parts;
+    const int64_t i0 = bound(p), i1 = bound(p + 1);
     if (by_k) {
       const In *a = A + (ta ? i0 * lda : i0), *b = B + (tb ? i0 : i0 * ldb);
       if (p == 0)

@@ -173,7 +173,9 @@ BOOST_AUTO_TEST_CASE(recurrences_split_over_the_pool_match_one_thread) {
 // from K = 128), or by K where the sum is long (48 x 40 from K = 2048, 3
 // parts of K at 3 threads, 2 at 2: a scratch C per part after the first)
 // or where C is narrow and A stored transposed (256 x 32 from K = 512 by K,
-// by rows when A is not), with either operand stored transposed. Each part is one OpenBLAS call on
+// by rows when A is not), with either operand stored transposed; at 7
+// threads too, where parts start at multiples of 16 rows (200 x 40) or 64
+// of K (40 x 48 from K = 2000) and the last is ragged. Each part is one OpenBLAS call on
 // its rows, columns or span of K: the products of one thread, to rounding
 // (OpenBLAS picks its kernel by size; K's parts add in another order), in
 // float64 to 1e-12. A part given the wrong rows or span is off by O(1).
@@ -182,7 +184,8 @@ BOOST_AUTO_TEST_CASE(gemm_split_over_the_pool_matches_one_thread) {
   struct Case {
     int64_t M, K, N;
   };
-  for (const Case c : {Case{256, 64, 48}, Case{20, 128, 300}, Case{48, 2048, 40}, Case{256, 512, 32}}) {
+  for (const Case c : {Case{256, 64, 48}, Case{20, 128, 300}, Case{48, 2048, 40}, Case{256, 512, 32},
+                       Case{200, 64, 40}, Case{40, 2000, 48}}) {
     for (const bool ta : {false, true}) {
       for (const bool tb : {false, true}) {
         Generator gen(7);
@@ -194,7 +197,7 @@ BOOST_AUTO_TEST_CASE(gemm_split_over_the_pool_matches_one_thread) {
         };
         const auto one = product(1);
         BOOST_REQUIRE(one.size() == static_cast<size_t>(c.M * c.N));
-        for (int threads : {2, 3}) {
+        for (int threads : {2, 3, 7}) {
           const auto got = product(threads);
           double worst = 0, scale = 0;
           for (size_t j = 0; j < got.size(); ++j)
