@@ -519,9 +519,11 @@ Rounded round_block(bool trans, const float* x, int64_t ld, int64_t i0, int64_t 
 // and C's values do not change; or, where both operands are rounded and K is
 // the longest dimension (a weight gradient, K the tokens), of K, each slice
 // adding its product into C in float32. 1 MiB took the LSTM LM's bfloat16
-// peak RSS 3 MiB lower at 1 thread and 5 at 2, at the same speed (Zen 4,
-// lm_train, alternating runs).
-constexpr int64_t kMaxRoundedBytes = int64_t{1} << 20;
+// peak RSS 3 MiB lower at 1 thread and 5 at 2, 512 KiB the recurrent LMs'
+// peak of tensor memory another 0.4-0.5 MiB (the tanh RNN's (256,256)
+// weight gradient over 2016 steps rounds its two operands in four slices,
+// not two), at the same speed (Zen 4, lm_train, alternating runs).
+constexpr int64_t kMaxRoundedBytes = int64_t{1} << 19;
 constexpr int64_t kMinSlice = 64;  // rows, columns or k of a slice, so that it stays a GEMM that runs near peak
 
 // A long sum of two rounded operands (a weight gradient over the tokens) on
