@@ -140,7 +140,8 @@ BOOST_AUTO_TEST_CASE(attention_keeps_its_probabilities_only_while_they_are_small
     const Tensor loss = sum(mul(out, out));
     const std::vector<Tensor> plain = grad({loss}, {q, k, v}, {}, {.retain_graph = true});
     const std::vector<Tensor> recorded = grad({loss}, {q, k, v}, {}, {.create_graph = true});
-    for (int i = 0; i < 3; ++i) BOOST_TEST(testing::max_abs_diff(plain[i], recorded[i]) <= 1e-5, "T " << T << " input " << i);
+    for (int i = 0; i < 3; ++i)
+      BOOST_TEST(testing::max_abs_diff(plain[i], recorded[i]) <= 1e-5, "T " << T << " input " << i);
   }
 }
 

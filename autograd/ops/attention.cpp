@@ -11,9 +11,9 @@
 // not T^2. The node saves q, k, v, the padding mask and that P. Both passes
 // go over a head's queries in blocks of rows (AttentionDims::rows_per_block),
 // so a thread's scratch for P and dS is a block of (Tk, rows), not (Tk, Tq):
-// 64 MiB each at T = 4096; and under the causal mask a block's GEMMs stop at the
-// last key its last query sees. A block holds P and dS transposed, a row per
-// key (S^T = k q^T): the softmax and its Jacobian reduce over keys, so in
+// 64 MiB each at T = 4096; and under the causal mask a block's GEMMs stop at
+// the last key its last query sees. A block holds P and dS transposed, a row
+// per key (S^T = k q^T): the softmax and its Jacobian reduce over keys, so in
 // this layout they are vector loops across queries, with no horizontal sums
 // and no row tails (a row of 64 keys or fewer, common here, is mostly tail).
 // Under autocast every GEMM here reads bfloat16 operands: q, k, v and g are

@@ -194,11 +194,14 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
   ProfileScope prof(gelu_op.name);
   detail::check_defined(gelu_op.name, x, "tensor");
   Tensor rounded, out;
-  if (autocast_enabled() && x.dtype() == DType::f32 && x.is_contiguous())
+  if (!autocast_enabled() || x.dtype() != DType::f32) {
+    out = gelu_values(x, tanh_approximation);
+  } else if (x.is_contiguous()) {
     std::tie(rounded, out) = gelu_rounding(x, tanh_approximation);
-  else if (autocast_enabled() && x.dtype() == DType::f32)
+  } else {
     rounded = detail::bf16_operand(x);
-  if (!out.defined()) out = gelu_values(rounded.defined() ? rounded : x, tanh_approximation);
+    out = gelu_values(rounded, tanh_approximation);
+  }
   if (Node* n = record(gelu_op, out, x)) {
     n->attrs<GeluAttrs>() = {.tanh_approximation = tanh_approximation};
     n->save(GeluSaved{.x = {x, rounded}});
