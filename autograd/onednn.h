@@ -34,8 +34,11 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 // ONEDNN_MAX_CPU_ISA=AVX2, or on an AVX2 CPU, it has none).
 bool onednn_has_bf16();
 // Bytes of the packed copies of B kept for products with few rows: one per
-// primitive, shared by the threads.
+// primitive, shared by the threads, and a thread's own where its B is another.
 size_t onednn_packed_bytes();
+// How many times a B has been packed for products with few rows, in this
+// process: once a generation for each B a thread multiplies by in a row.
+uint64_t onednn_packs();
 // The instruction set oneDNN dispatches to on this CPU ("avx512_core_bf16", ...)
 // and the kernel of the last bfloat16 / float32 primitive it made ("" before any).
 std::string onednn_isa();

@@ -11,6 +11,7 @@
 #include "autograd/autograd.h"
 #include "autograd/bf16_kernel.h"
 #include "autograd/blas.h"
+#include "autograd/onednn.h"
 #include "autograd/op.h"
 #include "autograd/ops/rnn/common.h"
 #include "autograd/ops/rnn_ops.h"
@@ -492,6 +493,28 @@ BOOST_AUTO_TEST_CASE(threads_share_one_packed_weight) {
   } else {
     BOOST_TEST(packed == 0u);
   }
+}
+
+// The parts of a by-units recurrence multiply by rows of W_hh of their own,
+// each as large as the others': every part packs its rows once and reads
+// them from then on (taking turns on one copy, the parts repacked it at every
+// step), and the output is the one-thread one.
+BOOST_AUTO_TEST_CASE(units_parts_pack_their_own_rows_once) {
+  const int64_t T = 6, B = 8, H = 96;  // a shape no other case packs
+  const Tensor w = (random({4 * H, H}, 67) * 0.1).requires_grad_(), xp = random({T, B, 4 * H}, 68);
+  AutocastGuard bf16(DType::bf16);
+  NoGradGuard ng;
+  set_num_threads(1);
+  const Tensor one = lstm_recurrence(xp, w, Tensor(), Tensor());
+  set_num_threads(2);
+  const detail::rnn::StepSplit split({T, B, H}, 4, DType::f32);
+  BOOST_REQUIRE(!split.by_rows);
+  BOOST_REQUIRE(split.parts == 2);
+  const uint64_t before = detail::onednn_packs();
+  const Tensor two = lstm_recurrence(xp, w, Tensor(), Tensor());
+  const uint64_t packs = detail::onednn_packs() - before;
+  BOOST_TEST(packs == (detail::onednn_has_bf16() ? static_cast<uint64_t>(split.parts) : 0u));
+  BOOST_TEST(max_abs_diff(one, two) <= 1e-5 * std::max(1.0, max(abs(one)).item()));
 }
 
 // grad() with create_graph under autocast: a Hessian-vector product of a
