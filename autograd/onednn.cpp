@@ -59,16 +59,16 @@ dnnl::engine& engine() {
   return *e;
 }
 
-// B packed in a packed_b primitive's layout, one copy for every thread that
-// multiplies by that B: a by-rows recurrence's parts, one a thread, all read
-// W_hh, and a copy each would cost a thread its size. One shared entry a
-// primitive, for the B it last packed: B is packed again at every optimizer
-// step, into the same buffer unless a thread still reads the old values. A
-// thread whose B is another one of that primitive's (a by-units part's own
-// rows of W_hh, same shape as the other parts') packs it into an entry of its
-// own: taking turns on the shared one, two threads repacked it at every step
-// (the LSTM LM at batch 8, by units at 2 threads, trained 4.2x slower: 25.6k
-// tokens/s against 107k, a third of its one-thread speed). Mapped from the
+// B packed in a packed_b primitive's layout, one copy a thread: an entry per
+// primitive and thread, for the B the thread last packed, packed again (in
+// place) when B or its values change, at every optimizer step. The threads of
+// a recurrence split by units each multiply by their own rows of W_hh, of
+// one shape: sharing one entry a primitive, they took turns on it and
+// repacked it at every step (the LSTM LM at batch 8, by units at 2 threads,
+// trained at 25.6k tokens/s against 107k so, a third of its one-thread
+// speed); by rows they all read W_hh, a copy each (0.5 MiB for the LSTM
+// LM's), which also keeps the count of allocations a step the same whichever
+// thread gets to a step first. Mapped from the
 // system, outside malloc's heap and the tensors' allocator: from malloc, the
 // LSTM LM's bfloat16 peak RSS at 2 threads was 71.5-74.6 MiB against
 // 67.4-68.0 (five runs each).
@@ -86,14 +86,13 @@ struct PackedBuffer {
 };
 using PackedData = std::shared_ptr<PackedBuffer>;
 struct Packed {
-  std::mutex mutex;         // held while packing, so that the threads pack once
+  std::mutex mutex;         // held while packing, so that onednn_packed_bytes reads whole entries
   const void* b = nullptr;  // the B packed in data, and its generation (0: none)
   uint64_t generation = 0;
   PackedData data;
 };
 
-// A packed entry: its primitive's key, and the thread it belongs to (the
-// default id for the entry the threads share).
+// A packed entry: its primitive's key, and the thread it belongs to.
 struct PackedKey {
   Key key;
   std::thread::id owner;
@@ -188,9 +187,7 @@ struct ThreadState {
     dnnl::memory b_plain, pack_s;
     const void* last_b = nullptr;
     uint64_t last_generation = 0;
-    std::shared_ptr<Packed> shared = nullptr;  // the entry of this primitive the threads share
-    std::shared_ptr<Packed> own = nullptr;     // this thread's, for a B other than the shared one's
-    bool fills_shared = false;                 // this thread packed the shared entry's B
+    std::shared_ptr<Packed> packed = nullptr;  // this thread's entry of the primitive
   };
   ThreadState() : stream(engine()) { omp_set_num_threads(1); }
   dnnl::stream stream;
@@ -198,49 +195,33 @@ struct ThreadState {
   std::unordered_map<Key, Bound, KeyHash> bound;
 };
 
-// The packed entry of primitive pk for `owner` (the default id: the shared one).
-std::shared_ptr<Packed> packed_entry(const Key& pk, std::thread::id owner) {
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
-  const PackedKey key{pk, owner};
-  if (c.packed.size() >= kMaxKept && !c.packed.contains(key)) c.packed.clear();  // threads keep their entries
-  std::shared_ptr<Packed>& e = c.packed[key];
-  if (!e) e = std::make_shared<Packed>();
-  return e;
-}
-
-// B (generation `generation`) packed for b's primitive: the copy the threads
-// share, packed by the first thread to need it while the others wait for it;
-// or, where the shared copy holds another thread's B, this thread's own. The
-// caller holds the copy for its GEMM only, so that the next generation finds
-// it free and packs into it in place (no thread multiplies by the old values
-// once the weights have moved on).
+// B (generation `generation`) packed for b's primitive, in this thread's
+// entry. The caller holds the copy for its GEMM.
 PackedData packed_copy(ThreadState::Bound& b, const Key& pk, const void* B, uint64_t generation,
                        ThreadState& state) {
-  if (!b.shared) b.shared = packed_entry(pk, std::thread::id());
-  std::unique_lock lock(b.shared->mutex);
-  Packed* entry = b.shared.get();
-  if (entry->b != nullptr && entry->b != B && !b.fills_shared) {
-    lock.unlock();
-    if (!b.own) b.own = packed_entry(pk, std::this_thread::get_id());
-    entry = b.own.get();
-    lock = std::unique_lock(entry->mutex);
+  if (!b.packed) {
+    Cache& c = cache();
+    std::lock_guard lock(c.mutex);
+    const PackedKey key{pk, std::this_thread::get_id()};
+    if (c.packed.size() >= kMaxKept && !c.packed.contains(key)) c.packed.clear();  // threads keep their entries
+    std::shared_ptr<Packed>& e = c.packed[key];
+    if (!e) e = std::make_shared<Packed>();
+    b.packed = e;
   }
-  if (entry->b != B || entry->generation != generation) {
-    if (entry == b.shared.get()) b.fills_shared = true;
-    if (!entry->data || entry->data.use_count() > 1) {  // another thread's GEMM still reads the old values
-      entry->data = std::make_shared<PackedBuffer>(b.p->b.get_size());
-    }
+  Packed& entry = *b.packed;
+  std::lock_guard lock(entry.mutex);
+  if (entry.b != B || entry.generation != generation) {
+    if (!entry.data) entry.data = std::make_shared<PackedBuffer>(b.p->b.get_size());
     detail::grow_scratch(state.scratch, b.p->pack_scratch.get_size());
     b.b_plain.set_data_handle(const_cast<void*>(B));
     b.pack_s.set_data_handle(state.scratch.data());
-    b.b.set_data_handle(entry->data->data);
+    b.b.set_data_handle(entry.data->data);
     b.p->pack.execute(state.stream, {{DNNL_ARG_FROM, b.b_plain}, {DNNL_ARG_TO, b.b}, {DNNL_ARG_SCRATCHPAD, b.pack_s}});
     state.stream.wait();
-    entry->b = B, entry->generation = generation;
+    entry.b = B, entry.generation = generation;
     packs.fetch_add(1, std::memory_order_relaxed);
   }
-  return entry->data;
+  return entry.data;
 }
 
 template <class In>

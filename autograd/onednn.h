@@ -20,8 +20,8 @@ inline constexpr int64_t kPackedRows = 64;
 
 // b_generation nonzero: B's values are named by it (see autocast_cached)
 // and stay as they are until it changes; for a product with few rows, B is
-// kept packed in oneDNN's layout under (B, generation), one copy for every
-// thread, and packed again only when the generation moves on.
+// kept packed in oneDNN's layout, a copy a thread, and packed again only when
+// B or its generation moves on.
 // bias: null, or N floats added to every row of C in the kernel's epilogue
 // (alpha must then be 1), which writes C once instead of reading it back.
 void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
@@ -34,7 +34,7 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 // ONEDNN_MAX_CPU_ISA=AVX2, or on an AVX2 CPU, it has none).
 bool onednn_has_bf16();
 // Bytes of the packed copies of B kept for products with few rows: one per
-// primitive, shared by the threads, and a thread's own where its B is another.
+// primitive and thread.
 size_t onednn_packed_bytes();
 // How many times a B has been packed for products with few rows, in this
 // process: once a generation for each B a thread multiplies by in a row.

@@ -473,32 +473,37 @@ BOOST_AUTO_TEST_CASE(recurrences_split_by_rows_under_autocast) {
   BOOST_TEST(!StepSplit({T, B, H}, 4, DType::f32).by_rows);  // float32 GEMMs repack W_hh every step
 }
 
-// The parts of a by-rows recurrence, one a thread, read one packed copy of
-// W_hh^T between them, not one a thread. Where oneDNN has no bfloat16 matmul
-// (GEMMs on widened copies) nothing is packed.
-BOOST_AUTO_TEST_CASE(threads_share_one_packed_weight) {
+// The parts of a by-rows recurrence, one a thread, all multiply by W_hh^T:
+// each packs a copy of its own once for all T steps. Where oneDNN has no
+// bfloat16 matmul (GEMMs on widened copies) nothing is packed.
+BOOST_AUTO_TEST_CASE(rows_parts_pack_the_weight_once_each) {
   const int64_t T = 4, B = 32, H = 80;  // a shape no other case packs
   const Tensor w = (random({4 * H, H}, 65) * 0.1).requires_grad_(), xp = random({T, B, 4 * H}, 66);
   set_num_threads(2);
   AutocastGuard bf16(DType::bf16);
   NoGradGuard ng;
-  BOOST_REQUIRE(detail::rnn::StepSplit({T, B, H}, 4, DType::f32).by_rows);
+  const detail::rnn::StepSplit split({T, B, H}, 4, DType::f32);
+  BOOST_REQUIRE(split.by_rows);
   const size_t before = detail::onednn_packed_bytes();
+  const uint64_t packs_before = detail::onednn_packs();
   lstm_recurrence(xp, w, Tensor(), Tensor());
   const size_t packed = detail::onednn_packed_bytes() - before;  // a new primitive's (16 rows a part)
-  const size_t one = static_cast<size_t>(H * 4 * H) * sizeof(bfloat16);
+  const uint64_t packs = detail::onednn_packs() - packs_before;
+  const size_t one = static_cast<size_t>(H * 4 * H) * sizeof(bfloat16), parts = static_cast<size_t>(split.parts);
   if (detail::onednn_has_bf16()) {
-    BOOST_TEST(packed >= one);
-    BOOST_TEST(packed < 2 * one);
+    BOOST_TEST(packs == parts);
+    BOOST_TEST(packed >= parts * one);
+    BOOST_TEST(packed < 2 * parts * one);
   } else {
+    BOOST_TEST(packs == 0u);
     BOOST_TEST(packed == 0u);
   }
 }
 
 // The parts of a by-units recurrence multiply by rows of W_hh of their own,
 // each as large as the others': every part packs its rows once and reads
-// them from then on (taking turns on one copy, the parts repacked it at every
-// step), and the output is the one-thread one.
+// them from then on (taking turns on one copy of the shape, the parts
+// repacked it at every step), and the output is the one-thread one.
 BOOST_AUTO_TEST_CASE(units_parts_pack_their_own_rows_once) {
   const int64_t T = 6, B = 8, H = 96;  // a shape no other case packs
   const Tensor w = (random({4 * H, H}, 67) * 0.1).requires_grad_(), xp = random({T, B, 4 * H}, 68);
