@@ -190,6 +190,13 @@ struct ThreadState {
     std::shared_ptr<Packed> packed = nullptr;  // this thread's entry of the primitive
   };
   ThreadState() : stream(engine()) { omp_set_num_threads(1); }
+  ~ThreadState() {  // the thread's packed copies go with it
+    Cache& c = cache();
+    std::lock_guard lock(c.mutex);
+    std::erase_if(c.packed, [id = std::this_thread::get_id()](const auto& e) { return e.first.owner == id; });
+  }
+  ThreadState(const ThreadState&) = delete;
+  ThreadState& operator=(const ThreadState&) = delete;
   dnnl::stream stream;
   std::vector<std::byte> scratch;
   std::unordered_map<Key, Bound, KeyHash> bound;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <set>
+#include <thread>
 
 #include "autograd/autocast.h"
 #include "autograd/autograd.h"
@@ -520,6 +521,24 @@ BOOST_AUTO_TEST_CASE(units_parts_pack_their_own_rows_once) {
   const uint64_t packs = detail::onednn_packs() - before;
   BOOST_TEST(packs == (detail::onednn_has_bf16() ? static_cast<uint64_t>(split.parts) : 0u));
   BOOST_TEST(max_abs_diff(one, two) <= 1e-5 * std::max(1.0, max(abs(one)).item()));
+}
+
+// A thread's packed copies are freed when it ends: a program that starts
+// threads for its work does not pile them up.
+BOOST_AUTO_TEST_CASE(a_threads_packed_copies_end_with_it) {
+  const int64_t T = 4, B = 8, H = 112;  // a shape no other case packs
+  const Tensor w = (random({4 * H, H}, 69) * 0.1).requires_grad_(), xp = random({T, B, 4 * H}, 70);
+  set_num_threads(1);  // every step's GEMM on the thread below
+  const size_t before = detail::onednn_packed_bytes();
+  size_t during = 0;
+  std::thread([&] {
+    AutocastGuard bf16(DType::bf16);
+    NoGradGuard ng;
+    lstm_recurrence(xp, w, Tensor(), Tensor());
+    during = detail::onednn_packed_bytes();
+  }).join();
+  if (detail::onednn_has_bf16()) BOOST_TEST(during > before);
+  BOOST_TEST(detail::onednn_packed_bytes() == before);
 }
 
 // grad() with create_graph under autocast: a Hessian-vector product of a
