@@ -61,17 +61,16 @@ dnnl::engine& engine() {
 
 // B packed in a packed_b primitive's layout, one copy a thread: an entry per
 // primitive and thread, for the B the thread last packed, packed again (in
-// place) when B or its values change, at every optimizer step. The threads of
-// a recurrence split by units each multiply by their own rows of W_hh, of
-// one shape: sharing one entry a primitive, they took turns on it and
-// repacked it at every step (the LSTM LM at batch 8, by units at 2 threads,
-// trained at 25.6k tokens/s against 107k so, a third of its one-thread
-// speed); by rows they all read W_hh, a copy each (0.5 MiB for the LSTM
-// LM's), which also keeps the count of allocations a step the same whichever
-// thread gets to a step first. Mapped from the
-// system, outside malloc's heap and the tensors' allocator: from malloc, the
-// LSTM LM's bfloat16 peak RSS at 2 threads was 71.5-74.6 MiB against
-// 67.4-68.0 (five runs each).
+// place) when B or its values change, at every optimizer step. The threads of a
+// recurrence split by units each multiply by their own rows of W_hh, of one
+// shape: sharing one entry a primitive, they took turns on it and repacked it
+// at every step (the LSTM LM at batch 8, by units at 2 threads, trained at
+// 25.6k tokens/s against 107k so, a third of its one-thread speed); by rows
+// they all read W_hh, a copy each (0.5 MiB for the LSTM LM's), which also keeps
+// the count of allocations a step the same whichever thread gets to a step
+// first. Mapped from the system, outside malloc's heap and the tensors'
+// allocator: from malloc, the LSTM LM's bfloat16 peak RSS at 2 threads was
+// 71.5-74.6 MiB against 67.4-68.0 (five runs each).
 struct PackedBuffer {
   explicit PackedBuffer(size_t n) : bytes(n) {
     if (allocation_fails()) throw_scratch_oom(n);
