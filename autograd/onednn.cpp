@@ -4,7 +4,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -59,16 +58,16 @@ dnnl::engine& engine() {
   return *e;
 }
 
-// B packed in a packed_b primitive's layout, one copy a thread: an entry per
-// primitive and thread, for the B the thread last packed, packed again (in
-// place) when B or its values change, at every optimizer step. The threads of a
-// recurrence split by units each multiply by their own rows of W_hh, of one
-// shape: sharing one entry a primitive, they took turns on it and repacked it
-// at every step (the LSTM LM at batch 8, by units at 2 threads, trained at
+// B packed in a packed_b primitive's layout, a copy each thread keeps with
+// the primitive (ThreadState::Bound), for the B it last packed, packed again
+// in place when B or its values change, at every optimizer step. The threads
+// of a recurrence split by units each multiply by their own rows of W_hh, of
+// one shape: sharing one copy a primitive, they took turns on it and repacked
+// it at every step (the LSTM LM at batch 8, by units at 2 threads, trained at
 // 25.6k tokens/s against 107k so, a third of its one-thread speed); by rows
-// they all read W_hh, a copy each (0.5 MiB for the LSTM LM's), which also keeps
-// the count of allocations a step the same whichever thread gets to a step
-// first. Mapped from the system, outside malloc's heap and the tensors'
+// they all read W_hh, a copy each (0.5 MiB for the LSTM LM's), which also
+// keeps the count of allocations a step the same whichever thread gets to a
+// step first. Mapped from the system, outside malloc's heap and the tensors'
 // allocator: from malloc, the LSTM LM's bfloat16 peak RSS at 2 threads was
 // 71.5-74.6 MiB against 67.4-68.0 (five runs each).
 struct PackedBuffer {
@@ -76,38 +75,25 @@ struct PackedBuffer {
     if (allocation_fails()) throw_scratch_oom(n);
     data = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (data == MAP_FAILED) throw_scratch_oom(n);
+    total.fetch_add(n, std::memory_order_relaxed);
   }
-  ~PackedBuffer() { munmap(data, bytes); }
+  ~PackedBuffer() {
+    munmap(data, bytes);
+    total.fetch_sub(bytes, std::memory_order_relaxed);
+  }
   PackedBuffer(const PackedBuffer&) = delete;
   PackedBuffer& operator=(const PackedBuffer&) = delete;
   void* data;
   size_t bytes;
-};
-using PackedData = std::shared_ptr<PackedBuffer>;
-struct Packed {
-  std::mutex mutex;         // held while packing, so that onednn_packed_bytes reads whole entries
-  const void* b = nullptr;  // the B packed in data, and its generation (0: none)
-  uint64_t generation = 0;
-  PackedData data;
-};
-
-// A packed entry: its primitive's key, and the thread it belongs to.
-struct PackedKey {
-  Key key;
-  std::thread::id owner;
-  bool operator==(const PackedKey&) const = default;
-};
-struct PackedKeyHash {
-  size_t operator()(const PackedKey& k) const { return KeyHash()(k.key) ^ std::hash<std::thread::id>()(k.owner); }
+  static inline std::atomic<size_t> total{0};  // bytes of every thread's copies, for onednn_packed_bytes()
 };
 
 struct Cache {
   std::mutex mutex;
   std::unordered_map<Key, std::shared_ptr<const Primitive>, KeyHash> primitives;
-  std::unordered_map<PackedKey, std::shared_ptr<Packed>, PackedKeyHash> packed;
   std::string kernel[2];  // impl_info_str of the last f32 / bf16 primitive made
 };
-std::atomic<uint64_t> packs{0};  // Bs packed into entries, for onednn_packs()
+std::atomic<uint64_t> packs{0};  // Bs packed, for onednn_packs()
 
 Cache& cache() {
   static Cache* c = new Cache;  // never destroyed: GEMMs may run during static destruction
@@ -182,52 +168,36 @@ struct ThreadState {
     std::shared_ptr<const Primitive> p;
     dnnl::memory a, b, c, s, bias;
     // A packed_b primitive's: what p->pack reads and its scratchpad, the B
-    // (address and generation) of its last call, and B packed, if it is that B's.
+    // (address and generation) of its last call, and this thread's copy of B
+    // packed, with the B and generation it holds (0: none). The copy goes
+    // with the thread.
     dnnl::memory b_plain, pack_s;
     const void* last_b = nullptr;
     uint64_t last_generation = 0;
-    std::shared_ptr<Packed> packed = nullptr;  // this thread's entry of the primitive
+    std::unique_ptr<PackedBuffer> packed;
+    const void* packed_b = nullptr;
+    uint64_t packed_generation = 0;
   };
   ThreadState() : stream(engine()) { omp_set_num_threads(1); }
-  ~ThreadState() {  // the thread's packed copies go with it
-    Cache& c = cache();
-    std::lock_guard lock(c.mutex);
-    std::erase_if(c.packed, [id = std::this_thread::get_id()](const auto& e) { return e.first.owner == id; });
-  }
-  ThreadState(const ThreadState&) = delete;
-  ThreadState& operator=(const ThreadState&) = delete;
   dnnl::stream stream;
   std::vector<std::byte> scratch;
   std::unordered_map<Key, Bound, KeyHash> bound;
 };
 
-// B (generation `generation`) packed for b's primitive, in this thread's
-// entry. The caller holds the copy for its GEMM.
-PackedData packed_copy(ThreadState::Bound& b, const Key& pk, const void* B, uint64_t generation,
-                       ThreadState& state) {
-  if (!b.packed) {
-    Cache& c = cache();
-    std::lock_guard lock(c.mutex);
-    const PackedKey key{pk, std::this_thread::get_id()};
-    if (c.packed.size() >= kMaxKept && !c.packed.contains(key)) c.packed.clear();  // threads keep their entries
-    std::shared_ptr<Packed>& e = c.packed[key];
-    if (!e) e = std::make_shared<Packed>();
-    b.packed = e;
-  }
-  Packed& entry = *b.packed;
-  std::lock_guard lock(entry.mutex);
-  if (entry.b != B || entry.generation != generation) {
-    if (!entry.data) entry.data = std::make_shared<PackedBuffer>(b.p->b.get_size());
+// B (generation `generation`) packed for b's primitive, in this thread's copy.
+void* packed_copy(ThreadState::Bound& b, const void* B, uint64_t generation, ThreadState& state) {
+  if (b.packed_b != B || b.packed_generation != generation) {
+    if (!b.packed) b.packed = std::make_unique<PackedBuffer>(b.p->b.get_size());
     detail::grow_scratch(state.scratch, b.p->pack_scratch.get_size());
     b.b_plain.set_data_handle(const_cast<void*>(B));
     b.pack_s.set_data_handle(state.scratch.data());
-    b.b.set_data_handle(entry.data->data);
+    b.b.set_data_handle(b.packed->data);
     b.p->pack.execute(state.stream, {{DNNL_ARG_FROM, b.b_plain}, {DNNL_ARG_TO, b.b}, {DNNL_ARG_SCRATCHPAD, b.pack_s}});
     state.stream.wait();
-    entry.b = B, entry.generation = generation;
+    b.packed_b = B, b.packed_generation = generation;
     packs.fetch_add(1, std::memory_order_relaxed);
   }
-  return entry.data;
+  return b.packed->data;
 }
 
 template <class In>
@@ -268,14 +238,14 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
   // B, so calls that take turns between Bs of one shape (a model's layers,
   // one row at a time) never pack more than oneDNN would.
   ThreadState::Bound* packed = nullptr;
-  PackedData packed_b;  // held until the GEMM is done
+  void* packed_b = nullptr;
   if (b_generation != 0 && M <= kPackedRows) {
     Key pk = key;
     pk.packed_b = true;
     ThreadState::Bound& p = bind(pk);
     if (p.last_b == B && p.last_generation == b_generation) {
       packed = &p;
-      packed_b = packed_copy(p, pk, B, b_generation, state);
+      packed_b = packed_copy(p, B, b_generation, state);
     } else {
       p.last_b = B, p.last_generation = b_generation;
     }
@@ -284,7 +254,7 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const I
   detail::grow_scratch(state.scratch, b.p->scratch.get_size());
   b.a.set_data_handle(const_cast<In*>(A));
   if (packed) {
-    b.b.set_data_handle(packed_b->data);
+    b.b.set_data_handle(packed_b);
   } else {
     b.b.set_data_handle(const_cast<In*>(B));
   }
@@ -312,16 +282,7 @@ void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
-size_t onednn_packed_bytes() {
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
-  size_t bytes = 0;
-  for (const auto& [key, entry] : c.packed) {
-    std::lock_guard entry_lock(entry->mutex);
-    if (entry->data) bytes += entry->data->bytes;
-  }
-  return bytes;
-}
+size_t onednn_packed_bytes() { return PackedBuffer::total.load(std::memory_order_relaxed); }
 
 uint64_t onednn_packs() { return packs.load(std::memory_order_relaxed); }
 
