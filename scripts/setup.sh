@@ -47,8 +47,12 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   # -O1 keeps the sanitized suite fast; b_lundef=false is needed with the sanitizer runtimes.
   # -g1 (line tables, no variables) is all a sanitizer's stack trace needs. The
   # programs link one shared instrumented library (meson.build), so the build
-  # holds 2.3 GB.
-  args=(-Ddebug=false -Db_ndebug=false -Dcpp_args=-g1 -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false)
+  # holds 2.3 GB. UBSan's null and alignment checks are left out: they double
+  # the compile time of a template-heavy file (nn/checkpoint.cpp: 23 s -> 12 s
+  # without them), ASan already stops at a null dereference, and x86-64 reads
+  # misaligned scalars (the fuzz build, on the loaders, keeps both checks).
+  args=(-Ddebug=false -Db_ndebug=false "-Dcpp_args=-g1 -fno-sanitize=null,alignment" -Doptimization=1
+        -Db_sanitize=address,undefined -Db_lundef=false)
 elif [[ "${1:-}" == "--tsan" ]]; then
   builddir=build-tsan
   args=(-Ddebug=false -Db_ndebug=false -Dcpp_args=-g1 -Doptimization=1 -Db_sanitize=thread -Db_lundef=false)
