@@ -2,7 +2,8 @@
 // transformer-shaped sizes, with 1 and 2 threads; the bfloat16 GEMM three
 // ways in the same run: matmul of float32 tensors under autocast (operands
 // rounded each call), tg::gemm on bfloat16 operands, and a raw oneDNN
-// primitive made once (the library's ceiling); plus elementwise and
+// primitive made once (the library's ceiling); weight gradients x^T g
+// (A read transposed) in both dtypes; plus elementwise and
 // last-axis reduction throughput. Every benchmark validates its result
 // against an independent computation before timing; a mismatch skips it
 // with an error. Compare the GFLOP/s counters of lib_* and cblas_* rows:
@@ -242,6 +243,54 @@ void BM_gemm_bf16_onednn(benchmark::State& state) {
   gemm_counters(state, M, N, K);
 }
 
+// A weight gradient through tg::gemm: dW (M,N) = x^T g over K tokens, both
+// operands stored token-major (x (K,M), g (K,N)), so A is read transposed:
+// the T N products of a training step (lm_train --profile lists them), in
+// float32 (range 4 = 0) or bfloat16 operands (1). Checked against float64
+// sums of the same (rounded) operands on sampled entries.
+void BM_gemm_weight_grad(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const bool bf16 = state.range(4) != 0;
+  set_num_threads(static_cast<int>(state.range(3)));
+  NoGradGuard ng;
+  Tensor x = random({K, M}, 8), g = random({K, N}, 9), dw = empty({M, N});
+  if (bf16) x = x.to(DType::bf16).to(DType::f32), g = g.to(DType::bf16).to(DType::f32);
+  const Tensor xb = x.to(DType::bf16), gb = g.to(DType::bf16);
+  auto run = [&] {
+    if (bf16)
+      gemm(true, false, M, N, K, 1.0f, xb.data<tg::bfloat16>(), M, gb.data<tg::bfloat16>(), N, 0.0f, dw.data<float>(), N);
+    else
+      gemm(true, false, M, N, K, 1.0f, x.data<float>(), M, g.data<float>(), N, 0.0f, dw.data<float>(), N);
+  };
+  run();
+  const float *px = x.data<float>(), *pg = g.data<float>(), *pw = dw.data<float>();
+  for (int64_t i = 0; i < M; i += 37)
+    for (int64_t j = 0; j < N; j += 11) {
+      double acc = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double t = double(px[k * M + i]) * double(pg[k * N + j]);
+        acc += t, mag += std::abs(t);
+      }
+      if (std::abs(pw[i * N + j] - acc) > 1e-5 * (1 + mag)) {
+        state.SkipWithError("weight gradient disagrees with float64 sums");
+        return;
+      }
+    }
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(dw.data<float>());
+  }
+  gemm_counters(state, M, N, K);
+}
+// GPT-M's weight gradients over 2048 tokens: the MLP's two and attention's qkv.
+void weight_grad_args(benchmark::internal::Benchmark* b) {
+  for (int64_t bf16 : {0, 1})
+    for (int threads : {1, 2})
+      for (auto [M, N, K] : {std::array<int64_t, 3>{1024, 256, 2048}, {256, 1024, 2048}, {768, 256, 2048}})
+        b->Args({M, N, K, threads, bf16});
+  b->ArgNames({"M", "N", "K", "threads", "bf16"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
 void gemm_args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     b->Args({256, 256, 256, threads});
@@ -265,6 +314,7 @@ BENCHMARK(BM_gemm_cblas)->Apply(gemm_bf16_args);
 BENCHMARK(BM_gemm_bf16_autocast)->Apply(gemm_bf16_args);
 BENCHMARK(BM_gemm_bf16_lib)->Apply(gemm_bf16_args);
 BENCHMARK(BM_gemm_bf16_onednn)->Apply(gemm_bf16_args);
+BENCHMARK(BM_gemm_weight_grad)->Apply(weight_grad_args);
 BENCHMARK(BM_linear_lib)->Apply(gemm_args);
 BENCHMARK(BM_linear_cblas)->Apply(gemm_args);
 
